@@ -10,10 +10,20 @@ import (
 func (m *Machine) attemptDone(ev Event) Action {
 	m.record(OutcomeAnswered, ev.Usage)
 	s := ev.StopReason
-	m.parts = append(m.parts, part{attempt: m.attempt, text: ev.Text, tokens: ev.Usage.OutputTokens,
-		cut: s.Truncating() || s == StopPauseTurn})
+	if s == StopToolUse && len(ev.ToolCalls) == 0 {
+		// A tool-use stop without one complete call has nothing for the
+		// caller to run: the text is the answer.
+		s = StopEndTurn
+	}
+	p := part{attempt: m.attempt, text: ev.Text, tokens: ev.Usage.OutputTokens, cut: s.Truncating() || s == StopPauseTurn}
+	if s == StopToolUse {
+		// Only an answer that stopped to call tools makes calls; those an
+		// attempt cut by a limit streamed are void with it.
+		p.calls = slices.Clone(ev.ToolCalls)
+	}
+	m.parts = append(m.parts, p)
 	// The step succeeded: its retry counters start over.
-	m.retries, m.overloads, m.collapsed = 0, 0, false
+	m.retries, m.overloads, m.waited, m.collapsed = 0, 0, 0, false
 	switch {
 	case s.Truncating():
 		return m.truncated(s)
@@ -33,7 +43,7 @@ func (m *Machine) attemptDone(ev Event) Action {
 // truncated handles an answer cut by a token limit: escalate once, then
 // continue up to MaxContinuations times, then end flagged truncated.
 func (m *Machine) truncated(s StopReason) Action {
-	if esc := m.escalatedMax(); m.p.Escalation && !m.escalated && esc > m.callMax() {
+	if esc := m.escalatedMax(); m.p.Truncation.Escalation && !m.escalated && esc > m.callMax() {
 		// Same request with room to finish: the cut answer is worth less
 		// than a whole one, so it is discarded.
 		m.escalated = true
@@ -44,24 +54,21 @@ func (m *Machine) truncated(s StopReason) Action {
 			fmt.Sprintf("answer cut (%s) at %d tokens: same request with max_tokens %d; the cut output is discarded", s, old, esc)))
 		return m.call()
 	}
-	if m.continuations < m.p.MaxContinuations {
+	if m.continuations < m.p.Truncation.MaxContinuations {
 		m.continuations++
 		m.extend(nil, TextBlock(ContinuationPrompt))
 		m.emit(m.transition(MaxOutputTokensRecovery, nil,
-			fmt.Sprintf("%s: partial answer kept, continuation %d of %d", s, m.continuations, m.p.MaxContinuations)))
+			fmt.Sprintf("%s: partial answer kept, continuation %d of %d", s, m.continuations, m.p.Truncation.MaxContinuations)))
 		return m.callChecked()
 	}
 	return m.complete(s, nil, fmt.Sprintf("still %s after %d continuation(s): the answer is truncated", s, m.continuations))
 }
 
 // escalatedMax is the max_tokens MAX_OUTPUT_TOKENS_ESCALATE would ask for on
-// the current route.
+// the current route: never above the route's limit, nor above a max_tokens
+// CONTEXT_LIMIT_ADJUST lowered to fit the window.
 func (m *Machine) escalatedMax() int {
-	esc := m.p.EscalatedMaxOutputTokens
-	if r := m.cur(); r.MaxOutputTokens > 0 {
-		esc = min(esc, r.MaxOutputTokens)
-	}
-	return esc
+	return m.capped(m.p.Truncation.EscalatedMaxOutputTokens)
 }
 
 // paused handles pause_turn: the provider stopped a long turn and expects it
@@ -72,12 +79,12 @@ func (m *Machine) paused() Action {
 	switch {
 	case !m.prefillOK(m.route):
 		return m.complete(StopPauseTurn, nil, "the provider paused the turn and "+m.cur().Name+" cannot continue it by prefill")
-	case m.continuations >= m.p.MaxContinuations:
+	case m.continuations >= m.p.Truncation.MaxContinuations:
 		return m.complete(StopPauseTurn, nil, fmt.Sprintf("paused again after %d continuation(s): the answer is cut", m.continuations))
 	}
 	m.continuations++
 	m.emit(m.transition(StreamResume, nil,
-		fmt.Sprintf("pause_turn: continuing the paused turn by prefill (%d of %d)", m.continuations, m.p.MaxContinuations)))
+		fmt.Sprintf("pause_turn: continuing the paused turn by prefill (%d of %d)", m.continuations, m.p.Truncation.MaxContinuations)))
 	return m.call()
 }
 
@@ -123,7 +130,7 @@ func (m *Machine) maxTurns() int {
 	if m.cfg.MaxTurns > 0 {
 		return m.cfg.MaxTurns
 	}
-	return m.p.MaxTurns
+	return m.p.Turns.MaxTurns
 }
 
 // settle handles a normal stop: the token budget may ask for more, then the
@@ -148,22 +155,22 @@ func (m *Machine) nudge() (Action, bool) {
 	b, p, n := &m.budget, m.p, m.cfg.TokenBudget
 	kept := m.keptTokens()
 	delta := kept - b.lastCheck
-	diminishing := b.nudges >= p.BudgetDiminishingAfter &&
-		delta < int64(p.BudgetDiminishingTokens) && b.lastDelta < int64(p.BudgetDiminishingTokens)
+	diminishing := b.nudges >= p.Budget.DiminishingAfter &&
+		delta < int64(p.Budget.DiminishingTokens) && b.lastDelta < int64(p.Budget.DiminishingTokens)
 	prev := b.lastDelta
 	b.lastCheck, b.lastDelta = kept, delta
 	switch {
 	case diminishing:
 		b.note = fmt.Sprintf("; token budget: diminishing returns after %d nudges (+%d, +%d tokens)", b.nudges, prev, delta)
 		return Action{}, false
-	case float64(kept) >= p.TokenBudgetRatio*float64(n):
+	case float64(kept) >= p.Budget.Ratio*float64(n):
 		b.note = fmt.Sprintf("; token budget: %d of %d tokens", kept, n)
 		return Action{}, false
 	}
 	b.nudges++
 	m.extend(nil, TextBlock(TokenBudgetPrompt(int(kept), n)))
 	m.emit(m.transition(TokenBudgetContinuation, nil,
-		fmt.Sprintf("%d of %d budget tokens (under %.0f%%): nudge %d", kept, n, p.TokenBudgetRatio*100, b.nudges)))
+		fmt.Sprintf("%d of %d budget tokens (under %.0f%%): nudge %d", kept, n, p.Budget.Ratio*100, b.nudges)))
 	return m.callChecked(), true
 }
 
@@ -188,9 +195,9 @@ func (m *Machine) verdict(ev Event) Action {
 // sees its rejected answer in the conversation.
 func (m *Machine) blocked(msg string) Action {
 	m.hookBlocks++
-	if m.hookBlocks > m.p.MaxStopHookBlocks {
+	if m.hookBlocks > m.p.Turns.MaxStopHookBlocks {
 		return m.finishWith(StopHookPrevented, nil,
-			fmt.Sprintf("the stop hook blocked %d times, over the limit of %d", m.hookBlocks, m.p.MaxStopHookBlocks),
+			fmt.Sprintf("the stop hook blocked %d times, over the limit of %d", m.hookBlocks, m.p.Turns.MaxStopHookBlocks),
 			&Result{StopReason: m.stop})
 	}
 	if msg == "" {
@@ -200,6 +207,6 @@ func (m *Machine) blocked(msg string) Action {
 	m.dropParts(m.answerStart)
 	m.newAnswer() // compaction flags are kept: a blocked answer must not reopen compaction
 	m.emit(m.transition(StopHookBlocking, nil,
-		fmt.Sprintf("the stop hook blocked the answer (%d of %d): %s", m.hookBlocks, m.p.MaxStopHookBlocks, msg)))
+		fmt.Sprintf("the stop hook blocked the answer (%d of %d): %s", m.hookBlocks, m.p.Turns.MaxStopHookBlocks, msg)))
 	return m.callChecked()
 }

@@ -35,7 +35,7 @@ func EstimateTokens(system string, msgs []Message) int {
 // request to a route with the given context window would leave too little
 // room for an answer of maxOut tokens: window − min(maxOut, OutputReserveCap)
 // − BlockingMargin.
-func (p Policy) BlockingLimit(window, maxOut int) int {
+func (p OverflowPolicy) BlockingLimit(window, maxOut int) int {
 	return window - min(maxOut, p.OutputReserveCap) - p.BlockingMargin
 }
 

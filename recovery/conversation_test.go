@@ -32,10 +32,10 @@ func TestEstimateTokens(t *testing.T) {
 
 func TestBlockingLimit(t *testing.T) {
 	p := DefaultPolicy()
-	if got := p.BlockingLimit(200000, 8000); got != 189000 {
+	if got := p.Overflow.BlockingLimit(200000, 8000); got != 189000 {
 		t.Errorf("200000 − 8000 − 3000 = %d", got)
 	}
-	if got := p.BlockingLimit(200000, 64000); got != 177000 { // reserve capped at 20000
+	if got := p.Overflow.BlockingLimit(200000, 64000); got != 177000 { // reserve capped at 20000
 		t.Errorf("200000 − 20000 − 3000 = %d", got)
 	}
 }
@@ -176,9 +176,9 @@ func TestMachineLeavesConfigAlone(t *testing.T) {
 		{Kind: EvAttemptFailed, Failure: &Failure{Kind: FailPromptTooLong}}, // collapse
 		{Kind: EvAttemptFailed, Failure: &Failure{Kind: FailMedia}},         // strip
 		{Kind: EvAttemptFailed, Failure: &Failure{Kind: FailPromptTooLong}}, // summarise
-		{Kind: EvCompacted, Summary: "s"},
-		{Kind: EvAttemptDone, StopReason: StopMaxTokens, Text: "cut"}, // escalate
-		{Kind: EvAttemptDone, StopReason: StopMaxTokens, Text: "cut"}, // continue
+		{Kind: EvAttemptDone, StopReason: StopEndTurn, Text: "s"},           // the summary
+		{Kind: EvAttemptDone, StopReason: StopMaxTokens, Text: "cut"},       // escalate
+		{Kind: EvAttemptDone, StopReason: StopMaxTokens, Text: "cut"},       // continue
 		{Kind: EvAttemptDone, StopReason: StopToolUse, ToolCalls: []ToolCall{{ID: "t"}}},
 		{Kind: EvToolResults, Results: []Block{{Kind: BlockToolResult, ToolUseID: "t", Text: "r"}}},
 		{Kind: EvAttemptDone, StopReason: StopEndTurn, Text: "end"},

@@ -133,11 +133,7 @@ func (f *Failure) Transient() bool {
 	case -1:
 		return false
 	}
-	switch f.Kind {
-	case FailConnection, FailTimeout, FailRateLimit, FailOverloaded, FailServer, FailStreamBroken:
-		return true
-	}
-	return false
+	return f.Outage()
 }
 
 // RouteSpecific reports whether another route may succeed where this one
@@ -145,6 +141,17 @@ func (f *Failure) Transient() bool {
 func (f *Failure) RouteSpecific() bool {
 	switch f.Kind {
 	case FailAuth, FailNotFound, FailQuota, FailCircuitOpen:
+		return true
+	}
+	return false
+}
+
+// Outage reports whether the failure's class says the upstream itself is
+// failing (down, overloaded, silent, broken, throttling), whatever
+// x-should-retry says: a route-level condition another route may not share.
+func (f *Failure) Outage() bool {
+	switch f.Kind {
+	case FailConnection, FailTimeout, FailRateLimit, FailOverloaded, FailServer, FailStreamBroken:
 		return true
 	}
 	return false

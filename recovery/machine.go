@@ -29,6 +29,7 @@ func (p phase) String() string { return phaseNames[p] }
 type part struct {
 	attempt int
 	text    string
+	calls   []ToolCall // the tool calls of an answer that stopped with tool_use
 	tokens  int64
 	cut     bool // the attempt did not finish its answer: a limit or a failure cut it
 }
@@ -60,18 +61,26 @@ type Machine struct {
 	voids []int        // attempts voided since the last transition was emitted
 	final Step         // the finish step, repeated after the end
 
+	// Delivery: the fate of each attempt's output (see Step).
+	ended   int          // the attempt whose end the current event reports, or 0
+	decided map[int]bool // attempts already named in a Deliver or a Void
+	deliver []Delivery   // Step.Deliver of the step being built
+	discard []int        // Step.Void of the step being built
+
 	// The conversation.
-	msgs      []Message // what the next request sends, without its prefill
-	route     int       // index into cfg.Routes
-	maxTokens int       // the max_tokens wanted, before the route's own cap
-	noPrefill []bool    // routes that refused a prefill
-	attempt   int       // the last attempt number handed out
-	turn      int
-	inflight  Call       // the call or summary being run
-	compact   compaction // the compaction being summarised
-	tools     []ToolCall // the calls the caller is running
-	thinking  []Block    // the thinking blocks of the answer that made them
-	stop      StopReason // the stop reason of the answer under review
+	msgs       []Message // what the next request sends, without its prefill
+	route      int       // index into cfg.Routes
+	maxTokens  int       // the max_tokens wanted, before the route's own cap
+	ceiling    int       // the max_tokens CONTEXT_LIMIT_ADJUST found to fit this route, or 0
+	noPrefill  []bool    // routes that refused a prefill
+	attempt    int       // the last attempt number handed out
+	turn       int
+	inflight   Call       // the call or summary being run
+	compact    compaction // the compaction being summarised
+	compacting bool       // the summary of compact is being made (or waited for)
+	tools      []ToolCall // the calls the caller is running
+	thinking   []Block    // the thinking blocks of the answer that made them
+	stop       StopReason // the stop reason of the answer under review
 
 	// The answer.
 	parts       []part
@@ -84,7 +93,8 @@ type Machine struct {
 	// turn starts.
 	retries   int
 	overloads int
-	collapsed bool // the last overflow stage was a collapse
+	waited    time.Duration // backoff waited on this step and route
+	collapsed bool          // the last overflow stage was a collapse
 
 	// Per turn.
 	continuations       int
@@ -116,9 +126,10 @@ func New(cfg Config) *Machine {
 		maxTokens: cfg.MaxTokens,
 		noPrefill: make([]bool, len(cfg.Routes)),
 		turn:      1,
+		decided:   map[int]bool{},
 	}
 	if m.maxTokens <= 0 {
-		m.maxTokens = m.p.MaxOutputTokens
+		m.maxTokens = m.p.Truncation.MaxOutputTokens
 	}
 	return m
 }
@@ -133,6 +144,9 @@ func (m *Machine) Start(now time.Time) Step {
 		return m.final
 	}
 	if m.phase != phaseNew {
+		if m.phase == phaseCalling || m.phase == phaseSummarizing {
+			m.record(OutcomeFailed, Usage{}) // the call in flight is abandoned with the completion
+		}
 		return m.out(m.protocol("Start called twice"))
 	}
 	if len(m.cfg.Routes) == 0 {
@@ -140,7 +154,7 @@ func (m *Machine) Start(now time.Time) Step {
 			"no route to call"))
 	}
 	m.setOpen(m.cfg.OpenRoutes)
-	if j := m.closedFrom(0); j > 0 && m.p.Fallback {
+	if j := m.closedFrom(0); j > 0 && m.p.Retry.Fallback {
 		// The first route's circuit is open: go where a call can succeed,
 		// and say why, rather than spend an attempt on a skipped route.
 		return m.out(m.fallback(j, m.circuitOpen(m.cur()), Event{}, "the circuit of "+m.cur().Name+" is open"))
@@ -185,48 +199,113 @@ func (m *Machine) Step(ev Event) Step {
 		m.now = ev.Now
 	}
 	m.setOpen(ev.OpenRoutes)
+	inCall := m.phase == phaseCalling || m.phase == phaseSummarizing
+	if inCall && ev.NotSent && (ev.Kind == EvCancelled || ev.Kind == EvAttemptFailed) {
+		m.attempt-- // the call never left: no attempt, and its number is handed out again
+	} else if inCall {
+		m.ended = m.attempt
+	}
 	if ev.Kind == EvCancelled {
 		return m.out(m.cancelled(ev))
 	}
-	if p, ok := eventPhase[ev.Kind]; !ok || p != m.phase {
+	if !m.expects(ev.Kind) {
+		if inCall { // the call in flight is abandoned with the completion
+			m.record(OutcomeFailed, Usage{})
+		}
 		return m.out(m.protocol(fmt.Sprintf("event %s while %s", ev.Kind, m.phase)))
 	}
 	var a Action
-	switch ev.Kind {
-	case EvAttemptDone:
-		a = m.attemptDone(ev)
-	case EvAttemptFailed:
-		a = m.attemptFailed(ev)
-	case EvWaitElapsed:
-		a = m.call()
-	case EvCompacted:
+	switch {
+	case m.phase == phaseSummarizing && ev.Kind == EvAttemptDone:
 		a = m.summarized(ev)
-	case EvCompactFailed:
-		a = m.compactFailed(ev)
-	case EvToolResults:
+	case m.phase == phaseSummarizing:
+		a = m.summaryFailed(ev)
+	case ev.Kind == EvAttemptDone:
+		a = m.attemptDone(ev)
+	case ev.Kind == EvAttemptFailed:
+		a = m.attemptFailed(ev)
+	case ev.Kind == EvWaitElapsed && m.compacting:
+		a = m.summaryCall()
+	case ev.Kind == EvWaitElapsed:
+		a = m.call()
+	case ev.Kind == EvToolResults:
 		a = m.toolResults(ev)
-	case EvStopHookVerdict:
+	case ev.Kind == EvStopHookVerdict:
 		a = m.verdict(ev)
 	}
 	return m.out(a)
 }
 
-// eventPhase is the phase in which each event (but EvCancelled, always
-// welcome) can happen.
-var eventPhase = map[EventKind]phase{
-	EvAttemptDone: phaseCalling, EvAttemptFailed: phaseCalling, EvWaitElapsed: phaseWaiting,
-	EvCompacted: phaseSummarizing, EvCompactFailed: phaseSummarizing,
-	EvToolResults: phaseTools, EvStopHookVerdict: phaseHook,
+// expects reports whether the current action can produce an event of kind
+// k (EvCancelled, always welcome, is handled before).
+func (m *Machine) expects(k EventKind) bool {
+	switch k {
+	case EvAttemptDone, EvAttemptFailed:
+		return m.phase == phaseCalling || m.phase == phaseSummarizing
+	case EvWaitElapsed:
+		return m.phase == phaseWaiting
+	case EvToolResults:
+		return m.phase == phaseTools
+	case EvStopHookVerdict:
+		return m.phase == phaseHook
+	}
+	return false
 }
 
-// out wraps the action and the transitions gathered while deciding it.
+// out wraps the action with the transitions gathered while deciding it, the
+// numbers of its events, and the fate of the attempts' output.
 func (m *Machine) out(a Action) Step {
-	st := Step{Action: a, Transitions: m.trs}
-	m.trs = nil
+	a.Attempt, a.Turn = m.attempt, m.turn
+	m.decideFates(a.Kind)
+	st := Step{Action: a, Transitions: m.trs, Deliver: m.deliver, Void: m.discard}
+	m.trs, m.deliver, m.discard, m.ended = nil, nil, nil, 0
 	if a.Kind == ActFinish {
 		m.final = st
 	}
 	return st
+}
+
+// decideFates names the attempts whose output became final or void with
+// this step. An attempt that ended without being kept is void at once; a
+// kept one is final once it is settled (see Step), void if it was dropped.
+func (m *Machine) decideFates(next ActionKind) {
+	if a := m.ended; a > 0 && !m.decided[a] && !m.kept(a) {
+		m.voidOutput(a)
+	}
+	settled := m.segStart
+	switch {
+	case next == ActFinish || next == ActAwaitTools:
+		settled = len(m.parts)
+	case m.cfg.StopHook:
+		settled = m.answerStart
+	}
+	for _, p := range m.parts[:settled] {
+		if !m.decided[p.attempt] {
+			m.decided[p.attempt] = true
+			m.deliver = append(m.deliver, Delivery{Attempt: p.attempt, ToolCalls: slices.Clone(p.calls)})
+		}
+	}
+	if next == ActFinish { // whatever is left undecided had no output to keep
+		for a := 1; a <= m.attempt; a++ {
+			if !m.decided[a] {
+				m.voidOutput(a)
+			}
+		}
+	}
+	slices.Sort(m.discard)
+}
+
+// voidOutput names attempt a in Step.Void.
+func (m *Machine) voidOutput(a int) {
+	if !m.decided[a] {
+		m.decided[a] = true
+		m.discard = append(m.discard, a)
+	}
+}
+
+// kept reports whether attempt a's output is part of the answer so far.
+func (m *Machine) kept(a int) bool {
+	return slices.ContainsFunc(m.parts, func(p part) bool { return p.attempt == a })
 }
 
 // protocol ends the completion because the driver broke the protocol.
@@ -239,12 +318,20 @@ func (m *Machine) protocol(what string) Action {
 func (m *Machine) cur() Route { return m.cfg.Routes[m.route] }
 
 // callMax returns the max_tokens of the next call: the wanted value capped
-// by the route's own limit.
+// by the route's own limit and by what CONTEXT_LIMIT_ADJUST found to fit.
 func (m *Machine) callMax() int {
-	if r := m.cur(); r.MaxOutputTokens > 0 && m.maxTokens > r.MaxOutputTokens {
-		return r.MaxOutputTokens
+	return m.capped(m.maxTokens)
+}
+
+// capped caps n by the current route's output limit and the adjusted ceiling.
+func (m *Machine) capped(n int) int {
+	if r := m.cur(); r.MaxOutputTokens > 0 {
+		n = min(n, r.MaxOutputTokens)
 	}
-	return m.maxTokens
+	if m.ceiling > 0 {
+		n = min(n, m.ceiling)
+	}
+	return n
 }
 
 // prefillOK reports whether route i can continue a partial answer: it
@@ -265,19 +352,19 @@ func (m *Machine) callChecked() Action {
 		return m.call()
 	}
 	est := EstimateTokens(m.cfg.System, m.msgs) + EstimateTokens(m.segmentText(), nil)
-	limit := m.p.BlockingLimit(r.ContextWindow, m.callMax())
+	limit := m.p.Overflow.BlockingLimit(r.ContextWindow, m.callMax())
 	if est < limit {
 		return m.call()
 	}
 	why := fmt.Sprintf("estimated input %d tokens ≥ limit %d (window %d − reserve %d − margin %d)",
-		est, limit, r.ContextWindow, min(m.callMax(), m.p.OutputReserveCap), m.p.BlockingMargin)
-	if m.p.Compaction && !m.compacted {
-		if s, ok := SplitForCompaction(m.msgs, m.p.KeepRecentMessages); ok {
+		est, limit, r.ContextWindow, min(m.callMax(), m.p.Overflow.OutputReserveCap), m.p.Overflow.BlockingMargin)
+	if m.p.Overflow.Compaction && !m.compacted {
+		if s, ok := SplitForCompaction(m.msgs, m.p.Overflow.KeepRecentMessages); ok {
 			return m.summarize(compaction{split: s})
 		}
 	}
 	switch {
-	case !m.p.Compaction:
+	case !m.p.Overflow.Compaction:
 		why += "; compaction is off"
 	case m.compacted:
 		why += " even after compaction"
@@ -312,17 +399,25 @@ func (m *Machine) wait(d time.Duration) Action {
 	return Action{Kind: ActWait, Delay: d}
 }
 
-// summarize issues the summarising call of a compaction. It is an attempt
-// like any other (it costs tokens), but its output never reaches the answer.
+// summarize starts the compaction c: its summarising call is a phase of
+// the machine, with retries of its own on the current route.
 func (m *Machine) summarize(c compaction) Action {
-	m.compact = c
+	m.compact, m.compacting = c, true
+	m.retries, m.overloads, m.waited = 0, 0, 0
+	return m.summaryCall()
+}
+
+// summaryCall issues (or re-issues) the summarising call of the compaction
+// in progress. It is an attempt like any other (it costs tokens), but its
+// output never reaches the answer.
+func (m *Machine) summaryCall() Action {
 	m.attempt++
 	m.inflight = Call{
 		Attempt:   m.attempt,
 		Route:     m.cur(),
 		MaxTokens: min(SummaryMaxTokens, m.callMax()),
 		System:    SummarySystemPrompt,
-		Messages:  []Message{UserText(RenderTranscript(c.split.Middle))},
+		Messages:  []Message{UserText(RenderTranscript(m.compact.split.Middle))},
 	}
 	m.phase = phaseSummarizing
 	return Action{Kind: ActSummarize, Call: m.inflight}
@@ -359,6 +454,7 @@ func (m *Machine) emit(t Transition) {
 
 // void marks the output of attempt a as void: the next transition says so.
 func (m *Machine) void(a int) {
+	m.voidOutput(a)
 	if !slices.Contains(m.voids, a) {
 		m.voids = append(m.voids, a)
 		slices.Sort(m.voids)
@@ -461,7 +557,7 @@ func hasToolUse(msgs []Message, id string) bool {
 // newAnswer starts a new answer: a new turn, or a retry of a blocked one.
 func (m *Machine) newAnswer() {
 	m.segStart, m.answerStart = len(m.parts), len(m.parts)
-	m.retries, m.overloads, m.continuations = 0, 0, 0
+	m.retries, m.overloads, m.waited, m.continuations = 0, 0, 0, 0
 }
 
 // unfinished reports whether the answer in progress ends in cut text: a
@@ -530,13 +626,16 @@ func (m *Machine) cancelled(ev Event) Action {
 			m.abortTools(why)
 		}
 		return m.finishWith(AbortedTools, nil, why+" while "+m.phase.String(), res)
-	case phaseCalling:
+	case phaseCalling, phaseSummarizing:
+		if ev.NotSent {
+			return m.fail(AbortedStreaming, nil, "", why+" before attempt "+fmt.Sprint(m.attempt+1)+" was sent", 0, false)
+		}
 		m.record(OutcomeFailed, ev.Usage)
+		if m.phase == phaseSummarizing {
+			// A summary is never shown, so there is no streamed text to void.
+			return m.fail(AbortedStreaming, nil, "", why+" during the summarising call", 0, false)
+		}
 		return m.fail(AbortedStreaming, nil, ev.Text, why+" during attempt "+fmt.Sprint(m.attempt), 0, false)
-	case phaseSummarizing:
-		// A summary is never shown, so there is no streamed text to void.
-		m.record(OutcomeFailed, ev.Usage)
-		return m.fail(AbortedStreaming, nil, "", why+" during the summarising call", 0, false)
 	}
 	return m.fail(AbortedStreaming, nil, "", why+" during the wait before the next attempt", 0, false)
 }

@@ -24,6 +24,7 @@ import (
 //	start routes=(a:prefill:thinking:w=200000:max=64000, b) [max-tokens=N] [budget=N]
 //	      [deadline=D] [session] [stop-hook] [max-turns=N] [retries=N]
 //	      [overloads=N] [continuations=N] [hook-blocks=N] [keep=N]
+//	      [fallback-retries=N] [fallback-wait=D]
 //	      [collapse-min=N] [no-fallback] [no-compaction] [no-escalation]
 //	  The input, if any, is the conversation, one message a line:
 //	  "user: item | item", items being text, img, blob:N (N bytes of text),
@@ -34,13 +35,14 @@ import (
 //	done [stop=S] [text=T] [in=N] [out=N] [tools=(ID:NAME, ...)]
 //	     [thinking=(TEXT:SIG, redacted:DATA, ...)]
 //	elapse                 the wait is over; the clock moves by its delay
-//	compacted [summary=T] [out=N]
-//	compact-failed kind=K [status=N]
+//	compacted [summary=T] [out=N]   the summarising call answered T
+//	compact-failed kind=K [status=N] [retry-after=D]   it failed
 //	tools [halt=ID] [size=N]  answer every pending tool call (N bytes each)
 //	verdict allow|block|prevent [msg=T]
 //	cancel [reason=T]
 //	  Every event also takes open=(R, ...): the routes whose circuit breaker
 //	  is open as the driver reports it with that event (start takes it too).
+//	  fail, compact-failed and cancel take not-sent: the call never left.
 //	fail-raw               a failure event without a Failure
 //	compact-failed-raw     a failed summary without a Failure
 //	set rand=F             the uniform draw handed to the machine (default 0)
@@ -103,15 +105,17 @@ func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
 func (e *env) start(d *datadriven.TestData) string {
 	t := e.t
 	p := DefaultPolicy()
-	p.MaxRetries = intArg(t, d, "retries", p.MaxRetries)
-	p.OverloadsBeforeFallback = intArg(t, d, "overloads", p.OverloadsBeforeFallback)
-	p.MaxContinuations = intArg(t, d, "continuations", p.MaxContinuations)
-	p.MaxStopHookBlocks = intArg(t, d, "hook-blocks", p.MaxStopHookBlocks)
-	p.KeepRecentMessages = intArg(t, d, "keep", p.KeepRecentMessages)
-	p.CollapseMinBytes = intArg(t, d, "collapse-min", p.CollapseMinBytes)
-	p.Fallback = !d.HasArg("no-fallback")
-	p.Compaction = !d.HasArg("no-compaction")
-	p.Escalation = !d.HasArg("no-escalation")
+	p.Retry.MaxRetries = intArg(t, d, "retries", p.Retry.MaxRetries)
+	p.Retry.FallbackRetries = intArg(t, d, "fallback-retries", min(p.Retry.FallbackRetries, p.Retry.MaxRetries))
+	p.Retry.FallbackWait = durArg(t, d, "fallback-wait", p.Retry.FallbackWait)
+	p.Retry.OverloadsBeforeFallback = intArg(t, d, "overloads", p.Retry.OverloadsBeforeFallback)
+	p.Truncation.MaxContinuations = intArg(t, d, "continuations", p.Truncation.MaxContinuations)
+	p.Turns.MaxStopHookBlocks = intArg(t, d, "hook-blocks", p.Turns.MaxStopHookBlocks)
+	p.Overflow.KeepRecentMessages = intArg(t, d, "keep", p.Overflow.KeepRecentMessages)
+	p.Overflow.CollapseMinBytes = intArg(t, d, "collapse-min", p.Overflow.CollapseMinBytes)
+	p.Retry.Fallback = !d.HasArg("no-fallback")
+	p.Overflow.Compaction = !d.HasArg("no-compaction")
+	p.Truncation.Escalation = !d.HasArg("no-escalation")
 	cfg := Config{
 		Policy:      p,
 		Routes:      parseRoutes(t, d),
@@ -144,6 +148,7 @@ func (e *env) event(d *datadriven.TestData) (Event, bool) {
 	switch d.Cmd {
 	case "fail":
 		ev.Kind, ev.Text, ev.Failure = EvAttemptFailed, text, parseFailure(t, d)
+		ev.ToolCalls = parseToolCalls(t, d)
 	case "fail-raw":
 		ev.Kind = EvAttemptFailed // no Failure at all
 	case "done":
@@ -160,11 +165,11 @@ func (e *env) event(d *datadriven.TestData) (Event, bool) {
 		e.now = e.now.Add(e.last.Action.Delay)
 		ev.Kind, ev.Now = EvWaitElapsed, e.now
 	case "compacted":
-		ev.Kind, ev.Summary = EvCompacted, strArg(t, d, "summary", text)
+		ev.Kind, ev.Text, ev.StopReason = EvAttemptDone, strArg(t, d, "summary", text), StopEndTurn
 	case "compact-failed":
-		ev.Kind, ev.Failure = EvCompactFailed, parseFailure(t, d)
+		ev.Kind, ev.Failure = EvAttemptFailed, parseFailure(t, d)
 	case "compact-failed-raw":
-		ev.Kind = EvCompactFailed // no Failure at all
+		ev.Kind = EvAttemptFailed // no Failure at all
 	case "tools":
 		ev.Kind, ev.Results = EvToolResults, e.toolResults(d)
 	case "verdict":
@@ -175,6 +180,7 @@ func (e *env) event(d *datadriven.TestData) (Event, bool) {
 	default:
 		return Event{}, false
 	}
+	ev.NotSent = d.HasArg("not-sent")
 	return ev, true
 }
 
@@ -196,6 +202,20 @@ func (e *env) show(st Step) string {
 	e.last = st
 	e.wire.check(e.t, st)
 	var sb strings.Builder
+	if len(st.Void) > 0 {
+		fmt.Fprintf(&sb, "void %s\n", renderAttempts(st.Void))
+	}
+	if len(st.Deliver) > 0 {
+		var ds []string
+		for _, d := range st.Deliver {
+			s := "#" + strconv.Itoa(d.Attempt)
+			if len(d.ToolCalls) > 0 {
+				s += "(" + renderToolCalls(d.ToolCalls) + ")"
+			}
+			ds = append(ds, s)
+		}
+		fmt.Fprintf(&sb, "deliver %s\n", strings.Join(ds, " "))
+	}
 	for _, tr := range st.Transitions {
 		sb.WriteString(renderTransition(tr))
 		sb.WriteString("\n")
@@ -297,6 +317,14 @@ func renderResult(r *Result) string {
 		fmt.Fprintf(&sb, "  transcript: %s\n", renderMessages(r.Transcript, 40, " | "))
 	}
 	return sb.String()
+}
+
+func renderAttempts(as []int) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = "#" + strconv.Itoa(a)
+	}
+	return strings.Join(s, " ")
 }
 
 func renderToolCalls(cs []ToolCall) string {

@@ -7,27 +7,27 @@ import "fmt"
 // smaller than the old, and each adjustment counts as a retry of the step,
 // which keeps a confused upstream from looping here.
 func (m *Machine) contextLimit(f *Failure, streamed string) Action {
-	adj := f.ContextWindow - f.InputTokens - m.p.ContextAdjustMargin
+	adj := f.ContextWindow - f.InputTokens - m.p.Overflow.ContextAdjustMargin
 	switch {
 	case f.ContextWindow <= 0 || f.InputTokens <= 0:
 		return m.overflow(f, streamed, "context limit exceeded (numbers unknown)")
-	case adj < m.p.MinAdjustedMaxTokens:
+	case adj < m.p.Overflow.MinAdjustedMaxTokens:
 		return m.overflow(f, streamed, fmt.Sprintf("%d + %d > %d leaves max_tokens %d < %d",
-			f.InputTokens, f.MaxTokens, f.ContextWindow, adj, m.p.MinAdjustedMaxTokens))
+			f.InputTokens, f.MaxTokens, f.ContextWindow, adj, m.p.Overflow.MinAdjustedMaxTokens))
 	case adj >= m.callMax():
 		return m.overflow(f, streamed, fmt.Sprintf("%d + %d > %d although max_tokens is already %d",
 			f.InputTokens, f.MaxTokens, f.ContextWindow, m.callMax()))
-	case m.retries >= m.p.MaxRetries:
+	case m.retries >= m.p.Retry.MaxRetries:
 		return m.overflow(f, streamed, fmt.Sprintf("%d + %d > %d with no retries left on this step (%d allowed)",
-			f.InputTokens, f.MaxTokens, f.ContextWindow, m.p.MaxRetries))
+			f.InputTokens, f.MaxTokens, f.ContextWindow, m.p.Retry.MaxRetries))
 	}
 	m.retries++ // an upstream that shaves a token at a time must not loop
 	if streamed != "" {
 		m.void(m.attempt)
 	}
-	m.maxTokens = adj
+	m.maxTokens, m.ceiling = adj, adj
 	m.emit(m.transition(ContextLimitAdjust, f, fmt.Sprintf("%d + %d > %d: max_tokens lowered to %d (%d − %d − %d)",
-		f.InputTokens, f.MaxTokens, f.ContextWindow, adj, f.ContextWindow, f.InputTokens, m.p.ContextAdjustMargin)))
+		f.InputTokens, f.MaxTokens, f.ContextWindow, adj, f.ContextWindow, f.InputTokens, m.p.Overflow.ContextAdjustMargin)))
 	return m.call()
 }
 
@@ -40,19 +40,19 @@ func (m *Machine) overflow(f *Failure, streamed, cause string) Action {
 	if streamed != "" {
 		m.void(m.attempt)
 	}
-	if m.p.Compaction && !m.collapsed {
-		out, blocks, bytes := Collapse(m.msgs, m.p.KeepRecentMessages, m.p.CollapseMinBytes)
+	if m.p.Overflow.Compaction && !m.collapsed {
+		out, blocks, bytes := Collapse(m.msgs, m.p.Overflow.KeepRecentMessages, m.p.Overflow.CollapseMinBytes)
 		if blocks > 0 {
 			m.msgs, m.collapsed = out, true
 			m.emit(m.transition(CollapseDrainRetry, f, fmt.Sprintf(
 				"%s: elided %d old block(s), %d bytes, outside the first message and the last %d",
-				cause, blocks, bytes, m.p.KeepRecentMessages)))
+				cause, blocks, bytes, m.p.Overflow.KeepRecentMessages)))
 			return m.call()
 		}
 	}
 	m.collapsed = false
-	if m.p.Compaction && m.reactiveCompactions < m.p.MaxReactiveCompactions {
-		if s, ok := SplitForCompaction(m.msgs, m.p.KeepRecentMessages); ok {
+	if m.p.Overflow.Compaction && m.reactiveCompactions < m.p.Overflow.MaxReactiveCompactions {
+		if s, ok := SplitForCompaction(m.msgs, m.p.Overflow.KeepRecentMessages); ok {
 			// Counted when tried, so a failed summary is not tried again.
 			m.reactiveCompactions++
 			return m.summarize(compaction{reactive: true, cause: f, split: s})
@@ -64,9 +64,9 @@ func (m *Machine) overflow(f *Failure, streamed, cause string) Action {
 // ladderNote says why compaction could not help, for the next transition.
 func (m *Machine) ladderNote() string {
 	switch {
-	case !m.p.Compaction:
+	case !m.p.Overflow.Compaction:
 		return "compaction is off"
-	case m.reactiveCompactions >= m.p.MaxReactiveCompactions:
+	case m.reactiveCompactions >= m.p.Overflow.MaxReactiveCompactions:
 		return "reactive compaction already used"
 	}
 	return "nothing to compact"
@@ -87,7 +87,7 @@ func (m *Machine) overflowFallback(f *Failure, cause, note string) Action {
 // what the prompt is known to need, or -1.
 func (m *Machine) largerWindow(f *Failure) int {
 	need := max(m.cur().ContextWindow, f.ContextWindow, f.PromptTokens)
-	if !m.p.Fallback || need <= 0 {
+	if !m.p.Retry.Fallback || need <= 0 {
 		return -1
 	}
 	found := -1
@@ -105,37 +105,78 @@ func (m *Machine) largerWindow(f *Failure) int {
 	return found
 }
 
-// summarized rebuilds the conversation around the summary and calls again.
-// The reason of the transition, AUTO_COMPACT or REACTIVE_COMPACT_RETRY, is
-// published now that the compacted conversation is what the next attempt
-// sends.
+// summarized rebuilds the conversation around the summary (the text of the
+// summarising attempt) and calls again. The reason of the transition,
+// AUTO_COMPACT or REACTIVE_COMPACT_RETRY, is published now that the
+// compacted conversation is what the next attempt sends. A summary cut by
+// its token limit is still a summary; an empty one is a failed compaction.
 func (m *Machine) summarized(ev Event) Action {
+	if ev.Text == "" {
+		m.record(OutcomeFailed, ev.Usage)
+		return m.compactFailed(&Failure{Kind: FailUnknown, Provider: m.cur().Provider,
+			Message: "the summarising call answered nothing (stop " + ev.StopReason.String() + ")"}, "")
+	}
 	m.record(OutcomeDiscarded, ev.Usage)
 	c := m.compact
-	m.msgs, m.compacted = c.split.Compacted(ev.Summary), true
+	m.compacting = false
+	m.retries, m.overloads, m.waited = 0, 0, 0
+	m.msgs, m.compacted = c.split.Compacted(ev.Text), true
 	r := AutoCompact
 	if c.reactive {
 		r = ReactiveCompactRetry
 	}
 	m.emit(m.transition(r, c.cause, fmt.Sprintf(
 		"summarised %d middle message(s) into %d bytes; kept the first %d and the last %d verbatim",
-		len(c.split.Middle), len(ev.Summary), len(c.split.Head), len(c.split.Tail))))
+		len(c.split.Middle), len(ev.Text), len(c.split.Head), len(c.split.Tail))))
 	if c.reactive {
 		return m.call() // the upstream judges; the ladder goes on if it still refuses
 	}
 	return m.callChecked() // still blocked: BLOCKING_LIMIT, without calling
 }
 
-// compactFailed moves past a failed summarising call. It is not retried: the
-// ladder has cheaper rungs left, and a proactive compaction that cannot run
-// leaves the prompt as blocked as before.
-func (m *Machine) compactFailed(ev Event) Action {
-	m.record(OutcomeFailed, ev.Usage)
+// summaryFailed handles a failed summarising call: a transient failure is
+// retried on the same route, within the retry budget of the last route of
+// a chain (a summary does not fall back: it compacts this route's
+// prompt), the Retry-After ceiling and the deadline; anything else gives
+// the compaction up.
+func (m *Machine) summaryFailed(ev Event) Action {
 	f := ev.Failure
 	if f == nil {
 		f = &Failure{Kind: FailUnknown, Message: "the summarising call failed without a classified failure"}
 	}
-	why := "the summarising call failed: " + f.Error()
+	if !ev.NotSent {
+		m.record(OutcomeFailed, ev.Usage)
+	}
+	if !f.Transient() || ev.NotSent {
+		return m.compactFailed(f, "")
+	}
+	m.retries++
+	d, why, ok := m.retryWait(f, ev.Rand, false)
+	if !ok {
+		return m.compactFailed(f, why)
+	}
+	t := m.transition(Retry, f, fmt.Sprintf("%s: summarising call, retry %d of %d on %s %s",
+		f.Kind, m.retries, m.p.Retry.MaxRetries, m.cur().Name, after(d)))
+	t.Retry, t.Backoff = m.retries, d
+	m.emit(t)
+	m.waited += d
+	if d <= 0 {
+		return m.summaryCall()
+	}
+	m.phase = phaseWaiting
+	return Action{Kind: ActWait, Delay: d}
+}
+
+// compactFailed moves past a compaction whose summary could not be made
+// (because of f; why says why it was not retried, if it was retryable): the
+// ladder goes on (reactive), or the prompt stays blocked (proactive).
+func (m *Machine) compactFailed(f *Failure, why string) Action {
+	m.compacting = false
+	m.retries, m.overloads, m.waited = 0, 0, 0
+	if why != "" {
+		why = " (" + why + ")"
+	}
+	why = "the summarising call failed: " + f.Error() + why
 	if !m.compact.reactive {
 		return m.finish(BlockingLimit, f, why+"; the prompt leaves no room for the answer")
 	}
@@ -150,7 +191,7 @@ func (m *Machine) media(f *Failure, streamed string) Action {
 	if streamed != "" {
 		m.void(m.attempt)
 	}
-	if m.mediaRecoveries >= m.p.MaxMediaRecoveries {
+	if m.mediaRecoveries >= m.p.Media.MaxRecoveries {
 		return m.fail(ImageError, f, "", fmt.Sprintf("media rejected again after %d recovery", m.mediaRecoveries), 0, false)
 	}
 	out, n := StripImages(m.msgs)

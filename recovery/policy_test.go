@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -30,7 +31,7 @@ func TestBackoff(t *testing.T) {
 		{1, -1, 500 * ms}, {1, 7, 625 * ms},
 	}
 	for _, tt := range tests {
-		if got := p.Backoff(tt.n, tt.u); got != tt.want {
+		if got := p.Retry.Backoff(tt.n, tt.u); got != tt.want {
 			t.Errorf("Backoff(%d, %v) = %s, want %s", tt.n, tt.u, got, tt.want)
 		}
 	}
@@ -38,10 +39,10 @@ func TestBackoff(t *testing.T) {
 
 func TestBackoffNeverExceedsCapPlusJitter(t *testing.T) {
 	p := DefaultPolicy()
-	ceiling := p.BackoffMax + time.Duration(float64(p.BackoffMax)*p.BackoffJitter)
+	ceiling := p.Retry.BackoffMax + time.Duration(float64(p.Retry.BackoffMax)*p.Retry.BackoffJitter)
 	for n := 1; n <= 100; n++ {
 		for _, u := range []float64{0, 0.25, 0.5, 0.75, 0.999999} {
-			if d := p.Backoff(n, u); d <= 0 || d > ceiling {
+			if d := p.Retry.Backoff(n, u); d <= 0 || d > ceiling {
 				t.Fatalf("Backoff(%d, %v) = %s, outside (0, %s]", n, u, d, ceiling)
 			}
 		}
@@ -64,7 +65,7 @@ func TestRetryDelay(t *testing.T) {
 		{2, 2 * time.Minute, 0, 2 * time.Minute},
 	}
 	for _, tt := range tests {
-		if got := p.RetryDelay(tt.n, tt.retryAfter, tt.u); got != tt.want {
+		if got := p.Retry.RetryDelay(tt.n, tt.retryAfter, tt.u); got != tt.want {
 			t.Errorf("RetryDelay(%d, %s, %v) = %s, want %s", tt.n, tt.retryAfter, tt.u, got, tt.want)
 		}
 	}
@@ -82,7 +83,8 @@ func TestDeadlineClamp(t *testing.T) {
 		want       ActionKind
 		reason     Reason
 	}{
-		{"no deadline", []Route{a}, 0, time.Hour, ActWait, Retry},
+		{"no deadline", []Route{a}, 0, 50 * time.Second, ActWait, Retry},
+		{"over the Retry-After ceiling", []Route{a}, 0, time.Hour, ActFinish, ModelError},
 		{"ends before", []Route{a}, 3 * time.Second, 2 * time.Second, ActWait, Retry},
 		{"ends exactly at", []Route{a}, 2 * time.Second, 2 * time.Second, ActWait, Retry},
 		{"ends after, no route left", []Route{a}, 2 * time.Second, 2*time.Second + 1, ActFinish, ModelError},
@@ -117,14 +119,32 @@ func TestDeadlineClamp(t *testing.T) {
 	}
 }
 
-func TestForSummaryKeepsRetriesAndDropsTheRest(t *testing.T) {
-	p := DefaultPolicy()
-	p.MaxRetries = 4
-	s := p.ForSummary()
-	if s.Fallback || s.Compaction || s.Escalation {
-		t.Errorf("summary policy %+v may fall back, compact or escalate", s)
+func TestDefaultPolicyIsInBounds(t *testing.T) {
+	if err := DefaultPolicy().Check(); err != nil {
+		t.Fatal(err)
 	}
-	if s.MaxRetries != 4 || s.BackoffBase != p.BackoffBase || !p.Fallback {
-		t.Errorf("summary policy %+v lost the retries, or changed the original", s)
+	p := DefaultPolicy()
+	p.Retry.FallbackRetries = p.Retry.MaxRetries + 1
+	p.Retry.BackoffBase = 0
+	p.Turns.MaxTurns = 0
+	err := p.Check()
+	for _, field := range []string{"retry.fallback_retries", "retry.backoff_base", "turns.max_turns"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("Check() = %v, want it to name %s", err, field)
+		}
+	}
+}
+
+func TestRetryBudget(t *testing.T) {
+	p := DefaultPolicy().Retry
+	if n, w := p.Budget(true); n != 3 || w != 10*time.Second {
+		t.Errorf("with a fallback: %d retries, %s of waiting; want 3, 10s", n, w)
+	}
+	if n, w := p.Budget(false); n != 10 || w != 0 {
+		t.Errorf("last route: %d retries, %s of waiting; want 10, unbounded", n, w)
+	}
+	p.MaxRetries = 2
+	if n, _ := p.Budget(true); n != 2 {
+		t.Errorf("a fallback budget above MaxRetries: %d", n)
 	}
 }

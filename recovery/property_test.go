@@ -71,6 +71,7 @@ type gen struct {
 	r        *rand.Rand
 	now      time.Time
 	stubborn bool // an upstream that mostly fails transiently: the long runs
+	ids      int  // tool call ids handed out
 }
 
 func (g *gen) pick(n int) int        { return g.r.IntN(n) }
@@ -79,9 +80,9 @@ func (g *gen) chance(p float64) bool { return g.r.Float64() < p }
 func (g *gen) config() Config {
 	g.stubborn = g.chance(0.15)
 	p := DefaultPolicy()
-	p.MaxRetries = []int{0, 1, 3, 10, 10}[g.pick(5)]
-	p.Fallback, p.Compaction, p.Escalation = g.chance(0.8), g.chance(0.8), g.chance(0.8)
-	p.MaxTurns = []int{1, 3, 20}[g.pick(3)]
+	p.Retry.MaxRetries = []int{0, 1, 3, 10, 10}[g.pick(5)]
+	p.Retry.Fallback, p.Overflow.Compaction, p.Truncation.Escalation = g.chance(0.8), g.chance(0.8), g.chance(0.8)
+	p.Turns.MaxTurns = []int{1, 3, 20}[g.pick(3)]
 	cfg := Config{
 		Policy:   p,
 		System:   "sys",
@@ -139,7 +140,7 @@ func (g *gen) event(st Step) Event {
 		return ev
 	}
 	if g.chance(0.002) {
-		ev.Kind = EventKind(1 + g.pick(7)) // maybe the wrong one
+		ev.Kind = EventKind(1 + g.pick(6)) // maybe the wrong one
 		return ev
 	}
 	switch st.Action.Kind {
@@ -149,9 +150,15 @@ func (g *gen) event(st Step) Event {
 		g.now = g.now.Add(st.Action.Delay)
 		ev.Kind, ev.Now = EvWaitElapsed, g.now
 	case ActSummarize:
-		ev.Kind, ev.Summary, ev.Usage = EvCompacted, "summary", Usage{InputTokens: 100, OutputTokens: 10}
-		if g.chance(0.3) {
-			ev.Kind, ev.Failure = EvCompactFailed, g.failure()
+		ev.Kind, ev.Text, ev.StopReason = EvAttemptDone, "summary", StopEndTurn
+		ev.Usage = Usage{InputTokens: 100, OutputTokens: 10}
+		switch {
+		case g.chance(0.3): // a summary that itself fails, often transiently
+			ev.Kind, ev.Text, ev.Failure = EvAttemptFailed, "", g.failure()
+		case g.chance(0.05):
+			ev.Text = "" // an empty summary
+		case g.chance(0.03):
+			ev.Kind, ev.Text, ev.Failure, ev.NotSent = EvAttemptFailed, "", &Failure{Kind: FailCircuitOpen}, true
 		}
 	case ActAwaitTools:
 		ev.Kind = EvToolResults
@@ -172,15 +179,17 @@ func (g *gen) attempt(ev Event) Event {
 	if g.stubborn {
 		done = 0.08
 	}
+	if g.chance(0.03) { // the breaker kept the call from leaving
+		ev.Kind, ev.Failure, ev.NotSent, ev.Text, ev.Usage = EvAttemptFailed, &Failure{Kind: FailCircuitOpen}, true, "", Usage{}
+		return ev
+	}
 	if g.chance(done) {
 		ev.Kind = EvAttemptDone
 		ev.StopReason = []StopReason{StopEndTurn, StopEndTurn, StopEndTurn, StopMaxTokens, StopMaxTokens,
 			StopContextWindow, StopToolUse, StopToolUse, StopSequence, StopRefusal, StopContentFilter,
 			StopPauseTurn, StopNone}[g.pick(13)]
-		if ev.StopReason == StopToolUse {
-			for i := range 1 + g.pick(2) {
-				ev.ToolCalls = append(ev.ToolCalls, ToolCall{ID: fmt.Sprintf("t%d", i), Name: "tool"})
-			}
+		if ev.StopReason == StopToolUse || g.chance(0.1) { // complete calls before a cut, too
+			ev.ToolCalls = g.calls(g.pick(3))
 		}
 		for i := range g.pick(3) {
 			ev.Thinking = append(ev.Thinking, Block{Kind: BlockThinking, Text: fmt.Sprintf("think%d", i), Signature: "sig"})
@@ -191,7 +200,20 @@ func (g *gen) attempt(ev Event) Event {
 	if g.chance(0.5) {
 		ev.Text = "" // most failures come before the first token
 	}
+	if g.chance(0.1) { // a stream that broke after a complete tool call
+		ev.ToolCalls = g.calls(1)
+	}
 	return ev
+}
+
+// calls returns n tool calls with ids unique in the run.
+func (g *gen) calls(n int) []ToolCall {
+	var cs []ToolCall
+	for range n {
+		g.ids++
+		cs = append(cs, ToolCall{ID: fmt.Sprintf("t%d", g.ids), Name: "tool"})
+	}
+	return cs
 }
 
 // checkThinking checks the thinking rules on a step: a route that thinks

@@ -110,16 +110,14 @@ type Transition struct {
 type EventKind int
 
 const (
-	// EvAttemptDone: the upstream finished the attempt with a stop reason.
+	// EvAttemptDone: the upstream finished the attempt (of an ActCall or an
+	// ActSummarize) with a stop reason.
 	EvAttemptDone EventKind = iota + 1
-	// EvAttemptFailed: the attempt failed with Failure, after streaming Text.
+	// EvAttemptFailed: the attempt failed with Failure, after streaming Text
+	// and ToolCalls.
 	EvAttemptFailed
 	// EvWaitElapsed: the wait of an ActWait is over.
 	EvWaitElapsed
-	// EvCompacted: the summary asked for by ActSummarize is in Summary.
-	EvCompacted
-	// EvCompactFailed: the summarising call failed with Failure.
-	EvCompactFailed
 	// EvToolResults: the caller answered the tool calls with Results.
 	EvToolResults
 	// EvStopHookVerdict: the stop hook answered with Verdict and VerdictMessage.
@@ -152,9 +150,13 @@ type Event struct {
 	// StopReason is why the model stopped (EvAttemptDone).
 	StopReason StopReason
 	// Text is the answer text the attempt streamed (EvAttemptDone, and the
-	// part streamed before an EvAttemptFailed).
+	// part streamed before an EvAttemptFailed or EvCancelled). For an
+	// ActSummarize it is the summary.
 	Text string
-	// ToolCalls are the tool calls the attempt made (EvAttemptDone).
+	// ToolCalls are the complete tool calls the attempt streamed (a partial
+	// call is never one). They count only when the attempt stops with
+	// StopToolUse; an attempt that failed after making some cannot be
+	// continued by prefill, since a prefill carries text only.
 	ToolCalls []ToolCall
 	// Thinking are the attempt's complete thinking blocks (BlockThinking),
 	// in order (EvAttemptDone). When the attempt called tools in a Session,
@@ -164,10 +166,13 @@ type Event struct {
 	Thinking []Block
 	// Usage is the attempt's tokens, as far as known.
 	Usage Usage
-	// Failure is the classified failure (EvAttemptFailed, EvCompactFailed).
+	// Failure is the classified failure (EvAttemptFailed).
 	Failure *Failure
-	// Summary is the compaction summary (EvCompacted).
-	Summary string
+	// NotSent says that the call of the ActCall or ActSummarize never left
+	// (EvAttemptFailed with a FailCircuitOpen failure: the breaker refused
+	// it; EvCancelled: the caller was gone before it started). Such a call
+	// is no attempt: it is not recorded, and its number is handed out again.
+	NotSent bool
 	// Results are the tool results, one BlockToolResult each (EvToolResults).
 	Results []Block
 	// Verdict is the stop hook's decision (EvStopHookVerdict).
@@ -191,11 +196,13 @@ const (
 	ActCall ActionKind = iota + 1
 	// ActWait: wait Action.Delay, then report EvWaitElapsed.
 	ActWait
-	// ActSummarize: make the summarising call Action.Call (output not shown
-	// to the caller), then report EvCompacted or EvCompactFailed. The call
-	// has an attempt number of its own, like an ActCall: it is recorded in
-	// Result.Attempts (OutcomeDiscarded, or OutcomeFailed) and its tokens
-	// count in Result.Usage.
+	// ActSummarize: make the summarising call Action.Call exactly like an
+	// ActCall (same breaker, span and timeouts; no tools, no thinking, no
+	// caller metadata), but show none of its output to the caller; then
+	// report EvAttemptDone with the summary as Text, or EvAttemptFailed. It
+	// is an attempt like any other: recorded in Result.Attempts
+	// (OutcomeDiscarded, or OutcomeFailed) and its tokens count in
+	// Result.Usage. A transient failure is retried as a new attempt.
 	ActSummarize
 	// ActAwaitTools: hand Action.ToolCalls to the caller, then report
 	// EvToolResults or EvCancelled.
@@ -229,6 +236,10 @@ type Call struct {
 type Action struct {
 	// Kind says what to do.
 	Kind ActionKind
+	// Attempt and Turn number every event the driver sends while it runs
+	// the action: the call's attempt for an ActCall or ActSummarize, the last
+	// attempt otherwise. The driver never numbers events itself.
+	Attempt, Turn int
 	// Call is the request of ActCall and ActSummarize.
 	Call Call
 	// Delay is the wait of ActWait.
@@ -241,14 +252,51 @@ type Action struct {
 	Result *Result
 }
 
-// Step is the machine's output for one event: the next action and the
-// transitions to publish before running it. It is a read-only value.
+// Step is the machine's output for one event, like raft's Ready: everything
+// the driver must do, in order. It is a read-only value.
+//
+//  1. Drop the held output of the attempts in Void; for each Delivery, send
+//     the held output of its attempt (in the order it streamed), then its
+//     tool calls.
+//  2. Publish Transitions, in order.
+//  3. Run Action.
+//
+// An attempt's output is its text and thinking deltas; a driver streaming
+// live sends them as they arrive, a driver in settled delivery holds them.
+// Tool calls are never sent as they arrive: the machine hands over the
+// answer's calls in Deliver, so a tool call is actionable when it arrives
+// (its attempt is settled), and settled delivery never sends output that a
+// transition later voids.
+//
+// Every attempt is named exactly once, in Deliver or in Void, by the step
+// that finishes the completion; an attempt in Deliver is never voided later.
+// An attempt's output is final once no later decision can void it: when the
+// completion ends, when the caller must run the answer's tool calls, or when
+// the answer moved past it (a continuation prompt or a budget nudge closed
+// its segment) and no stop hook may still reject the whole answer.
 type Step struct {
 	// Action is what to do next.
 	Action Action
 	// Transitions are the decisions taken, in order; at most one is terminal,
 	// and it comes last, with an ActFinish action.
 	Transitions []Transition
+	// Deliver lists, in ascending order of attempts, the attempts whose
+	// output is now final: part of the answer for good.
+	Deliver []Delivery
+	// Void lists, in ascending order, the attempts whose output is now
+	// known never to be part of the answer (failed and not continued,
+	// discarded, summarising calls, cancelled). A live driver learns what it
+	// already sent of them from the transitions' DiscardAttempts.
+	Void []int
+}
+
+// Delivery is the final output of one attempt.
+type Delivery struct {
+	// Attempt is the attempt whose held text and thinking are now final.
+	Attempt int
+	// ToolCalls are the attempt's tool calls that are part of the answer,
+	// to be sent after its text.
+	ToolCalls []ToolCall
 }
 
 // Outcome is how one attempt ended.

@@ -20,7 +20,7 @@ func benchServer(b *testing.B, routes map[string]*Route, def string) completionv
 	b.Helper()
 	cfg := DefaultConfig()
 	cfg.Routes, cfg.DefaultRoute = routes, def
-	cfg.Policy.BackoffBase, cfg.Policy.BackoffMax = time.Microsecond, time.Microsecond
+	cfg.Policy.Retry.BackoffBase, cfg.Policy.Retry.BackoffMax = time.Microsecond, time.Microsecond
 	client, _ := grpcClient(b, cfg)
 	return client
 }

@@ -123,6 +123,9 @@ func DefaultConfig() Config {
 // route without a provider, a thinking budget on a route the machine does
 // not know thinks, or a fallback that names no route.
 func (c *Config) check() error {
+	if err := c.Policy.Check(); err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
 	if _, ok := c.Routes[c.DefaultRoute]; !ok {
 		return fmt.Errorf("default route %q is not configured", c.DefaultRoute)
 	}

@@ -24,8 +24,8 @@ import (
 // fast; Retry-After is still honoured at its real length (the 429 cases).
 func faultPolicy() recovery.Policy {
 	p := recovery.DefaultPolicy()
-	p.BackoffBase = 10 * time.Millisecond
-	p.BackoffMax = 40 * time.Millisecond
+	p.Retry.BackoffBase = 10 * time.Millisecond
+	p.Retry.BackoffMax = 40 * time.Millisecond
 	return p
 }
 
@@ -33,7 +33,7 @@ func faultPolicy() recovery.Policy {
 const faultRand = 0.5
 
 // bo is the backoff before retry n on a step, as the suite's policy computes it.
-func bo(n int) time.Duration { return faultPolicy().Backoff(n, faultRand) }
+func bo(n int) time.Duration { return faultPolicy().Retry.Backoff(n, faultRand) }
 
 // Route names and models of the suite.
 const (
@@ -168,18 +168,16 @@ func faultCases() []faultCase {
 				primary: 2, text: primaryText, route: primaryRoute, errKinds: []string{"SERVER", ""}},
 		},
 		{
-			// Five consecutive failures open the primary's circuit (the
-			// default breaker): the sixth attempt is not sent, and the
-			// completion moves to the fallback at once.
-			name:     "503 persistent falls back once the circuit opens",
+			// A route with a fallback gets three retries (the default
+			// fallback budget), then the completion moves on: a fallback is
+			// worth more than a long wait.
+			name:     "503 persistent falls back after the retry budget",
 			primary:  pt.Always(pt.Fail(pt.Unavailable)),
 			fallback: pt.Always(pt.OK(fb())),
-			// The fifth failure opens the breaker: the machine is told with
-			// that failure and falls back at once, announcing no retry.
-			want: faultWant{transitions: []string{"RETRY", "RETRY", "RETRY", "RETRY", "MODEL_FALLBACK", "COMPLETED"},
-				backoffs: []time.Duration{bo(1), bo(2), bo(3), bo(4), 0, 0},
-				primary:  5, fallback: 1, text: fallbackText, route: fallbackRoute,
-				errKinds: []string{"SERVER", "SERVER", "SERVER", "SERVER", "SERVER", ""}},
+			want: faultWant{transitions: []string{"RETRY", "RETRY", "RETRY", "MODEL_FALLBACK", "COMPLETED"},
+				backoffs: []time.Duration{bo(1), bo(2), bo(3), 0, 0},
+				primary:  4, fallback: 1, text: fallbackText, route: fallbackRoute,
+				errKinds: []string{"SERVER", "SERVER", "SERVER", "SERVER", ""}},
 		},
 		{
 			name:     "overloaded persistent (529, OpenAI 503 overloaded) falls back after three",
@@ -426,7 +424,7 @@ func checkFault(t *testing.T, r *faultRun, want faultWant) {
 			tr.GetReason() == completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME && (i == 0 ||
 				trs[i-1].GetTransition().GetReason() != completionv1.TransitionReason_TRANSITION_REASON_MODEL_FALLBACK)
 		if sameRoute && tr.GetError().GetKind() != completionv1.ErrorKind_ERROR_KIND_PREFILL_REJECTED &&
-			tr.GetBackoff().AsDuration() < faultPolicy().BackoffBase {
+			tr.GetBackoff().AsDuration() < faultPolicy().Retry.BackoffBase {
 			t.Errorf("transition %d retries %s after %v: hammering", i, tr.GetToRoute(), tr.GetBackoff().AsDuration())
 		}
 		if tr.GetReason() == completionv1.TransitionReason_TRANSITION_REASON_MODEL_FALLBACK &&

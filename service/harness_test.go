@@ -53,8 +53,8 @@ func newTestEnv(t *testing.T, mutate ...func(*Config)) *testEnv {
 		r.Upstream = up
 		r.Timeouts.Idle = 200 * time.Millisecond
 	}
-	cfg.Policy.BackoffBase = time.Millisecond
-	cfg.Policy.BackoffMax = 8 * time.Millisecond
+	cfg.Policy.Retry.BackoffBase = time.Millisecond
+	cfg.Policy.Retry.BackoffMax = 8 * time.Millisecond
 	cfg.Rand = func() float64 { return 0.5 }
 	for _, m := range mutate {
 		m(&cfg)

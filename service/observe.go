@@ -41,7 +41,6 @@ type trail struct {
 	span     trace.Span      // chat {model}
 	begun    time.Time
 	pending  *attemptSpan // an ended attempt whose transitions may still come
-	compact  trace.Span   // the summarising call in flight, if any
 	attempts int          // attempts started so far
 }
 
@@ -110,24 +109,32 @@ func requestMaxTokens(c *completion) int {
 	if c.machine.MaxTokens > 0 {
 		return c.machine.MaxTokens
 	}
-	return c.machine.Policy.MaxOutputTokens
+	return c.machine.Policy.Truncation.MaxOutputTokens
 }
 
 // attemptStart opens the span of one upstream attempt, a child of the
-// completion span. ctx keeps its cancellation; only its span changes.
-func (o *observer) attemptStart(ctx context.Context, c *completion, call recovery.Call) *attemptSpan {
+// completion span: "attempt {n} {route}" for an answer, "compact {model}"
+// for a summarising call (purpose compaction). ctx keeps its cancellation;
+// only its span changes.
+func (o *observer) attemptStart(ctx context.Context, c *completion, call recovery.Call, summary bool) *attemptSpan {
 	o.ensure()
 	o.closePending()
 	s := &attemptSpan{ctx: ctx, o: o, attempt: call.Attempt, route: call.Route.Name, begun: time.Now()}
 	if o.trail == nil {
 		return s
 	}
-	s.ctx, s.span = o.tracer.Start(trace.ContextWithSpan(ctx, o.trail.span),
-		"attempt "+strconv.Itoa(call.Attempt)+" "+call.Route.Name, trace.WithSpanKind(trace.SpanKindClient))
+	name := "attempt " + strconv.Itoa(call.Attempt) + " " + call.Route.Name
+	if summary {
+		name = "compact " + call.Route.Model
+	}
+	s.ctx, s.span = o.tracer.Start(trace.ContextWithSpan(ctx, o.trail.span), name, trace.WithSpanKind(trace.SpanKindClient))
 	if s.span.IsRecording() {
 		s.span.SetAttributes(keyOperation.String("chat"), keyProvider.String(call.Route.Provider),
 			keyRequestModel.String(call.Route.Model), keyMaxTokens.Int(call.MaxTokens),
 			keyResendCount.Int(o.resends()), keyAttempt.Int(call.Attempt), keyRoute.String(call.Route.Name))
+		if summary {
+			s.span.SetAttributes(keyPurpose.String("compaction"))
+		}
 	}
 	return s
 }
@@ -260,34 +267,8 @@ func (o *observer) closePending() {
 	}
 }
 
-// compaction opens the span of a summarising call and returns the function
-// that ends it; the driver defers it around the call. To the machine the
-// summary is an attempt like any other: the compaction's transition follows
-// it, once the summary is in, so the span then waits like an attempt's.
-func (o *observer) compaction(call recovery.Call) func() {
-	o.ensure()
-	o.closePending()
-	if o.trail == nil {
-		return func() {}
-	}
-	s := &attemptSpan{o: o, attempt: call.Attempt, route: call.Route.Name, begun: time.Now()}
-	_, s.span = o.tracer.Start(o.trail.ctx, "compact "+call.Route.Model, trace.WithSpanKind(trace.SpanKindClient))
-	if s.span.IsRecording() {
-		s.span.SetAttributes(keyOperation.String("chat"), keyPurpose.String("compaction"),
-			keyProvider.String(call.Route.Provider), keyRequestModel.String(call.Route.Model),
-			keyMaxTokens.Int(call.MaxTokens), keyAttempt.Int(call.Attempt), keyRoute.String(call.Route.Name))
-	}
-	o.trail.compact = s.span
-	return func() {
-		s.ended = time.Now()
-		o.trail.compact = nil
-		o.trail.pending = s
-	}
-}
-
 // transition logs t, counts it, and records it as a span event on the
-// completion span and on the attempt it follows; while a summary runs, its
-// transitions are the summary's own retries and go on the compaction span.
+// completion span and on the attempt it follows.
 func (o *observer) transition(c *completion, t recovery.Transition) {
 	o.ensure()
 	ctx := context.Background()
@@ -303,13 +284,6 @@ func (o *observer) transition(c *completion, t recovery.Transition) {
 
 func (o *observer) traceTransition(t recovery.Transition) {
 	tr := o.trail
-	if tr.compact != nil {
-		// The summary's own machine: its attempts are not the completion's.
-		if tr.compact.IsRecording() {
-			tr.compact.AddEvent("transition", trace.WithAttributes(transitionAttrs(t)...))
-		}
-		return
-	}
 	if tr.pending != nil && tr.pending.attempt != t.Attempt {
 		o.closePending()
 	}

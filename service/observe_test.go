@@ -347,7 +347,7 @@ func TestChunkIsFree(t *testing.T) {
 		c := &completion{id: "cmpl_test", machine: recovery.Config{Routes: []recovery.Route{{Name: "sim", Model: "sim-1"}}},
 			started: &completionv1.Started{}, observer: o}
 		c.observer.start(t.Context(), c)
-		s := c.observer.attemptStart(t.Context(), c, recovery.Call{Attempt: 1, Route: c.machine.Routes[0]})
+		s := c.observer.attemptStart(t.Context(), c, recovery.Call{Attempt: 1, Route: c.machine.Routes[0]}, false)
 		if n := testing.AllocsPerRun(100, s.chunk); n != 0 {
 			t.Errorf("chunk allocates %v times per call", n)
 		}
@@ -365,7 +365,7 @@ func BenchmarkObserverOff(b *testing.B) {
 		c := &completion{id: "cmpl_bench", machine: recovery.Config{Routes: []recovery.Route{route}}, started: &completionv1.Started{}, observer: o}
 		c.observer.start(b.Context(), c)
 		for n := 1; n <= 2; n++ {
-			s := c.observer.attemptStart(b.Context(), c, recovery.Call{Attempt: n, Route: route})
+			s := c.observer.attemptStart(b.Context(), c, recovery.Call{Attempt: n, Route: route}, false)
 			for range 40 {
 				s.chunk()
 			}

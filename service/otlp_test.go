@@ -78,8 +78,8 @@ func tracedEnv(t *testing.T, tel Telemetry, mutate ...func(*Config)) *tracedServ
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Routes = SimRoutes(sim.New(sim.Config{Words: 6}))
-	cfg.Policy.BackoffBase = time.Millisecond
-	cfg.Policy.BackoffMax = 4 * time.Millisecond
+	cfg.Policy.Retry.BackoffBase = time.Millisecond
+	cfg.Policy.Retry.BackoffMax = 4 * time.Millisecond
 	cfg.Rand = func() float64 { return 0.5 }
 	cfg.Telemetry = tel
 	for _, m := range mutate {

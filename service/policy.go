@@ -10,34 +10,39 @@ import (
 )
 
 // tighten applies a request's policy overrides to the server's policy. An
-// override may only make the policy stricter: a looser value is a violation.
-// maxTurns is SessionStart.max_turns (0 when unset).
+// override may only move in the safe direction: counts, budgets and ceilings
+// down (a caller may give up sooner), backoff up (a caller cannot make the
+// service hammer an upstream). Anything else is a violation naming the
+// field. maxTurns is SessionStart.max_turns (0 when unset).
 func (c *Config) tighten(p *completionv1.Policy, maxTurns int32) (recovery.Policy, violations) {
 	out, v := c.Policy, violations{}
 	if p == nil {
 		p = &completionv1.Policy{}
 	}
-	intField(&v, "policy.max_retries", p.MaxRetries, 0, out.MaxRetries, &out.MaxRetries)
-	intField(&v, "policy.overloads_before_fallback", p.OverloadsBeforeFallback, 1, out.OverloadsBeforeFallback, &out.OverloadsBeforeFallback)
-	intField(&v, "policy.max_continuations", p.MaxContinuations, 0, out.MaxContinuations, &out.MaxContinuations)
-	intField(&v, "policy.max_turns", p.MaxTurns, 1, out.MaxTurns, &out.MaxTurns)
-	intField(&v, "policy.max_stop_hook_blocks", p.MaxStopHookBlocks, 0, out.MaxStopHookBlocks, &out.MaxStopHookBlocks)
+	r := &out.Retry
+	atMost(&v, "policy.max_retries", p.MaxRetries, 0, r.MaxRetries, &r.MaxRetries)
+	atMost(&v, "policy.fallback_retries", p.FallbackRetries, 0, r.FallbackRetries, &r.FallbackRetries)
+	atMost(&v, "policy.overloads_before_fallback", p.OverloadsBeforeFallback, 1, r.OverloadsBeforeFallback, &r.OverloadsBeforeFallback)
+	atMost(&v, "policy.max_continuations", p.MaxContinuations, 0, out.Truncation.MaxContinuations, &out.Truncation.MaxContinuations)
+	atMost(&v, "policy.max_turns", p.MaxTurns, 1, out.Turns.MaxTurns, &out.Turns.MaxTurns)
+	atMost(&v, "policy.max_stop_hook_blocks", p.MaxStopHookBlocks, 0, out.Turns.MaxStopHookBlocks, &out.Turns.MaxStopHookBlocks)
 	if maxTurns != 0 {
-		intField(&v, "max_turns", &maxTurns, 1, out.MaxTurns, &out.MaxTurns)
+		atMost(&v, "max_turns", &maxTurns, 1, out.Turns.MaxTurns, &out.Turns.MaxTurns)
 	}
-	durationField(&v, "policy.backoff_base", p.GetBackoffBase(), out.BackoffBase, &out.BackoffBase)
-	durationField(&v, "policy.backoff_max", p.GetBackoffMax(), out.BackoffMax, &out.BackoffMax)
-	if out.BackoffBase > out.BackoffMax {
-		v.add("policy.backoff_base", "must not exceed backoff_max (%s)", out.BackoffMax)
-	}
-	out.Escalation = out.Escalation && !p.GetDisableEscalation()
-	out.Compaction = out.Compaction && !p.GetDisableCompaction()
-	out.Fallback = out.Fallback && !p.GetDisableFallback()
+	durationWithin(&v, "policy.fallback_wait", p.GetFallbackWait(), time.Millisecond, r.FallbackWait, &r.FallbackWait)
+	durationWithin(&v, "policy.retry_after_ceiling", p.GetRetryAfterCeiling(), time.Millisecond, r.RetryAfterCeiling, &r.RetryAfterCeiling)
+	durationWithin(&v, "policy.backoff_max", p.GetBackoffMax(), r.BackoffMax, max(r.BackoffMax, r.RetryAfterCeiling), &r.BackoffMax)
+	durationWithin(&v, "policy.backoff_base", p.GetBackoffBase(), r.BackoffBase, r.BackoffMax, &r.BackoffBase)
+	r.MaxRetries = max(r.MaxRetries, 0)
+	r.FallbackRetries = min(r.FallbackRetries, r.MaxRetries)
+	out.Truncation.Escalation = out.Truncation.Escalation && !p.GetDisableEscalation()
+	out.Overflow.Compaction = out.Overflow.Compaction && !p.GetDisableCompaction()
+	r.Fallback = r.Fallback && !p.GetDisableFallback()
 	return out, v
 }
 
-// intField sets *dst to *val when val is set and within [lo, limit].
-func intField(v *violations, field string, val *int32, lo, limit int, dst *int) {
+// atMost sets *dst to *val when val is set and within [lo, limit].
+func atMost(v *violations, field string, val *int32, lo, limit int, dst *int) {
 	if val == nil {
 		return
 	}
@@ -48,8 +53,8 @@ func intField(v *violations, field string, val *int32, lo, limit int, dst *int) 
 	*dst = int(*val)
 }
 
-// durationField sets *dst to d when d is set, valid, positive and within limit.
-func durationField(v *violations, field string, d *durationpb.Duration, limit time.Duration, dst *time.Duration) {
+// durationWithin sets *dst to d when d is set, valid and within [lo, hi].
+func durationWithin(v *violations, field string, d *durationpb.Duration, lo, hi time.Duration, dst *time.Duration) {
 	if d == nil {
 		return
 	}
@@ -57,8 +62,8 @@ func durationField(v *violations, field string, d *durationpb.Duration, limit ti
 		v.add(field, "%v", err)
 		return
 	}
-	if x := d.AsDuration(); x <= 0 || x > limit {
-		v.add(field, "must be positive and at most the server's limit %s, got %s", limit, x)
+	if x := d.AsDuration(); x < lo || x > hi {
+		v.add(field, "must be between %s and %s (the server's bounds), got %s", lo, hi, x)
 		return
 	}
 	*dst = d.AsDuration()

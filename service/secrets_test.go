@@ -120,6 +120,8 @@ func newSecretEnv(t *testing.T) *secretEnv {
 	cfg := faultConfig(routes)
 	cfg.DefaultRoute = "claude"
 	cfg.Breaker = BreakerSettings{Failures: -1}
+	cfg.Policy.Retry.FallbackRetries = cfg.Policy.Retry.MaxRetries // every echoing reply is used on claude
+	cfg.Policy.Retry.FallbackWait = time.Hour
 	cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	cfg.Telemetry = Telemetry{TracerProvider: tp, MeterProvider: mp}
 	stats := otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithMeterProvider(mp))

@@ -67,7 +67,6 @@ func (s *Server) Complete(ctx context.Context, req *completionv1.CompleteRequest
 	if err != nil {
 		return nil, err
 	}
-	c.settled = false
 	res, err := c.run(ctx)
 	if err != nil {
 		return nil, contextStatus(ctx.Err())
@@ -134,7 +133,7 @@ func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, s
 		return nil, invalidArgument(v)
 	}
 	routes := s.cfg.chain(req.GetRoute(), req.GetFallbackRoutes())
-	if !policy.Fallback {
+	if !policy.Retry.Fallback {
 		routes = routes[:1]
 	}
 	mc := recovery.Config{
@@ -151,22 +150,10 @@ func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, s
 		byName[r.Spec.Name] = r
 	}
 	return &completion{
-		cfg: &s.cfg, id: newID(), req: req, routes: byName, machine: mc, schema: schema, send: send,
-		talk: noCaller{}, settled: req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED,
+		cfg: &s.cfg, id: newID(), req: req, routes: byName, machine: mc, schema: schema,
+		caller: statelessCaller{}, out: newOutbox(send, req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED),
 		observer: s.obs, breakers: s.breakers, models: map[int32]string{},
 	}, nil
-}
-
-// noCaller answers for callers that cannot run tools or hooks (Stream and
-// Complete): the built-in schema check has already passed, so allow.
-type noCaller struct{}
-
-func (noCaller) awaitTools(context.Context, []recovery.ToolCall) recovery.Event {
-	return recovery.Event{Kind: recovery.EvCancelled, Reason: "tool calls need a Session"}
-}
-
-func (noCaller) awaitStopHook(context.Context, recovery.Message) recovery.Event {
-	return recovery.Event{Kind: recovery.EvStopHookVerdict, Verdict: recovery.VerdictAllow}
 }
 
 func newID() string {

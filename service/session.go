@@ -55,7 +55,7 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 	}
 	c.machine.Session = true
 	c.machine.StopHook = c.machine.StopHook || start.GetStopHook()
-	c.talk, sess.c = sess, c
+	c.caller, sess.c = sess, c
 	go sess.read()
 	res, err := c.run(ctx)
 	if err != nil && res == nil {
@@ -164,9 +164,9 @@ func (s *session) fail(why string) {
 }
 
 // awaitTools waits until every pending call has a result.
-func (s *session) awaitTools(ctx context.Context, calls []recovery.ToolCall) recovery.Event {
+func (s *session) awaitTools(ctx context.Context, a recovery.Action) recovery.Event {
 	pending := map[string]bool{}
-	for _, c := range calls {
+	for _, c := range a.ToolCalls {
 		pending[c.ID] = true
 	}
 	var results []recovery.Block
@@ -194,7 +194,7 @@ func (s *session) awaitTools(ctx context.Context, calls []recovery.ToolCall) rec
 }
 
 // awaitStopHook asks the caller for a verdict when it registered as a hook.
-func (s *session) awaitStopHook(ctx context.Context, answer recovery.Message) recovery.Event {
+func (s *session) awaitStopHook(ctx context.Context, a recovery.Action) recovery.Event {
 	if !s.hookEnabled {
 		return recovery.Event{Kind: recovery.EvStopHookVerdict, Verdict: recovery.VerdictAllow}
 	}
@@ -203,9 +203,9 @@ func (s *session) awaitStopHook(ctx context.Context, answer recovery.Message) re
 	id := "hook_" + strconv.Itoa(s.hookSeq)
 	s.mu.Unlock()
 	req := &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_StopHookRequest{
-		StopHookRequest: &completionv1.StopHookRequest{HookId: id, Answer: fromRecoveryMessage(answer)}}}
-	s.c.emit(req)
-	if s.c.gone {
+		StopHookRequest: &completionv1.StopHookRequest{HookId: id, Answer: fromRecoveryMessage(a.Answer)}}}
+	s.c.out.event(a.Attempt, a.Turn, req)
+	if s.c.out.callerGone() {
 		return cancelled("caller went away")
 	}
 	timer := time.NewTimer(s.wait)

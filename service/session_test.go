@@ -144,8 +144,7 @@ func TestSessionMaxTurns(t *testing.T) {
 func TestSessionCancelDuringTools(t *testing.T) {
 	env := newTestEnv(t)
 	s := env.session(t, sessionStart("tool_use"))
-	s.toolCall()
-	s.until(func(ev *completionv1.CompletionEvent) bool { return ev.GetUsage() != nil }) // the model has finished
+	s.toolCall() // sent once the attempt that made it is settled: the model has finished
 	s.cancel()
 	res, code := s.end()
 	if res.GetReason() != completionv1.TransitionReason_TRANSITION_REASON_ABORTED_TOOLS || code != codes.Canceled {
@@ -293,8 +292,7 @@ func TestSessionMustStartWithStart(t *testing.T) {
 func TestSessionTranscriptRecordsAbortedToolCalls(t *testing.T) {
 	env := newTestEnv(t)
 	s := env.session(t, sessionStart("tool_use"))
-	call := s.toolCall()
-	s.until(func(ev *completionv1.CompletionEvent) bool { return ev.GetUsage() != nil })
+	call := s.toolCall() // sent once the model has finished
 	s.cancel()
 	res, _ := s.end()
 	tr := res.GetTranscript()

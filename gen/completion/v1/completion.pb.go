@@ -42,7 +42,10 @@ const (
 	// discard_output set.
 	DeliveryMode_DELIVERY_MODE_LIVE DeliveryMode = 1
 	// DELIVERY_MODE_SETTLED holds an attempt's tokens back until the attempt is
-	// settled, so tokens that are later discarded are never sent.
+	// settled: until no later decision can discard them (the completion ended,
+	// the answer's tool calls are handed over, or a continuation moved past
+	// them with no stop hook left to judge the whole answer). Tokens that are
+	// discarded are never sent, and no transition ever discards a sent token.
 	DeliveryMode_DELIVERY_MODE_SETTLED DeliveryMode = 2
 )
 
@@ -1279,11 +1282,15 @@ func (x *Tool) GetInputSchema() *structpb.Struct {
 // keep the server's value; a value looser than the server's limit is refused.
 type Policy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// max_retries bounds the retries of one step (default 10).
+	// max_retries bounds the retries of one step on the last route of the
+	// chain (default 10); it may only be lowered.
 	MaxRetries *int32 `protobuf:"varint,1,opt,name=max_retries,json=maxRetries,proto3,oneof" json:"max_retries,omitempty"`
-	// backoff_base is the first retry's delay before jitter (default 500ms).
+	// backoff_base is the first retry's delay before jitter (default 500ms). It
+	// may only be raised (a caller cannot make the service hammer an upstream),
+	// up to retry_after_ceiling and backoff_max.
 	BackoffBase *durationpb.Duration `protobuf:"bytes,2,opt,name=backoff_base,json=backoffBase,proto3" json:"backoff_base,omitempty"`
-	// backoff_max caps the exponential delay (default 32s).
+	// backoff_max caps the exponential delay (default 32s). It may only be
+	// raised, up to retry_after_ceiling.
 	BackoffMax *durationpb.Duration `protobuf:"bytes,3,opt,name=backoff_max,json=backoffMax,proto3" json:"backoff_max,omitempty"`
 	// overloads_before_fallback is the number of consecutive overloads after
 	// which the next route is tried (default 3).
@@ -1301,8 +1308,20 @@ type Policy struct {
 	MaxStopHookBlocks *int32 `protobuf:"varint,9,opt,name=max_stop_hook_blocks,json=maxStopHookBlocks,proto3,oneof" json:"max_stop_hook_blocks,omitempty"`
 	// disable_fallback keeps the completion on its first route.
 	DisableFallback bool `protobuf:"varint,10,opt,name=disable_fallback,json=disableFallback,proto3" json:"disable_fallback,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// fallback_retries bounds the retries of one step on a route that has a
+	// fallback, before MODEL_FALLBACK (default 3): a fallback is worth more
+	// than a long wait. It may only be lowered.
+	FallbackRetries *int32 `protobuf:"varint,11,opt,name=fallback_retries,json=fallbackRetries,proto3,oneof" json:"fallback_retries,omitempty"`
+	// fallback_wait bounds the backoff waited in one step on a route that has
+	// a fallback, before MODEL_FALLBACK (default 10s). It may only be lowered.
+	FallbackWait *durationpb.Duration `protobuf:"bytes,12,opt,name=fallback_wait,json=fallbackWait,proto3" json:"fallback_wait,omitempty"`
+	// retry_after_ceiling is the longest Retry-After the service waits for
+	// (default 60s). A longer one is not taken: the completion falls back, or
+	// ends (RESOURCE_EXHAUSTED for a rate limit, UNAVAILABLE otherwise) with
+	// RetryInfo carrying the upstream's wait. It may only be lowered.
+	RetryAfterCeiling *durationpb.Duration `protobuf:"bytes,13,opt,name=retry_after_ceiling,json=retryAfterCeiling,proto3" json:"retry_after_ceiling,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
@@ -1403,6 +1422,27 @@ func (x *Policy) GetDisableFallback() bool {
 		return x.DisableFallback
 	}
 	return false
+}
+
+func (x *Policy) GetFallbackRetries() int32 {
+	if x != nil && x.FallbackRetries != nil {
+		return *x.FallbackRetries
+	}
+	return 0
+}
+
+func (x *Policy) GetFallbackWait() *durationpb.Duration {
+	if x != nil {
+		return x.FallbackWait
+	}
+	return nil
+}
+
+func (x *Policy) GetRetryAfterCeiling() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfterCeiling
+	}
+	return nil
 }
 
 // CompletionEvent is one event of a completion's stream.
@@ -1567,7 +1607,11 @@ type CompletionEvent_Delta struct {
 }
 
 type CompletionEvent_ToolCall struct {
-	// tool_call is a complete tool call made by the model.
+	// tool_call is a complete tool call of the answer, sent once the attempt
+	// that made it is settled (in both delivery modes): it is actionable when
+	// it arrives and no transition discards it later. A call the model did
+	// not finish (cut by max_tokens) or that an attempt made before it failed
+	// is never sent.
 	ToolCall *ToolCall `protobuf:"bytes,12,opt,name=tool_call,json=toolCall,proto3,oneof"`
 }
 
@@ -2873,7 +2917,7 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
-	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\xe7\x04\n" +
+	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\xb7\x06\n" +
 	"\x06Policy\x12$\n" +
 	"\vmax_retries\x18\x01 \x01(\x05H\x00R\n" +
 	"maxRetries\x88\x01\x01\x12<\n" +
@@ -2887,13 +2931,17 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\tmax_turns\x18\b \x01(\x05H\x03R\bmaxTurns\x88\x01\x01\x124\n" +
 	"\x14max_stop_hook_blocks\x18\t \x01(\x05H\x04R\x11maxStopHookBlocks\x88\x01\x01\x12)\n" +
 	"\x10disable_fallback\x18\n" +
-	" \x01(\bR\x0fdisableFallbackB\x0e\n" +
+	" \x01(\bR\x0fdisableFallback\x12.\n" +
+	"\x10fallback_retries\x18\v \x01(\x05H\x05R\x0ffallbackRetries\x88\x01\x01\x12>\n" +
+	"\rfallback_wait\x18\f \x01(\v2\x19.google.protobuf.DurationR\ffallbackWait\x12I\n" +
+	"\x13retry_after_ceiling\x18\r \x01(\v2\x19.google.protobuf.DurationR\x11retryAfterCeilingB\x0e\n" +
 	"\f_max_retriesB\x1c\n" +
 	"\x1a_overloads_before_fallbackB\x14\n" +
 	"\x12_max_continuationsB\f\n" +
 	"\n" +
 	"_max_turnsB\x17\n" +
-	"\x15_max_stop_hook_blocks\"\xe3\x03\n" +
+	"\x15_max_stop_hook_blocksB\x13\n" +
+	"\x11_fallback_retries\"\xe3\x03\n" +
 	"\x0fCompletionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -3156,50 +3204,52 @@ var file_completion_v1_completion_proto_depIdxs = []int32{
 	34, // 12: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
 	35, // 13: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
 	35, // 14: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
-	18, // 15: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
-	19, // 16: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
-	20, // 17: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
-	21, // 18: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
-	22, // 19: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
-	24, // 20: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
-	26, // 21: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
-	2,  // 22: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
-	34, // 23: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
-	3,  // 24: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
-	35, // 25: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
-	23, // 26: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
-	4,  // 27: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
-	35, // 28: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
-	9,  // 29: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
-	6,  // 30: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
-	21, // 31: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
-	3,  // 32: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
-	9,  // 33: completion.v1.Result.message:type_name -> completion.v1.Message
-	5,  // 34: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
-	21, // 35: completion.v1.Result.usage:type_name -> completion.v1.Usage
-	25, // 36: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
-	23, // 37: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
-	9,  // 38: completion.v1.Result.transcript:type_name -> completion.v1.Message
-	26, // 39: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
-	22, // 40: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
-	29, // 41: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
-	30, // 42: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
-	31, // 43: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
-	32, // 44: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
-	8,  // 45: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
-	14, // 46: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
-	7,  // 47: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
-	8,  // 48: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
-	8,  // 49: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
-	28, // 50: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
-	17, // 51: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
-	27, // 52: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
-	17, // 53: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
-	51, // [51:54] is the sub-list for method output_type
-	48, // [48:51] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	35, // 15: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
+	35, // 16: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	18, // 17: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
+	19, // 18: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
+	20, // 19: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
+	21, // 20: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
+	22, // 21: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
+	24, // 22: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
+	26, // 23: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
+	2,  // 24: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
+	34, // 25: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
+	3,  // 26: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
+	35, // 27: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
+	23, // 28: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
+	4,  // 29: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
+	35, // 30: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
+	9,  // 31: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
+	6,  // 32: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
+	21, // 33: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
+	3,  // 34: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
+	9,  // 35: completion.v1.Result.message:type_name -> completion.v1.Message
+	5,  // 36: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
+	21, // 37: completion.v1.Result.usage:type_name -> completion.v1.Usage
+	25, // 38: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
+	23, // 39: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
+	9,  // 40: completion.v1.Result.transcript:type_name -> completion.v1.Message
+	26, // 41: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
+	22, // 42: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
+	29, // 43: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
+	30, // 44: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
+	31, // 45: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
+	32, // 46: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
+	8,  // 47: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
+	14, // 48: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
+	7,  // 49: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
+	8,  // 50: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
+	8,  // 51: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
+	28, // 52: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
+	17, // 53: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
+	27, // 54: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
+	17, // 55: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
+	53, // [53:56] is the sub-list for method output_type
+	50, // [50:53] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_completion_v1_completion_proto_init() }

@@ -1,0 +1,87 @@
+package service
+
+import (
+	"errors"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/recovery"
+)
+
+// errClientGone marks a send that failed because the caller went away.
+var errClientGone = errors.New("client gone")
+
+// outbox is the delivery half of the driver: it numbers a completion's
+// events (seq 1, 2, 3 …; attempt and turn as the machine gives them), holds
+// an attempt's output until the machine settles it, and sends. It infers
+// nothing: what is sent and what is dropped comes from recovery.Step.
+//
+// Live delivery sends text and thinking deltas as they stream; settled
+// delivery holds them. Tool calls are never held here: the machine hands
+// the answer's calls over in Step.Deliver.
+type outbox struct {
+	send    func(*completionv1.CompletionEvent) error
+	settled bool                                    // DELIVERY_MODE_SETTLED
+	held    map[int][]*completionv1.CompletionEvent // settled mode: output by attempt, in stream order
+	seq     uint64
+	gone    bool // a send failed: the caller can no longer be reached
+}
+
+func newOutbox(send func(*completionv1.CompletionEvent) error, settled bool) *outbox {
+	return &outbox{send: send, settled: settled, held: map[int][]*completionv1.CompletionEvent{}}
+}
+
+// output takes one delta of the attempt that action a runs: sent at once
+// when live, held when settled. It returns errClientGone once the caller is
+// unreachable, which stops the upstream call.
+func (o *outbox) output(a recovery.Action, kind completionv1.DeltaKind, text string) error {
+	ev := &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: kind, Text: text}}}
+	if o.settled {
+		ev.Attempt, ev.Turn = int32(a.Attempt), int32(a.Turn)
+		o.held[a.Attempt] = append(o.held[a.Attempt], ev)
+		return nil
+	}
+	o.event(a.Attempt, a.Turn, ev)
+	if o.gone {
+		return errClientGone
+	}
+	return nil
+}
+
+// settle does what a step says of the output: drop the held output of the
+// attempts in Void, send that of the attempts in Deliver, each followed by
+// the tool calls the machine delivers with it.
+func (o *outbox) settle(step recovery.Step) {
+	for _, a := range step.Void {
+		delete(o.held, a)
+	}
+	for _, d := range step.Deliver {
+		for _, ev := range o.held[d.Attempt] {
+			o.sendNumbered(ev)
+		}
+		delete(o.held, d.Attempt)
+		for _, tc := range d.ToolCalls {
+			o.event(d.Attempt, step.Action.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_ToolCall{ToolCall: fromToolCall(tc)}})
+		}
+	}
+}
+
+// event numbers ev with attempt and turn and sends it.
+func (o *outbox) event(attempt, turn int, ev *completionv1.CompletionEvent) {
+	ev.Attempt, ev.Turn = int32(attempt), int32(turn)
+	o.sendNumbered(ev)
+}
+
+// sendNumbered gives ev the next seq and sends it, unless the caller is gone.
+func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
+	if o.gone {
+		return
+	}
+	o.seq++
+	ev.Seq = o.seq
+	if err := o.send(ev); err != nil {
+		o.gone = true
+	}
+}
+
+// callerGone reports whether a send failed.
+func (o *outbox) callerGone() bool { return o.gone }
