@@ -1,9 +1,23 @@
-// Package service is everything in completiond that does I/O: the driver
-// loop that runs the recovery machine's actions, the gRPC handlers, the
-// mapping between the wire and the recovery vocabulary, and the assembly of
-// the server (health, reflection, logging, panic recovery).
+// Package service is everything in completiond that does I/O. Its files say
+// which part they belong to:
+//
+//   - driver*.go — the driver: the run loop that performs the recovery
+//     machine's actions and forwards its decisions (driver.go), delivery of
+//     the events with seq numbering and held output (driver_delivery.go),
+//     and the caller's side of tool calls and stop hooks (driver_caller.go).
+//     The driver decides nothing: every Step of the machine says what to
+//     run, what to publish, and which attempts' output is final or void.
+//   - grpc_*.go — the gRPC surface: the handlers of Stream, Complete
+//     (grpc_handlers.go) and Session (grpc_session.go), request validation
+//     (grpc_validate.go), the one mapping from a completion's end to a status
+//     (grpc_status.go), the wire conversions (grpc_convert.go), and the
+//     server's assembly with health, reflection, logging and panic recovery
+//     (grpc_server.go).
+//   - config*.go, fileconfig.go — configuration: routes, limits, the policy a
+//     request may only tighten (config_policy.go), the YAML file.
+//   - telemetry*.go — logs, spans and metrics of every completion and attempt.
+//   - breaker.go — the circuit breaker of every route, shared by completions.
 //
 // The gRPC layer is thin: validate the request, run the driver, map the end
-// to a status. Every mapping between completion.v1 and package recovery lives
-// in convert.go, and every status code in status.go.
+// to a status.
 package service

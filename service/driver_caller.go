@@ -10,7 +10,7 @@ import (
 // results of tool calls and stop-hook verdicts. Each method runs one action
 // of the machine and reports the event it ends with; events it sends (a
 // stop-hook request) are numbered by the action. Stream and Complete cannot
-// answer (statelessCaller); Session asks its caller (session.go).
+// answer (statelessCaller); Session asks its caller (grpc_session.go).
 type caller interface {
 	// awaitTools waits for the results of the ActAwaitTools action's calls,
 	// which the outbox has just delivered.

@@ -17,15 +17,51 @@ import (
 // ErrorDomain is the errdetails.ErrorInfo domain of completiond's errors.
 const ErrorDomain = "completiond.completion.v1"
 
-// resultStatus is the one mapping from a completion's end to its RPC status:
+// ending is everything a completion's status depends on: the machine's
+// result, and what only the RPC knows.
+type ending struct {
+	// result is the machine's result.
+	result *recovery.Result
+	// shuttingDown: the server's drain aborted the completion.
+	shuttingDown bool
+	// violation is the protocol violation of a Session caller, if any.
+	violation string
+	// callerTimedOut: a Session caller did not answer within --caller-wait.
+	callerTimedOut bool
+}
+
+// endStatus is the one mapping from a completion's end to its RPC status:
 // OK for COMPLETED, otherwise a code that matches the terminal reason with
 // ErrorInfo{reason: <transition name>} and, when a later retry could
-// succeed, RetryInfo.
-func resultStatus(r *recovery.Result) *status.Status {
-	if r.Reason == recovery.Completed {
+// succeed, RetryInfo. A Session caller's protocol violation is
+// INVALID_ARGUMENT, its silence DEADLINE_EXCEEDED; a completion aborted by
+// the server's drain is UNAVAILABLE with RetryInfo, whatever it was doing.
+func endStatus(e ending) *status.Status {
+	r := e.result
+	info := &errdetails.ErrorInfo{Reason: r.Reason.String(), Domain: ErrorDomain, Metadata: failureMetadata(r.Failure)}
+	switch {
+	case e.violation != "":
+		info.Metadata = map[string]string{"violation": e.violation}
+		return withDetails(codes.InvalidArgument, "session protocol violation: "+e.violation, info,
+			&errdetails.BadRequest{FieldViolations: violations{{Field: "request", Description: e.violation}}})
+	case e.callerTimedOut:
+		return withDetails(codes.DeadlineExceeded, "the caller did not answer in time; completion ended "+r.Reason.String(), info)
+	case e.shuttingDown && (r.Reason == recovery.AbortedStreaming || r.Reason == recovery.AbortedTools):
+		d := *r
+		d.Retryable = true
+		return statusFor(codes.Unavailable, "server shutting down, retry: completion ended "+r.Reason.String(), &d)
+	case r.Reason == recovery.Completed:
 		return status.New(codes.OK, "")
 	}
 	return statusFor(reasonCode(r), "completion ended "+r.Reason.String(), r)
+}
+
+func withDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) *status.Status {
+	st, err := status.New(code, msg).WithDetails(details...)
+	if err != nil {
+		return status.New(code, msg)
+	}
+	return st
 }
 
 // statusFor builds a non-OK status for r with the given code.
@@ -37,11 +73,7 @@ func statusFor(code codes.Code, msg string, r *recovery.Result) *status.Status {
 	if r.Retryable {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(r.RetryAfter)})
 	}
-	st, err := status.New(code, msg).WithDetails(details...)
-	if err != nil {
-		return status.New(code, msg)
-	}
-	return st
+	return withDetails(code, msg, details...)
 }
 
 func reasonCode(r *recovery.Result) codes.Code {
@@ -60,22 +92,27 @@ func reasonCode(r *recovery.Result) codes.Code {
 	return codes.Unknown
 }
 
-// failureCode maps the upstream failure behind a MODEL_ERROR.
+// failureCode maps the upstream failure behind a MODEL_ERROR by its class,
+// whatever x-should-retry said: INTERNAL is kept for what the operator must
+// fix (a bad key, an unknown model) and for failures nobody classified.
 func failureCode(r *recovery.Result) codes.Code {
-	if r.Failure == nil {
+	f := r.Failure
+	if f == nil {
 		return codes.Internal
 	}
-	switch r.Failure.Kind {
+	switch f.Kind {
 	case recovery.FailTimeout:
 		return codes.DeadlineExceeded
 	case recovery.FailQuota, recovery.FailRateLimit:
 		return codes.ResourceExhausted
-	case recovery.FailInvalidRequest, recovery.FailContentFilter:
+	case recovery.FailInvalidRequest, recovery.FailContentFilter, recovery.FailPrefillRejected:
 		return codes.FailedPrecondition
 	case recovery.FailAuth, recovery.FailNotFound:
 		return codes.Internal // the server's configuration is wrong, not the caller's request
+	case recovery.FailCircuitOpen:
+		return codes.Unavailable
 	}
-	if r.Retryable || r.Failure.Transient() {
+	if r.Retryable || f.Outage() || f.Transient() {
 		return codes.Unavailable
 	}
 	return codes.Internal

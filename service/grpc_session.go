@@ -9,11 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/recovery"
@@ -61,7 +57,11 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 	if err != nil && res == nil {
 		return contextStatus(ctx.Err())
 	}
-	return sess.status(s.endStatus(ctx, res), res).Err()
+	e := s.ending(ctx, res)
+	sess.mu.Lock()
+	e.violation, e.callerTimedOut = sess.violation, sess.timedOut
+	sess.mu.Unlock()
+	return endStatus(e).Err()
 }
 
 // session is the caller's side of a Session: it reads the caller's messages
@@ -242,30 +242,4 @@ func (s *session) next(ctx context.Context, timer *time.Timer, what string) (*co
 
 func cancelled(why string) recovery.Event {
 	return recovery.Event{Kind: recovery.EvCancelled, Reason: why}
-}
-
-// status adjusts the end status for what only the session knows: a protocol
-// violation is INVALID_ARGUMENT, a silent caller DEADLINE_EXCEEDED.
-func (s *session) status(st *status.Status, res *recovery.Result) *status.Status {
-	s.mu.Lock()
-	violation, timedOut := s.violation, s.timedOut
-	s.mu.Unlock()
-	info := &errdetails.ErrorInfo{Reason: res.Reason.String(), Domain: ErrorDomain}
-	switch {
-	case violation != "":
-		info.Metadata = map[string]string{"violation": violation}
-		return withDetails(codes.InvalidArgument, "session protocol violation: "+violation, info,
-			&errdetails.BadRequest{FieldViolations: violations{{Field: "request", Description: violation}}})
-	case timedOut:
-		return withDetails(codes.DeadlineExceeded, "the caller did not answer in time; completion ended "+res.Reason.String(), info)
-	}
-	return st
-}
-
-func withDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) *status.Status {
-	st, err := status.New(code, msg).WithDetails(details...)
-	if err != nil {
-		return status.New(code, msg)
-	}
-	return st
 }

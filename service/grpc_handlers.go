@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/recovery"
@@ -71,7 +70,7 @@ func (s *Server) Complete(ctx context.Context, req *completionv1.CompleteRequest
 	if err != nil {
 		return nil, contextStatus(ctx.Err())
 	}
-	if st := s.endStatus(ctx, res); st.Code() != codes.OK {
+	if st := endStatus(s.ending(ctx, res)); st.Code() != codes.OK {
 		return nil, st.Err()
 	}
 	return &completionv1.CompleteResponse{CompletionId: c.id, Result: c.final, Transitions: c.history}, nil
@@ -83,18 +82,13 @@ func (s *Server) finish(ctx context.Context, c *completion) error {
 	if err != nil {
 		return contextStatus(ctx.Err())
 	}
-	return s.endStatus(ctx, res).Err()
+	return endStatus(s.ending(ctx, res)).Err()
 }
 
-// endStatus is the status of a finished completion. An abort caused by the
-// server's own shutdown is UNAVAILABLE, not the caller's cancellation.
-func (s *Server) endStatus(ctx context.Context, res *recovery.Result) *status.Status {
-	if res.Reason == recovery.AbortedStreaming && errors.Is(context.Cause(ctx), errShuttingDown) {
-		r := *res
-		r.Retryable = true
-		return statusFor(codes.Unavailable, "server shutting down, retry: completion ended "+r.Reason.String(), &r)
-	}
-	return resultStatus(res)
+// ending is how a completion run under ctx ended: an abort caused by the
+// server's own shutdown is not the caller's cancellation.
+func (s *Server) ending(ctx context.Context, res *recovery.Result) ending {
+	return ending{result: res, shuttingDown: errors.Is(context.Cause(ctx), errShuttingDown)}
 }
 
 // completionContext is ctx, also cancelled when the server aborts.
