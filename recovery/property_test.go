@@ -22,10 +22,10 @@ func TestMachineProperties(t *testing.T) {
 	if testing.Short() {
 		runs = 500
 	}
-	longest, reasons := 0, map[Reason]int{}
+	longest, reasons, seen := 0, map[Reason]int{}, map[string]int{}
 	for seed := 1; seed <= runs; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			steps, r := runRandom(t, uint64(seed))
+			steps, r := runRandom(t, uint64(seed), seen)
 			longest = max(longest, steps)
 			reasons[r]++
 		})
@@ -33,16 +33,59 @@ func TestMachineProperties(t *testing.T) {
 			return
 		}
 	}
-	t.Logf("longest run: %d steps; endings: %v", longest, reasons)
+	t.Logf("longest run: %d steps; endings: %v; compound failures: %v", longest, reasons, seen)
 	for _, r := range []Reason{Completed, ModelError, PromptTooLong, AbortedStreaming} {
 		if reasons[r] == 0 {
 			t.Errorf("the generator never reached %s: it is too narrow", r)
 		}
 	}
+	for _, c := range compounds {
+		if seen[c.name] < runs/200 {
+			t.Errorf("the generator produced %q only %d times: it is too narrow", c.name, seen[c.name])
+		}
+	}
+}
+
+// compounds are the compound failures the generator must produce, each
+// recognised from an event and the step that answered it.
+var compounds = []struct {
+	name string
+	is   func(prev Action, ev Event, st Step) bool
+}{
+	{"cut then refused prefill", func(prev Action, ev Event, st Step) bool {
+		return ev.Failure != nil && ev.Failure.Kind == FailPrefillRejected && prev.Call.Prefill != ""
+	}},
+	{"cut inside a tool call", func(prev Action, ev Event, st Step) bool {
+		return ev.Kind == EvAttemptDone && ev.StopReason.Truncating() && len(ev.ToolCalls) > 0
+	}},
+	{"stream broken after a tool call", func(prev Action, ev Event, st Step) bool {
+		return ev.Kind == EvAttemptFailed && len(ev.ToolCalls) > 0
+	}},
+	{"summary that itself retries", func(prev Action, ev Event, st Step) bool {
+		return prev.Kind == ActSummarize && hasReason(st, Retry)
+	}},
+	{"stop-hook block after a continuation", func(prev Action, ev Event, st Step) bool {
+		for _, tr := range st.Transitions {
+			if tr.Reason == StopHookBlocking && len(tr.DiscardAttempts) > 1 {
+				return true
+			}
+		}
+		return false
+	}},
+	{"call not sent", func(prev Action, ev Event, st Step) bool { return ev.NotSent }},
+}
+
+func hasReason(st Step, r Reason) bool {
+	for _, tr := range st.Transitions {
+		if tr.Reason == r {
+			return true
+		}
+	}
+	return false
 }
 
 // runRandom runs one random completion to its end.
-func runRandom(t *testing.T, seed uint64) (int, Reason) {
+func runRandom(t *testing.T, seed uint64, seen map[string]int) (int, Reason) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	g := &gen{r: r, now: epoch}
 	m := New(g.config())
@@ -56,8 +99,14 @@ func runRandom(t *testing.T, seed uint64) (int, Reason) {
 		}
 		ev := g.event(st)
 		w.feed(t, ev)
+		prev := st.Action
 		st = m.Step(ev)
 		w.check(t, st)
+		for _, c := range compounds {
+			if c.is(prev, ev, st) {
+				seen[c.name]++
+			}
+		}
 		checkThinking(t, st)
 	}
 	// After the finish every event gets the same finish step.
@@ -88,7 +137,7 @@ func (g *gen) config() Config {
 		System:   "sys",
 		Messages: g.messages(),
 		Session:  g.chance(0.5),
-		StopHook: g.chance(0.3),
+		StopHook: g.chance(0.4),
 	}
 	for i := range 1 + g.pick(3) {
 		cfg.Routes = append(cfg.Routes, Route{
@@ -145,6 +194,10 @@ func (g *gen) event(st Step) Event {
 	}
 	switch st.Action.Kind {
 	case ActCall:
+		if st.Action.Call.Prefill != "" && g.chance(0.2) { // an upstream that refuses to continue
+			ev.Kind, ev.Failure = EvAttemptFailed, &Failure{Kind: FailPrefillRejected, HTTPStatus: 400}
+			return ev
+		}
 		return g.attempt(ev)
 	case ActWait:
 		g.now = g.now.Add(st.Action.Delay)
@@ -185,9 +238,9 @@ func (g *gen) attempt(ev Event) Event {
 	}
 	if g.chance(done) {
 		ev.Kind = EvAttemptDone
-		ev.StopReason = []StopReason{StopEndTurn, StopEndTurn, StopEndTurn, StopMaxTokens, StopMaxTokens,
+		ev.StopReason = []StopReason{StopEndTurn, StopEndTurn, StopEndTurn, StopMaxTokens, StopMaxTokens, StopMaxTokens,
 			StopContextWindow, StopToolUse, StopToolUse, StopSequence, StopRefusal, StopContentFilter,
-			StopPauseTurn, StopNone}[g.pick(13)]
+			StopPauseTurn, StopNone}[g.pick(14)]
 		if ev.StopReason == StopToolUse || g.chance(0.1) { // complete calls before a cut, too
 			ev.ToolCalls = g.calls(g.pick(3))
 		}
