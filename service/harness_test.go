@@ -136,6 +136,68 @@ func faults(script string) *completionv1.CompleteRequest {
 // and a status that agrees with the terminal reason.
 func checkContract(t *testing.T, evs []*completionv1.CompletionEvent, st *status.Status) *completionv1.Result {
 	t.Helper()
+	return checkDelivery(t, evs, st, false)
+}
+
+// checkDelivery is checkContract for a stream in either delivery mode. On
+// top of the promises of every stream, it checks the ones of DESIGN.md for
+// numbering and tool calls: turn never goes backwards, nor does attempt on
+// the events that are not an attempt's output (settled output arrives when
+// it is settled, under its own attempt); no tool call belongs to an attempt
+// a transition discards, and without a NEXT_TURN the tool calls sent are
+// exactly the result's. Settled: no delta belongs to an attempt a transition
+// discards, before or after it was sent.
+func checkDelivery(t *testing.T, evs []*completionv1.CompletionEvent, st *status.Status, settled bool) *completionv1.Result {
+	t.Helper()
+	res := checkStream(t, evs, st)
+	discarded, turns := map[int32]bool{}, false
+	for _, ev := range evs {
+		for _, a := range ev.GetTransition().GetDiscardedAttempts() {
+			discarded[a] = true
+		}
+		turns = turns || ev.GetTransition().GetReason() == completionv1.TransitionReason_TRANSITION_REASON_NEXT_TURN
+	}
+	var turn, attempt int32
+	var sent []string
+	for _, ev := range evs {
+		if ev.GetTurn() < turn {
+			t.Errorf("event seq %d at turn %d after turn %d", ev.GetSeq(), ev.GetTurn(), turn)
+		}
+		turn = ev.GetTurn()
+		output := ev.GetDelta() != nil || ev.GetToolCall() != nil
+		if !output {
+			if ev.GetAttempt() < attempt {
+				t.Errorf("event seq %d of attempt %d after attempt %d", ev.GetSeq(), ev.GetAttempt(), attempt)
+			}
+			attempt = ev.GetAttempt()
+		}
+		if tc := ev.GetToolCall(); tc != nil {
+			sent = append(sent, tc.GetId())
+			if discarded[ev.GetAttempt()] {
+				t.Errorf("tool call %s of attempt %d, which a transition discards", tc.GetId(), ev.GetAttempt())
+			}
+		}
+		if settled && ev.GetDelta() != nil && discarded[ev.GetAttempt()] {
+			t.Errorf("settled delivery sent a delta of attempt %d, which a transition discards", ev.GetAttempt())
+		}
+	}
+	var calls []string
+	for _, c := range res.GetMessage().GetContent() {
+		if u := c.GetToolUse(); u != nil {
+			calls = append(calls, u.GetId())
+		}
+	}
+	if !turns && !slices.Equal(sent, calls) {
+		t.Errorf("tool calls sent %v, result's %v", sent, calls)
+	}
+	return res
+}
+
+// checkStream checks the promises of every stream: seq, one terminal
+// transition then the result, kept deltas equal the answer, a status that
+// agrees.
+func checkStream(t *testing.T, evs []*completionv1.CompletionEvent, st *status.Status) *completionv1.Result {
+	t.Helper()
 	if len(evs) < 3 {
 		t.Fatalf("only %d events; status %v", len(evs), st)
 	}
