@@ -325,3 +325,45 @@ func TestSettledDeliveryStillHandsToolCallsToASession(t *testing.T) {
 		t.Errorf("status %v", code)
 	}
 }
+
+// TestResultNamesNoModelWithoutAnAnswer: a completion no attempt answered
+// names no model in its result.
+func TestResultNamesNoModelWithoutAnAnswer(t *testing.T) {
+	env := newTestEnv(t)
+	evs, st := env.streamAll(t, faults("content_filter"))
+	res := checkContract(t, evs, st)
+	if res.GetModel() != "" {
+		t.Errorf("result model %q, but no attempt answered", res.GetModel())
+	}
+	ok, st := env.streamAll(t, faults("ok"))
+	if res := checkContract(t, ok, st); res.GetModel() == "" {
+		t.Errorf("an answered completion names no model")
+	}
+}
+
+// TestOpenCircuitIsNoAttempt: a call the open circuit keeps from leaving is
+// not an attempt (no record, no usage), and the completion ends UNAVAILABLE
+// with RetryInfo carrying the circuit's remaining cool-down.
+func TestOpenCircuitIsNoAttempt(t *testing.T) {
+	env := newTestEnv(t, func(c *Config) { c.Breaker = BreakerSettings{Failures: 1, Cooldown: time.Hour} })
+	req := faults("server_error")
+	req.Policy = &completionv1.Policy{MaxRetries: ptr(int32(0)), DisableFallback: true}
+	evs, st := env.streamAll(t, req)
+	checkContract(t, evs, st)
+	calls := env.upstream.calls.Load()
+
+	again := faults("ok") // same route, its circuit now open, nowhere to fall back
+	again.Policy = &completionv1.Policy{DisableFallback: true}
+	evs, st = env.streamAll(t, again)
+	res := checkContract(t, evs, st)
+	if env.upstream.calls.Load() != calls {
+		t.Errorf("a call went out through an open circuit")
+	}
+	if n := len(res.GetAttempts()); n != 0 {
+		t.Errorf("%d attempt records for a call that was never sent: %v", n, res.GetAttempts())
+	}
+	ri := retryInfo(st)
+	if st.Code() != codes.Unavailable || ri == nil || ri.GetRetryDelay().AsDuration() < 59*time.Minute {
+		t.Errorf("status %v with RetryInfo %v, want UNAVAILABLE retryable after the cool-down (~1h)", st, ri)
+	}
+}
