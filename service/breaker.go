@@ -2,6 +2,7 @@ package service
 
 import (
 	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -20,14 +21,38 @@ type BreakerSettings struct {
 	Cooldown time.Duration
 }
 
-// errUpstreamFailed is what the breaker is told about a failed attempt.
-var errUpstreamFailed = errors.New("upstream failed")
+// probeRetryAfter is what retryAfter answers while a half-open circuit's
+// probe is in flight: the probe's outcome is not known yet, so the caller is
+// told to come back shortly rather than after a whole cool-down.
+const probeRetryAfter = time.Second
+
+var (
+	// errUpstreamFailed is what the breaker is told about an attempt that
+	// counts against the route.
+	errUpstreamFailed = errors.New("upstream failed")
+	// errNotTheRoute is what the breaker is told about an attempt whose
+	// outcome says nothing about the route's health: it is excluded, counted
+	// neither as a success nor as a failure.
+	errNotTheRoute = errors.New("outcome says nothing about the route")
+)
 
 // breakers holds one circuit breaker per route, shared by all completions.
 type breakers struct {
 	settings BreakerSettings
+	// now is the clock retryAfter measures the cool-down with (time.Now by
+	// default). gobreaker reads time.Now itself to end the cool-down.
+	now     func() time.Time
+	mu      sync.Mutex
+	byRoute map[string]*routeBreaker
+}
+
+// routeBreaker is one route's circuit breaker and when it last opened.
+type routeBreaker struct {
+	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
+	// mu guards openedAt. OnStateChange takes it while gobreaker holds its
+	// own lock, so mu is never held around a call into cb.
 	mu       sync.Mutex
-	byRoute  map[string]*gobreaker.TwoStepCircuitBreaker[struct{}]
+	openedAt time.Time
 }
 
 func newBreakers(s BreakerSettings) *breakers {
@@ -37,30 +62,53 @@ func newBreakers(s BreakerSettings) *breakers {
 	if s.Cooldown <= 0 {
 		s.Cooldown = 30 * time.Second
 	}
-	return &breakers{settings: s, byRoute: map[string]*gobreaker.TwoStepCircuitBreaker[struct{}]{}}
+	return &breakers{settings: s, now: time.Now, byRoute: map[string]*routeBreaker{}}
+}
+
+func (b *breakers) disabled() bool { return b == nil || b.settings.Failures < 0 }
+
+// lookup returns route's breaker, or nil if route has never been called.
+func (b *breakers) lookup(route string) *routeBreaker {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.byRoute[route]
 }
 
 func (b *breakers) get(route string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	cb, ok := b.byRoute[route]
+	rb, ok := b.byRoute[route]
 	if !ok {
+		rb = &routeBreaker{}
 		failures := uint32(b.settings.Failures)
-		cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		rb.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 			Name:        route,
 			MaxRequests: 1,
 			Timeout:     b.settings.Cooldown,
 			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+			// An excluded outcome leaves the counts alone. In the half-open
+			// state gobreaker subtracts it from the requests in flight, so
+			// an excluded probe lets the next probe through.
+			IsExcluded: func(err error) bool { return errors.Is(err, errNotTheRoute) },
+			OnStateChange: func(_ string, _, to gobreaker.State) {
+				if to == gobreaker.StateOpen {
+					rb.mu.Lock()
+					rb.openedAt = b.now()
+					rb.mu.Unlock()
+				}
+			},
 		})
-		b.byRoute[route] = cb
+		b.byRoute[route] = rb
 	}
-	return cb
+	return rb.cb
 }
 
-// allow asks route's breaker for a call. When the circuit is open it returns
-// false; otherwise report must be called with the attempt's outcome.
+// allow asks route's breaker for a call. When the circuit is open, or
+// half-open with its probe in flight, it returns false; otherwise report
+// must be called exactly once with the attempt's outcome (see
+// breakerOutcome).
 func (b *breakers) allow(route string) (report func(recovery.Event), ok bool) {
-	if b == nil || b.settings.Failures < 0 {
+	if b.disabled() {
 		return func(recovery.Event) {}, true
 	}
 	done, err := b.get(route).Allow()
@@ -70,35 +118,97 @@ func (b *breakers) allow(route string) (report func(recovery.Event), ok bool) {
 	return func(ev recovery.Event) { done(breakerOutcome(ev)) }, true
 }
 
-// breakerOutcome says what counts against a route: failures of the upstream
-// itself (down, overloaded, silent, broken). A rate limit is back-pressure
-// with its own Retry-After, a bad request is the request's fault, and a
-// cancelled call says nothing about the route.
+// retryAfter returns how long until route's breaker lets a call through
+// again, for the RetryInfo of a refused call:
+//
+//   - open: what is left of the cool-down since the circuit opened, measured
+//     with b.now and floored at 0;
+//   - half-open with its probe in flight: probeRetryAfter (1 s), since the
+//     circuit closes or reopens as soon as the probe ends;
+//   - otherwise (closed, half-open awaiting a probe, unknown route, breakers
+//     disabled): 0, a call would be let through now.
+func (b *breakers) retryAfter(route string) time.Duration {
+	if b.disabled() {
+		return 0
+	}
+	rb := b.lookup(route)
+	if rb == nil {
+		return 0
+	}
+	switch rb.cb.State() {
+	case gobreaker.StateOpen:
+		rb.mu.Lock()
+		openedAt := rb.openedAt
+		rb.mu.Unlock()
+		return max(0, b.settings.Cooldown-b.now().Sub(openedAt))
+	case gobreaker.StateHalfOpen:
+		if c := rb.cb.Counts(); c.Requests > c.TotalExclusions {
+			return probeRetryAfter
+		}
+	}
+	return 0
+}
+
+// breakerOutcome says what an attempt's outcome tells route's breaker:
+//
+//   - success (nil): the upstream answered (EvAttemptDone), whatever its stop
+//     reason;
+//   - failure (errUpstreamFailed): the upstream itself is down, overloaded,
+//     silent or broken: connection, timeout, server (5xx), overloaded,
+//     stream broken;
+//   - excluded (errNotTheRoute): everything else, which says nothing about
+//     the route's health. A cancelled call is the caller leaving. A rate
+//     limit or an exhausted quota is back-pressure with its own Retry-After.
+//     An invalid request, a prompt too long, a context limit, a rejected
+//     image, a content filter or a refused prefill are this request's
+//     fault. Auth and not-found mean a live upstream answered quickly that
+//     this route's key or model is wrong: the machine falls back on them at
+//     once, so opening the circuit would save nothing, while counting them
+//     as successes would close a half-open circuit on a route that cannot
+//     answer. Unknown failures are unclassified, so they are not held against
+//     the route, and a failure event without a Failure says nothing either.
+//
+// Excluded outcomes neither reset the consecutive-failure count nor close a
+// half-open circuit; an excluded probe lets the next probe through.
 func breakerOutcome(ev recovery.Event) error {
-	if ev.Kind != recovery.EvAttemptFailed || ev.Failure == nil {
+	switch ev.Kind {
+	case recovery.EvAttemptDone:
 		return nil
+	case recovery.EvAttemptFailed:
+		if ev.Failure == nil {
+			return errNotTheRoute
+		}
+		switch ev.Failure.Kind {
+		case recovery.FailConnection, recovery.FailTimeout, recovery.FailServer, recovery.FailOverloaded, recovery.FailStreamBroken:
+			return errUpstreamFailed
+		}
 	}
-	switch ev.Failure.Kind {
-	case recovery.FailConnection, recovery.FailTimeout, recovery.FailServer, recovery.FailOverloaded, recovery.FailStreamBroken:
-		return errUpstreamFailed
-	}
-	return nil
+	return errNotTheRoute
+}
+
+// routeBreakers returns a snapshot of the known routes' breakers.
+func (b *breakers) routeBreakers() map[string]*routeBreaker {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.byRoute)
 }
 
 // states returns each known route's circuit state: 0 closed, 1 half-open, 2 open.
 func (b *breakers) states() map[string]int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := make(map[string]int, len(b.byRoute))
-	for name, cb := range b.byRoute {
-		out[name] = int(cb.State())
+	if b == nil {
+		return nil
+	}
+	rbs := b.routeBreakers()
+	out := make(map[string]int, len(rbs))
+	for name, rb := range rbs {
+		out[name] = int(rb.cb.State())
 	}
 	return out
 }
 
 // open returns which of routes have an open circuit now, for the machine.
 func (b *breakers) open(routes []recovery.Route) []string {
-	if b == nil || b.settings.Failures < 0 {
+	if b.disabled() {
 		return nil
 	}
 	var out []string
