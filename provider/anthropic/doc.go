@@ -9,6 +9,12 @@
 // cumulative). The attempt succeeds at message_stop and nowhere else: a
 // stream that ends before it is a FailStreamBroken, whatever came before.
 //
+// A tool_use block whose input is not JSON when it stops was cut, and is
+// never emitted; what that means is decided when the message ends. On
+// stop_reason max_tokens (or model_context_window_exceeded) the output limit
+// cut the call: it is dropped and the attempt ends normally, truncated, with
+// its text. On any other stop reason the stream is a FailStreamBroken.
+//
 // A Request.Prefill becomes a final assistant message. Anthropic refuses one
 // that ends in whitespace, so trailing whitespace is held back from the wire
 // and the same amount of leading whitespace is dropped from the continuation:

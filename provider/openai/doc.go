@@ -15,6 +15,10 @@
 // connection open does not hang the attempt. A stream that ends without a
 // finish_reason is a FailStreamBroken.
 //
+// finish_reason length drops every tool call of the answer: the limit may
+// have cut any of them mid-arguments, and a partial call is never emitted.
+// The attempt ends normally with StopMaxTokens and the text it streamed.
+//
 // Thinking: Request.ThinkingBudget is ignored. OpenAI's reasoning_effort
 // (o-series models) is a different knob, not a token budget, and
 // compatible servers have no common one; extended thinking is an

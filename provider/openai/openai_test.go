@@ -160,6 +160,35 @@ func TestToolCallsAccumulateArgumentDeltas(t *testing.T) {
 	}
 }
 
+func TestToolCallsCutByLengthAreDropped(t *testing.T) {
+	answer := pt.Answer{Text: []string{"Let me ", "check."}, Usage: pt.Usage{Input: 9, Output: 20}, Tools: []pt.ToolCall{
+		{ID: "call_1", Name: "get_time", Args: []string{`{}`}},
+		{ID: "call_2", Name: "get_weather", Args: []string{`{"city":`, `"Par`}},
+	}}
+	r, _ := run(t, pt.Always(pt.ToolCutByLimit(answer)), newRequest())
+	if r.Err != nil || r.Finish.StopReason != recovery.StopMaxTokens {
+		t.Fatalf("err %v, stop %v; want no error and max_tokens", r.Err, r.Finish.StopReason)
+	}
+	if calls := r.ToolCalls(); len(calls) != 0 {
+		t.Errorf("tool calls %+v: a finish_reason length may have cut any of them", calls)
+	}
+	if r.Text() != "Let me check." || r.Finish.Usage.OutputTokens != 20 {
+		t.Errorf("text %q, usage %+v", r.Text(), r.Finish.Usage)
+	}
+}
+
+func TestAToolCallThenAResetIsABrokenStream(t *testing.T) {
+	answer := pt.Answer{Text: []string{"Checking."}, Tools: []pt.ToolCall{{ID: "call_1", Name: "get_weather", Args: []string{`{"city":`, `"Paris"}`}}}}
+	r, _ := run(t, pt.Always(pt.ResetBeforeFinish(answer)), newRequest())
+	if f := r.Failure(t); f.Kind != recovery.FailStreamBroken || f.HTTPStatus != 200 {
+		t.Errorf("failure %+v", f)
+	}
+	// Tool calls go out at the finish_reason, which never came.
+	if calls := r.ToolCalls(); len(calls) != 0 || r.Text() != "Checking." {
+		t.Errorf("tool calls %+v, text %q", calls, r.Text())
+	}
+}
+
 func TestToolCallsWithFinishStopAreToolUse(t *testing.T) {
 	answer := pt.Answer{Tools: []pt.ToolCall{{ID: "call_1", Name: "f", Args: []string{`{}`}}}, Stop: "stop"}
 	r, _ := run(t, pt.Always(pt.OK(answer)), newRequest())

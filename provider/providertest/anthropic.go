@@ -132,6 +132,9 @@ func (anthropicWire) frames(a Answer, n int) []frame {
 		block(map[string]any{"type": "tool_use", "id": t.ID, "name": t.Name, "input": map[string]any{}}, deltas(t.Args, "input_json_delta", "partial_json"))
 	}
 	stop := a.Stop
+	if a.Limit {
+		stop = "max_tokens"
+	}
 	if stop == "" {
 		stop = "end_turn"
 		if len(a.Tools) > 0 {

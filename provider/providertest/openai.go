@@ -108,6 +108,9 @@ func (openaiWire) frames(a Answer, n int) []frame {
 		}
 	}
 	stop := a.Stop
+	if a.Limit {
+		stop = "length"
+	}
 	if stop == "" {
 		stop = "stop"
 		if len(a.Tools) > 0 {
