@@ -24,7 +24,9 @@ type Timeouts struct {
 	Headers time.Duration
 	// FirstToken bounds the wait from the request to the first chunk.
 	FirstToken time.Duration
-	// Idle bounds the silence between two chunks.
+	// Idle bounds the upstream's silence between two chunks. Time spent in
+	// the caller's emit (back-pressure downstream) is not silence: the
+	// limit is suspended while emit runs and restarts when it returns.
 	Idle time.Duration
 	// Total bounds the whole attempt.
 	Total time.Duration

@@ -81,7 +81,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	stream := p.messages.NewStreaming(a.Context(), params, option.WithMiddleware(a.Middleware))
 	defer stream.Close()
 
-	s := newReader(a, &p.classes, emit, held)
+	s := newReader(a, &p.classes, a.Emitter(emit), held)
 	for stream.Next() {
 		if err := s.event(stream.Current()); err != nil {
 			return s.finish, err

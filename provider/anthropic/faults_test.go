@@ -1,6 +1,7 @@
 package anthropic_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +202,39 @@ func TestTheKeyNeverLeaks(t *testing.T) {
 				t.Errorf("the key leaked: %q", s)
 			}
 		}
+	}
+}
+
+func TestASlowReaderIsNotAnIdleUpstream(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	// The upstream keeps sending; the caller blocks on the first chunk for
+	// 3× the idle limit (gRPC back-pressure), then reads at full speed.
+	reply := pt.Reply{Answer: pt.Text("a", "b", "c", "d", "e", "f"), TokenDelay: 10 * time.Millisecond}
+	srv := pt.NewAnthropic(t, pt.Always(reply))
+	p := newProvider(t, srv)
+	req := newRequest()
+	req.Timeouts = provider.Timeouts{FirstToken: time.Second, Idle: idle, Total: 3 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var text strings.Builder
+	slow := true
+	_, err := p.Stream(ctx, req, func(c provider.Chunk) error {
+		if slow {
+			slow = false
+			t := time.NewTimer(3 * idle)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
+		text.WriteString(c.Text)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("err = %v: a slow reader was taken for a silent upstream", err)
+	}
+	if text.String() != "abcdef" {
+		t.Errorf("text = %q", text.String())
 	}
 }

@@ -59,6 +59,22 @@ func (a *Attempt) Token() {
 	}
 }
 
+// Emitter wraps emit, the caller's chunk callback, so that the time spent in
+// it is not taken for upstream silence: while it runs the idle limit is
+// suspended, and afterwards it runs from the emit's end (see the Idle limit
+// in provider.Timeouts). The total limit still applies. It costs a lock and
+// a clock read per chunk, no timer reset.
+func (a *Attempt) Emitter(emit func(provider.Chunk) error) func(provider.Chunk) error {
+	if a.dog == nil {
+		return emit
+	}
+	return func(c provider.Chunk) error {
+		a.dog.emitStarted()
+		defer a.dog.emitEnded()
+		return emit(c)
+	}
+}
+
 // Status is the response's status, or 0 before the headers came.
 func (a *Attempt) Status() int { return a.status }
 

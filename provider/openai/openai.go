@@ -99,7 +99,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	stream := p.completions.NewStreaming(a.Context(), params, opts...)
 	defer stream.Close()
 
-	r := newReader(a, emit)
+	r := newReader(a, a.Emitter(emit))
 	for stream.Next() {
 		if err := r.chunk(stream.Current()); err != nil {
 			return r.finish, err
