@@ -78,6 +78,9 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	}
 	a := classify.Begin(ctx, req.Timeouts)
 	defer a.End()
+	if req.Prefill != "" {
+		a.Prefilled()
+	}
 	stream := p.messages.NewStreaming(a.Context(), params, option.WithMiddleware(a.Middleware))
 	defer stream.Close()
 

@@ -346,6 +346,65 @@ func TestPrefillIsTheLastAssistantMessageAndNotReemitted(t *testing.T) {
 	}
 }
 
+func TestTheCallersFinalAssistantMessageLosesItsTrailingWhitespace(t *testing.T) {
+	assistant := func(blocks ...recovery.Block) recovery.Message {
+		return recovery.Message{Role: recovery.RoleAssistant, Blocks: blocks}
+	}
+	text := recovery.TextBlock
+	user := `{"content":[{"text":"Say hello.","type":"text"}],"role":"user"}`
+	for _, tc := range []struct {
+		name  string
+		final recovery.Message
+		reply []string // the model's continuation on the wire
+		sent  string   // the last message sent; "" when it was dropped
+		want  string   // the text the caller receives
+	}{
+		{name: "a trailing space", final: assistant(text("The answer is ")), reply: []string{" 4", "2."},
+			sent: `{"content":[{"text":"The answer is","type":"text"}],"role":"assistant"}`, want: "42."},
+		{name: "a trailing newline and spaces over two blocks", final: assistant(text("Steps:"), text("\n  ")), reply: []string{"\n  1."},
+			sent: `{"content":[{"text":"Steps:","type":"text"}],"role":"assistant"}`, want: "1."},
+		{name: "nothing but whitespace", final: assistant(text(" \n")), reply: []string{"Hello!"}, want: "Hello!"},
+		{name: "no trailing whitespace", final: assistant(text("The answer is")), reply: []string{" 42."},
+			sent: `{"content":[{"text":"The answer is","type":"text"}],"role":"assistant"}`, want: " 42."},
+		{name: "ending with a tool call", final: assistant(text("Looking. "), recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: "toolu_01", ToolName: "f", ToolInput: []byte(`{}`)}),
+			reply: []string{"ok"},
+			sent:  `{"content":[{"text":"Looking. ","type":"text"},{"id":"toolu_01","input":{},"name":"f","type":"tool_use"}],"role":"assistant"}`, want: "ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest()
+			req.Messages = append(req.Messages, tc.final)
+			// The fault server refuses trailing whitespace as the API does.
+			r, srv := run(t, pt.Always(pt.OK(pt.Text(tc.reply...))), req)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			want := `{"max_tokens":1024,"model":"claude-test","stream":true,"messages":[` + user
+			if tc.sent != "" {
+				want += "," + tc.sent
+			}
+			pt.AssertJSON(t, srv.Request(t, 1).Body, want+"]}")
+			if r.Text() != tc.want {
+				t.Errorf("text %q, want %q", r.Text(), tc.want)
+			}
+		})
+	}
+}
+
+func TestTheFaultServerRefusesTrailingWhitespaceAsTheAPIDoes(t *testing.T) {
+	// Without this, the test above would prove nothing: a conversation
+	// ending in whitespace sent as it is is refused.
+	srv := pt.NewAnthropic(t, pt.Always(pt.OK(pt.Text("x"))))
+	res, err := srv.Client().Post(srv.URL+"/v1/messages", "application/json",
+		strings.NewReader(`{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":[{"type":"text","text":"Hello "}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 400 {
+		t.Fatalf("status %d, want 400", res.StatusCode)
+	}
+}
+
 func TestRequestOnTheWire(t *testing.T) {
 	req := newRequest()
 	req.System = "Be brief."

@@ -22,6 +22,15 @@
 // Models that refuse prefill altogether answer 400, classified as
 // FailPrefillRejected.
 //
+// A conversation that ends with the caller's own assistant message (and no
+// Request.Prefill) is a prefill too, the caller's, and goes the same way:
+// the trailing whitespace of its final text is held off the wire and as much
+// leading whitespace is dropped from the continuation; a final assistant
+// message that is nothing but whitespace is left out, and the model answers
+// the user's turn afresh. A refusal of the caller's final assistant message
+// is the caller's request refused: FailInvalidRequest, not
+// FailPrefillRejected, which is kept for the machine's prefill.
+//
 // Extended thinking: a Request.ThinkingBudget sends thinking {type:
 // enabled, budget_tokens}. The API wants 1024 ≤ budget_tokens < max_tokens,
 // and max_tokens belongs to the recovery machine (escalation and

@@ -19,7 +19,12 @@ type failureCase struct {
 	want    recovery.Failure
 	message string
 	text    string // text emitted before the failure
+	prefill string // the request's Prefill
 }
+
+// trailingWhitespace is Anthropic's refusal of a final assistant message
+// ending in whitespace, as the API sends it.
+const trailingWhitespace = `{"type":"error","error":{"type":"invalid_request_error","message":"messages: final assistant content cannot end with trailing whitespace"},"request_id":"req_011CUvdPgnreuT3DxJPFAoqt"}`
 
 // requestID is the id the fault server gives its first request.
 const requestID = "req_test_0001"
@@ -49,10 +54,16 @@ func failureCases() []failureCase {
 			want: recovery.Failure{Kind: recovery.FailContextLimit, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1, InputTokens: 190000, MaxTokens: 64000, ContextWindow: 200000}},
 		{name: "content filtering", reply: pt.Fail(pt.ContentFilter),
 			want: recovery.Failure{Kind: recovery.FailContentFilter, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1}},
-		{name: "prefill refused", reply: pt.Fail(pt.PrefillRefused),
+		{name: "prefill refused", reply: pt.Fail(pt.PrefillRefused), prefill: "The answer is",
 			want: recovery.Failure{Kind: recovery.FailPrefillRejected, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1}},
-		{name: "prefill ending in whitespace refused", reply: pt.Reply{Status: 400, Body: `{"type":"error","error":{"type":"invalid_request_error","message":"messages: final assistant content cannot end with trailing whitespace"},"request_id":"req_011CUvdPgnreuT3DxJPFAoqt"}`},
+		{name: "final assistant message refused without a prefill", reply: pt.Fail(pt.PrefillRefused),
+			want: recovery.Failure{Kind: recovery.FailInvalidRequest, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1}},
+		{name: "prefill ending in whitespace refused", reply: pt.Reply{Status: 400, Body: trailingWhitespace}, prefill: "The answer is",
 			want: recovery.Failure{Kind: recovery.FailPrefillRejected, HTTPStatus: 400, Type: "invalid_request_error"}},
+		{name: "final assistant whitespace refused without a prefill", reply: pt.Reply{Status: 400, Body: trailingWhitespace},
+			want: recovery.Failure{Kind: recovery.FailInvalidRequest, HTTPStatus: 400, Type: "invalid_request_error"}},
+		{name: "prefill refused inside the stream", reply: pt.ErrorAfter(0, pt.PrefillRefused, stream), prefill: "The answer is",
+			want: recovery.Failure{Kind: recovery.FailPrefillRejected, HTTPStatus: 200, Type: "invalid_request_error"}},
 		{name: "image over 5 MB", reply: pt.Fail(pt.ImageTooLarge),
 			want: recovery.Failure{Kind: recovery.FailMedia, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1}, message: "image exceeds 5 MB maximum"},
 		{name: "image not processed", reply: pt.Reply{Status: 400, Body: `{"type":"error","error":{"type":"invalid_request_error","message":"Could not process image"},"request_id":"req_011CTgbfPobaTfjRizwmWNxr"}`},
@@ -91,7 +102,9 @@ func failureCases() []failureCase {
 func TestFailuresFromTheWire(t *testing.T) {
 	for _, tc := range failureCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			r, srv := run(t, pt.Always(tc.reply), newRequest())
+			req := newRequest()
+			req.Prefill = tc.prefill
+			r, srv := run(t, pt.Always(tc.reply), req)
 			f := r.Failure(t)
 			want := tc.want
 			want.Provider = "anthropic"

@@ -23,6 +23,8 @@ type Attempt struct {
 	cancel context.CancelCauseFunc
 	dog    *watchdog // nil when no limit is set
 
+	prefill bool // the request carries an assistant prefill
+
 	status  int         // response status; 0 until the headers came
 	header  http.Header // response headers
 	errBody []byte      // body of a response with status >= 400
@@ -50,6 +52,14 @@ func (a *Attempt) End() {
 	}
 	a.cancel(context.Canceled)
 }
+
+// Prefilled records that the request carries an assistant prefill (the
+// machine's, provider.Request.Prefill). Only then is a refusal of a final
+// assistant message a FailPrefillRejected, which the recovery machine
+// answers by restarting without prefill; without one, the conversation the
+// caller sent is what was refused, and the same answer is a
+// FailInvalidRequest.
+func (a *Attempt) Prefilled() { a.prefill = true }
 
 // Token records that the first token came (a text, thinking or tool-call
 // delta), which ends the first-token limit.
@@ -134,7 +144,7 @@ func (a *Attempt) Failure(c *Classifier, err error) error {
 	}
 	switch {
 	case a.status >= 400:
-		return c.HTTP(a.status, a.header, a.errBody)
+		return a.settle(c.HTTP(a.status, a.header, a.errBody))
 	case a.status == 0:
 		return c.Connection(err)
 	}
@@ -147,7 +157,17 @@ func (a *Attempt) StreamError(c *Classifier, data []byte) error {
 	if stop := a.Interrupted(c); stop != nil {
 		return stop
 	}
-	return c.InStream(a.status, a.header, data)
+	return a.settle(c.InStream(a.status, a.header, data))
+}
+
+// settle adjusts what the classifier could not know about the request: a
+// refused final assistant message is a refused prefill only when the
+// request carried one.
+func (a *Attempt) settle(f *recovery.Failure) *recovery.Failure {
+	if f.Kind == recovery.FailPrefillRejected && !a.prefill {
+		f.Kind = recovery.FailInvalidRequest
+	}
+	return f
 }
 
 // activityBody tells the watchdog about every read that brought bytes, pings

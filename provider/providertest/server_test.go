@@ -366,3 +366,37 @@ func TestResetBeforeFinishSendsTheWholeToolCall(t *testing.T) {
 		})
 	}
 }
+
+func TestTheConversationAsTheServersTakeIt(t *testing.T) {
+	prefilled := `"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"The answer is "}]`
+	for _, tc := range []struct {
+		name   string
+		s      func(testing.TB, Script) *Server
+		path   string
+		body   string
+		status int
+		has    string // in the body of the answer
+		hasNot string
+	}{
+		{"openai answers a final assistant message afresh", NewOpenAI, "/v1/chat/completions", `{` + prefilled + `}`, 200,
+			`"content":"The answer is "`, ""},
+		{"openai continues it when asked", NewOpenAI, "/v1/chat/completions", `{"continue_final_message":true,"add_generation_prompt":false,` + prefilled + `}`, 200,
+			`"content":"42"`, `"content":"The answer is "`},
+		{"anthropic refuses trailing whitespace", NewAnthropic, "/v1/messages", `{` + prefilled + `}`, 400,
+			"final assistant content cannot end with trailing whitespace", ""},
+		{"anthropic continues a final assistant message", NewAnthropic, "/v1/messages",
+			`{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":[{"type":"text","text":"The answer is"}]}]}`, 200,
+			`"text":"42"`, "The answer is"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s(t, Always(OK(Text("42"))))
+			res, body, err := post(t, s, tc.path, tc.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != tc.status || !strings.Contains(body, tc.has) || (tc.hasNot != "" && strings.Contains(body, tc.hasNot)) {
+				t.Errorf("status %d, body\n%s", res.StatusCode, body)
+			}
+		})
+	}
+}
