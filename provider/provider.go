@@ -24,7 +24,9 @@ type Timeouts struct {
 	Headers time.Duration
 	// FirstToken bounds the wait from the request to the first chunk.
 	FirstToken time.Duration
-	// Idle bounds the silence between two chunks.
+	// Idle bounds the upstream's silence between two chunks. Time spent in
+	// the caller's emit (back-pressure downstream) is not silence: the
+	// limit is suspended while emit runs and restarts when it returns.
 	Idle time.Duration
 	// Total bounds the whole attempt.
 	Total time.Duration
@@ -68,7 +70,10 @@ const (
 	ChunkText ChunkKind = iota + 1
 	// ChunkThinking is a piece of reasoning, streamed as it comes.
 	ChunkThinking
-	// ChunkToolCall is a complete tool call.
+	// ChunkToolCall is a complete tool call: its id, its name and its whole
+	// input. A tool call the model did not finish — its input cut by
+	// the output limit, or by a stream that broke — is never emitted as a
+	// ChunkToolCall (see Provider.Stream).
 	ChunkToolCall
 	// ChunkThinkingBlock is a complete thinking block, emitted when the
 	// block ends, after the ChunkThinking pieces of its text: the block
@@ -109,6 +114,18 @@ type Provider interface {
 	// returns how the attempt ended. Upstream failures are returned as a
 	// *recovery.Failure (see AsFailure); an error from emit, or the context's,
 	// is returned as it is and the upstream call is stopped at once.
+	//
+	// Tool calls cut short: a partial tool call is never emitted. When the
+	// message ends on a truncating stop reason (max_tokens,
+	// model_context_window_exceeded, OpenAI's length; see
+	// recovery.StopReason.Truncating), Stream returns a nil error with that
+	// stop reason, and the tool calls the limit cut are dropped: the caller
+	// sees a truncated answer, not a failure, and its text is kept. A tool
+	// call left incomplete by any other end is a FailStreamBroken.
+	//
+	// Emit and the timeouts: Request.Timeouts.Idle and FirstToken time the
+	// upstream's silence, not the caller's: while emit runs (a slow reader
+	// downstream), those limits do not run. Total always does.
 	Stream(ctx context.Context, req *Request, emit func(Chunk) error) (Finish, error)
 }
 

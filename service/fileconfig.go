@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,22 @@ type ProviderSpec struct {
 	BaseURL string
 	// APIKey is the key, already expanded from the environment.
 	APIKey string
+	// PrefillBody are the JSON fields an openai provider sets in the body of
+	// a request that carries an assistant prefill, so that the server
+	// continues the final assistant message (openai.Config.PrefillBody).
+	// LoadFile fills in DefaultPrefillBody for kind openai with a base_url
+	// when the file sets none; nil for every other provider.
+	PrefillBody map[string]any
+}
+
+// DefaultPrefillBody is the prefill_body of an openai provider with a
+// base_url when the file sets none: vLLM's continue_final_message=true and
+// add_generation_prompt=false (openai.DefaultPrefillBody; the service knows
+// providers only through their factories). Without them vLLM answers a final
+// assistant message afresh, repeating it; recent llama-server takes the
+// same pair, and servers that do not know the fields ignore them.
+func DefaultPrefillBody() map[string]any {
+	return map[string]any{"continue_final_message": true, "add_generation_prompt": false}
 }
 
 // Factory builds a provider from its spec.
@@ -51,6 +68,12 @@ type FileProvider struct {
 	BaseURL string `yaml:"base_url"`
 	// APIKey is the key; write it as ${ENV_VAR} to keep it out of the file.
 	APIKey string `yaml:"api_key"`
+	// PrefillBody (kind openai only) are JSON fields set at the top level of
+	// the request body when a call carries an assistant prefill, asking the
+	// server to continue the final assistant message. Unset, it is
+	// DefaultPrefillBody() when base_url is set; {} sends nothing (a server
+	// that continues on its own, such as llama-server).
+	PrefillBody map[string]any `yaml:"prefill_body"`
 }
 
 // FileRoute declares one route.
@@ -137,7 +160,7 @@ func (fc *FileConfig) apply(base Config, getenv func(string) string, factories m
 	cfg := base
 	cfg.Routes = cloneRoutes(base.Routes)
 	for _, name := range sortedKeys(fc.Routes) {
-		r, err := buildRoute(name, fc.Routes[name], providers)
+		r, err := buildRoute(name, fc.Routes[name], providers, fc.Providers)
 		if err != nil {
 			return base, err
 		}
@@ -171,11 +194,44 @@ func buildProvider(name string, fp FileProvider, getenv func(string) string, fac
 	if fp.Kind == "anthropic" && key == "" {
 		return nil, fmt.Errorf("%s.api_key: an API key is required", field)
 	}
-	p, err := f(ProviderSpec{Kind: fp.Kind, BaseURL: fp.BaseURL, APIKey: key})
+	body, err := prefillBody(fp)
+	if err != nil {
+		return nil, fmt.Errorf("%s.prefill_body: %w", field, err)
+	}
+	p, err := f(ProviderSpec{Kind: fp.Kind, BaseURL: fp.BaseURL, APIKey: key, PrefillBody: body})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
 	return p, nil
+}
+
+// fieldName is what a prefill_body key must be: a plain top-level field.
+var fieldName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// prefillBody is the provider's prefill body: the file's, checked, or the
+// default for an openai provider with a base_url.
+func prefillBody(fp FileProvider) (map[string]any, error) {
+	if fp.Kind != "openai" {
+		if fp.PrefillBody != nil {
+			return nil, fmt.Errorf("only a provider of kind openai takes a prefill body")
+		}
+		return nil, nil
+	}
+	if fp.PrefillBody == nil {
+		if fp.BaseURL == "" {
+			return nil, nil // OpenAI's own API: it has no way to continue a message
+		}
+		return DefaultPrefillBody(), nil
+	}
+	for _, k := range sortedKeys(fp.PrefillBody) {
+		if !fieldName.MatchString(k) {
+			return nil, fmt.Errorf("key %q is not a plain field name", k)
+		}
+		if _, err := json.Marshal(fp.PrefillBody[k]); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	return fp.PrefillBody, nil
 }
 
 // expandEnv replaces ${VAR} references; a reference to an unset variable is
@@ -196,11 +252,15 @@ func expandEnv(s string, getenv func(string) string) (string, error) {
 	return out, nil
 }
 
-func buildRoute(name string, fr FileRoute, providers map[string]provider.Provider) (*Route, error) {
+func buildRoute(name string, fr FileRoute, providers map[string]provider.Provider, specs map[string]FileProvider) (*Route, error) {
 	field := "routes." + name
 	p, ok := providers[fr.Provider]
 	if !ok {
 		return nil, fmt.Errorf("%s.provider: unknown provider %q", field, fr.Provider)
+	}
+	if fp := specs[fr.Provider]; fr.Prefill && fp.Kind == "openai" && fp.BaseURL == "" {
+		return nil, fmt.Errorf("%s.prefill: provider %q is OpenAI's own API (kind openai without a base_url), "+
+			"which answers a final assistant message afresh instead of continuing it", field, fr.Provider)
 	}
 	if fr.Model == "" {
 		return nil, fmt.Errorf("%s.model: a model is required", field)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,55 @@ func TestEnvRoutes(t *testing.T) {
 	none, err := EnvRoutes(DefaultConfig(), func(string) string { return "" }, fakeFactories)
 	if err != nil || none.DefaultRoute != "sim" {
 		t.Errorf("without keys: default %q err %v, want sim", none.DefaultRoute, err)
+	}
+}
+
+func TestPrefillBody(t *testing.T) {
+	vllm := DefaultPrefillBody()
+	for _, tc := range []struct {
+		name     string
+		provider string // the YAML of provider p
+		want     map[string]any
+	}{
+		{"openai with a base_url: vLLM's fields by default", `{kind: openai, base_url: "http://127.0.0.1:8000/v1"}`, vllm},
+		{"openai without a base_url: none", `{kind: openai}`, nil},
+		{"an override", `{kind: openai, base_url: "http://127.0.0.1:8080/v1", prefill_body: {continue_final_message: true, add_generation_prompt: false, chat_template_kwargs: {enable_thinking: false}}}`,
+			map[string]any{"continue_final_message": true, "add_generation_prompt": false, "chat_template_kwargs": map[string]any{"enable_thinking": false}}},
+		{"an empty override sends nothing", `{kind: openai, base_url: "http://127.0.0.1:8080/v1", prefill_body: {}}`, map[string]any{}},
+		{"anthropic: none", `{kind: anthropic, api_key: k}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := "providers:\n  p: " + tc.provider + "\nroutes:\n  r: {provider: p, model: m}\n"
+			cfg, err := LoadFile(writeConfig(t, body), DefaultConfig(), func(string) string { return "" }, fakeFactories)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := cfg.Routes["r"].Upstream.(*fakeProvider).spec.PrefillBody
+			if !reflect.DeepEqual(got, tc.want) || (got == nil) != (tc.want == nil) {
+				t.Errorf("prefill body %#v, want %#v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPrefillMustBeSomethingTheUpstreamCanContinue(t *testing.T) {
+	tests := []struct{ name, body, want string }{
+		{"prefill on OpenAI's own API", "providers:\n  p: {kind: openai}\nroutes:\n  gpt: {provider: p, model: m, prefill: true}\n", "routes.gpt.prefill"},
+		{"prefill_body on anthropic", "providers:\n  p: {kind: anthropic, api_key: k, prefill_body: {x: 1}}\n", "providers.p.prefill_body"},
+		{"prefill_body key that is a path", "providers:\n  p: {kind: openai, base_url: \"http://h/v1\", prefill_body: {a.b: 1}}\n", "providers.p.prefill_body"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadFile(writeConfig(t, tt.body), DefaultConfig(), func(string) string { return "" }, fakeFactories)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one naming %q", err, tt.want)
+			}
+		})
+	}
+	// A compatible server may continue a prefill.
+	ok := "providers:\n  p: {kind: openai, base_url: \"http://127.0.0.1:8000/v1\"}\nroutes:\n  local: {provider: p, model: m, prefill: true}\n"
+	cfg, err := LoadFile(writeConfig(t, ok), DefaultConfig(), func(string) string { return "" }, fakeFactories)
+	if err != nil || !cfg.Routes["local"].Spec.Prefill {
+		t.Fatalf("err %v", err)
 	}
 }

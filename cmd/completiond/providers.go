@@ -13,7 +13,7 @@ var factories = map[string]service.Factory{
 		return anthropic.New(anthropic.Config{BaseURL: s.BaseURL, APIKey: s.APIKey})
 	},
 	"openai": func(s service.ProviderSpec) (provider.Provider, error) {
-		return openai.New(openai.Config{BaseURL: s.BaseURL, APIKey: s.APIKey})
+		return openai.New(openai.Config{BaseURL: s.BaseURL, APIKey: s.APIKey, PrefillBody: prefillBody(s)})
 	},
 }
 
@@ -25,4 +25,14 @@ func loadRoutes(cfg service.Config, path string, getenv func(string) string) (se
 		return service.LoadFile(path, cfg, getenv, factories)
 	}
 	return service.EnvRoutes(cfg, getenv, factories)
+}
+
+// prefillBody is the spec's prefill body for openai.Config: an empty map,
+// not nil, when the spec has none, so that the provider adds no default of
+// its own — LoadFile has already decided.
+func prefillBody(s service.ProviderSpec) map[string]any {
+	if s.PrefillBody == nil {
+		return map[string]any{}
+	}
+	return s.PrefillBody
 }

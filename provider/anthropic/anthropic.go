@@ -78,23 +78,26 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	}
 	a := classify.Begin(ctx, req.Timeouts)
 	defer a.End()
+	if req.Prefill != "" {
+		a.Prefilled()
+	}
 	stream := p.messages.NewStreaming(a.Context(), params, option.WithMiddleware(a.Middleware))
 	defer stream.Close()
 
-	s := newReader(a, &p.classes, emit, held)
+	s := newReader(a, &p.classes, a.Emitter(emit), held)
 	for stream.Next() {
 		if err := s.event(stream.Current()); err != nil {
 			return s.finish, err
 		}
 		if s.stopped {
-			return s.finish, nil
+			return s.finish, s.end()
 		}
 	}
 	if stream.Err() == nil && s.finish.StopReason != recovery.StopNone {
 		// message_delta carried the stop reason and the body ended cleanly:
 		// the answer is whole, only the terminator is missing — as with an
 		// OpenAI stream without [DONE], throwing it away would cost a retry.
-		return s.finish, nil
+		return s.finish, s.end()
 	}
 	return s.finish, p.failure(a, stream.Err())
 }

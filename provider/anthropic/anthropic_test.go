@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -266,11 +267,62 @@ func TestToolCallsAccumulateInputDeltas(t *testing.T) {
 	}
 }
 
-func TestToolInputThatIsNotJSONBreaksTheStream(t *testing.T) {
-	answer := pt.Answer{Tools: []pt.ToolCall{{ID: "toolu_01", Name: "f", Args: []string{`{"a":`}}}}
-	r, _ := run(t, pt.Always(pt.OK(answer)), newRequest())
-	if f := r.Failure(t); f.Kind != recovery.FailStreamBroken {
-		t.Errorf("kind = %v", f.Kind)
+func TestAToolCallCutShort(t *testing.T) {
+	cut := pt.ToolCall{ID: "toolu_02", Name: "get_weather", Args: []string{`{"city":`, `"Par`}}
+	whole := pt.ToolCall{ID: "toolu_01", Name: "get_time", Args: []string{`{}`}}
+	text := []string{"Let me ", "check."}
+	for _, tc := range []struct {
+		name  string
+		reply pt.Reply
+		stop  recovery.StopReason // 0: a broken stream
+		calls int                 // complete calls emitted
+	}{
+		{name: "by max_tokens is a truncation", reply: pt.ToolCutByLimit(pt.Answer{Text: text, Tools: []pt.ToolCall{cut}, Usage: pt.Usage{Input: 9, Output: 20}}),
+			stop: recovery.StopMaxTokens},
+		{name: "by model_context_window_exceeded is a truncation", reply: pt.OK(pt.Answer{Text: text, Tools: []pt.ToolCall{cut}, Stop: "model_context_window_exceeded"}),
+			stop: recovery.StopContextWindow},
+		{name: "by max_tokens after a whole call keeps the whole one", reply: pt.ToolCutByLimit(pt.Answer{Text: text, Tools: []pt.ToolCall{whole, cut}}),
+			stop: recovery.StopMaxTokens, calls: 1},
+		{name: "by max_tokens without message_stop is a truncation", reply: pt.NoEnd(pt.Answer{Text: text, Tools: []pt.ToolCall{cut}, Limit: true}),
+			stop: recovery.StopMaxTokens},
+		{name: "with tool_use is a broken stream", reply: pt.OK(pt.Answer{Text: text, Tools: []pt.ToolCall{cut}})},
+		{name: "with end_turn is a broken stream", reply: pt.OK(pt.Answer{Text: text, Tools: []pt.ToolCall{cut}, Stop: "end_turn"})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := run(t, pt.Always(tc.reply), newRequest())
+			if tc.stop == recovery.StopNone {
+				if f := r.Failure(t); f.Kind != recovery.FailStreamBroken || !strings.Contains(f.Message, "toolu_02") {
+					t.Errorf("failure %+v, want a broken stream naming the call", f)
+				}
+			} else if r.Err != nil || r.Finish.StopReason != tc.stop {
+				t.Fatalf("err %v, stop %v; want no error and %v", r.Err, r.Finish.StopReason, tc.stop)
+			}
+			if r.Text() != "Let me check." {
+				t.Errorf("text %q", r.Text())
+			}
+			calls := r.ToolCalls()
+			if len(calls) != tc.calls {
+				t.Fatalf("tool calls %+v, want %d", calls, tc.calls)
+			}
+			for _, c := range calls {
+				if c.ID == "toolu_02" {
+					t.Errorf("the cut call was emitted: %+v", c)
+				}
+			}
+		})
+	}
+}
+
+func TestAToolCallThenAResetIsABrokenStream(t *testing.T) {
+	answer := pt.Answer{Text: []string{"Checking."}, Tools: []pt.ToolCall{{ID: "toolu_01", Name: "get_weather", Args: []string{`{"city":`, `"Paris"}`}}}}
+	r, _ := run(t, pt.Always(pt.ResetBeforeFinish(answer)), newRequest())
+	if f := r.Failure(t); f.Kind != recovery.FailStreamBroken || f.HTTPStatus != 200 {
+		t.Errorf("failure %+v", f)
+	}
+	// The block was whole at its content_block_stop: it was emitted, and the
+	// failure tells the machine the attempt did not finish.
+	if calls := r.ToolCalls(); len(calls) != 1 || string(calls[0].Input) != `{"city":"Paris"}` {
+		t.Errorf("tool calls %+v", calls)
 	}
 }
 
@@ -291,6 +343,65 @@ func TestPrefillIsTheLastAssistantMessageAndNotReemitted(t *testing.T) {
 	}
 	if got := req.Prefill + r.Text(); got != "The answer is 42." {
 		t.Errorf("prefill + continuation = %q", got)
+	}
+}
+
+func TestTheCallersFinalAssistantMessageLosesItsTrailingWhitespace(t *testing.T) {
+	assistant := func(blocks ...recovery.Block) recovery.Message {
+		return recovery.Message{Role: recovery.RoleAssistant, Blocks: blocks}
+	}
+	text := recovery.TextBlock
+	user := `{"content":[{"text":"Say hello.","type":"text"}],"role":"user"}`
+	for _, tc := range []struct {
+		name  string
+		final recovery.Message
+		reply []string // the model's continuation on the wire
+		sent  string   // the last message sent; "" when it was dropped
+		want  string   // the text the caller receives
+	}{
+		{name: "a trailing space", final: assistant(text("The answer is ")), reply: []string{" 4", "2."},
+			sent: `{"content":[{"text":"The answer is","type":"text"}],"role":"assistant"}`, want: "42."},
+		{name: "a trailing newline and spaces over two blocks", final: assistant(text("Steps:"), text("\n  ")), reply: []string{"\n  1."},
+			sent: `{"content":[{"text":"Steps:","type":"text"}],"role":"assistant"}`, want: "1."},
+		{name: "nothing but whitespace", final: assistant(text(" \n")), reply: []string{"Hello!"}, want: "Hello!"},
+		{name: "no trailing whitespace", final: assistant(text("The answer is")), reply: []string{" 42."},
+			sent: `{"content":[{"text":"The answer is","type":"text"}],"role":"assistant"}`, want: " 42."},
+		{name: "ending with a tool call", final: assistant(text("Looking. "), recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: "toolu_01", ToolName: "f", ToolInput: []byte(`{}`)}),
+			reply: []string{"ok"},
+			sent:  `{"content":[{"text":"Looking. ","type":"text"},{"id":"toolu_01","input":{},"name":"f","type":"tool_use"}],"role":"assistant"}`, want: "ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest()
+			req.Messages = append(req.Messages, tc.final)
+			// The fault server refuses trailing whitespace as the API does.
+			r, srv := run(t, pt.Always(pt.OK(pt.Text(tc.reply...))), req)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			want := `{"max_tokens":1024,"model":"claude-test","stream":true,"messages":[` + user
+			if tc.sent != "" {
+				want += "," + tc.sent
+			}
+			pt.AssertJSON(t, srv.Request(t, 1).Body, want+"]}")
+			if r.Text() != tc.want {
+				t.Errorf("text %q, want %q", r.Text(), tc.want)
+			}
+		})
+	}
+}
+
+func TestTheFaultServerRefusesTrailingWhitespaceAsTheAPIDoes(t *testing.T) {
+	// Without this, the test above would prove nothing: a conversation
+	// ending in whitespace sent as it is is refused.
+	srv := pt.NewAnthropic(t, pt.Always(pt.OK(pt.Text("x"))))
+	res, err := srv.Client().Post(srv.URL+"/v1/messages", "application/json",
+		strings.NewReader(`{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":[{"type":"text","text":"Hello "}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 400 {
+		t.Fatalf("status %d, want 400", res.StatusCode)
 	}
 }
 

@@ -9,12 +9,27 @@
 // cumulative). The attempt succeeds at message_stop and nowhere else: a
 // stream that ends before it is a FailStreamBroken, whatever came before.
 //
+// A tool_use block whose input is not JSON when it stops was cut, and is
+// never emitted; what that means is decided when the message ends. On
+// stop_reason max_tokens (or model_context_window_exceeded) the output limit
+// cut the call: it is dropped and the attempt ends normally, truncated, with
+// its text. On any other stop reason the stream is a FailStreamBroken.
+//
 // A Request.Prefill becomes a final assistant message. Anthropic refuses one
 // that ends in whitespace, so trailing whitespace is held back from the wire
 // and the same amount of leading whitespace is dropped from the continuation:
 // the caller, which already has the prefill, never receives a token twice.
 // Models that refuse prefill altogether answer 400, classified as
 // FailPrefillRejected.
+//
+// A conversation that ends with the caller's own assistant message (and no
+// Request.Prefill) is a prefill too, the caller's, and goes the same way:
+// the trailing whitespace of its final text is held off the wire and as much
+// leading whitespace is dropped from the continuation; a final assistant
+// message that is nothing but whitespace is left out, and the model answers
+// the user's turn afresh. A refusal of the caller's final assistant message
+// is the caller's request refused: FailInvalidRequest, not
+// FailPrefillRejected, which is kept for the machine's prefill.
 //
 // Extended thinking: a Request.ThinkingBudget sends thinking {type:
 // enabled, budget_tokens}. The API wants 1024 ≤ budget_tokens < max_tokens,

@@ -1,6 +1,7 @@
 package anthropic_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,12 @@ type failureCase struct {
 	want    recovery.Failure
 	message string
 	text    string // text emitted before the failure
+	prefill string // the request's Prefill
 }
+
+// trailingWhitespace is Anthropic's refusal of a final assistant message
+// ending in whitespace, as the API sends it.
+const trailingWhitespace = `{"type":"error","error":{"type":"invalid_request_error","message":"messages: final assistant content cannot end with trailing whitespace"},"request_id":"req_011CUvdPgnreuT3DxJPFAoqt"}`
 
 // requestID is the id the fault server gives its first request.
 const requestID = "req_test_0001"
@@ -37,6 +43,10 @@ func failureCases() []failureCase {
 			want: recovery.Failure{Kind: recovery.FailServer, HTTPStatus: 500, Type: "api_error", ShouldRetry: 1}, message: "Internal server error"},
 		{name: "529 overloaded_error", reply: pt.Fail(pt.Overloaded),
 			want: recovery.Failure{Kind: recovery.FailOverloaded, HTTPStatus: 529, Type: "overloaded_error", ShouldRetry: 1}, message: "Overloaded"},
+		{name: "529 with x-should-retry false stays an overload", reply: pt.Fail(pt.Overloaded).With("x-should-retry", "false"),
+			want: recovery.Failure{Kind: recovery.FailOverloaded, HTTPStatus: 529, Type: "overloaded_error", ShouldRetry: -1}},
+		{name: "500 with x-should-retry false stays a server error", reply: pt.Fail(pt.ServerError).With("x-should-retry", "false"),
+			want: recovery.Failure{Kind: recovery.FailServer, HTTPStatus: 500, Type: "api_error", ShouldRetry: -1}},
 		{name: "503 not overloaded", reply: pt.Fail(pt.Unavailable),
 			want: recovery.Failure{Kind: recovery.FailServer, HTTPStatus: 503, Type: "api_error", ShouldRetry: 1}},
 		{name: "503 overloaded in body", reply: pt.Reply{Status: 503, Body: `{"type":"error","error":{"type":"api_error","message":"The service is temporarily overloaded"}}`},
@@ -48,10 +58,16 @@ func failureCases() []failureCase {
 			want: recovery.Failure{Kind: recovery.FailContextLimit, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1, InputTokens: 190000, MaxTokens: 64000, ContextWindow: 200000}},
 		{name: "content filtering", reply: pt.Fail(pt.ContentFilter),
 			want: recovery.Failure{Kind: recovery.FailContentFilter, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1}},
-		{name: "prefill refused", reply: pt.Fail(pt.PrefillRefused),
+		{name: "prefill refused", reply: pt.Fail(pt.PrefillRefused), prefill: "The answer is",
 			want: recovery.Failure{Kind: recovery.FailPrefillRejected, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1}},
-		{name: "prefill ending in whitespace refused", reply: pt.Reply{Status: 400, Body: `{"type":"error","error":{"type":"invalid_request_error","message":"messages: final assistant content cannot end with trailing whitespace"},"request_id":"req_011CUvdPgnreuT3DxJPFAoqt"}`},
+		{name: "final assistant message refused without a prefill", reply: pt.Fail(pt.PrefillRefused),
+			want: recovery.Failure{Kind: recovery.FailInvalidRequest, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1}},
+		{name: "prefill ending in whitespace refused", reply: pt.Reply{Status: 400, Body: trailingWhitespace}, prefill: "The answer is",
 			want: recovery.Failure{Kind: recovery.FailPrefillRejected, HTTPStatus: 400, Type: "invalid_request_error"}},
+		{name: "final assistant whitespace refused without a prefill", reply: pt.Reply{Status: 400, Body: trailingWhitespace},
+			want: recovery.Failure{Kind: recovery.FailInvalidRequest, HTTPStatus: 400, Type: "invalid_request_error"}},
+		{name: "prefill refused inside the stream", reply: pt.ErrorAfter(0, pt.PrefillRefused, stream), prefill: "The answer is",
+			want: recovery.Failure{Kind: recovery.FailPrefillRejected, HTTPStatus: 200, Type: "invalid_request_error"}},
 		{name: "image over 5 MB", reply: pt.Fail(pt.ImageTooLarge),
 			want: recovery.Failure{Kind: recovery.FailMedia, HTTPStatus: 400, Type: "invalid_request_error", ShouldRetry: -1}, message: "image exceeds 5 MB maximum"},
 		{name: "image not processed", reply: pt.Reply{Status: 400, Body: `{"type":"error","error":{"type":"invalid_request_error","message":"Could not process image"},"request_id":"req_011CTgbfPobaTfjRizwmWNxr"}`},
@@ -90,7 +106,9 @@ func failureCases() []failureCase {
 func TestFailuresFromTheWire(t *testing.T) {
 	for _, tc := range failureCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			r, srv := run(t, pt.Always(tc.reply), newRequest())
+			req := newRequest()
+			req.Prefill = tc.prefill
+			r, srv := run(t, pt.Always(tc.reply), req)
 			f := r.Failure(t)
 			want := tc.want
 			want.Provider = "anthropic"
@@ -201,5 +219,39 @@ func TestTheKeyNeverLeaks(t *testing.T) {
 				t.Errorf("the key leaked: %q", s)
 			}
 		}
+	}
+}
+
+func TestASlowReaderIsNotAnIdleUpstream(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	// The upstream keeps sending; the caller blocks on the first chunk for
+	// 3× the idle limit (gRPC back-pressure), then reads at full speed.
+	reply := pt.Reply{Answer: pt.Text("a", "b", "c", "d", "e", "f"), TokenDelay: 10 * time.Millisecond}
+	srv := pt.NewAnthropic(t, pt.Always(reply))
+	p := newProvider(t, srv)
+	req := newRequest()
+	req.Timeouts = provider.Timeouts{FirstToken: time.Second, Idle: idle, Total: 3 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var text strings.Builder
+	slow := true
+	_, err := p.Stream(ctx, req, func(c provider.Chunk) error {
+		if slow {
+			slow = false
+			t := time.NewTimer(3 * idle)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
+		text.WriteString(c.Text)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("err = %v: a slow reader was taken for a silent upstream", err)
+	}
+	if text.String() != "abcdef" {
+		t.Errorf("text = %q", text.String())
 	}
 }

@@ -32,6 +32,8 @@ func newParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 		if sent != "" {
 			msgs = append(msgs, sdk.NewAssistantMessage(sdk.NewTextBlock(sent)))
 		}
+	} else {
+		msgs, held = trimFinalAssistant(msgs)
 	}
 	params = sdk.MessageNewParams{
 		Model:     sdk.Model(req.Model),
@@ -46,6 +48,43 @@ func newParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 		params.Thinking = sdk.ThinkingConfigParamOfEnabled(int64(budget))
 	}
 	return params, held, nil
+}
+
+// trimFinalAssistant holds the trailing whitespace of the caller's own final
+// assistant message off the wire, as a prefill's is: the API refuses final
+// assistant content that ends in whitespace. Text blocks at the end of the
+// message lose their trailing whitespace; one left empty is dropped, and so
+// is the message if nothing is left of it, which then ends with the user's
+// turn (an answer afresh, as there was nothing to continue). held is the
+// number of bytes removed: the continuation loses as much leading
+// whitespace, so that the caller's text plus the stream reads as the model
+// wrote it.
+func trimFinalAssistant(msgs []sdk.MessageParam) (_ []sdk.MessageParam, held int) {
+	if len(msgs) == 0 || msgs[len(msgs)-1].Role != sdk.MessageParamRoleAssistant {
+		return msgs, 0
+	}
+	last := &msgs[len(msgs)-1]
+	blocks := slices.Clone(last.Content)
+	for len(blocks) > 0 {
+		text := blocks[len(blocks)-1].OfText
+		if text == nil {
+			break
+		}
+		trimmed := strings.TrimRightFunc(text.Text, unicode.IsSpace)
+		held += len(text.Text) - len(trimmed)
+		if trimmed != "" {
+			t := *text
+			t.Text = trimmed
+			blocks[len(blocks)-1] = sdk.ContentBlockParamUnion{OfText: &t}
+			break
+		}
+		blocks = blocks[:len(blocks)-1]
+	}
+	if len(blocks) == 0 {
+		return msgs[:len(msgs)-1], held
+	}
+	last.Content = blocks
+	return msgs, held
 }
 
 // MinThinkingBudget is the smallest budget_tokens the API accepts.

@@ -40,6 +40,10 @@ type reader struct {
 	// thoughts are the thinking and redacted_thinking blocks being
 	// streamed, by content index.
 	thoughts map[int64]*thinkingBlock
+	// cut are the ids of tool_use blocks that stopped with input that is
+	// not JSON: dropped if the message ends on a truncating stop reason,
+	// a broken stream otherwise (see end).
+	cut []string
 
 	finish  provider.Finish
 	stopped bool // message_stop came
@@ -154,11 +158,29 @@ func (r *reader) blockStop(index int64) error {
 		input = []byte(`{}`)
 	}
 	if !json.Valid(input) {
-		return r.classes.Broken(r.attempt.Status(), r.attempt.Header(),
-			fmt.Errorf("tool_use %s: input is not valid JSON", t.id))
+		// The output limit cuts a call mid-input; whether that is what
+		// happened is known only when the message ends.
+		r.cut = append(r.cut, t.id)
+		return nil
 	}
 	call := recovery.ToolCall{ID: t.id, Name: t.name, Input: input}
 	return r.emit(provider.Chunk{Kind: provider.ChunkToolCall, ToolCall: call})
+}
+
+// end decides, once the message has its stop reason, what becomes of the
+// tool_use blocks that were cut (input not JSON at their stop) or never
+// stopped: on a truncating stop reason they are dropped and the attempt
+// ends as truncated; on any other, the stream is broken.
+func (r *reader) end() error {
+	for _, t := range r.tools {
+		r.cut = append(r.cut, t.id)
+	}
+	clear(r.tools)
+	if len(r.cut) == 0 || r.finish.StopReason.Truncating() {
+		return nil
+	}
+	return r.classes.Broken(r.attempt.Status(), r.attempt.Header(),
+		fmt.Errorf("tool_use %s: input is not valid JSON", strings.Join(r.cut, ", ")))
 }
 
 // text emits answer text, dropping what is left to skip of the prefill's

@@ -23,6 +23,8 @@ type Attempt struct {
 	cancel context.CancelCauseFunc
 	dog    *watchdog // nil when no limit is set
 
+	prefill bool // the request carries an assistant prefill
+
 	status  int         // response status; 0 until the headers came
 	header  http.Header // response headers
 	errBody []byte      // body of a response with status >= 400
@@ -51,11 +53,35 @@ func (a *Attempt) End() {
 	a.cancel(context.Canceled)
 }
 
+// Prefilled records that the request carries an assistant prefill (the
+// machine's, provider.Request.Prefill). Only then is a refusal of a final
+// assistant message a FailPrefillRejected, which the recovery machine
+// answers by restarting without prefill; without one, the conversation the
+// caller sent is what was refused, and the same answer is a
+// FailInvalidRequest.
+func (a *Attempt) Prefilled() { a.prefill = true }
+
 // Token records that the first token came (a text, thinking or tool-call
 // delta), which ends the first-token limit.
 func (a *Attempt) Token() {
 	if a.dog != nil {
 		a.dog.tokenCame()
+	}
+}
+
+// Emitter wraps emit, the caller's chunk callback, so that the time spent in
+// it is not taken for upstream silence: while it runs the idle limit is
+// suspended, and afterwards it runs from the emit's end (see the Idle limit
+// in provider.Timeouts). The total limit still applies. It costs a lock and
+// a clock read per chunk, no timer reset.
+func (a *Attempt) Emitter(emit func(provider.Chunk) error) func(provider.Chunk) error {
+	if a.dog == nil {
+		return emit
+	}
+	return func(c provider.Chunk) error {
+		a.dog.emitStarted()
+		defer a.dog.emitEnded()
+		return emit(c)
 	}
 }
 
@@ -118,7 +144,7 @@ func (a *Attempt) Failure(c *Classifier, err error) error {
 	}
 	switch {
 	case a.status >= 400:
-		return c.HTTP(a.status, a.header, a.errBody)
+		return a.settle(c.HTTP(a.status, a.header, a.errBody))
 	case a.status == 0:
 		return c.Connection(err)
 	}
@@ -131,7 +157,17 @@ func (a *Attempt) StreamError(c *Classifier, data []byte) error {
 	if stop := a.Interrupted(c); stop != nil {
 		return stop
 	}
-	return c.InStream(a.status, a.header, data)
+	return a.settle(c.InStream(a.status, a.header, data))
+}
+
+// settle adjusts what the classifier could not know about the request: a
+// refused final assistant message is a refused prefill only when the
+// request carried one.
+func (a *Attempt) settle(f *recovery.Failure) *recovery.Failure {
+	if f.Kind == recovery.FailPrefillRejected && !a.prefill {
+		f.Kind = recovery.FailInvalidRequest
+	}
+	return f
 }
 
 // activityBody tells the watchdog about every read that brought bytes, pings

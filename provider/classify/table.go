@@ -53,6 +53,7 @@ var table = []rule{
 	{kind: recovery.FailPromptTooLong, ids: []string{"context_length_exceeded", "model_context_window_exceeded"}},
 
 	// A refused assistant prefill (Anthropic 400; also relayed by proxies in front of Claude).
+	// Attempt turns it into FailInvalidRequest when the request carried no prefill.
 	{kind: recovery.FailPrefillRejected, text: re(`does not support assistant message prefill|final assistant content cannot end with trailing whitespace`)},
 
 	// Rejected images: Anthropic "messages.0.content.1.image.source.base64: image exceeds 5 MB maximum: …",

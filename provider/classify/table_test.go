@@ -185,3 +185,38 @@ func TestConnectionAndBrokenMessagesHaveNoURL(t *testing.T) {
 		t.Errorf("broken: %+v", f)
 	}
 }
+
+// TestShouldRetryFalseKeepsTheKind: x-should-retry: false is reported
+// (ShouldRetry -1) but does not change what the status says; an outage stays
+// an outage and the recovery machine decides.
+func TestShouldRetryFalseKeepsTheKind(t *testing.T) {
+	noRetry := http.Header{"X-Should-Retry": {"false"}}
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   recovery.FailureKind
+	}{
+		{"529 overloaded_error", 529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, recovery.FailOverloaded},
+		{"529 without a body", 529, ``, recovery.FailOverloaded},
+		{"500 api_error", 500, `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`, recovery.FailServer},
+		{"500 without a body", 500, ``, recovery.FailServer},
+		{"502 from a proxy", 502, `<html>502 Bad Gateway</html>`, recovery.FailServer},
+		{"503 overloaded", 503, `{"error":{"message":"The server is overloaded or not ready yet.","type":"server_error"}}`, recovery.FailOverloaded},
+		{"429 rate limit", 429, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, recovery.FailRateLimit},
+		{"400 invalid request", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`, recovery.FailInvalidRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := testClassifier().HTTP(tc.status, noRetry, []byte(tc.body))
+			if f.Kind != tc.want || f.ShouldRetry != -1 || f.HTTPStatus != tc.status {
+				t.Errorf("kind %v, ShouldRetry %d, status %d; want %v, -1, %d", f.Kind, f.ShouldRetry, f.HTTPStatus, tc.want, tc.status)
+			}
+		})
+	}
+	t.Run("overloaded_error inside a 200 stream", func(t *testing.T) {
+		f := testClassifier().InStream(200, noRetry, []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
+		if f.Kind != recovery.FailOverloaded || f.ShouldRetry != -1 {
+			t.Errorf("kind %v, ShouldRetry %d", f.Kind, f.ShouldRetry)
+		}
+	})
+}

@@ -14,6 +14,14 @@ import (
 // whose function runs only when it fires) is armed for the earliest deadline
 // and re-checks the deadlines when it fires, so wire activity only records a
 // time and costs no timer reset. Stopped, it leaves no goroutine behind.
+//
+// Idle times the upstream's silence, not the caller's: while a chunk is
+// being emitted (the caller may block on back-pressure, and nothing is read
+// from the wire meanwhile) the idle limit cannot fire, and it runs again from
+// the end of the emit — idle is measured from the later of the last bytes and
+// the last emit's end. The first token is recorded before its chunk is
+// emitted, so the first-token limit never times an emit either. Total always
+// runs.
 type watchdog struct {
 	limits provider.Timeouts
 	cancel context.CancelCauseFunc
@@ -22,7 +30,8 @@ type watchdog struct {
 	start   time.Time
 	headers bool      // response headers came
 	token   bool      // the first token came
-	last    time.Time // last bytes on the wire
+	last    time.Time // last bytes on the wire, or the end of the last emit
+	emits   bool      // a chunk is being emitted: idle is suspended
 	timer   *time.Timer
 	armed   time.Time // when the timer is set to fire; zero when idle
 	fired   recovery.TimeoutPhase
@@ -64,6 +73,24 @@ func (w *watchdog) tokenCame() {
 func (w *watchdog) activity() {
 	w.mu.Lock()
 	w.last = time.Now()
+	w.mu.Unlock()
+}
+
+// emitStarted records that a chunk is being handed to the caller; the idle
+// limit is suspended until emitEnded.
+func (w *watchdog) emitStarted() {
+	w.mu.Lock()
+	w.emits = true
+	w.mu.Unlock()
+}
+
+// emitEnded records that the caller took the chunk: the idle limit runs
+// again from now. The timer is touched only if it is not set for an earlier
+// deadline already (it was not, when it fired during the emit).
+func (w *watchdog) emitEnded() {
+	w.mu.Lock()
+	w.emits, w.last = false, time.Now()
+	w.arm()
 	w.mu.Unlock()
 }
 
@@ -113,7 +140,7 @@ func (w *watchdog) next() (recovery.TimeoutPhase, time.Time) {
 	}
 	consider(recovery.TimeoutHeaders, w.limits.Headers, w.start, !w.headers)
 	consider(recovery.TimeoutFirstToken, w.limits.FirstToken, w.start, !w.token)
-	consider(recovery.TimeoutIdle, w.limits.Idle, w.last, w.headers)
+	consider(recovery.TimeoutIdle, w.limits.Idle, w.last, w.headers && !w.emits)
 	consider(recovery.TimeoutTotal, w.limits.Total, w.start, true)
 	return phase, at
 }

@@ -146,3 +146,90 @@ func TestFailureOrder(t *testing.T) {
 		t.Errorf("error status: %+v", f)
 	}
 }
+
+// blockingEmit is an emit that blocks for d, as a caller under back-pressure
+// does, unless the attempt is stopped first; it reports which happened.
+func blockingEmit(a *Attempt, d time.Duration, stopped *bool) func(provider.Chunk) error {
+	return func(provider.Chunk) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-a.Context().Done():
+			*stopped = true
+		}
+		return nil
+	}
+}
+
+func TestASlowEmitIsNotIdle(t *testing.T) {
+	const idle = 50 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		limits provider.Timeouts
+		want   recovery.TimeoutPhase // what stops the attempt once the upstream goes silent
+	}{
+		{"idle", provider.Timeouts{Idle: idle}, recovery.TimeoutIdle},
+		{"idle with a distant total", provider.Timeouts{Idle: idle, FirstToken: idle, Total: time.Minute}, recovery.TimeoutIdle},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, stopped := watch(t, tc.limits)
+			headersCame(a)
+			a.Token()
+			a.dog.activity()
+			var cut bool
+			emit := a.Emitter(blockingEmit(a, 3*idle, &cut))
+			for range 3 { // the upstream keeps sending; each chunk's emit blocks 3× idle
+				_ = emit(provider.Chunk{Kind: provider.ChunkText, Text: "x"})
+				if cut {
+					t.Fatalf("stopped by %v during an emit", a.dog.firedPhase())
+				}
+				a.dog.activity()
+			}
+			if got := stopped(0); got != recovery.TimeoutNone {
+				t.Fatalf("stopped by %v", got)
+			}
+			// Then the upstream goes silent: idle runs again.
+			if got := stopped(time.Second); got != tc.want {
+				t.Fatalf("stopped by %v, want %v once the upstream went silent", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIdleRunsFromTheEndOfAnEmit(t *testing.T) {
+	const idle = 60 * time.Millisecond
+	a, stopped := watch(t, provider.Timeouts{Idle: idle})
+	headersCame(a)
+	var cut bool
+	_ = a.Emitter(blockingEmit(a, 3*idle, &cut))(provider.Chunk{})
+	end := time.Now()
+	if cut {
+		t.Fatal("stopped during the emit")
+	}
+	if got := stopped(time.Second); got != recovery.TimeoutIdle {
+		t.Fatalf("stopped by %v", got)
+	}
+	if since := time.Since(end); since < idle {
+		t.Errorf("idle fired %v after the emit ended, want at least %v", since, idle)
+	}
+}
+
+func TestTotalStillStopsASlowEmit(t *testing.T) {
+	a, _ := watch(t, provider.Timeouts{Idle: 20 * time.Millisecond, Total: 100 * time.Millisecond})
+	headersCame(a)
+	var cut bool
+	_ = a.Emitter(blockingEmit(a, 2*time.Second, &cut))(provider.Chunk{})
+	if !cut || a.dog.firedPhase() != recovery.TimeoutTotal {
+		t.Fatalf("stopped %t by %v, want the total limit", cut, a.dog.firedPhase())
+	}
+}
+
+func TestEmitterWithoutLimitsIsEmit(t *testing.T) {
+	a := Begin(context.Background(), provider.Timeouts{})
+	defer a.End()
+	called := false
+	if err := a.Emitter(func(provider.Chunk) error { called = true; return errors.New("x") })(provider.Chunk{}); err == nil || !called {
+		t.Fatalf("err %v, called %t", err, called)
+	}
+}

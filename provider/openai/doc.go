@@ -15,6 +15,10 @@
 // connection open does not hang the attempt. A stream that ends without a
 // finish_reason is a FailStreamBroken.
 //
+// finish_reason length drops every tool call of the answer: the limit may
+// have cut any of them mid-arguments, and a partial call is never emitted.
+// The attempt ends normally with StopMaxTokens and the text it streamed.
+//
 // Thinking: Request.ThinkingBudget is ignored. OpenAI's reasoning_effort
 // (o-series models) is a different knob, not a token budget, and
 // compatible servers have no common one; extended thinking is an
@@ -25,11 +29,17 @@
 // the request.
 //
 // Prefill: Chat Completions has no true prefill. A Request.Prefill is sent as
-// a final assistant message holding the text, and what the server streams is
-// taken as its continuation. llama.cpp and Ollama continue a final assistant
-// message; vLLM does when asked (Config.ContinueFinalMessage sends
-// continue_final_message and add_generation_prompt=false); OpenAI itself
-// answers afresh. Whether a route uses prefill is the route config's decision.
+// a final assistant message holding the text, with Config.PrefillBody's
+// fields set in the request body, and what the server streams is taken as
+// its continuation. For a compatible server the body defaults to vLLM's
+// continue_final_message=true and add_generation_prompt=false
+// (DefaultPrefillBody): without them vLLM answers afresh and the answer
+// repeats the prefill. llama-server continues a final assistant message by
+// default (unless started with --no-prefill-assistant), and recent versions
+// take the vLLM pair as an alias. OpenAI itself has no way to continue a
+// message and answers afresh: a route to it must not use prefill (the
+// service's configuration refuses prefill on an openai provider without a
+// base_url). Whether a route uses prefill is the route config's decision.
 //
 // Failures are classified by package classify from the wire: status, the
 // error body {"error":{"message","type","code","param"}} and its variants

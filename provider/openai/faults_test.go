@@ -1,6 +1,7 @@
 package openai_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ type failureCase struct {
 	want    recovery.Failure
 	message string
 	text    string // text emitted before the failure
+	prefill string // the request's Prefill
 }
 
 // body is an error response with a raw body.
@@ -79,8 +81,10 @@ func failureCases() []failureCase {
 			want: recovery.Failure{Kind: recovery.FailContentFilter, HTTPStatus: 400, Code: "content_filter"}},
 		{name: "content_policy_violation", reply: body(400, `{"error":{"code":"content_policy_violation","message":"Your request was rejected as a result of our safety system.","param":null,"type":"invalid_request_error"}}`),
 			want: recovery.Failure{Kind: recovery.FailContentFilter, HTTPStatus: 400, Type: "invalid_request_error", Code: "content_policy_violation"}},
-		{name: "prefill refused through a gateway", reply: pt.Fail(pt.PrefillRefused),
+		{name: "prefill refused through a gateway", reply: pt.Fail(pt.PrefillRefused), prefill: "The answer is",
 			want: recovery.Failure{Kind: recovery.FailPrefillRejected, HTTPStatus: 400, Type: "invalid_request_error"}},
+		{name: "final assistant message refused through a gateway without a prefill", reply: pt.Fail(pt.PrefillRefused),
+			want: recovery.Failure{Kind: recovery.FailInvalidRequest, HTTPStatus: 400, Type: "invalid_request_error"}},
 		{name: "invalid_image_format", reply: pt.Fail(pt.ImageTooLarge),
 			want: recovery.Failure{Kind: recovery.FailMedia, HTTPStatus: 400, Type: "invalid_request_error", Code: "invalid_image_format"}},
 		{name: "401 invalid_api_key", reply: pt.Fail(pt.BadKey),
@@ -119,7 +123,9 @@ func failureCases() []failureCase {
 func TestFailuresFromTheWire(t *testing.T) {
 	for _, tc := range failureCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			r, srv := run(t, pt.Always(tc.reply), newRequest())
+			req := newRequest()
+			req.Prefill = tc.prefill
+			r, srv := run(t, pt.Always(tc.reply), req)
 			f := r.Failure(t)
 			want := tc.want
 			want.Provider = "openai"
@@ -212,5 +218,39 @@ func TestTheKeyNeverLeaks(t *testing.T) {
 				t.Errorf("the key leaked: %q", s)
 			}
 		}
+	}
+}
+
+func TestASlowReaderIsNotAnIdleUpstream(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	// The upstream keeps sending; the caller blocks on the first chunk for
+	// 3× the idle limit (gRPC back-pressure), then reads at full speed.
+	reply := pt.Reply{Answer: pt.Text("a", "b", "c", "d", "e", "f"), TokenDelay: 10 * time.Millisecond}
+	srv := pt.NewOpenAI(t, pt.Always(reply))
+	p := newProvider(t, srv, openai.Config{})
+	req := newRequest()
+	req.Timeouts = provider.Timeouts{FirstToken: time.Second, Idle: idle, Total: 3 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var text strings.Builder
+	slow := true
+	_, err := p.Stream(ctx, req, func(c provider.Chunk) error {
+		if slow {
+			slow = false
+			t := time.NewTimer(3 * idle)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
+		text.WriteString(c.Text)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("err = %v: a slow reader was taken for a silent upstream", err)
+	}
+	if text.String() != "abcdef" {
+		t.Errorf("text = %q", text.String())
 	}
 }

@@ -2,8 +2,13 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"regexp"
+	"slices"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -34,11 +39,48 @@ type Config struct {
 	// LegacyMaxTokens sends max_tokens instead of max_completion_tokens, for
 	// servers that predate the newer field.
 	LegacyMaxTokens bool
-	// ContinueFinalMessage asks, when a request has a prefill, that the
-	// final assistant message be continued rather than answered (vLLM's
-	// continue_final_message and add_generation_prompt=false). OpenAI
-	// refuses these fields.
-	ContinueFinalMessage bool
+	// PrefillBody are JSON fields set at the top level of the request body
+	// when a request carries a prefill, asking the server to continue the
+	// final assistant message rather than answer it. nil means
+	// DefaultPrefillBody() for a compatible server (BaseURL set) and
+	// nothing for OpenAI's own API, which has no such option and answers a
+	// final assistant message afresh; an empty map sends nothing. Keys are
+	// plain field names; values are anything encoding/json can encode.
+	PrefillBody map[string]any
+}
+
+// DefaultPrefillBody is vLLM's (and transformers') way to continue a final
+// assistant message: {"continue_final_message": true,
+// "add_generation_prompt": false}. vLLM without it renders a generation
+// prompt after the message and answers afresh, repeating what the prefill
+// said. Recent llama-server accepts the same pair as an alias of its own
+// prefill (on by default for a final assistant message unless started with
+// --no-prefill-assistant); servers that do not know the fields ignore them.
+func DefaultPrefillBody() map[string]any {
+	return map[string]any{"continue_final_message": true, "add_generation_prompt": false}
+}
+
+// fieldName is what a PrefillBody key must look like: a plain top-level
+// field, which sjson (behind option.WithJSONSet) takes as it is.
+var fieldName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// prefillOptions turns the prefill body into request options, in key order.
+func prefillOptions(cfg Config) ([]option.RequestOption, error) {
+	body := cfg.PrefillBody
+	if body == nil && cfg.BaseURL != "" {
+		body = DefaultPrefillBody()
+	}
+	var opts []option.RequestOption
+	for _, k := range slices.Sorted(maps.Keys(body)) {
+		if !fieldName.MatchString(k) {
+			return nil, fmt.Errorf("openai: prefill body key %q is not a plain field name", k)
+		}
+		if _, err := json.Marshal(body[k]); err != nil {
+			return nil, fmt.Errorf("openai: prefill body field %q: %w", k, err)
+		}
+		opts = append(opts, option.WithJSONSet(k, body[k]))
+	}
+	return opts, nil
 }
 
 // Provider streams attempts to a Chat Completions server.
@@ -46,7 +88,7 @@ type Provider struct {
 	completions sdk.ChatCompletionService
 	classes     classify.Classifier
 	legacyMax   bool
-	continueMsg bool
+	prefillOpts []option.RequestOption // set on a request that carries a prefill
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -54,6 +96,10 @@ var _ provider.Provider = (*Provider)(nil)
 // New returns a Provider for cfg.
 func New(cfg Config) (*Provider, error) {
 	base, err := classify.BaseURL(Kind, cfg.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
+	}
+	prefillOpts, err := prefillOptions(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +121,7 @@ func New(cfg Config) (*Provider, error) {
 		completions: sdk.NewChatCompletionService(opts...),
 		classes:     classify.Classifier{Provider: Kind, RequestIDHeader: "x-request-id", Secrets: []string{cfg.APIKey}},
 		legacyMax:   cfg.LegacyMaxTokens,
-		continueMsg: cfg.ContinueFinalMessage,
+		prefillOpts: prefillOpts,
 	}, nil
 }
 
@@ -90,16 +136,17 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	}
 	a := classify.Begin(ctx, req.Timeouts)
 	defer a.End()
+	if req.Prefill != "" {
+		a.Prefilled()
+	}
 	opts := []option.RequestOption{option.WithMiddleware(a.Middleware)}
-	if req.Prefill != "" && p.continueMsg {
-		opts = append(opts,
-			option.WithJSONSet("continue_final_message", true),
-			option.WithJSONSet("add_generation_prompt", false))
+	if req.Prefill != "" {
+		opts = append(opts, p.prefillOpts...)
 	}
 	stream := p.completions.NewStreaming(a.Context(), params, opts...)
 	defer stream.Close()
 
-	r := newReader(a, emit)
+	r := newReader(a, a.Emitter(emit))
 	for stream.Next() {
 		if err := r.chunk(stream.Current()); err != nil {
 			return r.finish, err

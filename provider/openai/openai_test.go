@@ -2,7 +2,10 @@ package openai_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -160,6 +163,35 @@ func TestToolCallsAccumulateArgumentDeltas(t *testing.T) {
 	}
 }
 
+func TestToolCallsCutByLengthAreDropped(t *testing.T) {
+	answer := pt.Answer{Text: []string{"Let me ", "check."}, Usage: pt.Usage{Input: 9, Output: 20}, Tools: []pt.ToolCall{
+		{ID: "call_1", Name: "get_time", Args: []string{`{}`}},
+		{ID: "call_2", Name: "get_weather", Args: []string{`{"city":`, `"Par`}},
+	}}
+	r, _ := run(t, pt.Always(pt.ToolCutByLimit(answer)), newRequest())
+	if r.Err != nil || r.Finish.StopReason != recovery.StopMaxTokens {
+		t.Fatalf("err %v, stop %v; want no error and max_tokens", r.Err, r.Finish.StopReason)
+	}
+	if calls := r.ToolCalls(); len(calls) != 0 {
+		t.Errorf("tool calls %+v: a finish_reason length may have cut any of them", calls)
+	}
+	if r.Text() != "Let me check." || r.Finish.Usage.OutputTokens != 20 {
+		t.Errorf("text %q, usage %+v", r.Text(), r.Finish.Usage)
+	}
+}
+
+func TestAToolCallThenAResetIsABrokenStream(t *testing.T) {
+	answer := pt.Answer{Text: []string{"Checking."}, Tools: []pt.ToolCall{{ID: "call_1", Name: "get_weather", Args: []string{`{"city":`, `"Paris"}`}}}}
+	r, _ := run(t, pt.Always(pt.ResetBeforeFinish(answer)), newRequest())
+	if f := r.Failure(t); f.Kind != recovery.FailStreamBroken || f.HTTPStatus != 200 {
+		t.Errorf("failure %+v", f)
+	}
+	// Tool calls go out at the finish_reason, which never came.
+	if calls := r.ToolCalls(); len(calls) != 0 || r.Text() != "Checking." {
+		t.Errorf("tool calls %+v, text %q", calls, r.Text())
+	}
+}
+
 func TestToolCallsWithFinishStopAreToolUse(t *testing.T) {
 	answer := pt.Answer{Tools: []pt.ToolCall{{ID: "call_1", Name: "f", Args: []string{`{}`}}}, Stop: "stop"}
 	r, _ := run(t, pt.Always(pt.OK(answer)), newRequest())
@@ -217,37 +249,95 @@ func TestCompletesWithoutDone(t *testing.T) {
 	})
 }
 
-func TestPrefillIsTheLastAssistantMessage(t *testing.T) {
+func TestPrefillIsContinuedWithThePrefillBody(t *testing.T) {
+	vllm := `{"continue_final_message":true,"add_generation_prompt":false}`
 	for _, tc := range []struct {
-		name      string
-		cfg       openai.Config
-		continued bool
+		name    string
+		cfg     openai.Config
+		openAI  bool   // OpenAI's own API: no BaseURL
+		prefill string // the request's
+		fields  string // the prefill body's fields on the wire, as JSON
+		text    string // prefill + what the caller receives
 	}{
-		{name: "plain", cfg: openai.Config{}},
-		{name: "vLLM continue_final_message", cfg: openai.Config{ContinueFinalMessage: true}, continued: true},
+		{name: "compatible server: vLLM's fields by default", prefill: "The answer is ", fields: vllm, text: "The answer is 42."},
+		{name: "no prefill: no fields", fields: `{}`, text: "42."},
+		{name: "an explicit body", cfg: openai.Config{PrefillBody: map[string]any{"continue_final_message": true, "add_generation_prompt": false, "chat_template_kwargs": map[string]any{"enable_thinking": false}}},
+			prefill: "The answer is ", fields: `{"continue_final_message":true,"add_generation_prompt":false,"chat_template_kwargs":{"enable_thinking":false}}`, text: "The answer is 42."},
+		// Without the fields the server answers afresh and says the prefill again.
+		{name: "an empty body sends nothing", cfg: openai.Config{PrefillBody: map[string]any{}}, prefill: "The answer is ", fields: `{}`,
+			text: "The answer is The answer is 42."},
+		{name: "OpenAI's own API: nothing by default", openAI: true, prefill: "The answer is ", fields: `{}`,
+			text: "The answer is The answer is 42."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := newRequest()
-			req.Prefill = "The answer is "
+			req.Prefill = tc.prefill
 			srv := pt.NewOpenAI(t, pt.Always(pt.OK(pt.Text("4", "2."))))
-			r := pt.Run(t, newProvider(t, srv, tc.cfg), req)
+			p := newProvider(t, srv, tc.cfg)
+			if tc.openAI {
+				p = openAIAt(t, srv, tc.cfg)
+			}
+			r := pt.Run(t, p, req)
 			if r.Err != nil {
 				t.Fatal(r.Err)
 			}
 			body := srv.Request(t, 1).JSON(t)
-			msgs := body["messages"].([]any)
-			last := msgs[len(msgs)-1].(map[string]any)
-			if last["role"] != "assistant" || last["content"] != "The answer is " {
-				t.Errorf("last message = %v", last)
+			if tc.prefill != "" {
+				msgs := body["messages"].([]any)
+				if last := msgs[len(msgs)-1].(map[string]any); last["role"] != "assistant" || last["content"] != tc.prefill {
+					t.Errorf("last message = %v", last)
+				}
 			}
-			if got := req.Prefill + r.Text(); got != "The answer is 42." {
-				t.Errorf("prefill + continuation = %q", got)
+			fields := map[string]any{}
+			for _, k := range []string{"continue_final_message", "add_generation_prompt", "chat_template_kwargs"} {
+				if v, ok := body[k]; ok {
+					fields[k] = v
+				}
 			}
-			_, has := body["continue_final_message"]
-			if has != tc.continued || (tc.continued && body["add_generation_prompt"] != false) {
-				t.Errorf("continue_final_message %v, add_generation_prompt %v", body["continue_final_message"], body["add_generation_prompt"])
+			got, _ := json.Marshal(fields)
+			pt.AssertJSON(t, got, tc.fields)
+			if got := req.Prefill + r.Text(); got != tc.text {
+				t.Errorf("prefill + continuation = %q, want %q", got, tc.text)
 			}
 		})
+	}
+}
+
+// openAIAt is a provider configured for OpenAI's own API (no BaseURL) whose
+// calls go to srv.
+func openAIAt(t *testing.T, srv *pt.Server, cfg openai.Config) *openai.Provider {
+	t.Helper()
+	target, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := srv.Client().Transport
+	cfg.APIKey = apiKey
+	cfg.HTTPClient = &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.URL.Scheme, r.URL.Host = target.Scheme, target.Host
+		return base.RoundTrip(r)
+	})}
+	p, err := openai.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestPrefillBodyKeysArePlainFieldNames(t *testing.T) {
+	for _, body := range []map[string]any{
+		{"a.b": true},
+		{"": true},
+		{"x": func() {}},
+	} {
+		if _, err := openai.New(openai.Config{BaseURL: "http://127.0.0.1:1/v1", PrefillBody: body}); err == nil {
+			t.Errorf("New accepted prefill body %v", body)
+		}
 	}
 }
 

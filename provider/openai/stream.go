@@ -125,7 +125,7 @@ func (r *reader) toolDelta(tc sdk.ChatCompletionChunkChoiceDeltaToolCall) {
 }
 
 // finishWith records the finish_reason and emits the tool calls, which are
-// complete now.
+// complete now — unless the output limit stopped the answer, which drops them.
 func (r *reader) finishWith(reason string) error {
 	r.reason = reason
 	stop, ok := finishReasons[reason]
@@ -140,6 +140,11 @@ func (r *reader) finishWith(reason string) error {
 		stop = recovery.StopRefusal
 	}
 	r.finish.StopReason = stop
+	if stop.Truncating() {
+		// length: the output limit may have cut any of the calls, and the
+		// wire does not say which; a partial call is never emitted.
+		return nil
+	}
 	for _, i := range slices.Sorted(slices.Values(r.order)) {
 		c := r.calls[i]
 		args := []byte(c.args.String())

@@ -3,6 +3,8 @@ package providertest
 import (
 	"fmt"
 	"net/http"
+	"strings"
+	"unicode"
 )
 
 // anthropicWire speaks the Messages API.
@@ -132,6 +134,9 @@ func (anthropicWire) frames(a Answer, n int) []frame {
 		block(map[string]any{"type": "tool_use", "id": t.ID, "name": t.Name, "input": map[string]any{}}, deltas(t.Args, "input_json_delta", "partial_json"))
 	}
 	stop := a.Stop
+	if a.Limit {
+		stop = "max_tokens"
+	}
 	if stop == "" {
 		stop = "end_turn"
 		if len(a.Tools) > 0 {
@@ -154,3 +159,18 @@ func deltas(pieces []string, typ, field string) []map[string]any {
 	}
 	return out
 }
+
+// refuse answers a final assistant message whose text ends in whitespace as
+// the API does: 400 "final assistant content cannot end with trailing
+// whitespace".
+func (anthropicWire) refuse(body []byte) *APIError {
+	text, ok := finalAssistant(body)
+	if !ok || text == "" || strings.TrimRightFunc(text, unicode.IsSpace) == text {
+		return nil
+	}
+	return &APIError{Status: 400, Type: "invalid_request_error", Header: noRetry,
+		Message: "messages: final assistant content cannot end with trailing whitespace"}
+}
+
+// answer is a: the API continues a final assistant message (a prefill).
+func (anthropicWire) answer(a Answer, _ []byte) Answer { return a }

@@ -12,6 +12,13 @@
 // [DONE], and errors as {"error":{"message","type","param","code"}} with an
 // x-request-id header.
 //
+// Both servers look at the conversation as the real ones do: Anthropic's
+// refuses a final assistant message whose text ends in whitespace (400
+// "final assistant content cannot end with trailing whitespace"), whatever
+// the script says; OpenAI's answers a final assistant message afresh — the
+// streamed answer starts by saying that message's text again — unless the
+// body carries continue_final_message: true (vLLM's way to continue it).
+//
 // What the server does is scripted per request number (Seq, Always) or by
 // time (DownFor): a streamed Answer, an error in the provider's own words
 // (Fail with a Condition, or an APIError), or a Fault — a TCP reset before

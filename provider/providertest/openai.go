@@ -1,8 +1,10 @@
 package providertest
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 )
 
 // openaiWire speaks Chat Completions.
@@ -108,6 +110,9 @@ func (openaiWire) frames(a Answer, n int) []frame {
 		}
 	}
 	stop := a.Stop
+	if a.Limit {
+		stop = "length"
+	}
 	if stop == "" {
 		stop = "stop"
 		if len(a.Tools) > 0 {
@@ -125,4 +130,27 @@ func (openaiWire) frames(a Answer, n int) []frame {
 		frame{tail: true, data: chunk([]any{}, usage)},
 		frame{tail: true, end: true, data: "data: [DONE]\n\n"},
 	)
+}
+
+func (openaiWire) refuse([]byte) *APIError { return nil }
+
+// answer models what a Chat Completions server does with a final assistant
+// message: it applies the chat template with a generation prompt and the
+// model answers afresh — its reply says again what that message already
+// said, then goes on — unless the body asks, as vLLM's
+// continue_final_message does, that the message be continued; then the
+// reply is a, the continuation.
+func (openaiWire) answer(a Answer, body []byte) Answer {
+	said, ok := finalAssistant(body)
+	if !ok || said == "" {
+		return a
+	}
+	var opts struct {
+		Continue bool `json:"continue_final_message"`
+	}
+	if json.Unmarshal(body, &opts) == nil && opts.Continue {
+		return a
+	}
+	a.Text = append([]string{said}, slices.Clone(a.Text)...)
+	return a
 }

@@ -1,6 +1,7 @@
 package providertest
 
 import (
+	"math"
 	"strconv"
 	"time"
 )
@@ -126,6 +127,10 @@ type Answer struct {
 	// Stop is the wire's own stop or finish reason; empty means the normal
 	// end (end_turn, stop), or the tool one when there are Tools.
 	Stop string
+	// Limit ends the answer on the output limit, in the wire's words:
+	// Anthropic stop_reason max_tokens, OpenAI finish_reason length. It
+	// overrides Stop.
+	Limit bool
 	// Usage is what the stream reports.
 	Usage Usage
 }
@@ -209,6 +214,27 @@ func CutAfter(n int, a Answer) Reply { return Reply{Answer: a, Fault: Cut, After
 
 // ResetAfter streams the first n tokens of a and resets the connection.
 func ResetAfter(n int, a Answer) Reply { return Reply{Answer: a, Fault: ResetMidStream, After: n} }
+
+// ResetBeforeFinish streams every token of a — its text and its tool calls
+// whole — and resets the TCP connection before the finish: on Anthropic's
+// wire after the last content_block_stop, before message_delta; on OpenAI's
+// after the last tool-call delta, before the finish_reason chunk.
+func ResetBeforeFinish(a Answer) Reply {
+	return Reply{Answer: a, Fault: ResetMidStream, After: math.MaxInt}
+}
+
+// ToolCutByLimit streams a as a message the output limit stopped in the
+// middle of a tool call: a's text, then its tool calls, the last of which
+// should have Args that stop short of valid JSON, then the limit's stop
+// (a.Limit is set). Anthropic's wire: the text block, a tool_use block with
+// the partial input_json_delta pieces, content_block_stop, message_delta
+// with stop_reason max_tokens, message_stop. OpenAI's: the tool call's
+// deltas with the cut arguments, finish_reason length, the usage chunk,
+// [DONE].
+func ToolCutByLimit(a Answer) Reply {
+	a.Limit = true
+	return OK(a)
+}
 
 // StallAfter streams the first n tokens of a and goes silent.
 func StallAfter(n int, a Answer) Reply { return Reply{Answer: a, Fault: Stall, After: n} }

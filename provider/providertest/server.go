@@ -151,6 +151,11 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 		x.writeError(s.wire.notFound(hr.URL.Path))
 		return
 	}
+	if e := s.wire.refuse(rec.Body); e != nil {
+		x.writeError(*e)
+		return
+	}
+	x.reply.Answer = s.wire.answer(reply.Answer, rec.Body)
 	if !x.wait(reply.HeadersDelay) {
 		return
 	}

@@ -283,3 +283,120 @@ func TestHoldsEndWithTheTest(t *testing.T) {
 		t.Fatal("the held request outlived its test")
 	}
 }
+
+// events is the data of each server-sent event of body, in order.
+func events(body string) []string {
+	var out []string
+	for _, ev := range strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n") {
+		if _, data, ok := strings.Cut(ev, "data: "); ok {
+			out = append(out, data)
+		}
+	}
+	return out
+}
+
+func TestToolCutByLimitIsTheAPIWire(t *testing.T) {
+	a := Answer{Text: []string{"Checking."}, Tools: []ToolCall{{ID: "call_1", Name: "get_weather", Args: []string{`{"city":`, `"Par`}}},
+		Usage: Usage{Input: 5, Output: 8}}
+	for _, tc := range []struct {
+		name string
+		s    func(testing.TB, Script) *Server
+		path string
+		want []string
+	}{
+		{"anthropic", NewAnthropic, "/v1/messages", []string{
+			`{"message":{"content":[],"id":"msg_test_0001","model":"test-model","role":"assistant","stop_reason":null,"stop_sequence":null,"type":"message","usage":{"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"input_tokens":5,"output_tokens":1}},"type":"message_start"}`,
+			`{"type": "ping"}`,
+			`{"content_block":{"text":"","type":"text"},"index":0,"type":"content_block_start"}`,
+			`{"delta":{"text":"Checking.","type":"text_delta"},"index":0,"type":"content_block_delta"}`,
+			`{"index":0,"type":"content_block_stop"}`,
+			`{"content_block":{"id":"call_1","input":{},"name":"get_weather","type":"tool_use"},"index":1,"type":"content_block_start"}`,
+			`{"delta":{"partial_json":"{\"city\":","type":"input_json_delta"},"index":1,"type":"content_block_delta"}`,
+			`{"delta":{"partial_json":"\"Par","type":"input_json_delta"},"index":1,"type":"content_block_delta"}`,
+			`{"index":1,"type":"content_block_stop"}`,
+			`{"delta":{"stop_reason":"max_tokens","stop_sequence":null},"type":"message_delta","usage":{"output_tokens":8}}`,
+			`{"type":"message_stop"}`,
+		}},
+		{"openai", NewOpenAI, "/v1/chat/completions", []string{
+			`{"choices":[{"delta":{"content":"","refusal":null,"role":"assistant"},"finish_reason":null,"index":0,"logprobs":null}],"created":1700000000,"id":"chatcmpl-test0001","model":"test-model","object":"chat.completion.chunk","system_fingerprint":"fp_test","usage":null}`,
+			`{"choices":[{"delta":{"content":"Checking."},"finish_reason":null,"index":0,"logprobs":null}],"created":1700000000,"id":"chatcmpl-test0001","model":"test-model","object":"chat.completion.chunk","system_fingerprint":"fp_test","usage":null}`,
+			`{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"","name":"get_weather"},"id":"call_1","index":0,"type":"function"}]},"finish_reason":null,"index":0,"logprobs":null}],"created":1700000000,"id":"chatcmpl-test0001","model":"test-model","object":"chat.completion.chunk","system_fingerprint":"fp_test","usage":null}`,
+			`{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\"city\":"},"index":0}]},"finish_reason":null,"index":0,"logprobs":null}],"created":1700000000,"id":"chatcmpl-test0001","model":"test-model","object":"chat.completion.chunk","system_fingerprint":"fp_test","usage":null}`,
+			`{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"\"Par"},"index":0}]},"finish_reason":null,"index":0,"logprobs":null}],"created":1700000000,"id":"chatcmpl-test0001","model":"test-model","object":"chat.completion.chunk","system_fingerprint":"fp_test","usage":null}`,
+			`{"choices":[{"delta":{},"finish_reason":"length","index":0,"logprobs":null}],"created":1700000000,"id":"chatcmpl-test0001","model":"test-model","object":"chat.completion.chunk","system_fingerprint":"fp_test","usage":null}`,
+			`{"choices":[],"created":1700000000,"id":"chatcmpl-test0001","model":"test-model","object":"chat.completion.chunk","system_fingerprint":"fp_test","usage":{"completion_tokens":8,"completion_tokens_details":{"accepted_prediction_tokens":0,"audio_tokens":0,"reasoning_tokens":0,"rejected_prediction_tokens":0},"prompt_tokens":5,"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":0},"total_tokens":13}}`,
+			`[DONE]`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s(t, Always(ToolCutByLimit(a)))
+			_, body, err := post(t, s, tc.path, `{"stream":true}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := events(body); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("events\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestResetBeforeFinishSendsTheWholeToolCall(t *testing.T) {
+	a := Answer{Text: []string{"Checking."}, Tools: []ToolCall{{ID: "call_1", Name: "get_weather", Args: []string{`{"city":`, `"Paris"}`}}}}
+	for _, tc := range []struct {
+		name string
+		s    func(testing.TB, Script) *Server
+		path string
+		last string // the last event before the reset
+		none string // what must not come
+	}{
+		{"anthropic", NewAnthropic, "/v1/messages", `{"index":1,"type":"content_block_stop"}`, "message_delta"},
+		{"openai", NewOpenAI, "/v1/chat/completions", `{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"\"Paris\"}"},"index":0}]},"finish_reason":null,"index":0,"logprobs":null}],"created":1700000000,"id":"chatcmpl-test0001","model":"test-model","object":"chat.completion.chunk","system_fingerprint":"fp_test","usage":null}`, "finish_reason\":\"tool_calls"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s(t, Always(ResetBeforeFinish(a)))
+			_, body, err := post(t, s, tc.path, `{"stream":true}`)
+			if err == nil {
+				t.Fatal("the body ended cleanly, want a reset")
+			}
+			got := events(body)
+			if len(got) == 0 || got[len(got)-1] != tc.last || strings.Contains(body, tc.none) {
+				t.Errorf("events before the reset\n%s\nwant the last to be\n%s", strings.Join(got, "\n"), tc.last)
+			}
+		})
+	}
+}
+
+func TestTheConversationAsTheServersTakeIt(t *testing.T) {
+	prefilled := `"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"The answer is "}]`
+	for _, tc := range []struct {
+		name   string
+		s      func(testing.TB, Script) *Server
+		path   string
+		body   string
+		status int
+		has    string // in the body of the answer
+		hasNot string
+	}{
+		{"openai answers a final assistant message afresh", NewOpenAI, "/v1/chat/completions", `{` + prefilled + `}`, 200,
+			`"content":"The answer is "`, ""},
+		{"openai continues it when asked", NewOpenAI, "/v1/chat/completions", `{"continue_final_message":true,"add_generation_prompt":false,` + prefilled + `}`, 200,
+			`"content":"42"`, `"content":"The answer is "`},
+		{"anthropic refuses trailing whitespace", NewAnthropic, "/v1/messages", `{` + prefilled + `}`, 400,
+			"final assistant content cannot end with trailing whitespace", ""},
+		{"anthropic continues a final assistant message", NewAnthropic, "/v1/messages",
+			`{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":[{"type":"text","text":"The answer is"}]}]}`, 200,
+			`"text":"42"`, "The answer is"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s(t, Always(OK(Text("42"))))
+			res, body, err := post(t, s, tc.path, tc.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != tc.status || !strings.Contains(body, tc.has) || (tc.hasNot != "" && strings.Contains(body, tc.hasNot)) {
+				t.Errorf("status %d, body\n%s", res.StatusCode, body)
+			}
+		})
+	}
+}

@@ -23,6 +23,44 @@ type wire interface {
 	frames(a Answer, n int) []frame
 	// malformed is a stream event whose data is not JSON.
 	malformed() string
+	// refuse is the error the API answers a request body with whatever
+	// the script says (a conversation it does not accept), or nil.
+	refuse(body []byte) *APIError
+	// answer is a as the model answers the request body: on OpenAI's wire
+	// a final assistant message is answered afresh unless the body asks
+	// that it be continued.
+	answer(a Answer, body []byte) Answer
+}
+
+// finalAssistant is the text of the request's last message when it is an
+// assistant message (content as a string, or the text of its last part or
+// block when that is text), and whether it is one.
+func finalAssistant(body []byte) (string, bool) {
+	var req struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
+		return "", false
+	}
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role != "assistant" {
+		return "", false
+	}
+	var text string
+	if json.Unmarshal(last.Content, &text) == nil {
+		return text, true
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(last.Content, &parts) == nil && len(parts) > 0 && parts[len(parts)-1].Type == "text" {
+		return parts[len(parts)-1].Text, true
+	}
+	return "", true
 }
 
 // frame is one server-sent event.

@@ -48,6 +48,8 @@ const (
 	StepInvalid
 	StepPrefillRejected
 	StepStreamOverload
+	StepToolCut
+	StepToolReset
 )
 
 // stepNames maps script names to kinds; the comment says what the arg means.
@@ -67,6 +69,8 @@ var stepNames = map[string]StepKind{
 	"context_limit":    StepContextLimit,    // 400 input + max_tokens > context limit
 	"media":            StepMedia,           // 400 image rejected
 	"tool_use":         StepToolUse,         // tool call; arg: tool name (default: the first tool, else "lookup")
+	"tool_cut":         StepToolCut,         // text, then a tool call cut by the limit: stop max_tokens, no call; arg: tool name
+	"tool_reset":       StepToolReset,       // text and a whole tool call, then the stream breaks (reset); arg: tool name
 	"refusal":          StepRefusal,         // stop refusal
 	"content_filter":   StepContentFilter,   // 400 content policy
 	"auth":             StepAuth,            // 401 invalid x-api-key
@@ -158,7 +162,7 @@ func (st *Step) setArg(arg string) error {
 			return fmt.Errorf("argument must be a count")
 		}
 		st.N = n
-	case StepToolUse:
+	case StepToolUse, StepToolCut, StepToolReset:
 		st.Name = arg
 	default:
 		return fmt.Errorf("takes no argument")

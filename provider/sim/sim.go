@@ -97,7 +97,7 @@ func (a *attempt) run(ctx context.Context, emit func(provider.Chunk) error) (pro
 	switch a.step.Kind {
 	case StepCut, StepStall, StepStreamOverload:
 		return a.streamThenBreak(ctx, emit)
-	case StepToolUse:
+	case StepToolUse, StepToolCut, StepToolReset:
 		return a.toolUse(ctx, emit)
 	case StepRefusal:
 		return a.stream(ctx, emit, []string{"I can't help with that."}, recovery.StopRefusal)
@@ -237,6 +237,10 @@ func (a *attempt) streamThenBreak(ctx context.Context, emit func(provider.Chunk)
 	return a.finish(0, n), fail(recovery.FailStreamBroken, 200, "", "", "unexpected EOF before message_stop")
 }
 
+// toolUse says a few words and calls a tool: whole (tool_use), cut by the
+// output limit (tool_cut: the call is dropped, as the real providers drop
+// it, and the attempt stops with max_tokens), or whole and then the
+// connection reset before the finish (tool_reset).
 func (a *attempt) toolUse(ctx context.Context, emit func(provider.Chunk) error) (provider.Finish, error) {
 	name := a.step.Name
 	if name == "" {
@@ -248,6 +252,9 @@ func (a *attempt) toolUse(ctx context.Context, emit func(provider.Chunk) error) 
 	if err := a.emitText(ctx, emit, "Let me check. "); err != nil {
 		return a.finish(0, 1), err
 	}
+	if a.step.Kind == StepToolCut {
+		return a.finish(recovery.StopMaxTokens, a.limit(12)), nil
+	}
 	call := recovery.ToolCall{
 		ID:    fmt.Sprintf("toolu_sim_%d_%d", a.req.Attempt, len(a.req.Messages)),
 		Name:  name,
@@ -255,6 +262,9 @@ func (a *attempt) toolUse(ctx context.Context, emit func(provider.Chunk) error) 
 	}
 	if err := emit(provider.Chunk{Kind: provider.ChunkToolCall, ToolCall: call}); err != nil {
 		return a.finish(0, 1), err
+	}
+	if a.step.Kind == StepToolReset {
+		return a.finish(0, 12), fail(recovery.FailStreamBroken, 200, "", "", "read: connection reset by peer before message_stop")
 	}
 	return a.finish(recovery.StopToolUse, 12), nil
 }

@@ -40,6 +40,7 @@ func TestParseScript(t *testing.T) {
 		{"rate_limit=2s, overload*2, cut=7", []Step{{Kind: StepRateLimit, Delay: 2 * time.Second},
 			{Kind: StepOverload}, {Kind: StepOverload}, {Kind: StepCut, N: 7}}, ""},
 		{"server_error=503,tool_use=search", []Step{{Kind: StepServerError, N: 503}, {Kind: StepToolUse, Name: "search"}}, ""},
+		{"tool_cut,tool_reset=search", []Step{{Kind: StepToolCut}, {Kind: StepToolReset, Name: "search"}}, ""},
 		{"explode", nil, "unknown step"},
 		{"overload=3", nil, "takes no argument"},
 		{"cut=x", nil, "count"},
@@ -213,5 +214,52 @@ func TestReplyOverridesTheAnswerPerAttempt(t *testing.T) {
 	got2, fin, _ := collect(t, p, r)
 	if got != "not json" || got2 != `{"ok": true}` || fin.Usage.OutputTokens != 2 {
 		t.Errorf("replies %q, %q (%d tokens)", got, got2, fin.Usage.OutputTokens)
+	}
+}
+
+func TestToolSteps(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		stop   recovery.StopReason
+		kind   recovery.FailureKind // of the failure, if any
+		calls  int
+	}{
+		{script: "tool_use=search", stop: recovery.StopToolUse, calls: 1},
+		{script: "tool_cut=search", stop: recovery.StopMaxTokens},
+		{script: "tool_reset=search", kind: recovery.FailStreamBroken, calls: 1},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			r := req("ok,"+tc.script, 2)
+			var calls []recovery.ToolCall
+			var text strings.Builder
+			fin, err := New(Config{}).Stream(t.Context(), r, func(c provider.Chunk) error {
+				switch c.Kind {
+				case provider.ChunkToolCall:
+					calls = append(calls, c.ToolCall)
+				case provider.ChunkText:
+					text.WriteString(c.Text)
+				}
+				return nil
+			})
+			if tc.kind != 0 {
+				f, ok := provider.AsFailure(err)
+				if !ok || f.Kind != tc.kind || f.HTTPStatus != 200 {
+					t.Fatalf("err %v, want a %v", err, tc.kind)
+				}
+			} else if err != nil || fin.StopReason != tc.stop {
+				t.Fatalf("finish %+v, err %v; want %v", fin, err, tc.stop)
+			}
+			if text.String() == "" {
+				t.Error("no text before the tool call")
+			}
+			if len(calls) != tc.calls {
+				t.Fatalf("calls %+v, want %d", calls, tc.calls)
+			}
+			for _, c := range calls {
+				if c.ID != "toolu_sim_2_1" || c.Name != "search" || string(c.Input) != `{"query":"What is recovery?"}` {
+					t.Errorf("call %+v (%s)", c, c.Input)
+				}
+			}
+		})
 	}
 }
