@@ -20,7 +20,8 @@ import (
 // chaosSteps are the sim faults compound scripts are drawn from: each
 // attempt of a completion takes the next step of its script.
 var chaosSteps = []string{"ok", "cut=3", "cut=1", "prefill_rejected", "max_tokens=3", "max_tokens=2", "rate_limit",
-	"overload", "server_error", "server_error=503", "reset", "stream_overload=2", "tool_use", "short=3"}
+	"overload", "server_error", "server_error=503", "reset", "stream_overload=2", "tool_use", "short=3",
+	"tool_cut", "tool_reset"}
 
 // chaosScript draws a compound fault script: several faults in a row, so
 // that a recovery meets the next failure (a cut then a refused prefill, a

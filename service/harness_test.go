@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -311,16 +310,3 @@ func transitions(evs []*completionv1.CompletionEvent) []string {
 }
 
 func statusOf(err error) *status.Status { return status.Convert(err) }
-
-func readTestSources(t *testing.T) string {
-	t.Helper()
-	var b strings.Builder
-	for _, f := range []string{"reasons_test.go", "session_test.go", "stream_test.go"} {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(data)
-	}
-	return b.String()
-}
