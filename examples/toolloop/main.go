@@ -30,10 +30,11 @@ func main() {
 	addr := flag.String("addr", "localhost:50051", "completiond address")
 	route := flag.String("route", "sim", "route to call")
 	question := flag.String("q", "What is the weather in Lisbon and in Oslo?", "the question")
+	faults := flag.String("faults", defaultFaults, "the sim's fault script (sim routes only), e.g. tool_reset=get_weather,"+defaultFaults)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *addr, *route, *question, os.Stdout); err != nil {
+	if err := run(ctx, *addr, *route, *question, *faults, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "toolloop:", err)
 		os.Exit(1)
 	}
@@ -50,7 +51,13 @@ var tools = map[string]func(input *structpb.Struct) string{
 	},
 }
 
-func run(ctx context.Context, addr, route, question string, out io.Writer) error {
+// defaultFaults makes the sim call get_weather twice, then answer.
+const defaultFaults = "tool_use=get_weather,tool_use=get_weather"
+
+// run answers each tool_call event the moment it arrives: completiond sends
+// a call only once the attempt that made it is settled, so every call it
+// sends is one the model waits for, whatever failed before.
+func run(ctx context.Context, addr, route, question, faults string, out io.Writer) error {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -60,7 +67,7 @@ func run(ctx context.Context, addr, route, question string, out io.Writer) error
 	if err != nil {
 		return err
 	}
-	if err := stream.Send(start(route, question)); err != nil {
+	if err := stream.Send(start(route, question, faults)); err != nil {
 		return err
 	}
 	for {
@@ -77,7 +84,7 @@ func run(ctx context.Context, addr, route, question string, out io.Writer) error
 	}
 }
 
-func start(route, question string) *completionv1.SessionRequest {
+func start(route, question, faults string) *completionv1.SessionRequest {
 	schema, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{
 		"city": map[string]any{"type": "string"}}, "required": []any{"city"}})
 	req := &completionv1.CompleteRequest{
@@ -87,7 +94,7 @@ func start(route, question string) *completionv1.SessionRequest {
 		Tools: []*completionv1.Tool{{Name: "get_weather", Description: "Current weather for a city.", InputSchema: schema}},
 	}
 	if strings.HasPrefix(route, "sim") {
-		req.Metadata = map[string]string{"sim.faults": "tool_use=get_weather,tool_use=get_weather", "sim.pace": "5ms"}
+		req.Metadata = map[string]string{"sim.faults": faults, "sim.pace": "5ms"}
 	}
 	return &completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: &completionv1.SessionStart{Request: req, MaxTurns: 5}}}
 }
