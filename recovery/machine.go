@@ -68,19 +68,18 @@ type Machine struct {
 	discard []int        // Step.Void of the step being built
 
 	// The conversation.
-	msgs       []Message // what the next request sends, without its prefill
-	route      int       // index into cfg.Routes
-	maxTokens  int       // the max_tokens wanted, before the route's own cap
-	ceiling    int       // the max_tokens CONTEXT_LIMIT_ADJUST found to fit this route, or 0
-	noPrefill  []bool    // routes that refused a prefill
-	attempt    int       // the last attempt number handed out
-	turn       int
-	inflight   Call       // the call or summary being run
-	compact    compaction // the compaction being summarised
-	compacting bool       // the summary of compact is being made (or waited for)
-	tools      []ToolCall // the calls the caller is running
-	thinking   []Block    // the thinking blocks of the answer that made them
-	stop       StopReason // the stop reason of the answer under review
+	msgs        []Message // what the next request sends, without its prefill
+	route       int       // index into cfg.Routes
+	maxTokens   int       // the max_tokens wanted, before the route's own cap
+	ceiling     int       // the max_tokens CONTEXT_LIMIT_ADJUST found to fit this route, or 0
+	noPrefill   []bool    // routes that refused a prefill
+	attempt     int       // the last attempt number handed out
+	turn        int
+	inflight    Call        // the call or summary being run
+	summarizing *compaction // the compaction whose summary is being made (or waited for), or nil
+	tools       []ToolCall  // the calls the caller is running
+	thinking    []Block     // the thinking blocks of the answer that made them
+	stop        StopReason  // the stop reason of the answer under review
 
 	// The answer.
 	parts       []part
@@ -101,11 +100,11 @@ type Machine struct {
 	reactiveCompactions int
 
 	// Per completion.
-	escalated       bool
-	mediaRecoveries int
-	hookBlocks      int
-	compacted       bool // compacted since the conversation last grew
-	budget          budgetTracker
+	escalated             bool
+	mediaRecoveries       int
+	hookBlocks            int
+	summarizedSinceGrowth bool // a compaction ran since the conversation last grew
+	budget                budgetTracker
 }
 
 // budgetTracker follows TOKEN_BUDGET_CONTINUATION.
@@ -224,7 +223,7 @@ func (m *Machine) Step(ev Event) Step {
 		a = m.attemptDone(ev)
 	case ev.Kind == EvAttemptFailed:
 		a = m.attemptFailed(ev)
-	case ev.Kind == EvWaitElapsed && m.compacting:
+	case ev.Kind == EvWaitElapsed && m.summarizing != nil:
 		a = m.summaryCall()
 	case ev.Kind == EvWaitElapsed:
 		a = m.call()
@@ -358,7 +357,7 @@ func (m *Machine) callChecked() Action {
 	}
 	why := fmt.Sprintf("estimated input %d tokens ≥ limit %d (window %d − reserve %d − margin %d)",
 		est, limit, r.ContextWindow, min(m.callMax(), m.p.Overflow.OutputReserveCap), m.p.Overflow.BlockingMargin)
-	if m.p.Overflow.Compaction && !m.compacted {
+	if m.p.Overflow.Compaction && !m.summarizedSinceGrowth {
 		if s, ok := SplitForCompaction(m.msgs, m.p.Overflow.KeepRecentMessages); ok {
 			return m.summarize(compaction{split: s})
 		}
@@ -366,7 +365,7 @@ func (m *Machine) callChecked() Action {
 	switch {
 	case !m.p.Overflow.Compaction:
 		why += "; compaction is off"
-	case m.compacted:
+	case m.summarizedSinceGrowth:
 		why += " even after compaction"
 	default:
 		why += "; nothing to compact between the first message and the recent window"
@@ -402,7 +401,7 @@ func (m *Machine) wait(d time.Duration) Action {
 // summarize starts the compaction c: its summarising call is a phase of
 // the machine, with retries of its own on the current route.
 func (m *Machine) summarize(c compaction) Action {
-	m.compact, m.compacting = c, true
+	m.summarizing = &c
 	m.retries, m.overloads, m.waited = 0, 0, 0
 	return m.summaryCall()
 }
@@ -417,7 +416,7 @@ func (m *Machine) summaryCall() Action {
 		Route:     m.cur(),
 		MaxTokens: min(SummaryMaxTokens, m.callMax()),
 		System:    SummarySystemPrompt,
-		Messages:  []Message{UserText(RenderTranscript(m.compact.split.Middle))},
+		Messages:  []Message{UserText(RenderTranscript(m.summarizing.split.Middle))},
 	}
 	m.phase = phaseSummarizing
 	return Action{Kind: ActSummarize, Call: m.inflight}
@@ -508,7 +507,7 @@ func (m *Machine) extend(extra []Block, reply ...Block) {
 	m.msgs = appendMessage(m.msgs, Message{Role: RoleAssistant, Blocks: seg})
 	m.msgs = appendMessage(m.msgs, Message{Role: RoleUser, Blocks: reply})
 	m.segStart = len(m.parts)
-	m.compacted = false
+	m.summarizedSinceGrowth = false
 }
 
 // abortTools records the calls the caller was running as failed, so the

@@ -117,10 +117,10 @@ func (m *Machine) summarized(ev Event) Action {
 			Message: "the summarising call answered nothing (stop " + ev.StopReason.String() + ")"}, "")
 	}
 	m.record(OutcomeDiscarded, ev.Usage)
-	c := m.compact
-	m.compacting = false
+	c := *m.summarizing
+	m.summarizing = nil
 	m.retries, m.overloads, m.waited = 0, 0, 0
-	m.msgs, m.compacted = c.split.Compacted(ev.Text), true
+	m.msgs, m.summarizedSinceGrowth = c.split.Compacted(ev.Text), true
 	r := AutoCompact
 	if c.reactive {
 		r = ReactiveCompactRetry
@@ -171,16 +171,17 @@ func (m *Machine) summaryFailed(ev Event) Action {
 // (because of f; why says why it was not retried, if it was retryable): the
 // ladder goes on (reactive), or the prompt stays blocked (proactive).
 func (m *Machine) compactFailed(f *Failure, why string) Action {
-	m.compacting = false
+	c := *m.summarizing
+	m.summarizing = nil
 	m.retries, m.overloads, m.waited = 0, 0, 0
 	if why != "" {
 		why = " (" + why + ")"
 	}
 	why = "the summarising call failed: " + f.Error() + why
-	if !m.compact.reactive {
+	if !c.reactive {
 		return m.finish(BlockingLimit, f, why+"; the prompt leaves no room for the answer")
 	}
-	return m.overflowFallback(m.compact.cause, "prompt too long", why)
+	return m.overflowFallback(c.cause, "prompt too long", why)
 }
 
 // media strips the images an upstream rejected and retries once. The

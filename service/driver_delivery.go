@@ -19,15 +19,15 @@ var errClientGone = errors.New("client gone")
 // delivery holds them. Tool calls are never held here: the machine hands
 // the answer's calls over in Step.Deliver.
 type outbox struct {
-	send    func(*completionv1.CompletionEvent) error
-	settled bool                                    // DELIVERY_MODE_SETTLED
-	held    map[int][]*completionv1.CompletionEvent // settled mode: output by attempt, in stream order
-	seq     uint64
-	gone    bool // a send failed: the caller can no longer be reached
+	send        func(*completionv1.CompletionEvent) error
+	settled     bool                                    // DELIVERY_MODE_SETTLED
+	unsettled   map[int][]*completionv1.CompletionEvent // settled mode: output by attempt, in stream order
+	seq         uint64
+	unreachable bool // a send failed: the caller can no longer be reached
 }
 
 func newOutbox(send func(*completionv1.CompletionEvent) error, settled bool) *outbox {
-	return &outbox{send: send, settled: settled, held: map[int][]*completionv1.CompletionEvent{}}
+	return &outbox{send: send, settled: settled, unsettled: map[int][]*completionv1.CompletionEvent{}}
 }
 
 // output takes one delta of the attempt that action a runs: sent at once
@@ -37,11 +37,11 @@ func (o *outbox) output(a recovery.Action, kind completionv1.DeltaKind, text str
 	ev := &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: kind, Text: text}}}
 	if o.settled {
 		ev.Attempt, ev.Turn = int32(a.Attempt), int32(a.Turn)
-		o.held[a.Attempt] = append(o.held[a.Attempt], ev)
+		o.unsettled[a.Attempt] = append(o.unsettled[a.Attempt], ev)
 		return nil
 	}
 	o.event(a.Attempt, a.Turn, ev)
-	if o.gone {
+	if o.unreachable {
 		return errClientGone
 	}
 	return nil
@@ -52,13 +52,13 @@ func (o *outbox) output(a recovery.Action, kind completionv1.DeltaKind, text str
 // the tool calls the machine delivers with it.
 func (o *outbox) settle(step recovery.Step) {
 	for _, a := range step.Void {
-		delete(o.held, a)
+		delete(o.unsettled, a)
 	}
 	for _, d := range step.Deliver {
-		for _, ev := range o.held[d.Attempt] {
+		for _, ev := range o.unsettled[d.Attempt] {
 			o.sendNumbered(ev)
 		}
-		delete(o.held, d.Attempt)
+		delete(o.unsettled, d.Attempt)
 		for _, tc := range d.ToolCalls {
 			o.event(d.Attempt, step.Action.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_ToolCall{ToolCall: fromToolCall(tc)}})
 		}
@@ -73,15 +73,15 @@ func (o *outbox) event(attempt, turn int, ev *completionv1.CompletionEvent) {
 
 // sendNumbered gives ev the next seq and sends it, unless the caller is gone.
 func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
-	if o.gone {
+	if o.unreachable {
 		return
 	}
 	o.seq++
 	ev.Seq = o.seq
 	if err := o.send(ev); err != nil {
-		o.gone = true
+		o.unreachable = true
 	}
 }
 
 // callerGone reports whether a send failed.
-func (o *outbox) callerGone() bool { return o.gone }
+func (o *outbox) callerGone() bool { return o.unreachable }
