@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	pt "github.com/completiond/completiond/provider/providertest"
@@ -336,4 +337,66 @@ func slowWindowClient(t *testing.T, g *GRPC) completionv1.CompletionClient {
 		g.Server.Stop()
 	})
 	return completionv1.NewCompletionClient(conn)
+}
+
+// The policy's ceilings and the upstream's word, end to end: a Retry-After
+// over the ceiling is not waited for (RESOURCE_EXHAUSTED carrying the
+// upstream's wait), and a 500 with x-should-retry: false is not retried and
+// ends UNAVAILABLE, the outage class (not INTERNAL).
+func TestUpstreamWaitsAndRefusalsEndTyped(t *testing.T) {
+	for _, kind := range providerKinds {
+		t.Run(kind+"/retry-after-over-the-ceiling", func(t *testing.T) {
+			env := newCompoundEnv(t, kind, pt.Always(pt.RateLimited("86400")), false)
+			start := time.Now()
+			evs, st := env.stream(t, prompt("Explain recovery.", nil))
+			checkContract(t, evs, st)
+			ri := retryInfo(st)
+			if st.Code() != codes.ResourceExhausted || ri == nil || ri.GetRetryDelay().AsDuration() != 24*time.Hour {
+				t.Errorf("status %v RetryInfo %v, want RESOURCE_EXHAUSTED retryable after 24h", st, ri)
+			}
+			if n := env.upstream.Count(); n != 1 || time.Since(start) > 5*time.Second {
+				t.Errorf("%d requests in %v: the day-long wait must not be taken", n, time.Since(start))
+			}
+		})
+		t.Run(kind+"/should-retry-false", func(t *testing.T) {
+			env := newCompoundEnv(t, kind, pt.Always(pt.Fail(pt.ServerError).With("x-should-retry", "false")), false)
+			evs, st := env.stream(t, prompt("Explain recovery.", nil))
+			checkContract(t, evs, st)
+			if st.Code() != codes.Unavailable || env.upstream.Count() != 1 {
+				t.Errorf("status %v after %d requests, want UNAVAILABLE after 1", st, env.upstream.Count())
+			}
+		})
+	}
+}
+
+// A request's policy moves only in the safe direction: backoff cannot be
+// shrunk below the server's, budgets cannot be raised.
+func TestPolicyOverridesOnlyTighten(t *testing.T) {
+	env := newTestEnv(t)
+	cases := []struct {
+		field  string
+		policy *completionv1.Policy
+	}{
+		{"policy.backoff_base", &completionv1.Policy{BackoffBase: durationpb.New(time.Nanosecond)}},
+		{"policy.backoff_max", &completionv1.Policy{BackoffMax: durationpb.New(time.Nanosecond)}},
+		{"policy.fallback_retries", &completionv1.Policy{FallbackRetries: ptr(int32(50))}},
+		{"policy.retry_after_ceiling", &completionv1.Policy{RetryAfterCeiling: durationpb.New(48 * time.Hour)}},
+		{"policy.fallback_wait", &completionv1.Policy{FallbackWait: durationpb.New(time.Hour)}},
+	}
+	for _, tc := range cases {
+		req := faults("ok")
+		req.Policy = tc.policy
+		_, st := env.streamAll(t, req)
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.field) {
+			t.Errorf("%s: status %v, want INVALID_ARGUMENT naming it", tc.field, st)
+		}
+	}
+	req := faults("rate_limit,ok")
+	req.Policy = &completionv1.Policy{BackoffBase: durationpb.New(5 * time.Millisecond), RetryAfterCeiling: durationpb.New(time.Second),
+		FallbackRetries: ptr(int32(1)), FallbackWait: durationpb.New(time.Second)}
+	evs, st := env.streamAll(t, req)
+	checkContract(t, evs, st)
+	if tr := transitionEvents(evs); len(tr) < 2 || tr[0].GetTransition().GetBackoff().AsDuration() < 5*time.Millisecond {
+		t.Errorf("transitions %v: a raised backoff must be used", transitions(evs))
+	}
 }
