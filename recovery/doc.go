@@ -18,18 +18,28 @@
 //
 //	m := recovery.New(cfg)
 //	step := m.Start(now)
-//	for step.Action.Kind != recovery.ActFinish {
-//		publish(step.Transitions)
-//		ev := perform(step.Action) // call, wait, summarise, ask the caller
+//	for {
+//		settle(step.Void, step.Deliver) // drop or send held output; send the delivered tool calls
+//		publish(step.Transitions)      // numbered by the machine
+//		if step.Action.Kind == recovery.ActFinish {
+//			break // the terminal transition was the last one published
+//		}
+//		ev := perform(step.Action) // call, summarise, wait, ask the caller
 //		ev.Now, ev.Rand = clock.Now(), rng.Float64()
 //		step = m.Step(ev)
 //	}
-//	publish(step.Transitions) // the terminal one is last
+//
+// The driver forwards; it never infers. Step says what to run, what to
+// publish, which attempts' output is now final (Deliver, with the answer's
+// tool calls) and which is void (Void); Action.Attempt and Action.Turn
+// number every event the action produces.
 //
 // EvCancelled is accepted at any time. Any other event must answer the last
-// action (EvAttemptDone or EvAttemptFailed for ActCall, EvWaitElapsed for
-// ActWait, and so on); an event that cannot is a driver bug and ends the
-// completion with MODEL_ERROR. After the finish, Start and Step return the
+// action (EvAttemptDone or EvAttemptFailed for ActCall and ActSummarize,
+// EvWaitElapsed for ActWait, and so on); an event that cannot is a driver bug
+// and ends the completion with MODEL_ERROR. A call that never left (the
+// breaker refused it, the caller was gone) is reported with Event.NotSent:
+// it is no attempt, and its number is handed out again. After the finish, Start and Step return the
 // finish step again.
 //
 // # The answer and the wire promise
@@ -43,8 +53,17 @@
 // stream resumes (refused prefill, or a fallback to a route without prefill)
 // and an escalation of a resumed answer void every attempt of the resumed
 // chain, and a blocked stop-hook answer voids all the attempts of that
-// answer. A summarising call (ActSummarize) has an attempt number of its own
-// but never streams answer text.
+// answer. A summarising call (ActSummarize) is an attempt of its own, with
+// retries of its own, but never streams answer text.
+//
+// Output is final once no later decision can void it, and only then does
+// the machine name it in Step.Deliver: at the finish, when the caller must
+// run the answer's tool calls, or when a continuation closed the segment it
+// belongs to and no stop hook may still reject the whole answer. So a
+// driver holding output until Deliver (settled delivery) never sends what
+// is later discarded, and a tool call is actionable when it arrives. Only
+// an answer that stopped with tool_use has tool calls: those an attempt
+// made before a cut or a failure are void with it.
 //
 // # Decisions that are not obvious
 //
