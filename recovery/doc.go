@@ -67,6 +67,16 @@
 //
 // # Decisions that are not obvious
 //
+//   - A route with a fallback gets a bounded retry budget per step
+//     (RetryPolicy.FallbackRetries retries or FallbackWait of backoff), the
+//     last route of the chain the full MaxRetries: a fallback is worth more
+//     than a long wait. A Retry-After over RetryPolicy.RetryAfterCeiling is
+//     never waited for: fall back, or end retryable after it.
+//   - x-should-retry: false on an outage-class failure (a 529, a 500) means
+//     never on this route again: fall back, or end.
+//   - A tool call cut by max_tokens is a truncation like any other (the
+//     provider drops the partial call); an attempt that failed after a
+//     complete tool call restarts cleanly, since a prefill carries text only.
 //   - Three consecutive overloads, a timeout, and a refused Retry-After that
 //     would outlive the deadline move to the next route at once, without a
 //     wait: the new upstream has not been hammered.
