@@ -44,6 +44,40 @@ type Limits struct {
 	MaxTools int
 	// MaxMetadata is the largest number of metadata entries accepted.
 	MaxMetadata int
+
+	// MaxInFlight bounds the completions (Stream, Complete, Session) the
+	// server runs at once; one more is shed with UNAVAILABLE and RetryInfo.
+	// 0 is no bound.
+	MaxInFlight int
+	// KeyMaxConcurrent bounds the completions one authenticated key runs at
+	// once; one more is refused with RESOURCE_EXHAUSTED and RetryInfo. 0 is
+	// no bound.
+	KeyMaxConcurrent int
+	// KeyRate is how many completions per second one authenticated key may
+	// start, with bursts of KeyBurst; one more is refused with
+	// RESOURCE_EXHAUSTED and a RetryInfo saying when a token is due. 0 is no
+	// bound.
+	KeyRate float64
+	// KeyBurst is the burst of KeyRate (at least 1).
+	KeyBurst int
+	// MaxConcurrentStreams bounds the concurrent RPCs of one connection;
+	// more wait in the client. 0 is gRPC's default (no bound).
+	MaxConcurrentStreams uint32
+	// KeepaliveMinTime is the shortest interval between a client's pings the
+	// server tolerates; a client pinging more often is disconnected. 0 is
+	// gRPC's default (5 min).
+	KeepaliveMinTime time.Duration
+	// KeepaliveTime is how long a connection may be silent before the server
+	// pings it, and KeepaliveTimeout how long the answer may take before the
+	// connection is closed. 0 is gRPC's default (2 h, 20 s).
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// MaxConnectionIdle closes a connection without RPCs for this long; 0 is
+	// no bound.
+	MaxConnectionIdle time.Duration
+	// MaxConnectionAge sends GOAWAY to a connection this old, so that clients
+	// reconnect and spread over replicas; its RPCs may then run for
+	// MaxConnectionAgeGrace before the connection is closed. 0 is no bound.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 }
 
 // DefaultLimits returns the limits used when the configuration sets none.
@@ -55,6 +89,18 @@ func DefaultLimits() Limits {
 		MaxMessages:     1000,
 		MaxTools:        128,
 		MaxMetadata:     64,
+
+		MaxInFlight:           512,
+		KeyMaxConcurrent:      64,
+		KeyRate:               20,
+		KeyBurst:              40,
+		MaxConcurrentStreams:  128,
+		KeepaliveMinTime:      10 * time.Second,
+		KeepaliveTime:         2 * time.Minute,
+		KeepaliveTimeout:      20 * time.Second,
+		MaxConnectionIdle:     15 * time.Minute,
+		MaxConnectionAge:      30 * time.Minute,
+		MaxConnectionAgeGrace: 20 * time.Minute,
 	}
 }
 
@@ -83,6 +129,13 @@ type Config struct {
 	Rand func() float64
 	// Telemetry receives traces and metrics; the zero value turns them off.
 	Telemetry Telemetry
+	// Auth says who may call; the zero value lets everybody call.
+	Auth Auth
+	// TLS names the certificate files of the server; ServerTLS reads them.
+	// The zero value serves plaintext.
+	TLS TLSFiles
+	// DisableReflection turns the gRPC reflection service off.
+	DisableReflection bool
 }
 
 // SimRoutes returns the routes of the embedded simulator: a primary route
@@ -128,6 +181,9 @@ func (c *Config) check() error {
 	}
 	if _, ok := c.Routes[c.DefaultRoute]; !ok {
 		return fmt.Errorf("default route %q is not configured", c.DefaultRoute)
+	}
+	if err := c.Auth.check(c.Routes); err != nil {
+		return err
 	}
 	for name, r := range c.Routes {
 		if r.Upstream == nil {

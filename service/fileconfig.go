@@ -2,10 +2,13 @@ package service
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -58,6 +61,14 @@ type FileConfig struct {
 	Routes map[string]FileRoute `yaml:"routes"`
 	// Breaker configures the per-route circuit breakers.
 	Breaker *FileBreaker `yaml:"circuit_breaker"`
+	// Auth declares the keys callers present; without it anybody may call.
+	Auth *FileAuth `yaml:"auth"`
+	// TLS names the server's certificate files; without it the server
+	// speaks plaintext.
+	TLS *FileTLS `yaml:"tls"`
+	// Limits bound the load the server accepts; unset fields keep their
+	// defaults.
+	Limits *FileLimits `yaml:"limits"`
 }
 
 // FileProvider declares one upstream account.
@@ -170,6 +181,9 @@ func (fc *FileConfig) apply(base Config, getenv func(string) string, factories m
 		cfg.DefaultRoute = fc.DefaultRoute
 	}
 	if err := fc.applyBreaker(&cfg); err != nil {
+		return base, err
+	}
+	if err := fc.applySafety(&cfg, getenv); err != nil {
 		return base, err
 	}
 	if err := cfg.check(); err != nil {
@@ -375,4 +389,199 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// FileAuth declares who may call the server.
+type FileAuth struct {
+	// Keys are the callers' API keys.
+	Keys []FileKey `yaml:"keys"`
+}
+
+// FileKey declares one caller's API key. Exactly one of Key and SHA256 is
+// set, or neither for an entry that only names a client certificate (mTLS).
+type FileKey struct {
+	// Name identifies the caller in logs, spans and metrics; a client
+	// certificate whose CommonName or DNS SAN is Name gets this entry's routes.
+	Name string `yaml:"name"`
+	// Key is the key itself; write it as ${ENV_VAR} to keep it out of the file.
+	Key string `yaml:"key"`
+	// SHA256 is the hex SHA-256 digest of the key, for a file that holds no
+	// secret: `printf %s "$KEY" | sha256sum`.
+	SHA256 string `yaml:"sha256"`
+	// Routes are the routes the key may use: a list of names, or all.
+	Routes FileRoutes `yaml:"routes"`
+}
+
+// FileRoutes is a key's routes: a list of route names, or the word all.
+type FileRoutes struct {
+	// All allows every route.
+	All bool
+	// Names are the routes allowed when All is false.
+	Names []string
+	set   bool
+}
+
+// UnmarshalYAML reads a list of names or the scalar all.
+func (r *FileRoutes) UnmarshalYAML(n *yaml.Node) error {
+	r.set = true
+	if n.Kind == yaml.ScalarNode {
+		if n.Value != "all" {
+			return fmt.Errorf("line %d: routes: want a list of routes or all, got %q", n.Line, n.Value)
+		}
+		r.All = true
+		return nil
+	}
+	return n.Decode(&r.Names)
+}
+
+// FileTLS names the server's certificate files.
+type FileTLS struct {
+	// Cert and Key are the PEM files of the certificate chain and its key;
+	// they are read again when they change.
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// ClientCA is a PEM file of the CAs whose client certificates
+	// authenticate callers (mTLS).
+	ClientCA string `yaml:"client_ca"`
+	// Reload is how often, at most, the files are checked for a change, e.g. "5s".
+	Reload string `yaml:"reload"`
+}
+
+// FileLimits bound the load the server accepts; see Limits. Unset fields
+// keep their defaults; 0 turns a count or a duration off.
+type FileLimits struct {
+	// MaxRequestBytes is Limits.MaxRequestBytes.
+	MaxRequestBytes *int `yaml:"max_request_bytes"`
+	// MaxInFlight is Limits.MaxInFlight.
+	MaxInFlight *int `yaml:"max_in_flight"`
+	// KeyMaxConcurrent is Limits.KeyMaxConcurrent.
+	KeyMaxConcurrent *int `yaml:"key_max_concurrent"`
+	// KeyRate is Limits.KeyRate, in completions per second.
+	KeyRate *float64 `yaml:"key_rate"`
+	// KeyBurst is Limits.KeyBurst.
+	KeyBurst *int `yaml:"key_burst"`
+	// MaxStreamsPerConn is Limits.MaxConcurrentStreams.
+	MaxStreamsPerConn *int `yaml:"max_streams_per_connection"`
+	// KeepaliveMinTime is Limits.KeepaliveMinTime, e.g. "10s".
+	KeepaliveMinTime string `yaml:"keepalive_min_time"`
+	// KeepaliveTime is Limits.KeepaliveTime.
+	KeepaliveTime string `yaml:"keepalive_time"`
+	// KeepaliveTimeout is Limits.KeepaliveTimeout.
+	KeepaliveTimeout string `yaml:"keepalive_timeout"`
+	// MaxConnectionIdle is Limits.MaxConnectionIdle.
+	MaxConnectionIdle string `yaml:"max_connection_idle"`
+	// MaxConnectionAge is Limits.MaxConnectionAge.
+	MaxConnectionAge string `yaml:"max_connection_age"`
+	// MaxConnectionAgeGrace is Limits.MaxConnectionAgeGrace.
+	MaxConnectionAgeGrace string `yaml:"max_connection_age_grace"`
+}
+
+// applySafety applies the auth, tls and limits sections to cfg.
+func (fc *FileConfig) applySafety(cfg *Config, getenv func(string) string) error {
+	if fc.Auth != nil {
+		for i, fk := range fc.Auth.Keys {
+			k, err := fk.build(fmt.Sprintf("auth.keys[%d]", i), getenv)
+			if err != nil {
+				return err
+			}
+			cfg.Auth.Keys = append(cfg.Auth.Keys, k)
+		}
+	}
+	if t := fc.TLS; t != nil {
+		cfg.TLS = TLSFiles{CertFile: t.Cert, KeyFile: t.Key, ClientCAFile: t.ClientCA}
+		if (t.Cert == "") != (t.Key == "") {
+			return fmt.Errorf("tls: cert and key go together")
+		}
+		if t.Reload != "" {
+			d, err := time.ParseDuration(t.Reload)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("tls.reload: %q is not a positive duration", t.Reload)
+			}
+			cfg.TLS.ReloadInterval = d
+		}
+		cfg.Auth.ClientCertificates = t.ClientCA != ""
+	}
+	if fc.Limits != nil {
+		return fc.Limits.apply(&cfg.Limits)
+	}
+	return nil
+}
+
+func (fk FileKey) build(field string, getenv func(string) string) (APIKey, error) {
+	k := APIKey{Name: fk.Name}
+	if !fk.Routes.set {
+		return k, fmt.Errorf("%s.routes: required: a list of routes, or all", field)
+	}
+	if !fk.Routes.All {
+		k.Routes = append([]string{}, fk.Routes.Names...)
+	}
+	switch {
+	case fk.Key != "" && fk.SHA256 != "":
+		return k, fmt.Errorf("%s: set key or sha256, not both", field)
+	case fk.Key != "":
+		key, err := expandEnv(fk.Key, getenv)
+		if err != nil {
+			return k, fmt.Errorf("%s.key: %w", field, err)
+		}
+		if key == "" {
+			return k, fmt.Errorf("%s.key: the key is empty", field)
+		}
+		k.SHA256 = HashKey(key)
+	case fk.SHA256 != "":
+		b, err := hex.DecodeString(fk.SHA256)
+		if err != nil || len(b) != sha256.Size {
+			return k, fmt.Errorf("%s.sha256: want %d hex digits of a SHA-256 digest", field, 2*sha256.Size)
+		}
+		copy(k.SHA256[:], b)
+	}
+	return k, nil
+}
+
+func (fl *FileLimits) apply(l *Limits) error {
+	for _, f := range []struct {
+		name string
+		src  *int
+		dst  *int
+	}{{"max_request_bytes", fl.MaxRequestBytes, &l.MaxRequestBytes}, {"max_in_flight", fl.MaxInFlight, &l.MaxInFlight},
+		{"key_max_concurrent", fl.KeyMaxConcurrent, &l.KeyMaxConcurrent}, {"key_burst", fl.KeyBurst, &l.KeyBurst}} {
+		if f.src == nil {
+			continue
+		}
+		if *f.src < 0 {
+			return fmt.Errorf("limits.%s: %d is negative", f.name, *f.src)
+		}
+		*f.dst = *f.src
+	}
+	if fl.MaxRequestBytes != nil && *fl.MaxRequestBytes == 0 {
+		return fmt.Errorf("limits.max_request_bytes: must be positive")
+	}
+	if n := fl.MaxStreamsPerConn; n != nil {
+		if *n < 0 || int64(*n) > math.MaxUint32 {
+			return fmt.Errorf("limits.max_streams_per_connection: %d is out of range", *n)
+		}
+		l.MaxConcurrentStreams = uint32(*n)
+	}
+	if r := fl.KeyRate; r != nil {
+		if *r < 0 || math.IsNaN(*r) || math.IsInf(*r, 0) {
+			return fmt.Errorf("limits.key_rate: %v is not a rate", *r)
+		}
+		l.KeyRate = *r
+	}
+	for _, f := range []struct {
+		name string
+		src  string
+		dst  *time.Duration
+	}{{"keepalive_min_time", fl.KeepaliveMinTime, &l.KeepaliveMinTime}, {"keepalive_time", fl.KeepaliveTime, &l.KeepaliveTime},
+		{"keepalive_timeout", fl.KeepaliveTimeout, &l.KeepaliveTimeout}, {"max_connection_idle", fl.MaxConnectionIdle, &l.MaxConnectionIdle},
+		{"max_connection_age", fl.MaxConnectionAge, &l.MaxConnectionAge}, {"max_connection_age_grace", fl.MaxConnectionAgeGrace, &l.MaxConnectionAgeGrace}} {
+		if f.src == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f.src)
+		if err != nil || d < 0 {
+			return fmt.Errorf("limits.%s: %q is not a duration", f.name, f.src)
+		}
+		*f.dst = d
+	}
+	return nil
 }

@@ -126,7 +126,10 @@ func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, s
 	if len(v) > 0 {
 		return nil, invalidArgument(v)
 	}
-	routes := s.cfg.chain(req.GetRoute(), req.GetFallbackRoutes())
+	routes, err := permit(ctx, req.GetFallbackRoutes(), s.cfg.chain(req.GetRoute(), req.GetFallbackRoutes()))
+	if err != nil {
+		return nil, err
+	}
 	if !policy.Retry.Fallback {
 		routes = routes[:1]
 	}

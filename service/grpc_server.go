@@ -27,33 +27,46 @@ type GRPC struct {
 	Completion *Server
 }
 
-// NewGRPC assembles the gRPC server around s. Extra options (for example a
-// stats handler) are appended.
+// NewGRPC assembles the gRPC server around s: authentication (s's
+// Config.Auth), the transport limits and the in-flight and per-key limits
+// (Config.Limits), health, and reflection unless Config.DisableReflection.
+// Extra options (for example a stats handler, or TLS credentials from
+// ServerTLS) are appended.
 func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	log := s.cfg.Logger
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithFieldsFromContext(logFields)}
 	recOpts := []grpcrecovery.Option{grpcrecovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Error(codes.Internal, "internal error")
 	})}
-	base := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(2*s.cfg.Limits.MaxRequestBytes + 1<<20), // room to refuse oversized requests with field violations
+	authn := &authenticator{auth: s.cfg.Auth}
+	identify, identifyStream, enforce, enforceStream := authn.interceptors()
+	limit, limitStream := newLimiter(s.cfg.Limits, s.cfg.Now).interceptors()
+	base := append(transportOptions(s.cfg.Limits),
 		grpc.ChainUnaryInterceptor(
+			identify, // first: the log line names the key
 			logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...),
 			grpcrecovery.UnaryServerInterceptor(recOpts...),
+			enforce,
+			limit,
 		),
 		grpc.ChainStreamInterceptor(
+			identifyStream,
 			logging.StreamServerInterceptor(interceptorLogger(log), logOpts...),
 			grpcrecovery.StreamServerInterceptor(recOpts...),
+			enforceStream,
+			limitStream,
 		),
-	}
+	)
 	g := grpc.NewServer(append(base, opts...)...)
 	s.Register(g)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(g, h)
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(completionv1.Completion_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	reflection.Register(g)
+	if !s.cfg.DisableReflection {
+		reflection.Register(g)
+	}
 	return &GRPC{Server: g, Health: h, Completion: s}
 }
 

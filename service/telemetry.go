@@ -53,6 +53,7 @@ const (
 	keyTruncated     = attribute.Key("completiond.truncated")
 	keyChunks        = attribute.Key("completiond.chunks")
 	keyPurpose       = attribute.Key("completiond.purpose")
+	keyAuthKey       = attribute.Key("completiond.auth.key")
 )
 
 // Bucket boundaries recommended by the GenAI semantic conventions.

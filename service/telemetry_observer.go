@@ -42,6 +42,7 @@ type trail struct {
 	begun    time.Time
 	pending  *attemptSpan // an ended attempt whose transitions may still come
 	attempts int          // attempts started so far
+	key      string       // name of the caller's key; "" without auth
 }
 
 // attemptSpan follows one upstream attempt. Its span stays open after the
@@ -90,11 +91,14 @@ func (o *observer) start(ctx context.Context, c *completion) {
 	o.ensure()
 	first := c.machine.Routes[0]
 	ctx, span := o.tracer.Start(ctx, "chat "+first.Model, trace.WithSpanKind(trace.SpanKindClient))
-	o.trail = &trail{ctx: ctx, span: span, begun: time.Now()}
+	o.trail = &trail{ctx: ctx, span: span, begun: time.Now(), key: CallerName(ctx)}
 	if span.IsRecording() {
 		span.SetAttributes(keyOperation.String("chat"), keyProvider.String(first.Provider),
 			keyRequestModel.String(first.Model), keyMaxTokens.Int(requestMaxTokens(c)),
 			keyRoute.String(first.Name), keyCompletionID.String(c.id))
+		if o.trail.key != "" {
+			span.SetAttributes(keyAuthKey.String(o.trail.key))
+		}
 		if c.started != nil {
 			c.started.TraceId = span.SpanContext().TraceID().String()
 		}
@@ -353,9 +357,13 @@ func (o *observer) finish(c *completion, r *recovery.Result) {
 		ctx = o.trail.ctx
 	}
 	// Logged first: the line carries the ids of the span still recording.
-	o.log.InfoContext(ctx, "completion finished", "completion_id", c.id, "reason", r.Reason.String(),
+	attrs := []any{"completion_id", c.id, "reason", r.Reason.String(),
 		"stop_reason", r.StopReason.String(), "truncated", r.Truncated, "route", r.Route.Name,
-		"attempts", len(r.Attempts), "input_tokens", r.Usage.InputTokens, "output_tokens", r.Usage.OutputTokens)
+		"attempts", len(r.Attempts), "input_tokens", r.Usage.InputTokens, "output_tokens", r.Usage.OutputTokens}
+	if o.trail != nil && o.trail.key != "" {
+		attrs = append(attrs, "auth_key", o.trail.key)
+	}
+	o.log.InfoContext(ctx, "completion finished", attrs...)
 	if o.m.on {
 		o.countFinish(ctx, c, r)
 	}
@@ -397,6 +405,9 @@ func (o *observer) countFinish(ctx context.Context, c *completion, r *recovery.R
 	}
 	first := c.machine.Routes[0]
 	common := []attribute.KeyValue{keyOperation.String("chat"), keyProvider.String(first.Provider), keyRequestModel.String(first.Model)}
+	if o.trail != nil && o.trail.key != "" {
+		common = append(common, keyAuthKey.String(o.trail.key))
+	}
 	o.m.tokens.Record(ctx, r.Usage.InputTokens, metric.WithAttributes(append(common, keyTokenType.String("input"))...))
 	o.m.tokens.Record(ctx, r.Usage.OutputTokens, metric.WithAttributes(append(common, keyTokenType.String("output"))...))
 	if r.Reason != recovery.Completed {

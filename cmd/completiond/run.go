@@ -26,6 +26,7 @@ type options struct {
 	drain    time.Duration
 	wait     time.Duration
 	metrics  string
+	safety   safety
 }
 
 // envPrefix prefixes the environment variable of every flag.
@@ -43,19 +44,28 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.drain, "drain-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight streams may run before they are ended")
 	fs.DurationVar(&o.wait, "caller-wait", 5*time.Minute, "how long a Session waits for the caller's tool results or stop-hook verdict")
 	fs.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. localhost:9464 (empty: off);\ntraces and OTLP metrics follow the standard OTEL_* variables, see docs/observability.md")
+	o.safety.define(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: completiond [flags]\n\n"+
 			"Serves completion.v1.Completion over gRPC, with reflection and grpc.health.v1.\n"+
 			"The embedded sim provider needs no API key; script its faults with the request\n"+
 			"metadata key %q (see README).\n\n"+
 			"Every flag can also be set by an environment variable: %sFLAG_NAME, e.g. %sADDR.\n"+
-			"Flags win over the environment.\n\nFlags:\n", sim.MetaFaults, envPrefix, envPrefix)
+			"Flags win over the environment, and both over the --config file.\n\n"+
+			"Callers authenticate when keys are configured: %s (one key), --api-key-file,\n"+
+			"auth.keys in --config, or client certificates (--tls-client-ca). Without any, the\n"+
+			"server only listens on a loopback address unless --insecure-no-auth.\n\nFlags:\n", sim.MetaFaults, envPrefix, envPrefix, apiKeyEnv)
 		fs.PrintDefaults()
 	}
 	if err := envDefaults(fs, getenv); err != nil {
 		return o, err
 	}
-	return o, fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	o.safety.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.safety.set[f.Name] = true })
+	return o, nil
 }
 
 // envDefaults sets each flag from its environment variable, if set.
@@ -64,7 +74,7 @@ func envDefaults(fs *flag.FlagSet, getenv func(string) string) error {
 	fs.VisitAll(func(f *flag.Flag) {
 		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v := getenv(name); v != "" && err == nil {
-			if e := f.Value.Set(v); e != nil {
+			if e := fs.Set(f.Name, v); e != nil { // fs.Set: Visit sees the flag as set
 				err = fmt.Errorf("%s=%q: %w", name, v, e)
 			}
 		}
@@ -89,6 +99,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	cfg.StreamDrain, cfg.CallerWait = o.drain, o.wait
+	if err := o.safety.apply(&cfg, o.addr, getenv); err != nil {
+		return err
+	}
+	opts, err := serverOptions(cfg, log)
+	if err != nil {
+		return err
+	}
 	tel, err := setupTelemetry(ctx, o.metrics, getenv, log)
 	if err != nil {
 		return err
@@ -99,12 +116,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	g := service.NewGRPC(srv, tel.grpcOptions...)
+	g := service.NewGRPC(srv, append(opts, tel.grpcOptions...)...)
 	lis, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
-	log.Info("serving", "addr", lis.Addr().String(), "default_route", cfg.DefaultRoute, "routes", routeNames(cfg))
+	log.Info("serving", "addr", lis.Addr().String(), "default_route", cfg.DefaultRoute, "routes", routeNames(cfg),
+		"tls", cfg.TLS.On(), "auth_keys", keyNames(cfg), "client_certificates", cfg.Auth.ClientCertificates)
 	errc := make(chan error, 1)
 	go func() { errc <- g.Server.Serve(lis) }()
 	select {

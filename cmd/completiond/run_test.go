@@ -4,8 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"io"
+	"math/big"
 	"os"
 	"slices"
 	"strings"
@@ -14,11 +23,16 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/service"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -186,4 +200,213 @@ func TestAPIKeyInEnvironmentAddsARoute(t *testing.T) {
 	if strings.Contains(all.String(), "SECRET") {
 		t.Error("the API key appeared in the logs")
 	}
+}
+
+func TestHelpListsSafetyFlags(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"--help"}, func(string) string { return "" }, io.Discard, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"-api-key-file", "COMPLETIOND_API_KEY", "-insecure-no-auth", "-reflection", "-tls-cert", "-tls-key",
+		"-tls-client-ca", "-tls-reload", "-max-request-bytes", "-max-in-flight", "(default 512)", "-key-max-concurrent", "-key-rate",
+		"-key-burst", "-max-streams-per-conn", "-keepalive-min-time", "-keepalive-time", "-keepalive-timeout",
+		"-max-connection-idle", "-max-connection-age", "-max-connection-age-grace"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+// TestNoAuthOnlyOnLoopback: without keys the server refuses an address
+// other than loopback, unless told it may.
+func TestNoAuthOnlyOnLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		serve bool
+	}{
+		{"all interfaces", []string{"--addr", ":0"}, nil, false},
+		{"unspecified address", []string{"--addr", "0.0.0.0:0"}, nil, false},
+		{"a host name", []string{"--addr", "example.internal:0"}, nil, false},
+		{"told it may", []string{"--addr", "0.0.0.0:0", "--insecure-no-auth"}, nil, true},
+		{"told by the environment", []string{"--addr", "0.0.0.0:0"}, map[string]string{"COMPLETIOND_INSECURE_NO_AUTH": "true"}, true},
+		{"with a key", []string{"--addr", "0.0.0.0:0"}, map[string]string{"COMPLETIOND_API_KEY": "k"}, true},
+		{"IPv4 loopback", []string{"--addr", "127.0.0.1:0"}, nil, true},
+		{"IPv6 loopback", []string{"--addr", "[::1]:0"}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, stop := context.WithCancel(t.Context())
+			defer stop()
+			logs, logw := io.Pipe()
+			done := make(chan error, 1)
+			go func() {
+				done <- run(ctx, tc.args, func(k string) string { return tc.env[k] }, logw, io.Discard)
+				logw.Close()
+			}()
+			sc := bufio.NewScanner(logs)
+			served := false
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), `"msg":"serving"`) {
+					served = true
+					stop()
+					break
+				}
+			}
+			go func() { _, _ = io.Copy(io.Discard, logs) }()
+			err := <-done
+			if tc.serve && (!served || err != nil) {
+				if strings.Contains(fmt.Sprint(err), "cannot assign") {
+					t.Skipf("no such interface here: %v", err)
+				}
+				t.Errorf("served %v, error %v; want it to serve", served, err)
+			}
+			if !tc.serve && (served || err == nil || !strings.Contains(err.Error(), "without authentication")) {
+				t.Errorf("served %v, error %v; want a refusal", served, err)
+			}
+		})
+	}
+}
+
+// serve runs the server with args and env until the test ends, and returns
+// its address.
+func serve(t *testing.T, args []string, env map[string]string) string {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	logs, logw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, args, func(k string) string { return env[k] }, logw, io.Discard)
+		logw.Close()
+	}()
+	addr := waitForAddr(t, logs)
+	go func() { _, _ = io.Copy(io.Discard, logs) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return addr
+}
+
+// TestKeyFromTheEnvironment: COMPLETIOND_API_KEY turns auth on; health
+// stays open.
+func TestKeyFromTheEnvironment(t *testing.T) {
+	addr := serve(t, nil, map[string]string{"COMPLETIOND_ADDR": "127.0.0.1:0", "COMPLETIOND_API_KEY": "env-secret", "COMPLETIOND_SIM_PACE": "1ms"})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := completionv1.NewCompletionClient(conn)
+	req := &completionv1.CompleteRequest{Messages: []*completionv1.Message{{Role: completionv1.Role_ROLE_USER,
+		Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "hi"}}}}}}}
+	for _, tc := range []struct {
+		auth string
+		want codes.Code
+	}{{"", codes.Unauthenticated}, {"Bearer wrong", codes.Unauthenticated}, {"Bearer env-secret", codes.OK}} {
+		ctx := t.Context()
+		if tc.auth != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", tc.auth)
+		}
+		if _, err := client.Complete(ctx, req); status.Code(err) != tc.want {
+			t.Errorf("authorization %q: %v, want %v", tc.auth, err, tc.want)
+		}
+	}
+	if h, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health without a key: %v %v", h, err)
+	}
+}
+
+// TestLimitFlagsOverTheFile: a limit set by a flag or the environment wins
+// over the file, which wins over the default.
+func TestLimitFlagsOverTheFile(t *testing.T) {
+	path := t.TempDir() + "/c.yaml"
+	if err := os.WriteFile(path, []byte("limits: {max_in_flight: 100, key_rate: 3, max_streams_per_connection: 7}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COMPLETIOND_KEY_RATE": "9"}
+	o, err := parseOptions([]string{"--config", path, "--max-streams-per-conn", "9", "--keepalive-time", "1m"},
+		func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadRoutes(service.DefaultConfig(), o.config, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.safety.apply(&cfg, "localhost:0", func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	l, d := cfg.Limits, service.DefaultLimits()
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"max-in-flight (file)", l.MaxInFlight, 100},
+		{"key-rate (environment over file)", l.KeyRate, 9.0},
+		{"max-streams-per-conn (flag over file)", l.MaxConcurrentStreams, uint32(9)},
+		{"keepalive-time (flag)", l.KeepaliveTime, time.Minute},
+		{"key-burst (default)", l.KeyBurst, d.KeyBurst},
+		{"max-request-bytes (default)", l.MaxRequestBytes, d.MaxRequestBytes},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// TestServesTLS: --tls-cert and --tls-key serve TLS; a client trusting the
+// certificate connects.
+func TestServesTLS(t *testing.T) {
+	dir := t.TempDir()
+	certPEM, keyPEM, pool := selfSigned(t)
+	for name, b := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
+		if err := os.WriteFile(dir+"/"+name, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := serve(t, []string{"--addr", "127.0.0.1:0", "--tls-cert", dir + "/tls.crt", "--tls-key", dir + "/tls.key"}, nil)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("health over TLS: %v", err)
+	}
+	plain, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := healthpb.NewHealthClient(plain).Check(t.Context(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("plaintext to a TLS server: %v, want UNAVAILABLE", err)
+	}
+}
+
+// selfSigned is a self-signed certificate for localhost, its key, and a
+// pool that trusts it.
+func selfSigned(t *testing.T) (certPEM, keyPEM []byte, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), pool
 }

@@ -1,0 +1,284 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
+)
+
+// Auth says who may call the server. With no keys and ClientCertificates
+// off, authentication is off and every caller may use every route.
+type Auth struct {
+	// Keys are the API keys callers present as `authorization: Bearer <key>`.
+	Keys []APIKey
+	// ClientCertificates lets a caller authenticate with a client certificate
+	// the server's TLS configuration verified (mTLS, --tls-client-ca): the
+	// certificate's CommonName or one of its DNS SANs names the key whose
+	// routes it may use; a certificate that names no key may use every route,
+	// under its CommonName.
+	ClientCertificates bool
+}
+
+// On reports whether callers must authenticate.
+func (a Auth) On() bool { return len(a.Keys) > 0 || a.ClientCertificates }
+
+// APIKey is one caller's key: its name, which appears in logs, spans and
+// metrics, the SHA-256 of the key itself, which appears nowhere, and the
+// routes it may use.
+type APIKey struct {
+	// Name identifies the caller in logs, spans and metrics.
+	Name string
+	// SHA256 is the SHA-256 digest of the key; all zero for an entry that
+	// only names a client certificate.
+	SHA256 [sha256.Size]byte
+	// Routes are the routes the key may use; nil means every route.
+	Routes []string
+}
+
+// HashKey returns the SHA-256 digest of key, as APIKey.SHA256 holds it.
+func HashKey(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) }
+
+// Caller is who made a request, once authenticated.
+type Caller struct {
+	// Name is the name of the key or client certificate.
+	Name string
+	// Routes are the routes the caller may use; nil means every route.
+	Routes []string
+}
+
+// may reports whether the caller may use route.
+func (c Caller) may(route string) bool { return c.Routes == nil || slices.Contains(c.Routes, route) }
+
+// authOutcome is what identify found out about a call's caller: who it is,
+// or the error its call ends with.
+type authOutcome struct {
+	caller *Caller
+	err    error
+}
+
+type authOutcomeKey struct{}
+
+// callerFrom returns the authenticated caller of ctx, if any.
+func callerFrom(ctx context.Context) (Caller, bool) {
+	o, ok := ctx.Value(authOutcomeKey{}).(*authOutcome)
+	if !ok || o.caller == nil {
+		return Caller{}, false
+	}
+	return *o.caller, true
+}
+
+// CallerName returns the name of the key or client certificate the call of
+// ctx authenticated with, or "" when it did not.
+func CallerName(ctx context.Context) string {
+	c, _ := callerFrom(ctx)
+	return c.Name
+}
+
+// authenticator checks the credentials of each call. It runs in two parts:
+// identify, first in the interceptor chain, finds out who calls without
+// refusing anything, so that the log line of a call carries the key's name;
+// enforce, after logging, refuses calls that did not authenticate.
+type authenticator struct {
+	auth Auth
+}
+
+// healthPrefix is the method prefix of grpc.health.v1, which stays open.
+const healthPrefix = "/grpc.health.v1.Health/"
+
+// identify returns ctx carrying who the caller is, or why it is not anybody.
+func (a *authenticator) identify(ctx context.Context) context.Context {
+	if !a.auth.On() {
+		return ctx
+	}
+	c, err := a.authenticate(ctx)
+	return context.WithValue(ctx, authOutcomeKey{}, &authOutcome{caller: c, err: err})
+}
+
+// authenticate checks the bearer key of ctx, or else its verified client
+// certificate. A key is compared by its SHA-256 digest in constant time, and
+// every configured key is compared.
+func (a *authenticator) authenticate(ctx context.Context) (*Caller, error) {
+	if len(metadata.ValueFromIncomingContext(ctx, "authorization")) > 0 {
+		token, err := auth.AuthFromMD(ctx, "bearer")
+		if err != nil {
+			return nil, status.Error(codes.Unauthenticated, `malformed authorization metadata: want "Bearer <key>"`)
+		}
+		sum := HashKey(token)
+		var found *APIKey
+		for i := range a.auth.Keys {
+			k := &a.auth.Keys[i]
+			if subtle.ConstantTimeCompare(sum[:], k.SHA256[:]) == 1 && k.SHA256 != ([sha256.Size]byte{}) {
+				found = k
+			}
+		}
+		if found == nil {
+			return nil, status.Error(codes.Unauthenticated, "unknown API key")
+		}
+		return &Caller{Name: found.Name, Routes: found.Routes}, nil
+	}
+	if a.auth.ClientCertificates {
+		if cert := verifiedClientCert(ctx); cert != nil {
+			return a.certCaller(cert), nil
+		}
+		return nil, status.Error(codes.Unauthenticated, `missing credentials: send the metadata "authorization: Bearer <key>" or a client certificate`)
+	}
+	return nil, status.Error(codes.Unauthenticated, `missing credentials: send the metadata "authorization: Bearer <key>"`)
+}
+
+// verifiedClientCert is the leaf of the client certificate chain the TLS
+// handshake of ctx's connection verified, or nil.
+func verifiedClientCert(ctx context.Context) *x509.Certificate {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return info.State.VerifiedChains[0][0]
+}
+
+// certCaller maps a verified client certificate to a caller: the key named
+// by its CommonName or one of its DNS SANs, else its CommonName with every
+// route.
+func (a *authenticator) certCaller(cert *x509.Certificate) *Caller {
+	names := append([]string{cert.Subject.CommonName}, cert.DNSNames...)
+	for _, k := range a.auth.Keys {
+		if slices.Contains(names, k.Name) {
+			return &Caller{Name: k.Name, Routes: k.Routes}
+		}
+	}
+	name := cert.Subject.CommonName
+	if name == "" && len(cert.DNSNames) > 0 {
+		name = cert.DNSNames[0]
+	}
+	return &Caller{Name: name}
+}
+
+// enforce is the go-grpc-middleware auth function: it refuses a call whose
+// caller did not authenticate, except the health service's.
+func (a *authenticator) enforce(ctx context.Context) (context.Context, error) {
+	if !a.auth.On() {
+		return ctx, nil
+	}
+	if m, _ := grpc.Method(ctx); strings.HasPrefix(m, healthPrefix) {
+		return ctx, nil
+	}
+	o, ok := ctx.Value(authOutcomeKey{}).(*authOutcome)
+	if !ok {
+		return nil, status.Error(codes.Unauthenticated, "missing credentials")
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	return ctx, nil
+}
+
+// logFields are the log fields of the caller of ctx: the key's name.
+func logFields(ctx context.Context) logging.Fields {
+	if name := CallerName(ctx); name != "" {
+		return logging.Fields{"auth.key", name}
+	}
+	return nil
+}
+
+// interceptors returns the identify and enforce interceptors, unary and
+// stream: identify goes first in the chain, enforce after logging.
+func (a *authenticator) interceptors() (identify grpc.UnaryServerInterceptor, identifyStream grpc.StreamServerInterceptor,
+	enforce grpc.UnaryServerInterceptor, enforceStream grpc.StreamServerInterceptor) {
+	identify = func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(a.identify(ctx), req)
+	}
+	identifyStream = func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if !a.auth.On() {
+			return h(srv, ss)
+		}
+		w := middleware.WrapServerStream(ss)
+		w.WrappedContext = a.identify(ss.Context())
+		return h(srv, w)
+	}
+	return identify, identifyStream, auth.UnaryServerInterceptor(a.enforce), auth.StreamServerInterceptor(a.enforce)
+}
+
+// permit applies the caller's allowed routes to a request's chain of
+// routes: its route (or the default one) and every fallback it names in
+// fallback_routes must be allowed, or the request is refused with
+// PERMISSION_DENIED; fallbacks that come from the route's configured chain
+// and are not allowed are dropped.
+func permit(ctx context.Context, fallbacks []string, chain []*Route) ([]*Route, error) {
+	c, ok := callerFrom(ctx)
+	if !ok || c.Routes == nil || len(chain) == 0 {
+		return chain, nil
+	}
+	if r := chain[0].Spec.Name; !c.may(r) {
+		return nil, routeDenied(c, r)
+	}
+	for _, fb := range fallbacks {
+		if !c.may(fb) {
+			return nil, routeDenied(c, fb)
+		}
+	}
+	out := make([]*Route, 0, len(chain))
+	for _, r := range chain {
+		if c.may(r.Spec.Name) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// routeDenied is the status of a request for a route its key may not use.
+func routeDenied(c Caller, route string) error {
+	return withDetails(codes.PermissionDenied, fmt.Sprintf("key %q may not use route %q", c.Name, route),
+		&errdetails.ErrorInfo{Reason: "ROUTE_NOT_PERMITTED", Domain: ErrorDomain,
+			Metadata: map[string]string{"route": route, "key": c.Name}}).Err()
+}
+
+// check reports a key without a name, two keys of one name, two keys with
+// one key, and a key allowed a route that is not configured.
+func (a Auth) check(routes map[string]*Route) error {
+	names := map[string]bool{}
+	sums := map[[sha256.Size]byte]string{}
+	for i, k := range a.Keys {
+		field := fmt.Sprintf("auth.keys[%d]", i)
+		if k.Name == "" {
+			return fmt.Errorf("%s.name: a name is required", field)
+		}
+		if names[k.Name] {
+			return fmt.Errorf("%s.name: key %q is declared twice", field, k.Name)
+		}
+		names[k.Name] = true
+		if k.SHA256 != ([sha256.Size]byte{}) {
+			if other, ok := sums[k.SHA256]; ok {
+				return fmt.Errorf("%s: key %q has the same key as %q", field, k.Name, other)
+			}
+			sums[k.SHA256] = k.Name
+		}
+		if k.Routes != nil && len(k.Routes) == 0 {
+			return fmt.Errorf("%s.routes: an empty list allows nothing (write all for every route)", field)
+		}
+		for _, r := range k.Routes {
+			if _, ok := routes[r]; !ok {
+				return fmt.Errorf("%s.routes: unknown route %q", field, r)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,342 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+)
+
+// testKeys are the keys of the auth tests: one for every route, one for
+// the sim route only, one for sim and sim-large.
+func testKeys() Auth {
+	return Auth{Keys: []APIKey{
+		{Name: "ops", SHA256: HashKey("ops-secret-key")},
+		{Name: "narrow", SHA256: HashKey("narrow-secret-key"), Routes: []string{"sim"}},
+		{Name: "large", SHA256: HashKey("large-secret-key"), Routes: []string{"sim-large"}},
+	}}
+}
+
+// authEnv is a test server that requires the test keys, and its connection.
+func authEnv(t *testing.T, mutate ...func(*Config)) (*testEnv, *grpc.ClientConn) {
+	t.Helper()
+	var conn *grpc.ClientConn
+	e := newTestEnv(t, append([]func(*Config){func(c *Config) { c.Auth = testKeys() }}, mutate...)...)
+	conn = serveBufconn(t, e.grpc)
+	t.Cleanup(func() { conn.Close() })
+	e.client = completionv1.NewCompletionClient(conn)
+	return e, conn
+}
+
+// bearer is ctx sending authorization: value.
+func bearer(ctx context.Context, value string) context.Context {
+	if value == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", value)
+}
+
+func TestAuthRefusesBeforeAnyUpstreamCall(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		auth      string
+		route     string
+		fallbacks []string
+		want      codes.Code
+	}{
+		{"good key", "Bearer ops-secret-key", "", nil, codes.OK},
+		{"scheme is case-insensitive", "bearer ops-secret-key", "", nil, codes.OK},
+		{"key allowed the route", "Bearer narrow-secret-key", "sim", nil, codes.OK},
+		{"missing key", "", "", nil, codes.Unauthenticated},
+		{"bad key", "Bearer not-a-key", "", nil, codes.Unauthenticated},
+		{"key of another scheme", "Basic ops-secret-key", "", nil, codes.Unauthenticated},
+		{"no scheme", "ops-secret-key", "", nil, codes.Unauthenticated},
+		{"default route not allowed", "Bearer large-secret-key", "", nil, codes.PermissionDenied},
+		{"route not allowed", "Bearer narrow-secret-key", "sim-large", nil, codes.PermissionDenied},
+		{"named fallback not allowed", "Bearer narrow-secret-key", "sim", []string{"sim-large"}, codes.PermissionDenied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := authEnv(t)
+			req := prompt("hi", nil)
+			req.Route, req.FallbackRoutes = tc.route, tc.fallbacks
+			ctx := bearer(t.Context(), tc.auth)
+			for _, rpc := range []struct {
+				name string
+				call func() error
+			}{
+				{"Stream", func() error {
+					st, err := e.client.Stream(ctx, req)
+					if err != nil {
+						return err
+					}
+					for {
+						if _, err := st.Recv(); err != nil {
+							if errors.Is(err, io.EOF) {
+								return nil
+							}
+							return err
+						}
+					}
+				}},
+				{"Complete", func() error { _, err := e.client.Complete(ctx, req); return err }},
+				{"Session", func() error { return runSessionStart(ctx, e.client, req) }},
+			} {
+				before := e.upstream.calls.Load()
+				err := rpc.call()
+				if got := status.Code(err); got != tc.want {
+					t.Fatalf("%s: %v, want %v", rpc.name, err, tc.want)
+				}
+				if tc.want != codes.OK {
+					if n := e.upstream.calls.Load() - before; n != 0 {
+						t.Errorf("%s: %d upstream calls for a refused request", rpc.name, n)
+					}
+					if strings.Contains(status.Convert(err).Message(), "secret") {
+						t.Errorf("%s: the status %q quotes the key", rpc.name, status.Convert(err).Message())
+					}
+				}
+			}
+		})
+	}
+}
+
+// runSessionStart runs a Session that starts with req and returns its status.
+func runSessionStart(ctx context.Context, client completionv1.CompletionClient, req *completionv1.CompleteRequest) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	st, err := client.Session(ctx)
+	if err != nil {
+		return err
+	}
+	// A refused call may end before Send: its status comes with Recv.
+	_ = st.Send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: &completionv1.SessionStart{Request: req}}})
+	_ = st.CloseSend()
+	for {
+		if _, err := st.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+func TestHealthStaysOpenWithoutAKey(t *testing.T) {
+	_, conn := authEnv(t)
+	h, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health %v %v", h, err)
+	}
+}
+
+func TestFallbacksAKeyMayNotUseAreDropped(t *testing.T) {
+	e, _ := authEnv(t)
+	// not_found falls back to sim-fallback, which the narrow key may not use.
+	evs, st := e.streamAllCtx(t, bearer(t.Context(), "Bearer narrow-secret-key"), faults("not_found"))
+	if st.Code() == codes.OK {
+		t.Fatalf("status OK, want the completion to end without its fallback")
+	}
+	for _, ev := range evs {
+		if to := ev.GetTransition().GetToModel(); to != "" && to != "sim-1" {
+			t.Errorf("transition to model %q: the chain kept a route the key may not use", to)
+		}
+	}
+	if n := e.upstream.calls.Load(); n != 1 {
+		t.Errorf("%d upstream calls, want 1", n)
+	}
+	// The ops key may use every route: the same script falls back.
+	evs, st = e.streamAllCtx(t, bearer(t.Context(), "Bearer ops-secret-key"), faults("not_found"))
+	if st.Code() != codes.OK {
+		t.Fatalf("ops: %v", st)
+	}
+	if !slices.ContainsFunc(evs, func(ev *completionv1.CompletionEvent) bool {
+		return ev.GetTransition().GetReason() == completionv1.TransitionReason_TRANSITION_REASON_MODEL_FALLBACK
+	}) {
+		t.Error("ops: no MODEL_FALLBACK")
+	}
+}
+
+// streamAllCtx is streamAll under ctx.
+func (e *testEnv) streamAllCtx(t *testing.T, ctx context.Context, req *completionv1.CompleteRequest) ([]*completionv1.CompletionEvent, *status.Status) {
+	t.Helper()
+	st, err := e.client.Stream(ctx, req)
+	if err != nil {
+		return nil, status.Convert(err)
+	}
+	var evs []*completionv1.CompletionEvent
+	for {
+		ev, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return evs, status.New(codes.OK, "")
+			}
+			return evs, status.Convert(err)
+		}
+		evs = append(evs, ev)
+	}
+}
+
+func TestPermissionDeniedNamesRouteAndKey(t *testing.T) {
+	e, _ := authEnv(t)
+	req := prompt("hi", nil)
+	req.Route = "sim-large"
+	_, err := e.client.Complete(bearer(t.Context(), "Bearer narrow-secret-key"), req)
+	st := status.Convert(err)
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if i, ok := d.(*errdetails.ErrorInfo); ok {
+			info = i
+		}
+	}
+	if st.Code() != codes.PermissionDenied || info.GetReason() != "ROUTE_NOT_PERMITTED" ||
+		info.GetMetadata()["route"] != "sim-large" || info.GetMetadata()["key"] != "narrow" {
+		t.Errorf("status %v, ErrorInfo %v", st, info)
+	}
+}
+
+// TestKeyNameInLogsAndSpans: the key's name, never the key, is on the RPC's
+// log line, the completion's log line and the completion span.
+func TestKeyNameInLogsAndSpans(t *testing.T) {
+	var logs syncBuffer
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	s := tracedEnv(t, Telemetry{TracerProvider: tp}, func(c *Config) {
+		c.Auth = testKeys()
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	streamEvents(bearer(t.Context(), "Bearer ops-secret-key"), t, s.client, prompt("hi", nil))
+	_, err := s.client.Complete(t.Context(), prompt("hi", nil))
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no key: %v", err)
+	}
+	s.drain()
+	out := logs.String()
+	if strings.Contains(out, "secret") {
+		t.Errorf("the key is in the logs:\n%s", out)
+	}
+	var rpcLine, finishLine bool
+	for line := range strings.SplitSeq(out, "\n") {
+		rpcLine = rpcLine || strings.Contains(line, `"grpc.method":"Stream"`) && strings.Contains(line, `"auth.key":"ops"`)
+		finishLine = finishLine || strings.Contains(line, `"msg":"completion finished"`) && strings.Contains(line, `"auth_key":"ops"`)
+	}
+	if !rpcLine || !finishLine {
+		t.Errorf("RPC line with auth.key %v, completion line with auth_key %v:\n%s", rpcLine, finishLine, out)
+	}
+	var found bool
+	for _, sp := range spans.Ended() {
+		if strings.HasPrefix(sp.Name(), "chat ") {
+			found = slices.Contains(sp.Attributes(), attribute.String("completiond.auth.key", "ops"))
+		}
+	}
+	if !found {
+		t.Error("the completion span lacks completiond.auth.key=ops")
+	}
+}
+
+func TestAuthConfigIsChecked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		auth Auth
+		want string
+	}{
+		{"no name", Auth{Keys: []APIKey{{SHA256: HashKey("k")}}}, "name is required"},
+		{"twice", Auth{Keys: []APIKey{{Name: "a", SHA256: HashKey("k")}, {Name: "a", SHA256: HashKey("l")}}}, "declared twice"},
+		{"same key", Auth{Keys: []APIKey{{Name: "a", SHA256: HashKey("k")}, {Name: "b", SHA256: HashKey("k")}}}, "same key"},
+		{"unknown route", Auth{Keys: []APIKey{{Name: "a", SHA256: HashKey("k"), Routes: []string{"nope"}}}}, `unknown route "nope"`},
+		{"empty routes", Auth{Keys: []APIKey{{Name: "a", SHA256: HashKey("k"), Routes: []string{}}}}, "allows nothing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Auth = tc.auth
+			if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestFileConfigAuthTLSLimits(t *testing.T) {
+	sum := fmt.Sprintf("%x", HashKey("hashed-key"))
+	path := writeConfig(t, `
+auth:
+  keys:
+    - {name: ops, key: "${TEST_OPS_KEY}", routes: all}
+    - {name: batch, sha256: "`+sum+`", routes: [sim, sim-large]}
+    - {name: billing, routes: [sim]}
+tls: {cert: /etc/completiond/tls.crt, key: /etc/completiond/tls.key, client_ca: /etc/completiond/clients.pem, reload: 2s}
+limits:
+  max_in_flight: 100
+  key_max_concurrent: 8
+  key_rate: 2.5
+  key_burst: 5
+  max_streams_per_connection: 32
+  keepalive_min_time: 30s
+  max_connection_age: 1h
+  max_connection_age_grace: 0s
+`)
+	env := map[string]string{"TEST_OPS_KEY": "ops-key-from-env"}
+	cfg, err := LoadFile(path, DefaultConfig(), func(k string) string { return env[k] }, fakeFactories)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys := []APIKey{{Name: "ops", SHA256: HashKey("ops-key-from-env")},
+		{Name: "batch", SHA256: HashKey("hashed-key"), Routes: []string{"sim", "sim-large"}},
+		{Name: "billing", Routes: []string{"sim"}}}
+	if !reflect.DeepEqual(cfg.Auth, Auth{Keys: wantKeys, ClientCertificates: true}) {
+		t.Errorf("auth %+v", cfg.Auth)
+	}
+	if want := (TLSFiles{CertFile: "/etc/completiond/tls.crt", KeyFile: "/etc/completiond/tls.key",
+		ClientCAFile: "/etc/completiond/clients.pem", ReloadInterval: 2 * time.Second}); cfg.TLS != want {
+		t.Errorf("tls %+v", cfg.TLS)
+	}
+	want := DefaultLimits()
+	want.MaxInFlight, want.KeyMaxConcurrent, want.KeyRate, want.KeyBurst = 100, 8, 2.5, 5
+	want.MaxConcurrentStreams, want.KeepaliveMinTime, want.MaxConnectionAge, want.MaxConnectionAgeGrace = 32, 30*time.Second, time.Hour, 0
+	if cfg.Limits != want {
+		t.Errorf("limits %+v, want %+v", cfg.Limits, want)
+	}
+}
+
+func TestFileConfigAuthErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct {
+		body, want string
+	}{
+		{`auth: {keys: [{name: a, key: "${UNSET_KEY}", routes: all}]}`, "auth.keys[0].key: environment variable UNSET_KEY"},
+		{`auth: {keys: [{name: a, key: k}]}`, "auth.keys[0].routes: required"},
+		{`auth: {keys: [{name: a, key: k, routes: some}]}`, "want a list of routes or all"},
+		{`auth: {keys: [{name: a, key: k, sha256: abcd, routes: all}]}`, "auth.keys[0]: set key or sha256"},
+		{`auth: {keys: [{name: a, sha256: abcd, routes: all}]}`, "auth.keys[0].sha256"},
+		{`auth: {keys: [{name: a, key: k, routes: [nope]}]}`, `auth.keys[0].routes: unknown route "nope"`},
+		{`auth: {keys: [{key: k, routes: all}]}`, "auth.keys[0].name"},
+		{`tls: {cert: a.crt}`, "tls: cert and key go together"},
+		{`limits: {max_in_flight: -1}`, "limits.max_in_flight"},
+		{`limits: {key_rate: -1}`, "limits.key_rate"},
+		{`limits: {max_connection_age: soon}`, "limits.max_connection_age"},
+		{`limits: {max_request_bytes: 0}`, "limits.max_request_bytes"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			_, err := LoadFile(writeConfig(t, tc.body), DefaultConfig(), func(string) string { return "" }, fakeFactories)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,147 @@
+package service
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// TLSFiles name the PEM files of the server's TLS.
+type TLSFiles struct {
+	// CertFile and KeyFile are the server's certificate chain and private
+	// key. Both empty: plaintext.
+	CertFile, KeyFile string
+	// ClientCAFile, when set, holds the CA certificates that sign client
+	// certificates (mTLS). A client certificate is then verified when the
+	// client sends one, and authenticates the caller (see Auth).
+	ClientCAFile string
+	// ReloadInterval is how often, at most, a handshake checks whether the
+	// certificate or key file changed; 0 is DefaultTLSReload.
+	ReloadInterval time.Duration
+}
+
+// DefaultTLSReload is how often, at most, the certificate files are checked
+// for a change.
+const DefaultTLSReload = 5 * time.Second
+
+// On reports whether the server serves TLS.
+func (f TLSFiles) On() bool { return f.CertFile != "" || f.KeyFile != "" }
+
+// ServerTLS returns the server's TLS configuration. The certificate is read
+// now, then read again when the certificate or key file has changed (its
+// modification time or size), checked at most every ReloadInterval during a
+// handshake: new connections get the new certificate, existing ones and
+// their streams keep running. A file that fails to load is logged and the
+// previous certificate kept. now is the clock; nil uses time.Now.
+func ServerTLS(f TLSFiles, log *slog.Logger, now func() time.Time) (*tls.Config, error) {
+	if f.CertFile == "" || f.KeyFile == "" {
+		return nil, errors.New("tls: both a certificate file and a key file are required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	if f.ReloadInterval <= 0 {
+		f.ReloadInterval = DefaultTLSReload
+	}
+	r := &certReloader{files: f, log: log, now: now}
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	r.checked = now()
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.get}
+	if f.ClientCAFile != "" {
+		pem, err := os.ReadFile(f.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls client CA: %s holds no PEM certificate", f.ClientCAFile)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return tc, nil
+}
+
+// certReloader hands out the server certificate, reloading it when its
+// files change. Handshakes share it; none starts a goroutine.
+type certReloader struct {
+	files TLSFiles
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	stamp   [2]fileStamp // of the certificate and key files when cert was read
+	checked time.Time    // last look at the files
+}
+
+// fileStamp is what tells that a file changed.
+type fileStamp struct {
+	mod  int64 // nanoseconds since the epoch
+	size int64
+}
+
+func stampOf(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{mod: fi.ModTime().UnixNano(), size: fi.Size()}, nil
+}
+
+// load reads the certificate and key; r.mu is held or r is not shared yet.
+func (r *certReloader) load() error {
+	var stamp [2]fileStamp
+	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
+		s, err := stampOf(p)
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		stamp[i] = s
+	}
+	cert, err := tls.LoadX509KeyPair(r.files.CertFile, r.files.KeyFile)
+	if err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	r.cert, r.stamp = &cert, stamp
+	return nil
+}
+
+// get is tls.Config.GetCertificate.
+func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := r.now(); now.Sub(r.checked) >= r.files.ReloadInterval {
+		r.checked = now
+		if r.changed() {
+			if err := r.load(); err != nil {
+				r.log.Error("tls certificate reload failed; keeping the previous one", "error", err)
+			} else {
+				r.log.Info("tls certificate reloaded", "cert", r.files.CertFile, "not_after", r.cert.Leaf.NotAfter)
+			}
+		}
+	}
+	return r.cert, nil
+}
+
+// changed reports whether a file differs from when the certificate was
+// read.
+func (r *certReloader) changed() bool {
+	for i, p := range []string{r.files.CertFile, r.files.KeyFile} {
+		s, err := stampOf(p)
+		if err != nil || s != r.stamp[i] {
+			return true
+		}
+	}
+	return false
+}
