@@ -17,6 +17,9 @@
 //     request may only tighten (config_policy.go), the YAML file.
 //   - telemetry*.go — logs, spans and metrics of every completion and attempt.
 //   - breaker.go — the circuit breaker of every route, shared by completions.
+//   - auth.go, tls.go, limits.go — who may call (API keys with allowed
+//     routes, mTLS), TLS with certificate reload, and the limits that keep
+//     one caller from hurting the others.
 //
 // The gRPC layer is thin: validate the request, run the driver, map the end
 // to a status.
