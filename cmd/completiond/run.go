@@ -27,6 +27,7 @@ type options struct {
 	wait     time.Duration
 	metrics  string
 	safety   safety
+	version  bool
 }
 
 // envPrefix prefixes the environment variable of every flag.
@@ -44,6 +45,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.drain, "drain-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight streams may run before they are ended")
 	fs.DurationVar(&o.wait, "caller-wait", 5*time.Minute, "how long a Session waits for the caller's tool results or stop-hook verdict")
 	fs.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. localhost:9464 (empty: off);\ntraces and OTLP metrics follow the standard OTEL_* variables, see docs/observability.md")
+	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit (also: completiond version)")
 	o.safety.define(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: completiond [flags]\n\n"+
@@ -84,12 +86,20 @@ func envDefaults(fs *flag.FlagSet, getenv func(string) string) error {
 
 // run serves until ctx is done, then drains.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "version" {
+		printVersion(stdout)
+		return nil
+	}
 	o, err := parseOptions(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if o.version {
+		printVersion(stdout)
+		return nil
 	}
 	log := slog.New(service.TraceLogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: o.logLevel})))
 	cfg := service.DefaultConfig()

@@ -410,3 +410,18 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte, pool *x509.CertPool) {
 	pool.AddCert(cert)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), pool
 }
+
+// TestVersion: --version and the version subcommand print one line with
+// the version, commit and Go version, and serve nothing.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		var out, errOut strings.Builder
+		if err := run(t.Context(), args, func(string) string { return "" }, &out, &errOut); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		line := out.String()
+		if !strings.HasPrefix(line, "completiond ") || !strings.Contains(line, "commit ") || !strings.Contains(line, "go1.") {
+			t.Errorf("%v printed %q", args, line)
+		}
+	}
+}

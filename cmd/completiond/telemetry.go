@@ -78,7 +78,8 @@ func setupTelemetry(ctx context.Context, metricsAddr string, getenv func(string)
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override it.
 func newResource(ctx context.Context) (*resource.Resource, error) {
 	return resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", "completiond")),
+		resource.WithAttributes(attribute.String("service.name", "completiond"),
+			attribute.String("service.version", readBuildInfo().version)),
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv(),
 	)
