@@ -25,7 +25,7 @@ run: ## Serve on $(ADDR) with the embedded sim provider (no API key needed).
 
 .PHONY: build
 build: ## Build bin/completiond.
-	$(GO) build -o $(BIN)/completiond ./cmd/completiond
+	$(GO) build -buildvcs=auto -o $(BIN)/completiond ./cmd/completiond
 
 .PHONY: test
 test: ## Run every test with the race detector.
