@@ -75,6 +75,10 @@ type Config struct {
 	CallerWait time.Duration
 	// StreamDrain bounds how long in-flight streams may run after shutdown starts.
 	StreamDrain time.Duration
+	// AbortGrace is how long GRPC.Drain waits, once it has aborted the
+	// in-flight completions, for their handlers to return before it stops
+	// the server hard (default 3 s; see DefaultAbortGrace).
+	AbortGrace time.Duration
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Now returns the current time; nil uses time.Now. Tests inject a clock.
@@ -84,6 +88,12 @@ type Config struct {
 	// Telemetry receives traces and metrics; the zero value turns them off.
 	Telemetry Telemetry
 }
+
+const (
+	// DefaultAbortGrace is Config.AbortGrace when unset: enough for a
+	// handler to send its typed end once its completion is aborted.
+	DefaultAbortGrace = 3 * time.Second
+)
 
 // SimRoutes returns the routes of the embedded simulator: a primary route
 // with assistant prefill, a fallback without it, a large-context route for
@@ -157,6 +167,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.CallerWait <= 0 {
 		c.CallerWait = 5 * time.Minute
+	}
+	if c.AbortGrace <= 0 {
+		c.AbortGrace = DefaultAbortGrace
 	}
 	if c.Limits == (Limits{}) {
 		c.Limits = DefaultLimits()

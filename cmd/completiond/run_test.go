@@ -9,16 +9,21 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/service"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -185,5 +190,90 @@ func TestAPIKeyInEnvironmentAddsARoute(t *testing.T) {
 	}
 	if strings.Contains(all.String(), "SECRET") {
 		t.Error("the API key appeared in the logs")
+	}
+}
+
+// stuckProvider is an upstream call that ignores cancellation: Stream
+// blocks until release is closed.
+type stuckProvider struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (p *stuckProvider) Kind() string { return "stuck" }
+
+func (p *stuckProvider) Stream(context.Context, *provider.Request, func(provider.Chunk) error) (provider.Finish, error) {
+	p.once.Do(func() { close(p.entered) })
+	<-p.release
+	return provider.Finish{}, context.Canceled
+}
+
+// withFactory registers a provider kind for one test.
+func withFactory(t *testing.T, kind string, f service.Factory) {
+	t.Helper()
+	old, had := factories[kind]
+	factories[kind] = f
+	t.Cleanup(func() {
+		if had {
+			factories[kind] = old
+		} else {
+			delete(factories, kind)
+		}
+	})
+}
+
+// TestShutdownIsBoundedWhenAHandlerIgnoresCancellation: SIGTERM with a
+// handler stuck in an upstream call that ignores its context used to keep
+// the process running forever; run now returns within --drain-timeout +
+// --shutdown-grace (and some slack).
+func TestShutdownIsBoundedWhenAHandlerIgnoresCancellation(t *testing.T) {
+	stuck := &stuckProvider{entered: make(chan struct{}), release: make(chan struct{})}
+	defer close(stuck.release) // after run returned: goleak checks that the handler then ends
+	withFactory(t, "stuck", func(service.ProviderSpec) (provider.Provider, error) { return stuck, nil })
+	path := t.TempDir() + "/stuck.yaml"
+	cfg := "default_route: stuck\nproviders:\n  s: {kind: stuck}\nroutes:\n  stuck: {provider: s, model: m}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const drain, grace = 200 * time.Millisecond, 200 * time.Millisecond
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	logs, logw := io.Pipe()
+	done := make(chan error, 1)
+	args := []string{"--config", path, "--addr", "127.0.0.1:0", "--drain-timeout", drain.String(), "--shutdown-grace", grace.String()}
+	go func() { done <- run(ctx, args, func(string) string { return "" }, logw, io.Discard); logw.Close() }()
+	addr := waitForAddr(t, logs)
+	go func() { _, _ = io.Copy(io.Discard, logs) }()
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &completionv1.CompleteRequest{Messages: []*completionv1.Message{{Role: completionv1.Role_ROLE_USER,
+		Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "hi"}}}}}}}
+	st, err := completionv1.NewCompletionClient(conn).Stream(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil { // started
+		t.Fatal(err)
+	}
+	<-stuck.entered
+	began := time.Now()
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run returned %v", err)
+		}
+	case <-time.After(drain + grace + 5*time.Second):
+		t.Fatal("run did not return: the stuck handler holds the shutdown")
+	}
+	if took := time.Since(began); took < drain {
+		t.Errorf("shutdown took %v, less than the drain timeout %v", took, drain)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the stuck stream ended %v, want Unavailable (connection closed by the hard stop)", err)
 	}
 }
