@@ -79,6 +79,11 @@ type Config struct {
 	// in-flight completions, for their handlers to return before it stops
 	// the server hard (default 3 s; see DefaultAbortGrace).
 	AbortGrace time.Duration
+	// SessionStartWait bounds how long a Session may stay open before its
+	// first message, the start, arrives (default 10 s; see
+	// DefaultSessionStartWait). A Session silent for longer ends with
+	// DEADLINE_EXCEEDED.
+	SessionStartWait time.Duration
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Now returns the current time; nil uses time.Now. Tests inject a clock.
@@ -93,6 +98,8 @@ const (
 	// DefaultAbortGrace is Config.AbortGrace when unset: enough for a
 	// handler to send its typed end once its completion is aborted.
 	DefaultAbortGrace = 3 * time.Second
+	// DefaultSessionStartWait is Config.SessionStartWait when unset.
+	DefaultSessionStartWait = 10 * time.Second
 )
 
 // SimRoutes returns the routes of the embedded simulator: a primary route
@@ -170,6 +177,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.AbortGrace <= 0 {
 		c.AbortGrace = DefaultAbortGrace
+	}
+	if c.SessionStartWait <= 0 {
+		c.SessionStartWait = DefaultSessionStartWait
 	}
 	if c.Limits == (Limits{}) {
 		c.Limits = DefaultLimits()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -245,4 +246,84 @@ func sessionUntilEnd(ctx context.Context, client completionv1.CompletionClient, 
 		return statusOf(err), nil
 	}
 	return drainEvents(s.Recv)
+}
+
+// TestSessionsThatNeverStartEnd: Sessions that never send start used to
+// stay open for ever, a goroutine each; each now ends DEADLINE_EXCEEDED
+// after SessionStartWait, and its goroutines are gone.
+func TestSessionsThatNeverStartEnd(t *testing.T) {
+	const wait, sessions = 100 * time.Millisecond, 300
+	env := newTestEnv(t, func(c *Config) { c.SessionStartWait = wait })
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // far beyond wait: the server must end them
+	defer cancel()
+	began := time.Now()
+	codesSeen := make(chan codes.Code, sessions)
+	for range sessions {
+		s, err := env.client.Session(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := s.Recv()
+			codesSeen <- statusOf(err).Code()
+		}()
+	}
+	for range sessions {
+		if c := <-codesSeen; c != codes.DeadlineExceeded {
+			t.Fatalf("a Session without start ended %v, want DeadlineExceeded", c)
+		}
+	}
+	if took := time.Since(began); took > wait+5*time.Second {
+		t.Errorf("the Sessions ended after %v, want about %v", took, wait)
+	}
+	waitGoroutines(t, before+5)
+}
+
+// TestSessionStartWaitIsNotTheCallerWait: a Session that sends its start
+// in time runs as usual, however long it then takes.
+func TestSessionStartWaitIsNotTheCallerWait(t *testing.T) {
+	env := newTestEnv(t, func(c *Config) { c.SessionStartWait = 50 * time.Millisecond })
+	start := sessionStart("")
+	start.Request.Metadata = map[string]string{sim.MetaPace: "10ms", sim.MetaWords: "20"} // 200 ms, beyond the start wait
+	s := env.session(t, start)
+	if _, code := s.end(); code != codes.OK {
+		t.Errorf("status %v, want OK", code)
+	}
+}
+
+// waitGoroutines waits, boundedly, until at most n goroutines run.
+func waitGoroutines(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines still run, want at most %d", runtime.NumGoroutine(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDrainEndsASessionThatHasNotStarted: a Session still waiting for its
+// start when the drain times out ends UNAVAILABLE with RetryInfo at once,
+// not after SessionStartWait.
+func TestDrainEndsASessionThatHasNotStarted(t *testing.T) {
+	env := newTestEnv(t, func(c *Config) { c.SessionStartWait = time.Minute })
+	s, err := env.client.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	drained := make(chan struct{})
+	go func() { env.grpc.Drain(ctx); close(drained) }()
+	_, err = s.Recv()
+	if st := statusOf(err); st.Code() != codes.Unavailable || retryInfo(st) == nil {
+		t.Errorf("status %v, want Unavailable with RetryInfo", st)
+	}
+	<-drained
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("drain took %v", took)
+	}
 }
