@@ -85,9 +85,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(service.TraceLogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: o.logLevel})))
 	cfg := service.DefaultConfig()
-	cfg.Routes = service.SimRoutes(sim.New(sim.Config{Pace: o.simPace, Words: o.simWords}))
 	cfg.Logger = log
-	if cfg, err = loadRoutes(cfg, o.config, getenv); err != nil {
+	if cfg, err = loadRoutes(cfg, o.config, sim.New(sim.Config{Pace: o.simPace, Words: o.simWords}), getenv); err != nil {
 		return err
 	}
 	cfg.StreamDrain, cfg.CallerWait, cfg.AbortGrace = o.drain, o.wait, o.grace

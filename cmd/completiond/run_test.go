@@ -23,6 +23,7 @@ import (
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/service"
 )
 
@@ -275,5 +276,61 @@ func TestShutdownIsBoundedWhenAHandlerIgnoresCancellation(t *testing.T) {
 	}
 	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
 		t.Errorf("the stuck stream ended %v, want Unavailable (connection closed by the hard stop)", err)
+	}
+}
+
+// TestSimRoutesOnlyWhereDeclared: without a configuration file (make run)
+// the sim routes are served; with one, only the routes it declares, so a
+// production configuration exposes no simulator unless it names a provider
+// of kind sim, which then takes the --sim-* settings.
+func TestSimRoutesOnlyWhereDeclared(t *testing.T) {
+	env := func(k string) string { return map[string]string{"TEST_KEY": "sk-test"}[k] }
+	tests := []struct {
+		name, file   string
+		routes       []string
+		defaultRoute string
+		wantErr      string
+	}{
+		{name: "no file", routes: []string{"sim", "sim-fallback", "sim-large", "sim-noprefill", "sim-small"}, defaultRoute: "sim"},
+		{name: "file without sim",
+			file:   "default_route: gpt\nproviders:\n  o: {kind: openai, api_key: \"${TEST_KEY}\"}\nroutes:\n  gpt: {provider: o, model: gpt-4.1}\n",
+			routes: []string{"gpt"}, defaultRoute: "gpt"},
+		{name: "file declaring a sim",
+			file:   "default_route: demo\nproviders:\n  s: {kind: sim}\nroutes:\n  demo: {provider: s, model: sim-1}\n",
+			routes: []string{"demo"}, defaultRoute: "demo"},
+		{name: "file declaring a route named sim", file: "providers:\n  s: {kind: sim}\nroutes:\n  sim: {provider: s, model: sim-1}\n",
+			routes: []string{"sim"}, defaultRoute: "sim"},
+		{name: "file without default route", file: "providers:\n  s: {kind: sim}\nroutes:\n  demo: {provider: s, model: sim-1}\n",
+			wantErr: "default_route"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.file != "" {
+				path = t.TempDir() + "/c.yaml"
+				if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := sim.New(sim.Config{Words: 3})
+			cfg, err := loadRoutes(service.DefaultConfig(), path, s, env)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one naming %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := routeNames(cfg); !slices.Equal(got, tt.routes) || cfg.DefaultRoute != tt.defaultRoute {
+				t.Errorf("routes %v (default %q), want %v (default %q)", got, cfg.DefaultRoute, tt.routes, tt.defaultRoute)
+			}
+			for name, r := range cfg.Routes {
+				if r.Upstream.Kind() == "sim" && r.Upstream != s {
+					t.Errorf("route %s: a sim without the --sim-* settings", name)
+				}
+			}
+		})
 	}
 }
