@@ -31,6 +31,30 @@ build: ## Build bin/completiond.
 test: ## Run every test with the race detector.
 	$(GO) test -race -count=1 -timeout 15m ./...
 
+# make soak: the chaos soak of service/soak_test.go with SOAK_N completions
+# (a run of 200 is part of make test). SOAK_SEED picks the requests.
+SOAK_N    ?= 10000
+SOAK_SEED ?= 1
+
+.PHONY: soak
+soak: ## Chaos soak: SOAK_N (10000) random fault scripts over Stream, Complete and Session; reports goroutines and RSS.
+	SOAK_N=$(SOAK_N) SOAK_SEED=$(SOAK_SEED) $(GO) test -run '^TestSoak$$' -count=1 -timeout 30m -v ./service
+
+# make fuzz: each fuzz target for FUZZTIME (their seed corpora run in make
+# test). Minimizing an input that finds new coverage is capped, or the
+# short runs would spend themselves minimizing.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./provider/anthropic:FuzzStreamReader ./provider/openai:FuzzStreamReader \
+	./service:FuzzSessionCheck ./service:FuzzValidate
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (30s) each.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
+	done
+
 .PHONY: cover
 cover: ## Statement coverage of the recovery core.
 	$(GO) test -cover ./recovery/...

@@ -121,6 +121,15 @@ type Config struct {
 	CallerWait time.Duration
 	// StreamDrain bounds how long in-flight streams may run after shutdown starts.
 	StreamDrain time.Duration
+	// AbortGrace is how long GRPC.Drain waits, once it has aborted the
+	// in-flight completions, for their handlers to return before it stops
+	// the server hard (default 3 s; see DefaultAbortGrace).
+	AbortGrace time.Duration
+	// SessionStartWait bounds how long a Session may stay open before its
+	// first message, the start, arrives (default 10 s; see
+	// DefaultSessionStartWait). A Session silent for longer ends with
+	// DEADLINE_EXCEEDED.
+	SessionStartWait time.Duration
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Now returns the current time; nil uses time.Now. Tests inject a clock.
@@ -137,6 +146,14 @@ type Config struct {
 	// DisableReflection turns the gRPC reflection service off.
 	DisableReflection bool
 }
+
+const (
+	// DefaultAbortGrace is Config.AbortGrace when unset: enough for a
+	// handler to send its typed end once its completion is aborted.
+	DefaultAbortGrace = 3 * time.Second
+	// DefaultSessionStartWait is Config.SessionStartWait when unset.
+	DefaultSessionStartWait = 10 * time.Second
+)
 
 // SimRoutes returns the routes of the embedded simulator: a primary route
 // with assistant prefill, a fallback without it, a large-context route for
@@ -213,6 +230,12 @@ func (c *Config) fillDefaults() {
 	}
 	if c.CallerWait <= 0 {
 		c.CallerWait = 5 * time.Minute
+	}
+	if c.AbortGrace <= 0 {
+		c.AbortGrace = DefaultAbortGrace
+	}
+	if c.SessionStartWait <= 0 {
+		c.SessionStartWait = DefaultSessionStartWait
 	}
 	if c.Limits == (Limits{}) {
 		c.Limits = DefaultLimits()

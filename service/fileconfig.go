@@ -179,6 +179,8 @@ func (fc *FileConfig) apply(base Config, getenv func(string) string, factories m
 	}
 	if fc.DefaultRoute != "" {
 		cfg.DefaultRoute = fc.DefaultRoute
+	} else if _, ok := cfg.Routes[cfg.DefaultRoute]; !ok { // e.g. "sim", which a file serves only when it declares it
+		return base, fmt.Errorf("default_route: required: no route %q is declared", cfg.DefaultRoute)
 	}
 	if err := fc.applyBreaker(&cfg); err != nil {
 		return base, err
@@ -195,11 +197,15 @@ func (fc *FileConfig) apply(base Config, getenv func(string) string, factories m
 func buildProvider(name string, fp FileProvider, getenv func(string) string, factories map[string]Factory) (provider.Provider, error) {
 	field := "providers." + name
 	if fp.Kind == "sim" {
+		if f, ok := factories["sim"]; ok { // the caller's sim, with its settings
+			return f(ProviderSpec{Kind: "sim"})
+		}
 		return sim.New(sim.Config{}), nil
 	}
 	f, ok := factories[fp.Kind]
 	if !ok {
-		return nil, fmt.Errorf("%s.kind: unknown provider kind %q (known: sim, %s)", field, fp.Kind, strings.Join(sortedKeys(factories), ", "))
+		known := slices.DeleteFunc(sortedKeys(factories), func(k string) bool { return k == "sim" })
+		return nil, fmt.Errorf("%s.kind: unknown provider kind %q (known: sim, %s)", field, fp.Kind, strings.Join(known, ", "))
 	}
 	key, err := expandEnv(fp.APIKey, getenv)
 	if err != nil {

@@ -86,9 +86,11 @@ func (s *Server) finish(ctx context.Context, c *completion) error {
 }
 
 // ending is how a completion run under ctx ended: an abort caused by the
-// server's own shutdown is not the caller's cancellation.
+// server's own shutdown, or by the caller's deadline, is not the caller's
+// cancellation. The cause tells them apart: the first to cancel ctx wins.
 func (s *Server) ending(ctx context.Context, res *recovery.Result) ending {
-	return ending{result: res, shuttingDown: errors.Is(context.Cause(ctx), errShuttingDown)}
+	cause := context.Cause(ctx)
+	return ending{result: res, shuttingDown: errors.Is(cause, errShuttingDown), deadlineExceeded: errors.Is(cause, context.DeadlineExceeded)}
 }
 
 // completionContext is ctx, also cancelled when the server aborts.

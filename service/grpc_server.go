@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	grpcrecovery "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
@@ -70,14 +71,20 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	return &GRPC{Server: g, Health: h, Completion: s}
 }
 
-// Drain stops the server gracefully: health turns NOT_SERVING, new RPCs are
-// refused, and in-flight ones may finish until ctx is done; then they are
-// aborted, each ending typed, and the server stops.
+// Drain stops the server within a bound, whatever its handlers do: health
+// turns NOT_SERVING, new RPCs are refused, and in-flight ones may finish
+// until ctx is done; then every completion is aborted, each ending typed
+// (UNAVAILABLE with RetryInfo), and the handlers get Config.AbortGrace to
+// return; whatever still runs after that is cut by a hard stop
+// (grpc.Server.Stop closes every connection). Drain therefore returns at
+// most AbortGrace after ctx is done. A handler that ignores cancellation
+// (an upstream call stuck in a provider) is left behind, its caller
+// disconnected; it ends when its call does, or with the process.
 func (g *GRPC) Drain(ctx context.Context) {
 	g.Health.Shutdown()
 	done := make(chan struct{})
 	go func() {
-		g.Server.GracefulStop()
+		g.Server.GracefulStop() // returns once every handler has, even after Stop
 		close(done)
 	}()
 	select {
@@ -86,7 +93,15 @@ func (g *GRPC) Drain(ctx context.Context) {
 	case <-ctx.Done():
 	}
 	g.Completion.Abort()
-	<-done
+	grace := time.NewTimer(g.Completion.cfg.AbortGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return
+	case <-grace.C:
+	}
+	g.Completion.cfg.Logger.Warn("handlers still running after the abort grace: stopping hard", "grace", g.Completion.cfg.AbortGrace)
+	g.Server.Stop()
 }
 
 // interceptorLogger adapts slog to go-grpc-middleware's logger.

@@ -9,7 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/recovery"
@@ -22,8 +26,11 @@ var (
 )
 
 // Session runs a multi-turn completion with client-run tools and stop hooks.
+// Its first message, the start, must arrive within Config.SessionStartWait:
+// a Session that stays silent longer ends DEADLINE_EXCEEDED, as one whose
+// caller does not answer a tool call in time does.
 func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionRequest, completionv1.CompletionEvent]) error {
-	first, err := stream.Recv()
+	first, err := s.recvStart(stream)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return invalidArgument(violations{{Field: "start", Description: "the first message must be start"}})
@@ -62,6 +69,33 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 	e.violation, e.callerTimedOut = sess.violation, sess.timedOut
 	sess.mu.Unlock()
 	return endStatus(e).Err()
+}
+
+// recvStart receives a Session's first message, waiting at most
+// SessionStartWait, and no longer than the server runs: a drain that times
+// out ends a Session that has not started UNAVAILABLE. The receive runs on
+// a goroutine of its own, which ends when the handler returns (gRPC then
+// ends the stream, and Recv with it).
+func (s *Server) recvStart(stream grpc.BidiStreamingServer[completionv1.SessionRequest, completionv1.CompletionEvent]) (*completionv1.SessionRequest, error) {
+	type received struct {
+		msg *completionv1.SessionRequest
+		err error
+	}
+	got := make(chan received, 1)
+	go func() {
+		msg, err := stream.Recv()
+		got <- received{msg, err}
+	}()
+	timer := time.NewTimer(s.cfg.SessionStartWait)
+	defer timer.Stop()
+	select {
+	case r := <-got:
+		return r.msg, r.err
+	case <-timer.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "no start message within %s: a Session must begin with start", s.cfg.SessionStartWait)
+	case <-s.aborted.Done():
+		return nil, withDetails(codes.Unavailable, "server shutting down, retry", &errdetails.RetryInfo{RetryDelay: durationpb.New(0)}).Err()
+	}
 }
 
 // session is the caller's side of a Session: it reads the caller's messages

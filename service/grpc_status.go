@@ -24,6 +24,8 @@ type ending struct {
 	result *recovery.Result
 	// shuttingDown: the server's drain aborted the completion.
 	shuttingDown bool
+	// deadlineExceeded: the caller's deadline passed and aborted the completion.
+	deadlineExceeded bool
 	// violation is the protocol violation of a Session caller, if any.
 	violation string
 	// callerTimedOut: a Session caller did not answer within --caller-wait.
@@ -35,7 +37,9 @@ type ending struct {
 // ErrorInfo{reason: <transition name>} and, when a later retry could
 // succeed, RetryInfo. A Session caller's protocol violation is
 // INVALID_ARGUMENT, its silence DEADLINE_EXCEEDED; a completion aborted by
-// the server's drain is UNAVAILABLE with RetryInfo, whatever it was doing.
+// the server's drain is UNAVAILABLE with RetryInfo, whatever it was doing,
+// and one aborted by the caller's own deadline is DEADLINE_EXCEEDED, as the
+// caller's side reports it.
 func endStatus(e ending) *status.Status {
 	r := e.result
 	info := &errdetails.ErrorInfo{Reason: r.Reason.String(), Domain: ErrorDomain, Metadata: failureMetadata(r.Failure)}
@@ -50,6 +54,8 @@ func endStatus(e ending) *status.Status {
 		d := *r
 		d.Retryable = true
 		return statusFor(codes.Unavailable, "server shutting down, retry: completion ended "+r.Reason.String(), &d)
+	case e.deadlineExceeded && (r.Reason == recovery.AbortedStreaming || r.Reason == recovery.AbortedTools):
+		return statusFor(codes.DeadlineExceeded, "deadline exceeded: completion ended "+r.Reason.String(), r)
 	case r.Reason == recovery.Completed:
 		return status.New(codes.OK, "")
 	}

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"maps"
+
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/anthropic"
 	"github.com/completiond/completiond/provider/openai"
+	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/service"
 )
 
@@ -17,13 +20,20 @@ var factories = map[string]service.Factory{
 	},
 }
 
-// loadRoutes adds the configured upstream routes to cfg: those of the file
-// at path when one is given, otherwise those of the API keys found in the
-// environment. The sim routes stay available either way.
-func loadRoutes(cfg service.Config, path string, getenv func(string) string) (service.Config, error) {
+// loadRoutes sets cfg's routes. With a configuration file at path, they are
+// exactly the routes the file declares: the simulator serves only the
+// routes of a provider of kind sim the file names, so that a production
+// configuration exposes no simulator. Without a file (make run), the sim
+// routes s serves stay, and the API keys found in the environment add
+// theirs. A sim the file declares is s, with the --sim-* settings.
+func loadRoutes(cfg service.Config, path string, s *sim.Provider, getenv func(string) string) (service.Config, error) {
 	if path != "" {
-		return service.LoadFile(path, cfg, getenv, factories)
+		cfg.Routes = map[string]*service.Route{}
+		withSim := maps.Clone(factories)
+		withSim["sim"] = func(service.ProviderSpec) (provider.Provider, error) { return s, nil }
+		return service.LoadFile(path, cfg, getenv, withSim)
 	}
+	cfg.Routes = service.SimRoutes(s)
 	return service.EnvRoutes(cfg, getenv, factories)
 }
 

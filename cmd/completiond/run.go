@@ -24,6 +24,7 @@ type options struct {
 	simPace  time.Duration
 	simWords int
 	drain    time.Duration
+	grace    time.Duration
 	wait     time.Duration
 	metrics  string
 	safety   safety
@@ -43,6 +44,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.simPace, "sim-pace", 20*time.Millisecond, "delay between two tokens of the sim provider")
 	fs.IntVar(&o.simWords, "sim-words", 40, "answer length of the sim provider, in tokens")
 	fs.DurationVar(&o.drain, "drain-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight streams may run before they are ended")
+	fs.DurationVar(&o.grace, "shutdown-grace", service.DefaultAbortGrace, "after --drain-timeout, how long the ended streams get to return before the server stops hard;\nshutdown takes at most drain-timeout + shutdown-grace")
 	fs.DurationVar(&o.wait, "caller-wait", 5*time.Minute, "how long a Session waits for the caller's tool results or stop-hook verdict")
 	fs.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. localhost:9464 (empty: off);\ntraces and OTLP metrics follow the standard OTEL_* variables, see docs/observability.md")
 	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit (also: completiond version)")
@@ -103,12 +105,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(service.TraceLogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: o.logLevel})))
 	cfg := service.DefaultConfig()
-	cfg.Routes = service.SimRoutes(sim.New(sim.Config{Pace: o.simPace, Words: o.simWords}))
 	cfg.Logger = log
-	if cfg, err = loadRoutes(cfg, o.config, getenv); err != nil {
+	if cfg, err = loadRoutes(cfg, o.config, sim.New(sim.Config{Pace: o.simPace, Words: o.simWords}), getenv); err != nil {
 		return err
 	}
-	cfg.StreamDrain, cfg.CallerWait = o.drain, o.wait
+	cfg.StreamDrain, cfg.CallerWait, cfg.AbortGrace = o.drain, o.wait, o.grace
 	if err := o.safety.apply(&cfg, o.addr, getenv); err != nil {
 		return err
 	}
@@ -140,7 +141,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("draining", "timeout", o.drain)
+	// Bounded: Drain returns at most cfg.AbortGrace after dctx is done, even
+	// if a handler ignores its cancellation.
+	log.Info("draining", "timeout", o.drain, "grace", o.grace)
 	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
 	defer cancel()
 	g.Drain(dctx)

@@ -18,6 +18,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/service"
 )
 
@@ -323,7 +326,8 @@ func TestKeyFromTheEnvironment(t *testing.T) {
 // over the file, which wins over the default.
 func TestLimitFlagsOverTheFile(t *testing.T) {
 	path := t.TempDir() + "/c.yaml"
-	if err := os.WriteFile(path, []byte("limits: {max_in_flight: 100, key_rate: 3, max_streams_per_connection: 7}\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("providers: {s: {kind: sim}}\nroutes: {sim: {provider: s, model: sim-1}}\n"+
+		"limits: {max_in_flight: 100, key_rate: 3, max_streams_per_connection: 7}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"COMPLETIOND_KEY_RATE": "9"}
@@ -332,7 +336,7 @@ func TestLimitFlagsOverTheFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := loadRoutes(service.DefaultConfig(), o.config, func(string) string { return "" })
+	cfg, err := loadRoutes(service.DefaultConfig(), o.config, sim.New(sim.Config{}), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,5 +427,146 @@ func TestVersion(t *testing.T) {
 		if !strings.HasPrefix(line, "completiond ") || !strings.Contains(line, "commit ") || !strings.Contains(line, "go1.") {
 			t.Errorf("%v printed %q", args, line)
 		}
+	}
+}
+
+// stuckProvider is an upstream call that ignores cancellation: Stream
+// blocks until release is closed.
+type stuckProvider struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (p *stuckProvider) Kind() string { return "stuck" }
+
+func (p *stuckProvider) Stream(context.Context, *provider.Request, func(provider.Chunk) error) (provider.Finish, error) {
+	p.once.Do(func() { close(p.entered) })
+	<-p.release
+	return provider.Finish{}, context.Canceled
+}
+
+// withFactory registers a provider kind for one test.
+func withFactory(t *testing.T, kind string, f service.Factory) {
+	t.Helper()
+	old, had := factories[kind]
+	factories[kind] = f
+	t.Cleanup(func() {
+		if had {
+			factories[kind] = old
+		} else {
+			delete(factories, kind)
+		}
+	})
+}
+
+// TestShutdownIsBoundedWhenAHandlerIgnoresCancellation: SIGTERM with a
+// handler stuck in an upstream call that ignores its context used to keep
+// the process running forever; run now returns within --drain-timeout +
+// --shutdown-grace (and some slack).
+func TestShutdownIsBoundedWhenAHandlerIgnoresCancellation(t *testing.T) {
+	stuck := &stuckProvider{entered: make(chan struct{}), release: make(chan struct{})}
+	defer close(stuck.release) // after run returned: goleak checks that the handler then ends
+	withFactory(t, "stuck", func(service.ProviderSpec) (provider.Provider, error) { return stuck, nil })
+	path := t.TempDir() + "/stuck.yaml"
+	cfg := "default_route: stuck\nproviders:\n  s: {kind: stuck}\nroutes:\n  stuck: {provider: s, model: m}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const drain, grace = 200 * time.Millisecond, 200 * time.Millisecond
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	logs, logw := io.Pipe()
+	done := make(chan error, 1)
+	args := []string{"--config", path, "--addr", "127.0.0.1:0", "--drain-timeout", drain.String(), "--shutdown-grace", grace.String()}
+	go func() { done <- run(ctx, args, func(string) string { return "" }, logw, io.Discard); logw.Close() }()
+	addr := waitForAddr(t, logs)
+	go func() { _, _ = io.Copy(io.Discard, logs) }()
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &completionv1.CompleteRequest{Messages: []*completionv1.Message{{Role: completionv1.Role_ROLE_USER,
+		Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "hi"}}}}}}}
+	st, err := completionv1.NewCompletionClient(conn).Stream(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil { // started
+		t.Fatal(err)
+	}
+	<-stuck.entered
+	began := time.Now()
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run returned %v", err)
+		}
+	case <-time.After(drain + grace + 5*time.Second):
+		t.Fatal("run did not return: the stuck handler holds the shutdown")
+	}
+	if took := time.Since(began); took < drain {
+		t.Errorf("shutdown took %v, less than the drain timeout %v", took, drain)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the stuck stream ended %v, want Unavailable (connection closed by the hard stop)", err)
+	}
+}
+
+// TestSimRoutesOnlyWhereDeclared: without a configuration file (make run)
+// the sim routes are served; with one, only the routes it declares, so a
+// production configuration exposes no simulator unless it names a provider
+// of kind sim, which then takes the --sim-* settings.
+func TestSimRoutesOnlyWhereDeclared(t *testing.T) {
+	env := func(k string) string { return map[string]string{"TEST_KEY": "sk-test"}[k] }
+	tests := []struct {
+		name, file   string
+		routes       []string
+		defaultRoute string
+		wantErr      string
+	}{
+		{name: "no file", routes: []string{"sim", "sim-fallback", "sim-large", "sim-noprefill", "sim-small"}, defaultRoute: "sim"},
+		{name: "file without sim",
+			file:   "default_route: gpt\nproviders:\n  o: {kind: openai, api_key: \"${TEST_KEY}\"}\nroutes:\n  gpt: {provider: o, model: gpt-4.1}\n",
+			routes: []string{"gpt"}, defaultRoute: "gpt"},
+		{name: "file declaring a sim",
+			file:   "default_route: demo\nproviders:\n  s: {kind: sim}\nroutes:\n  demo: {provider: s, model: sim-1}\n",
+			routes: []string{"demo"}, defaultRoute: "demo"},
+		{name: "file declaring a route named sim", file: "providers:\n  s: {kind: sim}\nroutes:\n  sim: {provider: s, model: sim-1}\n",
+			routes: []string{"sim"}, defaultRoute: "sim"},
+		{name: "file without default route", file: "providers:\n  s: {kind: sim}\nroutes:\n  demo: {provider: s, model: sim-1}\n",
+			wantErr: "default_route"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.file != "" {
+				path = t.TempDir() + "/c.yaml"
+				if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := sim.New(sim.Config{Words: 3})
+			cfg, err := loadRoutes(service.DefaultConfig(), path, s, env)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one naming %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := routeNames(cfg); !slices.Equal(got, tt.routes) || cfg.DefaultRoute != tt.defaultRoute {
+				t.Errorf("routes %v (default %q), want %v (default %q)", got, cfg.DefaultRoute, tt.routes, tt.defaultRoute)
+			}
+			for name, r := range cfg.Routes {
+				if r.Upstream.Kind() == "sim" && r.Upstream != s {
+					t.Errorf("route %s: a sim without the --sim-* settings", name)
+				}
+			}
+		})
 	}
 }

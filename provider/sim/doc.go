@@ -10,4 +10,11 @@
 // Faults are scripted with the request metadata key "sim.faults": a
 // comma-separated list whose k-th step applies to attempt k (steps past the
 // end of the list answer normally). See ParseScript for the step syntax.
+//
+// The sim is a demo and test upstream, not a load generator: the metadata
+// may ask for at most MaxPace (1 s) between tokens and MaxWords (10 000)
+// tokens, larger values are cut to those, and every attempt obeys its
+// provider.Timeouts as a real upstream's would: Total cuts the attempt, and
+// a pace longer than FirstToken (before the first token) or Idle (between
+// tokens) ends it with that timeout; Headers bounds a "hang".
 package sim

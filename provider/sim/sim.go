@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -26,6 +27,20 @@ type Config struct {
 	// timeout (default 2 s), so that a stall always ends.
 	StallLimit time.Duration
 }
+
+// The most a request's metadata may ask of the sim: sim.pace and sim.words
+// beyond them are cut to them, so that no caller can hold a stream open for
+// long (at most MaxPace × MaxWords, and never past the route's
+// provider.Timeouts, which the sim obeys as a real upstream would).
+const (
+	// MaxPace is the longest delay between two tokens sim.pace may ask for.
+	MaxPace = time.Second
+	// MaxWords is the longest answer sim.words may ask for, in tokens.
+	MaxWords = 10_000
+)
+
+// errTotal is the cause of an attempt cut by its Timeouts.Total.
+var errTotal = errors.New("sim: attempt exceeded its total limit")
 
 // Provider is the simulator. It is safe for concurrent use.
 type Provider struct {
@@ -68,16 +83,17 @@ type attempt struct {
 	window int
 	words  []string // the rest of the answer, one token each
 	input  int64
+	tokens int // text tokens emitted so far
 }
 
 func (p *Provider) newAttempt(req *provider.Request, step Step) *attempt {
 	words := p.cfg.Words
-	if n, err := strconv.Atoi(req.Metadata[MetaWords]); err == nil && n > 0 && n <= 100_000 {
-		words = n
+	if n, err := strconv.Atoi(req.Metadata[MetaWords]); err == nil && n > 0 {
+		words = min(n, MaxWords)
 	}
 	pace := p.cfg.Pace
-	if d, err := time.ParseDuration(req.Metadata[MetaPace]); err == nil && d >= 0 && d <= 5*time.Second {
-		pace = d
+	if d, err := time.ParseDuration(req.Metadata[MetaPace]); err == nil && d >= 0 {
+		pace = min(d, MaxPace)
 	}
 	stall := p.cfg.StallLimit
 	if t := req.Timeouts.Idle; t > 0 {
@@ -90,7 +106,26 @@ func (p *Provider) newAttempt(req *provider.Request, step Step) *attempt {
 	}
 }
 
+// run runs the attempt within its Timeouts.Total: an attempt that
+// outlives it fails with a total timeout, as a real upstream's would.
 func (a *attempt) run(ctx context.Context, emit func(provider.Chunk) error) (provider.Finish, error) {
+	total := a.req.Timeouts.Total
+	if total <= 0 {
+		return a.script(ctx, emit)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, total, errTotal)
+	defer cancel()
+	fin, err := a.script(ctx, emit)
+	if err != nil && errors.Is(context.Cause(ctx), errTotal) {
+		f := fail(recovery.FailTimeout, 0, "", "", fmt.Sprintf("attempt exceeded its total limit of %s", total))
+		f.Timeout = recovery.TimeoutTotal
+		return fin, f
+	}
+	return fin, err
+}
+
+// script plays the attempt's scripted step.
+func (a *attempt) script(ctx context.Context, emit func(provider.Chunk) error) (provider.Finish, error) {
 	if f := a.failBeforeHeaders(ctx); f != nil {
 		return provider.Finish{}, f
 	}
@@ -207,7 +242,7 @@ func (a *attempt) hang(ctx context.Context, phase recovery.TimeoutPhase) *recove
 func (a *attempt) stream(ctx context.Context, emit func(provider.Chunk) error, words []string, stop recovery.StopReason) (provider.Finish, error) {
 	for _, w := range words {
 		if err := a.emitText(ctx, emit, w); err != nil {
-			return a.finish(0, len(words)), err
+			return a.finish(0, a.tokens), err
 		}
 	}
 	fin := a.finish(stop, len(words))
@@ -222,7 +257,7 @@ func (a *attempt) streamThenBreak(ctx context.Context, emit func(provider.Chunk)
 	n = min(n, max(len(a.words)-1, 0)) // break before the end, or the answer would be complete
 	for _, w := range a.words[:n] {
 		if err := a.emitText(ctx, emit, w); err != nil {
-			return a.finish(0, n), err
+			return a.finish(0, a.tokens), err
 		}
 	}
 	switch a.step.Kind {
@@ -269,9 +304,21 @@ func (a *attempt) toolUse(ctx context.Context, emit func(provider.Chunk) error) 
 	return a.finish(recovery.StopToolUse, 12), nil
 }
 
+// emitText waits the pace, then emits w. The pace is the upstream's
+// silence: the first-token limit (before the first token) or the idle limit
+// (before the next ones) cuts a pace longer than itself with a timeout, as
+// it would cut a real upstream.
 func (a *attempt) emitText(ctx context.Context, emit func(provider.Chunk) error, w string) error {
-	if a.pace > 0 {
-		t := time.NewTimer(a.pace)
+	wait, limit, phase := a.pace, a.req.Timeouts.Idle, recovery.TimeoutIdle
+	if a.tokens == 0 {
+		limit, phase = a.req.Timeouts.FirstToken, recovery.TimeoutFirstToken
+	}
+	timedOut := limit > 0 && wait > limit
+	if timedOut {
+		wait = limit
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -281,6 +328,12 @@ func (a *attempt) emitText(ctx context.Context, emit func(provider.Chunk) error,
 	} else if err := ctx.Err(); err != nil {
 		return err
 	}
+	if timedOut {
+		f := fail(recovery.FailTimeout, 0, "", "", fmt.Sprintf("no token for %s", limit))
+		f.Timeout = phase
+		return f
+	}
+	a.tokens++
 	return emit(provider.Chunk{Kind: provider.ChunkText, Text: w})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/completiond/completiond/provider"
@@ -260,6 +261,94 @@ func TestToolSteps(t *testing.T) {
 					t.Errorf("call %+v (%s)", c, c.Input)
 				}
 			}
+		})
+	}
+}
+
+// TestMetadataIsCapped: sim.words and sim.pace beyond MaxWords and MaxPace
+// are cut to them, so that no request holds a stream open for days.
+func TestMetadataIsCapped(t *testing.T) {
+	tests := []struct {
+		name      string
+		md        map[string]string
+		wantWords int
+		wantPace  time.Duration
+	}{
+		{"defaults", nil, 40, 0},
+		{"within", map[string]string{MetaWords: "100", MetaPace: "20ms"}, 100, 20 * time.Millisecond},
+		{"at the caps", map[string]string{MetaWords: "10000", MetaPace: "1s"}, 10000, time.Second},
+		{"beyond", map[string]string{MetaWords: "100000", MetaPace: "5s"}, 10000, time.Second},
+		{"far beyond", map[string]string{MetaWords: "999999999", MetaPace: "72h"}, 10000, time.Second},
+		{"invalid", map[string]string{MetaWords: "-3", MetaPace: "-1s"}, 40, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := req("", 1)
+			r.MaxTokens = 0
+			for k, v := range tt.md {
+				r.Metadata[k] = v
+			}
+			a := New(Config{}).newAttempt(r, Step{})
+			if len(a.words) != tt.wantWords || a.pace != tt.wantPace {
+				t.Errorf("%d words at %v, want %d at %v", len(a.words), a.pace, tt.wantWords, tt.wantPace)
+			}
+		})
+	}
+}
+
+// TestTimeoutsBoundTheAttempt: the sim obeys the route's timeouts as a
+// real upstream would. It used to ignore Total, so sim.pace=5s and
+// sim.words=100000 kept one attempt streaming for days. Fake time
+// (synctest): the sim's paces pass at once.
+func TestTimeoutsBoundTheAttempt(t *testing.T) {
+	slow := map[string]string{MetaPace: "5s", MetaWords: "100000"} // capped to 1 s × 10 000
+	tests := []struct {
+		name     string
+		timeouts provider.Timeouts
+		md       map[string]string
+		phase    recovery.TimeoutPhase // TimeoutNone: the answer completes
+		tokens   int
+		took     time.Duration
+	}{
+		{"total cuts a slow stream", provider.Timeouts{Total: 3500 * time.Millisecond}, slow, recovery.TimeoutTotal, 3, 3500 * time.Millisecond},
+		{"total with a fast pace", provider.Timeouts{Total: 1500*time.Millisecond + 500*time.Microsecond}, map[string]string{MetaPace: "1ms", MetaWords: "10000"}, recovery.TimeoutTotal, 1500, 1500*time.Millisecond + 500*time.Microsecond},
+		{"first token", provider.Timeouts{FirstToken: 500 * time.Millisecond, Total: time.Hour}, slow, recovery.TimeoutFirstToken, 0, 500 * time.Millisecond},
+		{"idle between tokens", provider.Timeouts{Idle: 400 * time.Millisecond}, slow, recovery.TimeoutIdle, 1, 1400 * time.Millisecond},
+		{"within every limit", provider.Timeouts{FirstToken: 2 * time.Second, Idle: 2 * time.Second, Total: time.Minute},
+			map[string]string{MetaPace: "1s", MetaWords: "5"}, recovery.TimeoutNone, 5, 5 * time.Second},
+		{"hang bounded by headers", provider.Timeouts{Headers: 2 * time.Second, Total: time.Hour}, map[string]string{MetaFaults: "hang"},
+			recovery.TimeoutHeaders, 0, 2 * time.Second},
+		{"hang bounded by total", provider.Timeouts{Total: 3 * time.Second}, map[string]string{MetaFaults: "hang"},
+			recovery.TimeoutTotal, 0, 3 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := req("", 1)
+				r.MaxTokens = 0
+				r.Timeouts = tt.timeouts
+				for k, v := range tt.md {
+					r.Metadata[k] = v
+				}
+				p := New(Config{StallLimit: time.Hour})
+				began := time.Now()
+				tokens := 0
+				fin, err := p.Stream(t.Context(), r, func(c provider.Chunk) error {
+					tokens++
+					return nil
+				})
+				took := time.Since(began)
+				if tt.phase == recovery.TimeoutNone {
+					if err != nil {
+						t.Fatalf("err %v, want the answer", err)
+					}
+				} else if f, ok := provider.AsFailure(err); !ok || f.Kind != recovery.FailTimeout || f.Timeout != tt.phase {
+					t.Fatalf("err %v, want a %v timeout", err, tt.phase)
+				}
+				if tokens != tt.tokens || fin.Usage.OutputTokens != int64(tt.tokens) || took != tt.took {
+					t.Errorf("%d tokens (usage %d) in %v, want %d in %v", tokens, fin.Usage.OutputTokens, took, tt.tokens, tt.took)
+				}
+			})
 		})
 	}
 }
