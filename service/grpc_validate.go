@@ -11,6 +11,10 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -88,6 +92,10 @@ var (
 // It returns every violation it finds, and the compiled output schema.
 func (c *Config) validate(req *completionv1.CompleteRequest) (violations, *jsonschema.Schema) {
 	var v violations
+	if why, ok := malformed(req); ok {
+		v.add("request", "not a valid completion.v1.CompleteRequest: %s", why)
+		return v, nil
+	}
 	if n := proto.Size(req); n > c.Limits.MaxRequestBytes {
 		v.add("messages", "request is %d bytes, over the limit of %d", n, c.Limits.MaxRequestBytes)
 		return v, nil // do not walk an oversized request
@@ -333,3 +341,75 @@ func stripFence(s string) string {
 }
 
 func (c *Config) routeNames() []string { return sortedKeys(c.Routes) }
+
+// A request whose bytes do not decode (malformed protobuf, a string field
+// that is not UTF-8) is the caller's fault, but grpc-go's server reports a
+// codec's error as INTERNAL, for unary and streaming handlers alike, before
+// any interceptor of a unary call runs. So the server's "proto" codec does
+// not fail on the requests of this service: it empties the message and marks
+// it, and the handlers refuse a marked message like any invalid one —
+// INVALID_ARGUMENT naming "request" (validate), a Session's first message
+// that is not a start, or a later one that is empty. Every other message,
+// and every message sent, goes through grpc-go's codec untouched.
+func init() {
+	encoding.RegisterCodecV2(requestCodec{encoding.GetCodecV2(grpcproto.Name)})
+}
+
+// requestCodec is grpc-go's proto codec, but for the decoding errors of the
+// service's requests.
+type requestCodec struct{ encoding.CodecV2 }
+
+// Unmarshal decodes data into v; a request of this service that does not
+// decode is emptied and marked malformed instead of failing the call.
+func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	switch m := v.(type) {
+	case *completionv1.CompleteRequest:
+		markMalformed(m, err)
+		return nil
+	case *completionv1.SessionRequest:
+		markMalformed(m, err)
+		return nil
+	}
+	return err
+}
+
+// malformedField is the unknown field that marks a request that did not
+// decode; it holds the decoding error. A caller who sends it is refused.
+const malformedField = protowire.MaxValidNumber
+
+// maxDecodeError bounds the decoding error a refusal repeats.
+const maxDecodeError = 200
+
+func markMalformed(m proto.Message, err error) {
+	proto.Reset(m)
+	b := protowire.AppendTag(nil, malformedField, protowire.BytesType)
+	m.ProtoReflect().SetUnknown(protowire.AppendString(b, clip(err.Error(), maxDecodeError)))
+}
+
+// malformed returns the decoding error of a request the codec marked.
+func malformed(m proto.Message) (string, bool) {
+	raw := m.ProtoReflect().GetUnknown()
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return "", false
+		}
+		raw = raw[n:]
+		if num == malformedField && typ == protowire.BytesType {
+			why, n := protowire.ConsumeBytes(raw)
+			if n < 0 {
+				return "", false
+			}
+			return clip(string(why), maxDecodeError), true
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, raw); n < 0 {
+			return "", false
+		}
+		raw = raw[n:]
+	}
+	return "", false
+}
