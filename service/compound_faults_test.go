@@ -36,7 +36,7 @@ func newCompoundEnv(t *testing.T, kind string, script pt.Script, prefill bool, m
 	t.Helper()
 	srv := upstreamServer(t, kind, script)
 	routes := map[string]*Route{primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind,
-		realProvider(t, kind, srv, "sk-test-primary-key"), 200_000, prefill, generous)}
+		realProvider(t, kind, srv, "sk-test-7Hq2xV9pLm4T"), 200_000, prefill, generous)}
 	cfg := faultConfig(routes)
 	for _, m := range mutate {
 		m(&cfg)
@@ -278,7 +278,7 @@ func TestSlowReaderIsNotAnIdleUpstream(t *testing.T) {
 			to := generous
 			to.Idle = idle
 			routes := map[string]*Route{primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind,
-				realProvider(t, kind, srv, "sk-test-primary-key"), 200_000, false, to)}
+				realProvider(t, kind, srv, "sk-test-7Hq2xV9pLm4T"), 200_000, false, to)}
 			srvc, err := New(faultConfig(routes))
 			if err != nil {
 				t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/classify"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -88,12 +89,15 @@ func (c *completion) finish(a recovery.Action) (*recovery.Result, error) {
 // upstreams said answered (a route's model may be an alias the upstream
 // resolves, e.g. to a dated version). The result's model is the model of
 // the last attempt whose output is in the answer; without one it is empty.
+// A model an upstream names is its own words: like its error messages, it
+// is scrubbed of anything that looks like a credential and bounded (the
+// providers, which know their keys, have scrubbed those already).
 func (c *completion) result(r *recovery.Result) *completionv1.Result {
 	out := fromResult(r)
 	out.Model = ""
 	for _, a := range out.GetAttempts() {
 		if m := c.models[a.GetAttempt()]; m != "" {
-			a.Model = m
+			a.Model = classify.ScrubModel(m)
 		}
 		if a.GetOutcome() == completionv1.AttemptOutcome_ATTEMPT_OUTCOME_ANSWERED {
 			out.Model = a.GetModel()

@@ -360,11 +360,11 @@ func runFault(t *testing.T, kind string, tc faultCase) *faultRun {
 			window = 200_000
 		}
 		routes[fallbackRoute] = upstreamRoute(fallbackRoute, fallbackModel, kind,
-			realProvider(t, kind, r.fallback, "sk-test-fallback-key"), window, tc.fallbackPrefill, generous)
+			realProvider(t, kind, r.fallback, "sk-test-3Kd8wZ1nRb6Y"), window, tc.fallbackPrefill, generous)
 		fallbacks = []string{fallbackRoute}
 	}
 	routes[primaryRoute] = upstreamRoute(primaryRoute, primaryModel, kind,
-		realProvider(t, kind, r.primary, "sk-test-primary-key"), 200_000, tc.prefill, to, fallbacks...)
+		realProvider(t, kind, r.primary, "sk-test-7Hq2xV9pLm4T"), 200_000, tc.prefill, to, fallbacks...)
 	client, _ := grpcClient(t, faultConfig(routes))
 	env := &testEnv{client: client}
 	start := time.Now()
@@ -580,9 +580,9 @@ func TestCircuitBreakerOverAPrimaryDownForAWhile(t *testing.T) {
 			primary := upstreamServer(t, kind, pt.DownFor(down, pt.Fail(pt.ServerError), pt.OK(full())))
 			fallback := upstreamServer(t, kind, pt.Always(pt.OK(fb())))
 			routes := map[string]*Route{
-				primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind, realProvider(t, kind, primary, "sk-test-primary-key"),
+				primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind, realProvider(t, kind, primary, "sk-test-7Hq2xV9pLm4T"),
 					200_000, false, generous, fallbackRoute),
-				fallbackRoute: upstreamRoute(fallbackRoute, fallbackModel, kind, realProvider(t, kind, fallback, "sk-test-fallback-key"),
+				fallbackRoute: upstreamRoute(fallbackRoute, fallbackModel, kind, realProvider(t, kind, fallback, "sk-test-3Kd8wZ1nRb6Y"),
 					200_000, false, generous),
 			}
 			cfg := faultConfig(routes)

@@ -3,11 +3,13 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -45,9 +47,10 @@ func endStatus(e ending) *status.Status {
 	info := &errdetails.ErrorInfo{Reason: r.Reason.String(), Domain: ErrorDomain, Metadata: failureMetadata(r.Failure)}
 	switch {
 	case e.violation != "":
-		info.Metadata = map[string]string{"violation": e.violation}
-		return withDetails(codes.InvalidArgument, "session protocol violation: "+e.violation, info,
-			&errdetails.BadRequest{FieldViolations: violations{{Field: "request", Description: e.violation}}})
+		why := clip(e.violation, maxDescription) // it may quote the caller's ids
+		info.Metadata = map[string]string{"violation": why}
+		return withDetails(codes.InvalidArgument, "session protocol violation: "+why, info,
+			&errdetails.BadRequest{FieldViolations: violations{{Field: "request", Description: why}}})
 	case e.callerTimedOut:
 		return withDetails(codes.DeadlineExceeded, "the caller did not answer in time; completion ended "+r.Reason.String(), info)
 	case e.shuttingDown && (r.Reason == recovery.AbortedStreaming || r.Reason == recovery.AbortedTools):
@@ -62,12 +65,13 @@ func endStatus(e ending) *status.Status {
 	return statusFor(reasonCode(r), "completion ended "+r.Reason.String(), r)
 }
 
+// withDetails builds every status that is not OK, bounded to maxStatusBytes.
 func withDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) *status.Status {
 	st, err := status.New(code, msg).WithDetails(details...)
 	if err != nil {
-		return status.New(code, msg)
+		return bounded(status.New(code, msg))
 	}
-	return st
+	return bounded(st)
 }
 
 // statusFor builds a non-OK status for r with the given code.
@@ -144,14 +148,54 @@ func failureMetadata(f *recovery.Failure) map[string]string {
 	return md
 }
 
-// invalidArgument is the status of a request refused before any call.
+// invalidArgument is the status of a request refused before any call: its
+// first maxViolations violations, bounded, then one that counts the others.
 func invalidArgument(v violations) error {
-	st, err := status.New(codes.InvalidArgument, "invalid request: "+v[0].GetField()+": "+v[0].GetDescription()).
-		WithDetails(&errdetails.BadRequest{FieldViolations: v})
-	if err != nil {
+	var shown violations
+	more := 0
+	for _, fv := range v {
+		if fv == moreViolations || len(shown) == maxViolations {
+			more++
+			continue
+		}
+		shown = append(shown, &errdetails.BadRequest_FieldViolation{
+			Field: clip(fv.GetField(), maxField), Description: clip(fv.GetDescription(), maxDescription)})
+	}
+	if more > 0 {
+		shown = append(shown, &errdetails.BadRequest_FieldViolation{Field: "request",
+			Description: fmt.Sprintf("%d more violations are not listed", more)})
+	}
+	if len(shown) == 0 {
 		return status.Error(codes.InvalidArgument, "invalid request")
 	}
-	return st.Err()
+	msg := "invalid request: " + shown[0].GetField() + ": " + shown[0].GetDescription()
+	return withDetails(codes.InvalidArgument, msg, &errdetails.BadRequest{FieldViolations: shown}).Err()
+}
+
+// The bounds of every status the service sends. A status travels in the
+// trailers, which a client refuses past its header list limit (16 MiB in
+// grpc-go) by tearing down the whole connection, with every other stream
+// on it; statuses are built small, and bounded checks it.
+const (
+	// maxStatusBytes bounds the encoded google.rpc.Status: code, message
+	// and details.
+	maxStatusBytes = 4 << 10
+	// maxStatusMessage bounds the message of a status that was too large.
+	maxStatusMessage = 1 << 10
+)
+
+// bounded is st, or st cut down to maxStatusBytes when it is larger: the
+// message clipped, then details dropped from the last.
+func bounded(st *status.Status) *status.Status {
+	p := st.Proto()
+	if proto.Size(p) <= maxStatusBytes {
+		return st
+	}
+	p.Message = clip(p.GetMessage(), maxStatusMessage)
+	for len(p.Details) > 0 && proto.Size(p) > maxStatusBytes {
+		p.Details = p.Details[:len(p.Details)-1]
+	}
+	return status.FromProto(p)
 }
 
 // contextStatus maps a context error to its status.

@@ -2,23 +2,83 @@ package service
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider/sim"
 )
 
-// violations collects the field violations of one request.
+// violations collects the field violations of one request. Only the first
+// maxViolations are kept; each one after them is counted by a moreViolations
+// entry, which invalidArgument turns into one last violation saying how many
+// were left out. A request of 200 000 empty blocks thus costs one pointer per
+// block, not a formatted violation, and its status stays small.
 type violations []*errdetails.BadRequest_FieldViolation
 
+// The bounds on what a refusal says.
+const (
+	// maxViolations is how many field violations a refusal lists.
+	maxViolations = 20
+	// maxEcho bounds a caller's value quoted in a description: a longer one
+	// is cut to this many bytes and its length is given.
+	maxEcho = 64
+	// maxField and maxDescription bound the two strings of a violation.
+	maxField, maxDescription = 128, 512
+)
+
+// moreViolations stands for a violation past the first maxViolations; it is
+// never sent.
+var moreViolations = &errdetails.BadRequest_FieldViolation{Field: "more"}
+
 func (v *violations) add(field, format string, args ...any) {
-	*v = append(*v, &errdetails.BadRequest_FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+	if len(*v) >= maxViolations {
+		*v = append(*v, moreViolations)
+		return
+	}
+	*v = append(*v, &errdetails.BadRequest_FieldViolation{Field: clip(field, maxField), Description: clip(fmt.Sprintf(format, args...), maxDescription)})
+}
+
+// quote is a caller's value as a description shows it: quoted, and cut to
+// maxEcho bytes with its length when it is longer.
+func quote(s string) string {
+	if len(s) <= maxEcho {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(cutRunes(s, maxEcho)) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// clip bounds s to about n bytes of valid UTF-8, marking a cut with "…".
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	return cutRunes(s, n) + "…"
+}
+
+// cutRunes is the longest prefix of s of at most n bytes that does not
+// split a rune.
+func cutRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 var (
@@ -32,6 +92,10 @@ var (
 // It returns every violation it finds, and the compiled output schema.
 func (c *Config) validate(req *completionv1.CompleteRequest) (violations, *jsonschema.Schema) {
 	var v violations
+	if why, ok := malformed(req); ok {
+		v.add("request", "not a valid completion.v1.CompleteRequest: %s", why)
+		return v, nil
+	}
 	if n := proto.Size(req); n > c.Limits.MaxRequestBytes {
 		v.add("messages", "request is %d bytes, over the limit of %d", n, c.Limits.MaxRequestBytes)
 		return v, nil // do not walk an oversized request
@@ -53,12 +117,12 @@ func (c *Config) validate(req *completionv1.CompleteRequest) (violations, *jsons
 func (c *Config) validateRoutes(req *completionv1.CompleteRequest, v *violations) {
 	if r := req.GetRoute(); r != "" {
 		if _, ok := c.Routes[r]; !ok {
-			v.add("route", "unknown route %q (configured: %s)", r, strings.Join(c.routeNames(), ", "))
+			v.add("route", "unknown route %s (configured: %s)", quote(r), strings.Join(c.routeNames(), ", "))
 		}
 	}
 	for i, r := range req.GetFallbackRoutes() {
 		if _, ok := c.Routes[r]; !ok {
-			v.add(fmt.Sprintf("fallback_routes[%d]", i), "unknown route %q", r)
+			v.add(fmt.Sprintf("fallback_routes[%d]", i), "unknown route %s", quote(r))
 		}
 	}
 }
@@ -126,7 +190,7 @@ func (c *Config) validateBlock(field string, role completionv1.Role, b *completi
 
 func (c *Config) validateImage(field string, img *completionv1.ImageBlock, v *violations) {
 	if !imageMediaTypes[img.GetMediaType()] {
-		v.add(field+".media_type", "media type %q is not one of image/png, image/jpeg, image/gif, image/webp", img.GetMediaType())
+		v.add(field+".media_type", "media type %s is not one of image/png, image/jpeg, image/gif, image/webp", quote(img.GetMediaType()))
 	}
 	switch n := len(img.GetData()); {
 	case n == 0:
@@ -148,7 +212,7 @@ func (c *Config) validateTools(tools []*completionv1.Tool, v *violations) {
 			v.add(field+".name", "name must match %s", toolNamePattern)
 		}
 		if seen[t.GetName()] {
-			v.add(field+".name", "duplicate tool name %q", t.GetName())
+			v.add(field+".name", "duplicate tool name %s", quote(t.GetName()))
 		}
 		seen[t.GetName()] = true
 		if t.GetInputSchema() == nil {
@@ -191,7 +255,7 @@ func (c *Config) validateMetadata(req *completionv1.CompleteRequest, v *violatio
 
 func truncateKey(k string) string {
 	if len(k) > 32 {
-		return k[:32] + "…"
+		return cutRunes(k, 32) + "…"
 	}
 	return k
 }
@@ -217,18 +281,38 @@ func compileSchemaJSON(src []byte, field string, v *violations) *jsonschema.Sche
 		}
 	}
 	c := jsonschema.NewCompiler()
+	// The library's default loader reads file:// URLs from the server's disk;
+	// a schema may refer only to itself. The draft metaschemas named by
+	// $schema are embedded in the library and never reach a loader.
+	c.UseLoader(refuseLoader{})
 	const url = "request://schema.json"
 	if err := c.AddResource(url, doc); err != nil {
 		v.add(field, "invalid JSON Schema: %v", err)
 		return nil
 	}
 	s, err := c.Compile(url)
-	if err != nil {
+	var external *jsonschema.LoadURLError
+	switch {
+	case errors.As(err, &external):
+		v.add(field, "the schema refers to %s outside itself: only references within the schema (such as \"#/$defs/x\") are allowed", quote(external.URL))
+		return nil
+	case err != nil:
 		v.add(field, "invalid JSON Schema: %v", err)
 		return nil
 	}
 	return s
 }
+
+// errExternalRef is what refuseLoader answers for every URL.
+var errExternalRef = errors.New("references outside the request's schema are not loaded")
+
+// refuseLoader is the URL loader of every schema a request brings: it loads
+// nothing, so that a $ref or $schema can neither read the server's files nor
+// make it call a URL.
+type refuseLoader struct{}
+
+// Load refuses url.
+func (refuseLoader) Load(string) (any, error) { return nil, errExternalRef }
 
 // checkAnswer validates a final answer against the output schema and
 // returns a message for the model when it does not conform.
@@ -257,3 +341,75 @@ func stripFence(s string) string {
 }
 
 func (c *Config) routeNames() []string { return sortedKeys(c.Routes) }
+
+// A request whose bytes do not decode (malformed protobuf, a string field
+// that is not UTF-8) is the caller's fault, but grpc-go's server reports a
+// codec's error as INTERNAL, for unary and streaming handlers alike, before
+// any interceptor of a unary call runs. So the server's "proto" codec does
+// not fail on the requests of this service: it empties the message and marks
+// it, and the handlers refuse a marked message like any invalid one —
+// INVALID_ARGUMENT naming "request" (validate), a Session's first message
+// that is not a start, or a later one that is empty. Every other message,
+// and every message sent, goes through grpc-go's codec untouched.
+func init() {
+	encoding.RegisterCodecV2(requestCodec{encoding.GetCodecV2(grpcproto.Name)})
+}
+
+// requestCodec is grpc-go's proto codec, but for the decoding errors of the
+// service's requests.
+type requestCodec struct{ encoding.CodecV2 }
+
+// Unmarshal decodes data into v; a request of this service that does not
+// decode is emptied and marked malformed instead of failing the call.
+func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	switch m := v.(type) {
+	case *completionv1.CompleteRequest:
+		markMalformed(m, err)
+		return nil
+	case *completionv1.SessionRequest:
+		markMalformed(m, err)
+		return nil
+	}
+	return err
+}
+
+// malformedField is the unknown field that marks a request that did not
+// decode; it holds the decoding error. A caller who sends it is refused.
+const malformedField = protowire.MaxValidNumber
+
+// maxDecodeError bounds the decoding error a refusal repeats.
+const maxDecodeError = 200
+
+func markMalformed(m proto.Message, err error) {
+	proto.Reset(m)
+	b := protowire.AppendTag(nil, malformedField, protowire.BytesType)
+	m.ProtoReflect().SetUnknown(protowire.AppendString(b, clip(err.Error(), maxDecodeError)))
+}
+
+// malformed returns the decoding error of a request the codec marked.
+func malformed(m proto.Message) (string, bool) {
+	raw := m.ProtoReflect().GetUnknown()
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return "", false
+		}
+		raw = raw[n:]
+		if num == malformedField && typ == protowire.BytesType {
+			why, n := protowire.ConsumeBytes(raw)
+			if n < 0 {
+				return "", false
+			}
+			return clip(string(why), maxDecodeError), true
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, raw); n < 0 {
+			return "", false
+		}
+		raw = raw[n:]
+	}
+	return "", false
+}

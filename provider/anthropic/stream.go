@@ -73,7 +73,7 @@ func newReader(a *classify.Attempt, c *classify.Classifier, emit func(provider.C
 func (r *reader) event(ev sdk.MessageStreamEventUnion) error {
 	switch ev.Type {
 	case "message_start":
-		r.finish.Model = ev.Message.Model
+		r.finish.Model = r.classes.Model(ev.Message.Model)
 		u := ev.Message.Usage
 		r.usage(u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens)
 	case "content_block_start":

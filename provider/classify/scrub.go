@@ -27,20 +27,87 @@ var secretPatterns = []struct {
 	{regexp.MustCompile(`(?i)\b((?:x-api-key|api[-_]?key|authorization)["']?\s*[:=]\s*["']?(?:bearer\s+)?)[^\s"',;&]+`), "${1}" + redacted},
 }
 
-// Scrub removes secrets from s — each of secrets verbatim, then anything that
-// looks like a credential — and bounds its length. It is applied to every
-// message a Failure carries.
+// minFragment is the shortest piece of a configured secret that Scrub
+// removes wherever it appears. Upstreams echo keys cut: without their sk-
+// prefix ("key suffix test-SECRET rejected"), or the end of one only.
+// Eight characters of a random key are as good as the key to whoever
+// collects pieces, and too specific to hit ordinary words; shorter pieces
+// would: "sk-ant-" and "-api03" are shared by every Anthropic key and
+// appear in any documentation, and four characters are what OpenAI shows
+// of a key on purpose. A secret that is itself a word ("localhost-key")
+// may redact that word (its piece "localhos"): the message loses a word,
+// the key stays in.
+const minFragment = 8
+
+// maxModel bounds a model name an upstream reports.
+const maxModel = 128
+
+// Scrub removes secrets from s — each of secrets verbatim and every piece
+// of minFragment characters or more of one, then anything that looks like
+// a credential — and bounds its length. It is applied to every message a
+// Failure carries.
 func Scrub(s string, secrets ...string) string {
 	for _, secret := range secrets {
 		// A very short "secret" would shred ordinary words; real keys are long.
 		if len(secret) >= 6 {
 			s = strings.ReplaceAll(s, secret, redacted)
 		}
+		s = scrubFragments(s, secret)
 	}
 	for _, p := range secretPatterns {
 		s = p.re.ReplaceAllString(s, p.with)
 	}
 	return truncate(strings.TrimSpace(s), maxMessage)
+}
+
+// ScrubModel is Scrub for a model name an upstream reports, which the
+// caller sees in its result: bounded to maxModel bytes.
+func ScrubModel(s string, secrets ...string) string {
+	return truncate(Scrub(s, secrets...), maxModel)
+}
+
+// Model is ScrubModel with the classifier's secrets, for the model an
+// upstream's stream names. A nil classifier has no secrets.
+func (c *Classifier) Model(s string) string {
+	if c == nil {
+		return ScrubModel(s)
+	}
+	return ScrubModel(s, c.Secrets...)
+}
+
+// scrubFragments replaces every run of s made of pieces of secret at least
+// minFragment bytes long with one redacted mark. Any such piece is covered
+// by the secret's substrings of exactly minFragment bytes, so s is scanned
+// once against the set of those.
+func scrubFragments(s, secret string) string {
+	if len(secret) < minFragment || len(s) < minFragment {
+		return s
+	}
+	grams := make(map[string]struct{}, len(secret)-minFragment+1)
+	for i := 0; i+minFragment <= len(secret); i++ {
+		grams[secret[i:i+minFragment]] = struct{}{}
+	}
+	in := func(i int) bool { _, ok := grams[s[i:i+minFragment]]; return ok }
+	var b strings.Builder
+	copied := 0
+	for i := 0; i+minFragment <= len(s); {
+		if !in(i) {
+			i++
+			continue
+		}
+		end := i + minFragment
+		for end < len(s) && in(end+1-minFragment) {
+			end++
+		}
+		b.WriteString(s[copied:i])
+		b.WriteString(redacted)
+		copied, i = end, end
+	}
+	if copied == 0 {
+		return s
+	}
+	b.WriteString(s[copied:])
+	return b.String()
 }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.

@@ -16,6 +16,14 @@ func TestScrub(t *testing.T) {
 		{"url ?api-key=abcdef123456&x=1", "url ?api-key=[REDACTED]&x=1"},
 		{"the configured secret my-own-token-42 leaked", "the configured secret [REDACTED] leaked"},
 		{"nothing to hide: prompt is too long", "nothing to hide: prompt is too long"},
+		// Pieces of a configured secret, 8 characters or more, wherever they are.
+		{"key suffix test-SECRET-123 rejected", "key suffix [REDACTED] rejected"},
+		{"key ending SECRET-123.", "key ending [REDACTED]."},
+		{"key starting sk-test-S…", "key starting [REDACTED]…"},
+		{"own-token and my-own-t", "[REDACTED] and [REDACTED]"},
+		{"pieces test-SEC and RET-123 apart", "pieces [REDACTED] and RET-123 apart"},
+		{"glued SECRET-123SECRET-123", "glued [REDACTED][REDACTED]"},
+		{"7 characters: ECRET-1 stays", "7 characters: ECRET-1 stays"},
 		{"  padded  ", "padded"},
 	} {
 		if got := Scrub(tc.in, "sk-test-SECRET-123", "my-own-token-42", ""); got != tc.want {
@@ -59,6 +67,21 @@ func TestBaseURL(t *testing.T) {
 		}
 		if err != nil || got != tt.want {
 			t.Errorf("BaseURL(%q) = %q, %v; want %q", tt.base, got, err, tt.want)
+		}
+	}
+}
+
+func TestScrubModel(t *testing.T) {
+	c := &Classifier{Secrets: []string{"sk-ant-api03-LEAKCHECK-9f8e7d"}}
+	for _, tc := range []struct{ in, want string }{
+		{"claude-sonnet-4-5-20250929", "claude-sonnet-4-5-20250929"},
+		{"LEAKCHECK-9f8e7d", "[REDACTED]"},
+		{"model-api03-LEAKCHECK", "model[REDACTED]"},
+		{"sk-other-key-123456", "[REDACTED]"},
+		{strings.Repeat("m", 1000), strings.Repeat("m", maxModel) + "…"},
+	} {
+		if got := c.Model(tc.in); got != tc.want {
+			t.Errorf("Model(%.40q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

@@ -147,6 +147,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	defer stream.Close()
 
 	r := newReader(a, a.Emitter(emit))
+	r.classes = &p.classes
 	for stream.Next() {
 		if err := r.chunk(stream.Current()); err != nil {
 			return r.finish, err

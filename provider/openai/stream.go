@@ -30,6 +30,7 @@ var reasoningFields = []string{"reasoning_content", "reasoning"}
 type reader struct {
 	attempt *classify.Attempt
 	emit    func(provider.Chunk) error
+	classes *classify.Classifier // scrubs the model the stream names; nil: patterns only
 
 	calls   map[int64]*toolCall // tool calls being streamed, by index
 	order   []int64             // their indexes in order of appearance
@@ -59,7 +60,7 @@ func (r *reader) complete() bool { return r.reason != "" && r.usage }
 // chunk handles one chunk; an error is emit's, returned as it is.
 func (r *reader) chunk(c sdk.ChatCompletionChunk) error {
 	if r.finish.Model == "" {
-		r.finish.Model = c.Model
+		r.finish.Model = r.classes.Model(c.Model)
 	}
 	for _, choice := range c.Choices {
 		if choice.Index != 0 {
