@@ -45,7 +45,7 @@ soak: ## Chaos soak: SOAK_N (10000) random fault scripts over Stream, Complete a
 # short runs would spend themselves minimizing.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./provider/anthropic:FuzzStreamReader ./provider/openai:FuzzStreamReader \
-	./service:FuzzSessionCheck ./service:FuzzValidate
+	./service:FuzzSessionCheck ./service:FuzzSessionWire ./service:FuzzValidate
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (30s) each.

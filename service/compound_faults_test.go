@@ -274,7 +274,7 @@ func TestSlowReaderIsNotAnIdleUpstream(t *testing.T) {
 				tokens[i] = " " + strings.Repeat("y", 2047)
 			}
 			srv := upstreamServer(t, kind, pt.Always(pt.OK(pt.Answer{Model: primaryModel, Text: tokens})))
-			idle := 300 * time.Millisecond
+			idle := 800 * time.Millisecond // long enough that a loaded machine does not make the upstream look idle
 			to := generous
 			to.Idle = idle
 			routes := map[string]*Route{primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind,

@@ -72,14 +72,14 @@ func FuzzValidate(f *testing.F) {
 	})
 }
 
-// FuzzSessionCheck feeds a Session's later messages, as arbitrary wire bytes
+// FuzzSessionWire feeds a Session's later messages, as arbitrary wire bytes
 // through the server's codec, to the protocol check: a session that sent
 // two tool calls and one stop-hook request. Each message is one length byte
 // and that many bytes. Whatever arrives, the check must accept only answers
 // to what was asked and not yet answered, mark them answered, refuse
 // anything else (a second start, an empty or undecodable message), and its
 // violation must end in a small INVALID_ARGUMENT.
-func FuzzSessionCheck(f *testing.F) {
+func FuzzSessionWire(f *testing.F) {
 	msg := func(m *completionv1.SessionRequest) []byte {
 		b, err := proto.Marshal(m)
 		if err != nil {
