@@ -69,10 +69,20 @@ func soakDefaults(t *testing.T) soakConfig {
 	return c
 }
 
-// TestSoak is the bounded chaos soak. make test runs 200 completions; make
-// soak runs SOAK_N of them (10 000).
+// TestSoak is the bounded chaos soak, without and with authentication.
+// make test runs 200 completions each; make soak runs SOAK_N of them
+// (10 000).
 func TestSoak(t *testing.T) {
-	runSoak(t, soakDefaults(t))
+	t.Run("no-auth", func(t *testing.T) { runSoak(t, soakDefaults(t)) })
+	t.Run("auth", func(t *testing.T) {
+		c := soakDefaults(t)
+		c.Server = func(cfg *Config) {
+			cfg.Auth = testKeys()
+			cfg.Limits.KeyRate = 0 // the soak measures the contract, not the rate limit (tested on its own)
+		}
+		c.Metadata = func(md metadata.MD) { md.Set("authorization", "Bearer ops-secret-key") }
+		runSoak(t, c)
+	})
 }
 
 // soakRPCs are the RPCs a soak completion may go through.
