@@ -69,6 +69,9 @@ type FileConfig struct {
 	// Limits bound the load the server accepts; unset fields keep their
 	// defaults.
 	Limits *FileLimits `yaml:"limits"`
+	// Policy overrides the server's recovery policy, field by field (see
+	// fileconfig_policy.go and recovery.Policy); requests may only tighten it.
+	Policy yaml.Node `yaml:"policy"`
 }
 
 // FileProvider declares one upstream account.
@@ -185,6 +188,11 @@ func (fc *FileConfig) apply(base Config, getenv func(string) string, factories m
 	if err := fc.applyBreaker(&cfg); err != nil {
 		return base, err
 	}
+	policy, err := applyPolicy(&fc.Policy, base.Policy)
+	if err != nil {
+		return base, err
+	}
+	cfg.Policy = policy
 	if err := fc.applySafety(&cfg, getenv); err != nil {
 		return base, err
 	}
