@@ -2,7 +2,9 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
-ADDR  ?= localhost:50051
+# make run serves on ADDR: COMPLETIOND_ADDR when it is set (as the server
+# itself would read it), else localhost:50051; make run ADDR=… wins over both.
+ADDR  ?= $(or $(COMPLETIOND_ADDR),localhost:50051)
 
 # Pinned tool versions; `make tools` installs them into ./bin with go install.
 BUF_VERSION                ?= v1.75.0
@@ -16,12 +18,25 @@ TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcur
 .DEFAULT_GOAL := help
 
 .PHONY: help
-help: ## Show this help.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+help: ## Show this help, with the values the variables have now.
+	@echo 'Usage: make [TARGET] [VARIABLE=value ...]'
+	@echo
+	@echo 'Targets:'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|$$(ADDR)|$(ADDR)|g' | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@echo
+	@echo 'Variables (now):'
+	@$(foreach v,$(HELP_VARS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
+	@echo
+	@echo 'Pinned tools (make tools installs them into ./bin):'
+	@$(foreach v,$(TOOL_VERSIONS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
+
+# The variables make help shows, with their current values.
+HELP_VARS     = ADDR GO SOAK_N SOAK_SEED FUZZTIME
+TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION
 
 .PHONY: run
-run: ## Serve on $(ADDR) with the embedded sim provider (no API key needed).
-	$(GO) run ./cmd/completiond --addr $(ADDR)
+run: ## Serve on $(ADDR) (ADDR, or COMPLETIOND_ADDR) with the embedded sim provider (no API key needed).
+	$(GO) run ./cmd/completiond --addr '$(ADDR)'
 
 .PHONY: build
 build: ## Build bin/completiond.
