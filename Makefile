@@ -31,7 +31,7 @@ help: ## Show this help, with the values the variables have now.
 	@$(foreach v,$(TOOL_VERSIONS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
 
 # The variables make help shows, with their current values.
-HELP_VARS     = ADDR GO SOAK_N SOAK_SEED FUZZTIME
+HELP_VARS     = ADDR GO SOAK_N SOAK_SEED FUZZTIME BREAKING_REF
 TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION
 
 .PHONY: run
@@ -109,6 +109,29 @@ checkgenerate: generate ## Regenerate and fail if gen/ differs from what is comm
 	@git add -N gen >/dev/null 2>&1 || true
 	@if ! git diff --quiet -- gen; then echo "gen/ is stale: run make generate and commit"; git diff --stat -- gen; exit 1; fi
 
+# make breaking: proto/ against BREAKING_REF, by default the commit before
+# HEAD — on main the state before the last merge, on a branch its previous
+# commit. A shallow clone (CI) is deepened until BREAKING_REF is there; a
+# BREAKING_REF without proto/ (HEAD is the first commit, or the one adding
+# the API) has nothing to break, and says so.
+BREAKING_REF ?= HEAD~1
+
 .PHONY: breaking
-breaking: $(BIN)/buf ## Check proto/ against main for WIRE_JSON breaking changes.
-	$(BIN)/buf breaking --against '.git#branch=main'
+breaking: $(BIN)/buf ## Check proto/ against BREAKING_REF (HEAD~1) for WIRE_JSON breaking changes.
+	@set -e; ref='$(BREAKING_REF)'; \
+	while ! git rev-parse -q --verify "$$ref^{commit}" >/dev/null && [ "$$(git rev-parse --is-shallow-repository)" = true ]; do \
+		echo "breaking: $$ref is not in this shallow clone: git fetch --deepen=1"; \
+		before=$$(git rev-list --count HEAD); git fetch -q --deepen=1; \
+		if [ "$$(git rev-list --count HEAD)" = "$$before" ]; then break; fi; \
+	done; \
+	if ! sha=$$(git rev-parse -q --verify "$$ref^{commit}"); then \
+		if [ "$$ref" = HEAD~1 ] && [ -z "$$(git rev-list --parents -n 1 HEAD | cut -s -d' ' -f2)" ]; then \
+			echo "breaking: HEAD is the first commit: no earlier proto/ to break"; exit 0; \
+		fi; \
+		echo "breaking: $$ref is not a commit"; exit 1; \
+	fi; \
+	if [ -z "$$(git ls-tree -d "$$sha" proto)" ]; then \
+		echo "breaking: $$ref ($$sha) has no proto/: nothing to break"; exit 0; \
+	fi; \
+	echo "breaking: proto/ against $$ref ($$sha)"; \
+	$(BIN)/buf breaking --against ".git#ref=$$sha"

@@ -1,30 +1,40 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// makeIn runs make in the repository root with env added to a clean
-// environment (none of the variables the Makefile reads, no MAKEFLAGS of an
-// enclosing make), and returns its output.
-func makeIn(t *testing.T, env []string, args ...string) string {
+// makeCmd is make with args, in dir, with env added to a clean environment
+// (none of the variables the Makefile reads, no MAKEFLAGS of an enclosing
+// make).
+func makeCmd(t *testing.T, dir string, env []string, args ...string) *exec.Cmd {
 	t.Helper()
 	mk, err := exec.LookPath("make")
 	if err != nil {
 		t.Skip("make is not installed")
 	}
-	cmd := exec.Command(mk, append([]string{"-C", "../..", "--no-print-directory"}, args...)...)
+	cmd := exec.Command(mk, append([]string{"--no-print-directory"}, args...)...)
+	cmd.Dir = dir
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
-		return slices.Contains([]string{"ADDR", "COMPLETIOND_ADDR", "GO", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GNUMAKEFLAGS"}, name)
+		return slices.Contains([]string{"ADDR", "COMPLETIOND_ADDR", "BREAKING_REF", "BIN", "GO", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GNUMAKEFLAGS"}, name)
 	})
 	cmd.Env = append(cmd.Env, env...)
-	out, err := cmd.CombinedOutput()
+	return cmd
+}
+
+// makeIn runs make in the repository root (see makeCmd) and returns its
+// output.
+func makeIn(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	out, err := makeCmd(t, "../..", env, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -94,4 +104,97 @@ func TestMakeHelpShowsDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMakeBreakingAgainstPreviousCommit runs make breaking in scratch
+// repositories, with a stand-in buf that prints its arguments: the check
+// compares against the commit before HEAD, deepens a shallow clone to
+// reach it, and says why there is nothing to compare when that commit has
+// no proto/ or HEAD is the first commit.
+func TestMakeBreakingAgainstPreviousCommit(t *testing.T) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("git is not installed")
+	}
+	makefile, err := filepath.Abs("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "buf"), []byte("#!/bin/sh\necho \"buf $*\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gitIn := func(dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(git, append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.com",
+			"-c", "init.defaultBranch=main", "-c", "protocol.file.allow=always"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	// repo makes a repository whose commits add the given files.
+	repo := func(commits ...map[string]string) string {
+		dir := t.TempDir()
+		gitIn(dir, "init", "-q")
+		for i, files := range commits {
+			for name, body := range files {
+				if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gitIn(dir, "add", "-A")
+			gitIn(dir, "commit", "-q", "-m", fmt.Sprint("commit ", i+1))
+		}
+		return dir
+	}
+	api := map[string]string{"buf.yaml": "version: v2\n", "proto/a/v1/a.proto": "syntax = \"proto3\";\n"}
+	readme := map[string]string{"README": "hi\n"}
+	shallow := func(src string) string {
+		dir := filepath.Join(t.TempDir(), "clone")
+		gitIn(filepath.Dir(dir), "clone", "-q", "--depth", "1", "file://"+src, dir)
+		return dir
+	}
+	twoCommits := repo(api, readme)
+	shallowClone := shallow(twoCommits)
+	for _, tc := range []struct {
+		name    string
+		dir     string
+		ref     string // the commit buf must be given; "" when buf must not run
+		want    string
+		wantErr bool
+	}{
+		{"previous commit", twoCommits, gitIn(twoCommits, "rev-parse", "HEAD~1"), "proto/ against HEAD~1", false},
+		{"shallow clone", shallowClone, gitIn(twoCommits, "rev-parse", "HEAD~1"), "git fetch --deepen=1", false},
+		{"first commit", repo(api), "", "HEAD is the first commit", false},
+		{"shallow first commit", shallow(repo(api)), "", "HEAD is the first commit", false},
+		{"API added by HEAD", repo(readme, api), "", "has no proto/: nothing to break", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := makeCmd(t, tc.dir, nil, "-s", "-f", makefile, "BIN="+bin, "breaking").CombinedOutput()
+			if err != nil {
+				t.Fatalf("make breaking: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("make breaking said %q, want %q", out, tc.want)
+			}
+			ran := strings.Contains(string(out), "buf breaking")
+			if tc.ref == "" && ran {
+				t.Errorf("buf ran: %s", out)
+			}
+			if tc.ref != "" && !strings.Contains(string(out), "buf breaking --against .git#ref="+tc.ref) {
+				t.Errorf("buf did not compare against %s: %s", tc.ref, out)
+			}
+		})
+	}
+	t.Run("not a commit", func(t *testing.T) {
+		out, err := makeCmd(t, twoCommits, nil, "-s", "-f", makefile, "BIN="+bin, "BREAKING_REF=nope", "breaking").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "nope is not a commit") {
+			t.Errorf("make breaking BREAKING_REF=nope: %v, %s", err, out)
+		}
+	})
 }
