@@ -2,7 +2,9 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
-ADDR  ?= localhost:50051
+# make run serves on ADDR: COMPLETIOND_ADDR when it is set (as the server
+# itself would read it), else localhost:50051; make run ADDR=… wins over both.
+ADDR  ?= $(or $(COMPLETIOND_ADDR),localhost:50051)
 
 # Pinned tool versions; `make tools` installs them into ./bin with go install.
 BUF_VERSION                ?= v1.75.0
@@ -16,12 +18,25 @@ TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcur
 .DEFAULT_GOAL := help
 
 .PHONY: help
-help: ## Show this help.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+help: ## Show this help, with the values the variables have now.
+	@echo 'Usage: make [TARGET] [VARIABLE=value ...]'
+	@echo
+	@echo 'Targets:'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|$$(ADDR)|$(ADDR)|g' | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@echo
+	@echo 'Variables (now):'
+	@$(foreach v,$(HELP_VARS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
+	@echo
+	@echo 'Pinned tools (make tools installs them into ./bin):'
+	@$(foreach v,$(TOOL_VERSIONS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
+
+# The variables make help shows, with their current values.
+HELP_VARS     = ADDR GO SOAK_N SOAK_SEED FUZZTIME BREAKING_REF
+TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION
 
 .PHONY: run
-run: ## Serve on $(ADDR) with the embedded sim provider (no API key needed).
-	$(GO) run ./cmd/completiond --addr $(ADDR)
+run: ## Serve on $(ADDR) (ADDR, or COMPLETIOND_ADDR) with the embedded sim provider (no API key needed).
+	$(GO) run ./cmd/completiond --addr '$(ADDR)'
 
 .PHONY: build
 build: ## Build bin/completiond.
@@ -94,6 +109,29 @@ checkgenerate: generate ## Regenerate and fail if gen/ differs from what is comm
 	@git add -N gen >/dev/null 2>&1 || true
 	@if ! git diff --quiet -- gen; then echo "gen/ is stale: run make generate and commit"; git diff --stat -- gen; exit 1; fi
 
+# make breaking: proto/ against BREAKING_REF, by default the commit before
+# HEAD — on main the state before the last merge, on a branch its previous
+# commit. A shallow clone (CI) is deepened until BREAKING_REF is there; a
+# BREAKING_REF without proto/ (HEAD is the first commit, or the one adding
+# the API) has nothing to break, and says so.
+BREAKING_REF ?= HEAD~1
+
 .PHONY: breaking
-breaking: $(BIN)/buf ## Check proto/ against main for WIRE_JSON breaking changes.
-	$(BIN)/buf breaking --against '.git#branch=main'
+breaking: $(BIN)/buf ## Check proto/ against BREAKING_REF (HEAD~1) for WIRE_JSON breaking changes.
+	@set -e; ref='$(BREAKING_REF)'; \
+	while ! git rev-parse -q --verify "$$ref^{commit}" >/dev/null && [ "$$(git rev-parse --is-shallow-repository)" = true ]; do \
+		echo "breaking: $$ref is not in this shallow clone: git fetch --deepen=1"; \
+		before=$$(git rev-list --count HEAD); git fetch -q --deepen=1; \
+		if [ "$$(git rev-list --count HEAD)" = "$$before" ]; then break; fi; \
+	done; \
+	if ! sha=$$(git rev-parse -q --verify "$$ref^{commit}"); then \
+		if [ "$$ref" = HEAD~1 ] && [ -z "$$(git rev-list --parents -n 1 HEAD | cut -s -d' ' -f2)" ]; then \
+			echo "breaking: HEAD is the first commit: no earlier proto/ to break"; exit 0; \
+		fi; \
+		echo "breaking: $$ref is not a commit"; exit 1; \
+	fi; \
+	if [ -z "$$(git ls-tree -d "$$sha" proto)" ]; then \
+		echo "breaking: $$ref ($$sha) has no proto/: nothing to break"; exit 0; \
+	fi; \
+	echo "breaking: proto/ against $$ref ($$sha)"; \
+	$(BIN)/buf breaking --against ".git#ref=$$sha"

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -66,7 +65,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(completionv1.Completion_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if !s.cfg.DisableReflection {
-		reflection.Register(g)
+		registerReflection(g, log) // with the proto's comments
 	}
 	return &GRPC{Server: g, Health: h, Completion: s}
 }

@@ -50,7 +50,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit (also: completiond version)")
 	o.safety.define(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: completiond [flags]\n\n"+
+		fmt.Fprintf(stderr, "Usage: completiond [flags]\n"+
+			"       completiond check-config FILE   (validate a --config file and print its routes)\n"+
+			"       completiond version\n\n"+
 			"Serves completion.v1.Completion over gRPC, with reflection and grpc.health.v1.\n"+
 			"The embedded sim provider needs no API key; script its faults with the request\n"+
 			"metadata key %q (see README).\n\n"+
@@ -91,6 +93,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "version" {
 		printVersion(stdout)
 		return nil
+	}
+	if len(args) > 0 && args[0] == "check-config" {
+		return checkConfig(args[1:], getenv, stdout, stderr)
 	}
 	o, err := parseOptions(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/anthropic"
+	"github.com/completiond/completiond/provider/openai"
+	"github.com/completiond/completiond/provider/sim"
+	"github.com/completiond/completiond/service"
+)
+
+// checkConfigUsage is the synopsis of the check-config subcommand.
+const checkConfigUsage = "Usage: completiond check-config [FILE]\n\n" +
+	"Loads the --config FILE (default: $" + envPrefix + "CONFIG) as the server would, with the\n" +
+	"API keys of its ${VAR} references read from the environment, builds its providers\n" +
+	"without calling them, and prints the resolved routes, circuit breaker, auth keys\n" +
+	"(names only), TLS files and limits. No secret is printed: neither API keys nor\n" +
+	"key digests. A bad file exits non-zero with an error that names the field.\n"
+
+// checkConfig answers `completiond check-config FILE`: it loads FILE with
+// service.LoadFile and the real provider factories, as the server does at
+// start, and prints what the server would serve. Building a provider makes
+// no network call, so the check runs offline. The report names keys but
+// never holds a secret: the specs it keeps have their API key removed, and
+// key digests are not printed.
+func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("completiond check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, checkConfigUsage) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	var path string
+	switch fs.NArg() {
+	case 0:
+		path = getenv(envPrefix + "CONFIG")
+	case 1:
+		path = fs.Arg(0)
+	}
+	if path == "" || fs.NArg() > 1 {
+		return errors.New("check-config: want one configuration file (completiond check-config FILE)")
+	}
+	specs := map[provider.Provider]service.ProviderSpec{}
+	recording := make(map[string]service.Factory, len(factories)+1)
+	for kind, f := range factories {
+		recording[kind] = func(s service.ProviderSpec) (provider.Provider, error) {
+			p, err := f(s)
+			if err == nil {
+				s.APIKey = "" // the report keeps no secret
+				specs[p] = s
+			}
+			return p, err
+		}
+	}
+	s := sim.New(sim.Config{})
+	recording["sim"] = func(service.ProviderSpec) (provider.Provider, error) { return s, nil }
+	base := service.DefaultConfig()
+	base.Routes = map[string]*service.Route{}
+	cfg, err := service.LoadFile(path, base, getenv, recording)
+	if err != nil {
+		return err
+	}
+	return printConfig(stdout, path, cfg, specs)
+}
+
+// printConfig writes the report of check-config.
+func printConfig(w io.Writer, path string, cfg service.Config, specs map[provider.Provider]service.ProviderSpec) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	p := func(format string, a ...any) { fmt.Fprintf(tw, format+"\n", a...) }
+	p("%s: OK, %d routes", path, len(cfg.Routes))
+	p("default route\t%s", cfg.DefaultRoute)
+	for _, name := range slices.Sorted(maps.Keys(cfg.Routes)) {
+		r := cfg.Routes[name]
+		p("")
+		p("route %s", name)
+		p("  provider\t%s", r.Upstream.Kind())
+		p("  base url\t%s", baseURL(r.Upstream, specs))
+		p("  model\t%s", r.Spec.Model)
+		p("  context window\t%s", tokens(r.Spec.ContextWindow))
+		p("  max output\t%s", tokens(r.Spec.MaxOutputTokens))
+		p("  prefill\t%t", r.Spec.Prefill)
+		if body := specs[r.Upstream].PrefillBody; r.Spec.Prefill && body != nil {
+			b, _ := json.Marshal(body) // LoadFile checked that it marshals
+			p("  prefill body\t%s", b)
+		}
+		if r.ThinkingBudget > 0 {
+			p("  thinking\t%d tokens (never continues by prefill)", r.ThinkingBudget)
+		} else {
+			p("  thinking\toff")
+		}
+		if len(r.Fallbacks) == 0 {
+			p("  fallbacks\tnone")
+		} else {
+			p("  fallbacks\t%s", strings.Join(r.Fallbacks, " → "))
+		}
+		t := r.Timeouts
+		p("  timeouts\theaders %s, first token %s, idle %s, total %s", t.Headers, t.FirstToken, t.Idle, t.Total)
+	}
+	p("")
+	switch b := cfg.Breaker; {
+	case b.Failures < 0:
+		p("circuit breaker\toff")
+	case b.Failures == 0 && b.Cooldown == 0:
+		p("circuit breaker\tdefault")
+	default:
+		p("circuit breaker\t%s failures, cooldown %s", orDefault(b.Failures), orDefaultDuration(b.Cooldown))
+	}
+	printAuth(p, cfg.Auth)
+	printTLS(p, cfg.TLS)
+	printLimits(p, cfg.Limits)
+	p("")
+	p("Flags and %s* variables win over the auth, tls and limits above at run time;", envPrefix)
+	p("%s adds a key named default.", apiKeyEnv)
+	return tw.Flush()
+}
+
+// baseURL is the URL a route's provider calls, without credentials: the
+// user info and the query are left out.
+func baseURL(p provider.Provider, specs map[provider.Provider]service.ProviderSpec) string {
+	spec, ok := specs[p]
+	if !ok {
+		return "none (embedded simulator)"
+	}
+	if spec.BaseURL == "" {
+		switch spec.Kind {
+		case anthropic.Kind:
+			return anthropic.DefaultBaseURL + " (default)"
+		case openai.Kind:
+			return openai.DefaultBaseURL + " (default)"
+		}
+		return "default"
+	}
+	u, err := url.Parse(spec.BaseURL)
+	if err != nil { // the provider accepted it, so this does not happen
+		return "(not a URL)"
+	}
+	u.User = nil
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+	return u.String()
+}
+
+// printAuth writes the keys' names, their routes and how each
+// authenticates; never the key or its digest.
+func printAuth(p func(string, ...any), a service.Auth) {
+	if !a.On() {
+		p("auth\toff")
+		return
+	}
+	p("auth\t%d keys, client certificates %s", len(a.Keys), onOff(a.ClientCertificates))
+	for _, k := range a.Keys {
+		how := "API key"
+		if k.SHA256 == ([32]byte{}) {
+			how = "client certificate only"
+		}
+		routes := "all routes"
+		if k.Routes != nil {
+			routes = "routes " + strings.Join(k.Routes, ", ")
+			if len(k.Routes) == 0 {
+				routes = "no route"
+			}
+		}
+		p("  key %s\t%s, %s", k.Name, how, routes)
+	}
+}
+
+// printTLS writes the certificate files, or that the server speaks
+// plaintext.
+func printTLS(p func(string, ...any), t service.TLSFiles) {
+	if !t.On() {
+		p("tls\toff (plaintext)")
+		return
+	}
+	reload := t.ReloadInterval
+	if reload == 0 {
+		reload = service.DefaultTLSReload
+	}
+	p("tls\tcert %s, key %s, reload %s", t.CertFile, t.KeyFile, reload)
+	if t.ClientCAFile != "" {
+		p("  client CA\t%s", t.ClientCAFile)
+	}
+}
+
+// printLimits writes the server's limits, marking those at their default.
+func printLimits(p func(string, ...any), l service.Limits) {
+	d := service.DefaultLimits()
+	p("limits")
+	for _, f := range []struct {
+		name       string
+		val, deflt any
+	}{
+		{"max_request_bytes", l.MaxRequestBytes, d.MaxRequestBytes},
+		{"max_in_flight", l.MaxInFlight, d.MaxInFlight},
+		{"key_max_concurrent", l.KeyMaxConcurrent, d.KeyMaxConcurrent},
+		{"key_rate", l.KeyRate, d.KeyRate},
+		{"key_burst", l.KeyBurst, d.KeyBurst},
+		{"max_streams_per_connection", l.MaxConcurrentStreams, d.MaxConcurrentStreams},
+		{"keepalive_min_time", l.KeepaliveMinTime, d.KeepaliveMinTime},
+		{"keepalive_time", l.KeepaliveTime, d.KeepaliveTime},
+		{"keepalive_timeout", l.KeepaliveTimeout, d.KeepaliveTimeout},
+		{"max_connection_idle", l.MaxConnectionIdle, d.MaxConnectionIdle},
+		{"max_connection_age", l.MaxConnectionAge, d.MaxConnectionAge},
+		{"max_connection_age_grace", l.MaxConnectionAgeGrace, d.MaxConnectionAgeGrace},
+	} {
+		note := ""
+		if f.val == f.deflt {
+			note = " (default)"
+		}
+		p("  %s\t%v%s", f.name, f.val, note)
+	}
+}
+
+func tokens(n int) string {
+	if n <= 0 {
+		return "not set"
+	}
+	return strconv.Itoa(n) + " tokens"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func orDefault(n int) string {
+	if n == 0 {
+		return "default"
+	}
+	return strconv.Itoa(n)
+}
+
+func orDefaultDuration(d time.Duration) string {
+	if d == 0 {
+		return "default"
+	}
+	return d.String()
+}
