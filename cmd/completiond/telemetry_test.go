@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,16 +83,33 @@ func TestMetricsEndpointCountsRecoveries(t *testing.T) {
 
 	body := scrape(t, "http://"+metricsAddr+"/metrics")
 	for _, want := range []string{
-		`completiond_transitions_total\{completiond_reason="RETRY",[^}]*\} 1\n`,
-		`completiond_transitions_total\{completiond_reason="COMPLETED",[^}]*\} 1\n`,
-		`completiond_attempts_total\{completiond_outcome="failed",completiond_route="sim",[^}]*\} 1\n`,
-		`completiond_attempts_total\{completiond_outcome="answered",completiond_route="sim",[^}]*\} 1\n`,
-		`completiond_backoff_seconds_count\{completiond_reason="RETRY",[^}]*\} 1\n`,
-		`completiond_streams_in_flight\{[^}]*\} 0\n`,
+		`completiond_transitions_total\{completiond_reason="RETRY"\} 1\n`,
+		`completiond_transitions_total\{completiond_reason="COMPLETED"\} 1\n`,
+		// The 429 by route, provider, error kind and status.
+		`completiond_attempts_total\{completiond_error_kind="rate_limit",completiond_outcome="failed",completiond_route="sim",gen_ai_provider_name="sim",http_response_status_code="429"\} 1\n`,
+		`completiond_attempts_total\{completiond_outcome="answered",completiond_route="sim",gen_ai_provider_name="sim"\} 1\n`,
+		`completiond_backoff_seconds_count\{completiond_reason="RETRY"\} 1\n`,
+		`completiond_streams_in_flight 0\n`,
+		// One series per circuit state.
+		`completiond_circuit_state\{completiond_circuit_state="closed",completiond_route="sim"\} 1\n`,
+		`completiond_circuit_state\{completiond_circuit_state="open",completiond_route="sim"\} 0\n`,
+		`completiond_circuit_state\{completiond_circuit_state="half_open",completiond_route="sim"\} 0\n`,
+		// Tokens by the model that answered.
+		`gen_ai_client_token_usage_count\{gen_ai_operation_name="chat",gen_ai_provider_name="sim",gen_ai_request_model="sim-1",gen_ai_response_model="sim-1",gen_ai_token_type="output"\} 1\n`,
+		`gen_ai_client_operation_time_to_first_chunk_seconds_count\{[^}]*completiond_route="sim"[^}]*\} 1\n`,
+		// Identity: the build, exactly, and the instance on target_info.
+		`\ncompletiond_build_info\{commit="[^"]+",goversion="go[^"]+",version="[^"]+"\} 1\n`,
+		`target_info\{[^}]*service_instance_id="[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"[^}]*\} 1\n`,
+		// The Go runtime and the process, on the same endpoint.
+		`\ngo_goroutines \d+\n`,
+		`\nprocess_resident_memory_bytes [0-9.e+]+\n`,
 	} {
 		if !regexp.MustCompile(want).MatchString(body) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	if strings.Contains(body, "otel_scope_") {
+		t.Errorf("metrics carry otel_scope_* labels")
 	}
 }
 
