@@ -3,6 +3,8 @@ package provider
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/completiond/completiond/recovery"
@@ -104,6 +106,10 @@ type Finish struct {
 	Usage recovery.Usage
 	// Model is the model the upstream says answered, if it said.
 	Model string
+	// ID is the upstream's id of its response (Anthropic's message id,
+	// OpenAI's chat completion id), if it said; scrubbed and bounded like
+	// Model.
+	ID string
 }
 
 // Provider streams attempts to one upstream.
@@ -127,6 +133,32 @@ type Provider interface {
 	// upstream's silence, not the caller's: while emit runs (a slow reader
 	// downstream), those limits do not run. Total always does.
 	Stream(ctx context.Context, req *Request, emit func(Chunk) error) (Finish, error)
+}
+
+// Addressed is implemented by a provider that calls an upstream over the
+// network: Address is the host and port of the upstream it calls, for the
+// server.address and server.port of its traces.
+type Addressed interface {
+	Address() (host string, port int)
+}
+
+// HostPort is the host and port of an http(s) base URL: its explicit port,
+// or the scheme's (443, 80). An unparsable URL gives "" and 0.
+func HostPort(base string) (host string, port int) {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return "", 0
+	}
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		return u.Hostname(), p
+	}
+	switch u.Scheme {
+	case "https":
+		return u.Hostname(), 443
+	case "http":
+		return u.Hostname(), 80
+	}
+	return u.Hostname(), 0
 }
 
 // AsFailure returns the *recovery.Failure in err's chain, if there is one.

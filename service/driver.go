@@ -185,7 +185,7 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 		ev = recovery.Event{Kind: recovery.EvCancelled, Reason: cancelReason(ctx, c.out.callerGone()), Text: ev.Text, Usage: ev.Usage}
 	}
 	report(ev)
-	span.end(ev)
+	span.end(ev, fin)
 	return ev
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 )
 
@@ -124,7 +126,9 @@ func TestAttemptSpansReachAnOTLPCollector(t *testing.T) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	srv := tracedEnv(t, Telemetry{TracerProvider: tp})
+	srv := tracedEnv(t, Telemetry{TracerProvider: tp}, func(c *Config) {
+		c.Routes["sim-fallback"].Upstream = addressed{c.Routes["sim-fallback"].Upstream}
+	})
 
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
 	evs := streamEvents(ctx, t, srv.client, faults("rate_limit,server_error,not_found"))
@@ -148,13 +152,58 @@ func TestAttemptSpansReachAnOTLPCollector(t *testing.T) {
 		"gen_ai.request.max_tokens": int64(8000), "gen_ai.response.model": "sim-2",
 		"gen_ai.response.finish_reasons": []string{"end_turn"}, "completiond.reason": "COMPLETED",
 	})
-	if n := intAttr(chat, "gen_ai.usage.output_tokens"); n <= 0 {
-		t.Errorf("chat span output tokens %d", n)
+	checkAttrs(t, chat, map[string]any{"gen_ai.response.id": "msg_sim_4", "server.address": "upstream.example.test", "server.port": int64(8443)})
+	if v, _ := attr(chat, "gen_ai.response.time_to_first_chunk"); v.GetDoubleValue() <= 0 {
+		t.Errorf("chat span time to first chunk %v, want seconds > 0", v)
 	}
 	if got, want := eventReasons(chat), []string{"RETRY", "RETRY", "MODEL_FALLBACK", "COMPLETED"}; !slices.Equal(got, want) {
 		t.Errorf("chat span transition events %v, want %v", got, want)
 	}
 	checkAttempts(t, spans, chat)
+	checkUsageCountedOnce(t, spans, chat)
+	checkEventAttrsNamespaced(t, spans)
+}
+
+// addressed is a provider that says which upstream it calls, as the
+// network providers do.
+type addressed struct{ provider.Provider }
+
+func (addressed) Address() (string, int) { return "upstream.example.test", 8443 }
+
+// checkUsageCountedOnce checks that gen_ai.usage.* is on the chat span
+// only, and that it is the sum of the attempts' own usage.
+func checkUsageCountedOnce(t *testing.T, spans []*tracepb.Span, chat *tracepb.Span) {
+	t.Helper()
+	var out int64
+	for _, s := range spans {
+		if s == chat {
+			continue
+		}
+		for _, kv := range s.GetAttributes() {
+			if strings.HasPrefix(kv.GetKey(), "gen_ai.usage.") {
+				t.Errorf("%s: %s; token usage belongs on the chat span only", s.GetName(), kv.GetKey())
+			}
+		}
+		out += intAttr(s, "completiond.usage.output_tokens")
+	}
+	if got := intAttr(chat, "gen_ai.usage.output_tokens"); got <= 0 || got != out {
+		t.Errorf("chat span output tokens %d, want the attempts' %d (> 0)", got, out)
+	}
+}
+
+// checkEventAttrsNamespaced checks that no span event attribute is bare or
+// in the error.* namespace, which the conventions reserve.
+func checkEventAttrsNamespaced(t *testing.T, spans []*tracepb.Span) {
+	t.Helper()
+	for _, s := range spans {
+		for _, e := range s.GetEvents() {
+			for _, kv := range e.GetAttributes() {
+				if k := kv.GetKey(); !strings.Contains(k, ".") || strings.HasPrefix(k, "error.") {
+					t.Errorf("%s: event %q has attribute %q", s.GetName(), e.GetName(), k)
+				}
+			}
+		}
+	}
 }
 
 // checkAttempts checks the attempt spans: children of chat, in order, with
@@ -175,15 +224,19 @@ func checkAttempts(t *testing.T, spans []*tracepb.Span, chat *tracepb.Span) {
 	for i, w := range want {
 		s := only(t, spans, w.name)
 		checkParent(t, s, chat)
-		w.attrs["http.request.resend_count"] = int64(i)
 		w.attrs["completiond.attempt"] = int64(i + 1)
 		w.attrs["completiond.next"] = w.next
 		checkAttrs(t, s, w.attrs)
+		// The HTTP conventions: the resend count is on resends only.
+		if v, ok := attr(s, "http.request.resend_count"); ok != (i > 0) || (ok && v.GetIntValue() != int64(i)) {
+			t.Errorf("%s: resend count %v (present %v), want %d and present only on a resend", w.name, v, ok, i)
+		}
 		if s.GetKind() != tracepb.Span_SPAN_KIND_CLIENT {
 			t.Errorf("%s: kind %v, want client", w.name, s.GetKind())
 		}
-		if _, ok := attr(s, "completiond.backoff"); ok != w.backed {
-			t.Errorf("%s: backoff recorded %v, want %v", w.name, ok, w.backed)
+		// Durations are numbers, in seconds.
+		if v, ok := attr(s, "completiond.backoff.seconds"); ok != w.backed || (ok && v.GetDoubleValue() <= 0) {
+			t.Errorf("%s: backoff %v (recorded %v), want %v and seconds > 0", w.name, v, ok, w.backed)
 		}
 		if got := eventReasons(s); len(got) != 1 || got[0] != w.next {
 			t.Errorf("%s: transition events %v, want [%s]", w.name, got, w.next)
@@ -191,6 +244,16 @@ func checkAttempts(t *testing.T, spans []*tracepb.Span, chat *tracepb.Span) {
 		if failed := w.attrs["completiond.outcome"] == "failed"; failed != (s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR) {
 			t.Errorf("%s: status %v", w.name, s.GetStatus())
 		}
+		_, hasServer := attr(s, "server.address")
+		if hasServer != (i == 3) {
+			t.Errorf("%s: server.address present %v; only the addressed route has one", w.name, hasServer)
+		}
+	}
+	answer := only(t, spans, "attempt 4 sim-fallback")
+	checkAttrs(t, answer, map[string]any{"gen_ai.response.model": "sim-2", "gen_ai.response.id": "msg_sim_4",
+		"server.address": "upstream.example.test", "server.port": int64(8443)})
+	if v, _ := attr(answer, "gen_ai.response.time_to_first_chunk"); v.GetDoubleValue() <= 0 {
+		t.Errorf("answer's time to first chunk %v, want seconds > 0", v)
 	}
 }
 
@@ -301,7 +364,7 @@ func eventReasons(s *tracepb.Span) []string {
 			continue
 		}
 		for _, kv := range e.GetAttributes() {
-			if kv.GetKey() == "reason" {
+			if kv.GetKey() == "completiond.reason" {
 				out = append(out, kv.GetValue().GetStringValue())
 			}
 		}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -26,34 +27,54 @@ type Telemetry struct {
 // instrumentation is the scope name of the service's tracer and meter.
 const instrumentation = "github.com/completiond/completiond/service"
 
-// Attribute keys. The gen_ai.* and http.* ones follow the OpenTelemetry
-// semantic conventions; the completiond.* ones are this service's own.
+// Attribute keys. The gen_ai.*, http.*, server.* and error.* ones follow
+// the OpenTelemetry semantic conventions; the completiond.* ones are this
+// service's own.
 const (
 	keyOperation     = attribute.Key("gen_ai.operation.name")
 	keyProvider      = attribute.Key("gen_ai.provider.name")
 	keyRequestModel  = attribute.Key("gen_ai.request.model")
 	keyMaxTokens     = attribute.Key("gen_ai.request.max_tokens")
 	keyResponseModel = attribute.Key("gen_ai.response.model")
+	keyResponseID    = attribute.Key("gen_ai.response.id")
 	keyFinishReasons = attribute.Key("gen_ai.response.finish_reasons")
+	keyFirstChunk    = attribute.Key("gen_ai.response.time_to_first_chunk")
 	keyInputTokens   = attribute.Key("gen_ai.usage.input_tokens")
 	keyOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")
+	keyCacheRead     = attribute.Key("gen_ai.usage.cache_read.input_tokens")
+	keyCacheCreation = attribute.Key("gen_ai.usage.cache_creation.input_tokens")
 	keyTokenType     = attribute.Key("gen_ai.token.type")
 	keyErrorType     = attribute.Key("error.type")
+	keyServerAddress = attribute.Key("server.address")
+	keyServerPort    = attribute.Key("server.port")
 	keyResendCount   = attribute.Key("http.request.resend_count")
 	keyHTTPStatus    = attribute.Key("http.response.status_code")
 	keyCompletionID  = attribute.Key("completiond.completion_id")
 	keyAttempt       = attribute.Key("completiond.attempt")
+	keyAttempts      = attribute.Key("completiond.attempts")
 	keyRoute         = attribute.Key("completiond.route")
 	keyOutcome       = attribute.Key("completiond.outcome")
 	keyErrorKind     = attribute.Key("completiond.error.kind")
 	keyRequestID     = attribute.Key("completiond.upstream.request_id")
-	keyBackoff       = attribute.Key("completiond.backoff")
+	keyBackoff       = attribute.Key("completiond.backoff.seconds")
 	keyNext          = attribute.Key("completiond.next")
 	keyReason        = attribute.Key("completiond.reason")
 	keyTruncated     = attribute.Key("completiond.truncated")
 	keyChunks        = attribute.Key("completiond.chunks")
 	keyPurpose       = attribute.Key("completiond.purpose")
 	keyAuthKey       = attribute.Key("completiond.auth.key")
+	keyCircuitState  = attribute.Key("completiond.circuit.state")
+	// An attempt's own tokens: gen_ai.usage.* is on the chat span only, so
+	// that a backend summing it counts each completion once.
+	keyAttemptInput  = attribute.Key("completiond.usage.input_tokens")
+	keyAttemptOutput = attribute.Key("completiond.usage.output_tokens")
+	// The attributes of a transition event.
+	keyTerminal      = attribute.Key("completiond.terminal")
+	keyDiscardOutput = attribute.Key("completiond.discard_output")
+	keyToRoute       = attribute.Key("completiond.to_route")
+	keyToModel       = attribute.Key("completiond.to_model")
+	keyNextMaxTokens = attribute.Key("completiond.max_tokens")
+	keyMessage       = attribute.Key("completiond.message")
 )
 
 // Bucket boundaries recommended by the GenAI semantic conventions.
@@ -71,15 +92,18 @@ type instruments struct {
 	backoff     metric.Float64Histogram
 	tokens      metric.Int64Histogram
 	duration    metric.Float64Histogram
-	firstToken  metric.Float64Histogram
+	firstChunk  metric.Float64Histogram
 	inFlight    metric.Int64UpDownCounter
+	// models bounds the gen_ai.response.model values: the upstream names
+	// them, and a metric label must not grow without end.
+	models *labelSet
 }
 
 // newInstruments creates the instruments on mp. Instrument errors are not
 // fatal: the API then hands back a working no-op instrument, and the SDK has
 // already reported the error to otel's error handler.
 func newInstruments(mp metric.MeterProvider, circuits func() map[string]int) *instruments {
-	in := &instruments{on: mp != nil}
+	in := &instruments{on: mp != nil, models: newLabelSet(maxModelLabels)}
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
@@ -87,15 +111,15 @@ func newInstruments(mp metric.MeterProvider, circuits func() map[string]int) *in
 	in.transitions, _ = m.Int64Counter("completiond.transitions", metric.WithUnit("{transition}"),
 		metric.WithDescription("Transitions published, by reason."))
 	in.attempts, _ = m.Int64Counter("completiond.attempts", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Upstream attempts, by outcome (answered, discarded, failed) and route."))
+		metric.WithDescription("Upstream attempts, by outcome (answered, discarded, failed), route and provider; failures also by error kind and HTTP status."))
 	in.backoff, _ = m.Float64Histogram("completiond.backoff", metric.WithUnit("s"),
 		metric.WithDescription("Waits before a retry, by reason."), metric.WithExplicitBucketBoundaries(secondsBuckets...))
 	in.tokens, _ = m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
-		metric.WithDescription("Tokens used per completion, over all its attempts."), metric.WithExplicitBucketBoundaries(tokenBuckets...))
+		metric.WithDescription("Tokens used per completion, by the model that answered each attempt."), metric.WithExplicitBucketBoundaries(tokenBuckets...))
 	in.duration, _ = m.Float64Histogram("gen_ai.client.operation.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of a completion, retries included."), metric.WithExplicitBucketBoundaries(secondsBuckets...))
-	in.firstToken, _ = m.Float64Histogram("completiond.time_to_first_token", metric.WithUnit("s"),
-		metric.WithDescription("Time from the start of an upstream attempt to its first chunk, by route."),
+	in.firstChunk, _ = m.Float64Histogram("gen_ai.client.operation.time_to_first_chunk", metric.WithUnit("s"),
+		metric.WithDescription("Time from the start of an upstream attempt to its first chunk."),
 		metric.WithExplicitBucketBoundaries(secondsBuckets...))
 	in.inFlight, _ = m.Int64UpDownCounter("completiond.streams_in_flight", metric.WithUnit("{completion}"),
 		metric.WithDescription("Completions running now."))
@@ -105,16 +129,58 @@ func newInstruments(mp metric.MeterProvider, circuits func() map[string]int) *in
 	return in
 }
 
-// observeCircuits registers the circuit-state gauge, read at each collection.
+// circuitStates name the circuit states, indexed by gobreaker.State.
+var circuitStates = [...]string{"closed", "half_open", "open"}
+
+// observeCircuits registers the circuit-state gauge, read at each
+// collection: one series per route and state, 1 for the state the circuit
+// is in and 0 for the others, so that an alert is a plain comparison.
 func observeCircuits(m metric.Meter, circuits func() map[string]int) {
-	_, _ = m.Int64ObservableGauge("completiond.circuit.state", metric.WithUnit("{state}"),
-		metric.WithDescription("Circuit breaker state by route: 0 closed, 1 half-open, 2 open."),
+	_, _ = m.Int64ObservableGauge("completiond.circuit.state", metric.WithUnit("{circuit}"),
+		metric.WithDescription("Circuit breaker state by route: 1 for the state the circuit is in (closed, half_open, open), 0 for the others."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			for route, state := range circuits() {
-				o.Observe(int64(state), metric.WithAttributes(keyRoute.String(route)))
+				for i, name := range circuitStates {
+					v := int64(0)
+					if i == state {
+						v = 1
+					}
+					o.Observe(v, metric.WithAttributes(keyRoute.String(route), keyCircuitState.String(name)))
+				}
 			}
 			return nil
 		}))
+}
+
+// maxModelLabels is how many distinct gen_ai.response.model values the
+// metrics keep; later ones are counted under otherModel.
+const maxModelLabels = 64
+
+// otherModel stands for the models past maxModelLabels.
+const otherModel = "_other"
+
+// labelSet admits the first max distinct values of a label and maps every
+// later one to otherModel.
+type labelSet struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]struct{}
+}
+
+func newLabelSet(max int) *labelSet { return &labelSet{max: max, seen: map[string]struct{}{}} }
+
+// bound returns v if it is admitted, otherModel otherwise.
+func (s *labelSet) bound(v string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[v]; ok {
+		return v
+	}
+	if len(s.seen) >= s.max {
+		return otherModel
+	}
+	s.seen[v] = struct{}{}
+	return v
 }
 
 // tracerFrom returns the service's tracer, or a no-op one when tracing is off.

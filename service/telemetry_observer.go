@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/classify"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -43,6 +45,19 @@ type trail struct {
 	pending  *attemptSpan // an ended attempt whose transitions may still come
 	attempts int          // attempts started so far
 	key      string       // name of the caller's key; "" without auth
+	// ended is what each attempt told, by attempt number, for the
+	// completion span and the metrics recorded at the end.
+	ended map[int]attemptInfo
+}
+
+// attemptInfo is what one attempt told that the end of the completion
+// needs: its failure, and what the upstream said of its response.
+type attemptInfo struct {
+	errorKind  string
+	httpStatus int
+	model      string    // the model the upstream says answered, scrubbed
+	id         string    // the upstream's response id
+	firstChunk time.Time // zero without a chunk
 }
 
 // attemptSpan follows one upstream attempt. Its span stays open after the
@@ -53,6 +68,7 @@ type attemptSpan struct {
 	ctx     context.Context
 	o       *observer
 	span    trace.Span
+	call    recovery.Call
 	attempt int
 	route   string
 	begun   time.Time
@@ -91,7 +107,7 @@ func (o *observer) start(ctx context.Context, c *completion) {
 	o.ensure()
 	first := c.machine.Routes[0]
 	ctx, span := o.tracer.Start(ctx, "chat "+first.Model, trace.WithSpanKind(trace.SpanKindClient))
-	o.trail = &trail{ctx: ctx, span: span, begun: time.Now(), key: CallerName(ctx)}
+	o.trail = &trail{ctx: ctx, span: span, begun: time.Now(), key: CallerName(ctx), ended: map[int]attemptInfo{}}
 	if span.IsRecording() {
 		span.SetAttributes(keyOperation.String("chat"), keyProvider.String(first.Provider),
 			keyRequestModel.String(first.Model), keyMaxTokens.Int(requestMaxTokens(c)),
@@ -123,7 +139,7 @@ func requestMaxTokens(c *completion) int {
 func (o *observer) attemptStart(ctx context.Context, c *completion, call recovery.Call, summary bool) *attemptSpan {
 	o.ensure()
 	o.closePending()
-	s := &attemptSpan{ctx: ctx, o: o, attempt: call.Attempt, route: call.Route.Name, begun: time.Now()}
+	s := &attemptSpan{ctx: ctx, o: o, call: call, attempt: call.Attempt, route: call.Route.Name, begun: time.Now()}
 	if o.trail == nil {
 		return s
 	}
@@ -132,10 +148,16 @@ func (o *observer) attemptStart(ctx context.Context, c *completion, call recover
 		name = "compact " + call.Route.Model
 	}
 	s.ctx, s.span = o.tracer.Start(trace.ContextWithSpan(ctx, o.trail.span), name, trace.WithSpanKind(trace.SpanKindClient))
+	resends := o.resends()
 	if s.span.IsRecording() {
 		s.span.SetAttributes(keyOperation.String("chat"), keyProvider.String(call.Route.Provider),
 			keyRequestModel.String(call.Route.Model), keyMaxTokens.Int(call.MaxTokens),
-			keyResendCount.Int(o.resends()), keyAttempt.Int(call.Attempt), keyRoute.String(call.Route.Name))
+			keyAttempt.Int(call.Attempt), keyRoute.String(call.Route.Name))
+		// The HTTP conventions set the resend count on resends only.
+		if resends > 0 {
+			s.span.SetAttributes(keyResendCount.Int(resends))
+		}
+		s.span.SetAttributes(serverAttrs(c.routes[call.Route.Name])...)
 		if summary {
 			s.span.SetAttributes(keyPurpose.String("compaction"))
 		}
@@ -143,8 +165,29 @@ func (o *observer) attemptStart(ctx context.Context, c *completion, call recover
 	return s
 }
 
+// serverAttrs are server.address and server.port of the upstream a route
+// calls, when its provider calls one over the network (provider.Addressed).
+func serverAttrs(r *Route) []attribute.KeyValue {
+	if r == nil {
+		return nil
+	}
+	a, ok := r.Upstream.(provider.Addressed)
+	if !ok {
+		return nil
+	}
+	host, port := a.Address()
+	if host == "" {
+		return nil
+	}
+	attrs := []attribute.KeyValue{keyServerAddress.String(host)}
+	if port > 0 {
+		attrs = append(attrs, keyServerPort.Int(port))
+	}
+	return attrs
+}
+
 // resends is the number of attempts before this one: the resend count of
-// the HTTP conventions, 0 for the first attempt.
+// the HTTP conventions.
 func (o *observer) resends() int {
 	n := 0
 	if o.trail != nil {
@@ -162,20 +205,40 @@ func (s *attemptSpan) chunk() {
 	s.chunks++
 }
 
-// end records how the attempt ended. The span stays open for the
-// transitions that follow; see attemptSpan.
-func (s *attemptSpan) end(ev recovery.Event) {
+// end records how the attempt ended, ev as the machine sees it and fin as
+// the provider told it. The span stays open for the transitions that
+// follow; see attemptSpan.
+func (s *attemptSpan) end(ev recovery.Event, fin provider.Finish) {
 	s.ended = time.Now()
 	s.outcome = eventOutcome(ev)
+	model := ""
+	if fin.Model != "" {
+		model = classify.ScrubModel(fin.Model)
+	}
 	if s.chunks > 0 && s.o.m.on {
-		s.o.m.firstToken.Record(s.ctx, s.first.Sub(s.begun).Seconds(), metric.WithAttributes(keyRoute.String(s.route)))
+		s.o.m.firstChunk.Record(s.ctx, s.first.Sub(s.begun).Seconds(), metric.WithAttributes(
+			keyOperation.String("chat"), keyProvider.String(s.call.Route.Provider), keyRequestModel.String(s.call.Route.Model),
+			keyResponseModel.String(s.o.m.models.bound(orDefault(model, s.call.Route.Model))), keyRoute.String(s.route)))
 	}
 	if s.span != nil && s.span.IsRecording() {
-		s.record(ev)
+		s.record(ev, model, fin.ID)
 	}
-	if s.o.trail != nil {
-		s.o.trail.pending = s
+	if tr := s.o.trail; tr != nil {
+		tr.pending = s
+		info := attemptInfo{model: model, id: fin.ID, firstChunk: s.first}
+		if ev.Failure != nil {
+			info.errorKind, info.httpStatus = ev.Failure.Kind.String(), ev.Failure.HTTPStatus
+		}
+		tr.ended[s.attempt] = info
 	}
+}
+
+// orDefault is s, or def when s is empty.
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // eventOutcome is an attempt's outcome as far as the attempt itself tells;
@@ -192,12 +255,21 @@ func eventOutcome(ev recovery.Event) string {
 	return "unknown"
 }
 
-// record puts what the attempt returned on its span: usage, stop reason,
-// and the classified failure (never the prompt or the answer).
-func (s *attemptSpan) record(ev recovery.Event) {
-	s.span.SetAttributes(keyInputTokens.Int64(ev.Usage.InputTokens), keyOutputTokens.Int64(ev.Usage.OutputTokens),
+// record puts what the attempt returned on its span: its own usage (not
+// as gen_ai.usage.*: that is the completion's), the upstream's model and
+// response id, the time to the first chunk, the stop reason, and the
+// classified failure (never the prompt or the answer).
+func (s *attemptSpan) record(ev recovery.Event, model, id string) {
+	s.span.SetAttributes(keyAttemptInput.Int64(inputTokens(ev.Usage)), keyAttemptOutput.Int64(ev.Usage.OutputTokens),
 		keyChunks.Int(s.chunks))
+	if model != "" {
+		s.span.SetAttributes(keyResponseModel.String(model))
+	}
+	if id != "" {
+		s.span.SetAttributes(keyResponseID.String(id))
+	}
 	if !s.first.IsZero() {
+		s.span.SetAttributes(keyFirstChunk.Float64(s.first.Sub(s.begun).Seconds()))
 		s.span.AddEvent("first chunk", trace.WithTimestamp(s.first))
 	}
 	switch ev.Kind {
@@ -241,7 +313,7 @@ func (s *attemptSpan) follow(t recovery.Transition) {
 		s.span.SetAttributes(keyNext.String(s.next))
 	}
 	if t.Backoff > 0 {
-		s.span.SetAttributes(keyBackoff.String(t.Backoff.String()))
+		s.span.SetAttributes(keyBackoff.Float64(t.Backoff.Seconds()))
 	}
 	s.span.AddEvent("transition", trace.WithTimestamp(s.ended), trace.WithAttributes(transitionAttrs(t)...))
 }
@@ -276,9 +348,14 @@ func (o *observer) closePending() {
 func (o *observer) transition(c *completion, t recovery.Transition) {
 	o.ensure()
 	ctx := context.Background()
-	if o.trail != nil {
-		ctx = o.trail.ctx
+	if tr := o.trail; tr != nil {
+		ctx = tr.ctx
 		o.traceTransition(t)
+		// An attempt refused before it started (an open circuit) has no
+		// span: its failure is known from the transition only.
+		if _, ok := tr.ended[t.Attempt]; !ok && t.Failure != nil {
+			tr.ended[t.Attempt] = attemptInfo{errorKind: t.Failure.Kind.String(), httpStatus: t.Failure.HTTPStatus}
+		}
 	}
 	if o.m.on {
 		o.countTransition(ctx, t)
@@ -299,25 +376,25 @@ func (o *observer) traceTransition(t recovery.Transition) {
 	}
 }
 
-// transitionAttrs are the attributes of a transition span event.
+// transitionAttrs are the attributes of a transition span event, all in
+// the completiond.* namespace but the HTTP status.
 func transitionAttrs(t recovery.Transition) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{attribute.String("reason", t.Reason.String()), attribute.Int("attempt", t.Attempt),
-		attribute.Bool("terminal", t.Terminal), attribute.Bool("discard_output", t.DiscardOutput)}
+	attrs := []attribute.KeyValue{keyReason.String(t.Reason.String()), keyAttempt.Int(t.Attempt),
+		keyTerminal.Bool(t.Terminal), keyDiscardOutput.Bool(t.DiscardOutput)}
 	if t.Backoff > 0 {
-		attrs = append(attrs, attribute.String("backoff", t.Backoff.String()))
+		attrs = append(attrs, keyBackoff.Float64(t.Backoff.Seconds()))
 	}
 	if t.To.Name != "" {
-		attrs = append(attrs, attribute.String("to_route", t.To.Name), attribute.String("to_model", t.To.Model),
-			attribute.Int("max_tokens", t.MaxTokens))
+		attrs = append(attrs, keyToRoute.String(t.To.Name), keyToModel.String(t.To.Model), keyNextMaxTokens.Int(t.MaxTokens))
 	}
 	if t.Failure != nil {
-		attrs = append(attrs, attribute.String("error.kind", t.Failure.Kind.String()))
+		attrs = append(attrs, keyErrorKind.String(t.Failure.Kind.String()))
 		if t.Failure.HTTPStatus != 0 {
-			attrs = append(attrs, attribute.Int("http_status", t.Failure.HTTPStatus))
+			attrs = append(attrs, keyHTTPStatus.Int(t.Failure.HTTPStatus))
 		}
 	}
 	if t.Message != "" {
-		attrs = append(attrs, attribute.String("message", t.Message))
+		attrs = append(attrs, keyMessage.String(t.Message))
 	}
 	return attrs
 }
@@ -370,17 +447,39 @@ func (o *observer) finish(c *completion, r *recovery.Result) {
 	if tr := o.trail; tr != nil {
 		o.closePending()
 		if tr.span.IsRecording() {
-			endSpan(tr.span, r)
+			o.endSpan(c, r)
 		}
 		tr.span.End()
 	}
 }
 
-// endSpan sets the response attributes of the completion span.
-func endSpan(span trace.Span, r *recovery.Result) {
-	span.SetAttributes(keyResponseModel.String(r.Route.Model), keyInputTokens.Int64(r.Usage.InputTokens),
+// endSpan sets the response attributes of the completion span: the model
+// and response id of the attempt that answered, as its upstream named them,
+// the upstream it called, and the usage of all attempts, counted here once.
+func (o *observer) endSpan(c *completion, r *recovery.Result) {
+	tr := o.trail
+	span := tr.span
+	model := r.Route.Model
+	if n, ok := answered(r); ok {
+		info := tr.ended[n]
+		model = orDefault(info.model, model)
+		if info.id != "" {
+			span.SetAttributes(keyResponseID.String(info.id))
+		}
+		if !info.firstChunk.IsZero() {
+			span.SetAttributes(keyFirstChunk.Float64(info.firstChunk.Sub(tr.begun).Seconds()))
+		}
+	}
+	span.SetAttributes(serverAttrs(c.routes[r.Route.Name])...)
+	span.SetAttributes(keyResponseModel.String(model), keyInputTokens.Int64(inputTokens(r.Usage)),
 		keyOutputTokens.Int64(r.Usage.OutputTokens), keyReason.String(r.Reason.String()),
-		keyTruncated.Bool(r.Truncated), attribute.Int("completiond.attempts", len(r.Attempts)))
+		keyTruncated.Bool(r.Truncated), keyAttempts.Int(len(r.Attempts)))
+	if r.Usage.CacheReadInputTokens > 0 {
+		span.SetAttributes(keyCacheRead.Int64(r.Usage.CacheReadInputTokens))
+	}
+	if r.Usage.CacheCreationInputTokens > 0 {
+		span.SetAttributes(keyCacheCreation.Int64(r.Usage.CacheCreationInputTokens))
+	}
 	if r.StopReason != recovery.StopNone {
 		span.SetAttributes(keyFinishReasons.StringSlice([]string{r.StopReason.String()}))
 	}
@@ -396,25 +495,89 @@ func endSpan(span trace.Span, r *recovery.Result) {
 	span.SetStatus(codes.Error, msg)
 }
 
+// answered is the number of the last attempt whose output is in the
+// answer.
+func answered(r *recovery.Result) (int, bool) {
+	for _, a := range slices.Backward(r.Attempts) {
+		if a.Outcome == recovery.OutcomeAnswered {
+			return a.Attempt, true
+		}
+	}
+	return 0, false
+}
+
+// inputTokens are all the input tokens of u, cached or not: the GenAI
+// conventions count cache reads and writes in gen_ai.usage.input_tokens,
+// and give them again on their own.
+func inputTokens(u recovery.Usage) int64 {
+	return u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+}
+
 // countFinish records the metrics known only at the end: the machine's own
-// verdict on every attempt, total tokens and the completion's duration.
+// verdict on every attempt (a failure with its kind and HTTP status), the
+// tokens by the model that answered each attempt, and the completion's
+// duration.
 func (o *observer) countFinish(ctx context.Context, c *completion, r *recovery.Result) {
 	o.m.inFlight.Add(ctx, -1)
-	for _, a := range r.Attempts {
-		o.m.attempts.Add(ctx, 1, metric.WithAttributes(keyOutcome.String(outcomeName(a.Outcome)), keyRoute.String(a.Route.Name)))
+	var ended map[int]attemptInfo
+	if o.trail != nil {
+		ended = o.trail.ended
 	}
+	for _, a := range r.Attempts {
+		attrs := []attribute.KeyValue{keyOutcome.String(outcomeName(a.Outcome)), keyRoute.String(a.Route.Name),
+			keyProvider.String(a.Route.Provider)}
+		if info := ended[a.Attempt]; a.Outcome == recovery.OutcomeFailed && info.errorKind != "" {
+			attrs = append(attrs, keyErrorKind.String(info.errorKind))
+			if info.httpStatus != 0 {
+				attrs = append(attrs, keyHTTPStatus.Int(info.httpStatus))
+			}
+		}
+		o.m.attempts.Add(ctx, 1, metric.WithAttributes(attrs...))
+	}
+	o.countTokens(ctx, r, ended)
 	first := c.machine.Routes[0]
 	common := []attribute.KeyValue{keyOperation.String("chat"), keyProvider.String(first.Provider), keyRequestModel.String(first.Model)}
 	if o.trail != nil && o.trail.key != "" {
 		common = append(common, keyAuthKey.String(o.trail.key))
 	}
-	o.m.tokens.Record(ctx, r.Usage.InputTokens, metric.WithAttributes(append(common, keyTokenType.String("input"))...))
-	o.m.tokens.Record(ctx, r.Usage.OutputTokens, metric.WithAttributes(append(common, keyTokenType.String("output"))...))
 	if r.Reason != recovery.Completed {
 		common = append(common, keyErrorType.String(r.Reason.String()))
 	}
 	if o.trail != nil {
 		o.m.duration.Record(ctx, time.Since(o.trail.begun).Seconds(), metric.WithAttributes(common...))
+	}
+}
+
+// tokenKey groups a completion's attempts for gen_ai.client.token.usage.
+type tokenKey struct{ provider, request, response string }
+
+// countTokens records the completion's tokens once per token type and
+// model: the attempts' usage summed by the route's provider and model and
+// the model the upstream said answered (bounded: see labelSet); attempts
+// that used no tokens are left out. A completion answered by one model is
+// one record of each type.
+func (o *observer) countTokens(ctx context.Context, r *recovery.Result, ended map[int]attemptInfo) {
+	var order []tokenKey
+	sums := map[tokenKey]recovery.Usage{}
+	for _, a := range r.Attempts {
+		k := tokenKey{a.Route.Provider, a.Route.Model, o.m.models.bound(orDefault(ended[a.Attempt].model, a.Route.Model))}
+		if _, ok := sums[k]; !ok {
+			order = append(order, k)
+		}
+		sums[k] = sums[k].Add(a.Usage)
+	}
+	for _, k := range order {
+		u := sums[k]
+		if u == (recovery.Usage{}) {
+			continue // an attempt refused before it read anything, e.g. a 429
+		}
+		attrs := []attribute.KeyValue{keyOperation.String("chat"), keyProvider.String(k.provider),
+			keyRequestModel.String(k.request), keyResponseModel.String(k.response)}
+		if o.trail != nil && o.trail.key != "" {
+			attrs = append(attrs, keyAuthKey.String(o.trail.key))
+		}
+		o.m.tokens.Record(ctx, inputTokens(u), metric.WithAttributes(append(attrs, keyTokenType.String("input"))...))
+		o.m.tokens.Record(ctx, u.OutputTokens, metric.WithAttributes(append(attrs, keyTokenType.String("output"))...))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
 )
@@ -64,28 +65,37 @@ func TestMetricsExplainTheRecovery(t *testing.T) {
 	}
 	sums := counters(rm)
 	for key, want := range map[string]int64{
-		"completiond.transitions{completiond.reason=RETRY}":                                 2,
-		"completiond.transitions{completiond.reason=MODEL_FALLBACK}":                        1,
-		"completiond.transitions{completiond.reason=COMPLETED}":                             1,
-		"completiond.attempts{completiond.outcome=failed,completiond.route=sim}":            3,
-		"completiond.attempts{completiond.outcome=answered,completiond.route=sim-fallback}": 1,
-		"completiond.streams_in_flight{}":                                                   0,
-		"completiond.circuit.state{completiond.route=sim}":                                  0,
+		"completiond.transitions{completiond.reason=RETRY}":          2,
+		"completiond.transitions{completiond.reason=MODEL_FALLBACK}": 1,
+		"completiond.transitions{completiond.reason=COMPLETED}":      1,
+		"completiond.attempts{completiond.error.kind=rate_limit,completiond.outcome=failed,completiond.route=sim,gen_ai.provider.name=sim,http.response.status_code=429}": 1,
+		"completiond.attempts{completiond.error.kind=server,completiond.outcome=failed,completiond.route=sim,gen_ai.provider.name=sim,http.response.status_code=500}":     1,
+		"completiond.attempts{completiond.error.kind=not_found,completiond.outcome=failed,completiond.route=sim,gen_ai.provider.name=sim,http.response.status_code=404}":  1,
+		"completiond.attempts{completiond.outcome=answered,completiond.route=sim-fallback,gen_ai.provider.name=sim}":                                                      1,
+		"completiond.streams_in_flight{}": 0,
+		"completiond.circuit.state{completiond.circuit.state=closed,completiond.route=sim}":    1,
+		"completiond.circuit.state{completiond.circuit.state=half_open,completiond.route=sim}": 0,
+		"completiond.circuit.state{completiond.circuit.state=open,completiond.route=sim}":      0,
 	} {
 		if got, ok := sums[key]; !ok || got != want {
-			t.Errorf("%s = %d (present %v), want %d", key, got, ok, want)
+			t.Errorf("%s = %d (present %v), want %d; have %v", key, got, ok, want, keys(sums))
 		}
 	}
+	const answer = "gen_ai.operation.name=chat,gen_ai.provider.name=sim,gen_ai.request.model=sim-2,gen_ai.response.model=sim-2"
 	counts := histogramCounts(rm)
 	for key, want := range map[string]uint64{
-		"completiond.backoff{completiond.reason=RETRY}":                                                                                      2,
-		"completiond.time_to_first_token{completiond.route=sim-fallback}":                                                                    1,
-		"gen_ai.client.token.usage{gen_ai.operation.name=chat,gen_ai.provider.name=sim,gen_ai.request.model=sim-1,gen_ai.token.type=output}": 1,
-		"gen_ai.client.operation.duration{gen_ai.operation.name=chat,gen_ai.provider.name=sim,gen_ai.request.model=sim-1}":                   1,
+		"completiond.backoff{completiond.reason=RETRY}":                                                                    2,
+		"gen_ai.client.operation.time_to_first_chunk{completiond.route=sim-fallback," + answer + "}":                       1,
+		"gen_ai.client.token.usage{" + answer + ",gen_ai.token.type=input}":                                                1,
+		"gen_ai.client.token.usage{" + answer + ",gen_ai.token.type=output}":                                               1,
+		"gen_ai.client.operation.duration{gen_ai.operation.name=chat,gen_ai.provider.name=sim,gen_ai.request.model=sim-1}": 1,
 	} {
 		if got := counts[key]; got != want {
 			t.Errorf("%s recorded %d times, want %d; have %v", key, got, want, keys(counts))
 		}
+	}
+	if n := len(counts); n != 5 {
+		t.Errorf("%d histogram series, want 5 (no tokens for the attempts that read none): %v", n, keys(counts))
 	}
 }
 
@@ -351,7 +361,7 @@ func TestChunkIsFree(t *testing.T) {
 		if n := testing.AllocsPerRun(100, s.chunk); n != 0 {
 			t.Errorf("chunk allocates %v times per call", n)
 		}
-		s.end(recovery.Event{Kind: recovery.EvAttemptDone})
+		s.end(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
 		c.observer.finish(c, &recovery.Result{Reason: recovery.Completed})
 	}
 }
@@ -369,9 +379,76 @@ func BenchmarkObserverOff(b *testing.B) {
 			for range 40 {
 				s.chunk()
 			}
-			s.end(recovery.Event{Kind: recovery.EvAttemptDone})
+			s.end(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
 			c.observer.transition(c, recovery.Transition{Reason: recovery.Retry, Attempt: n})
 		}
 		c.observer.finish(c, &recovery.Result{Reason: recovery.Completed})
+	}
+}
+
+// TestCompletionSpanCarriesTheAnswer drives the observer through one
+// answered attempt whose upstream reports a dated model, a response id and
+// prompt-cache tokens: the chat span carries them, with the input tokens
+// counting the cached ones as the GenAI conventions ask, and the token
+// metric is labelled by the model that answered.
+func TestCompletionSpanCarriesTheAnswer(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	reader := sdkmetric.NewManualReader()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	o := newObserver(slog.New(slog.DiscardHandler), Telemetry{TracerProvider: tp, MeterProvider: mp}, nil)
+	route := recovery.Route{Name: "claude", Provider: "anthropic", Model: "claude-x"}
+	c := &completion{id: "cmpl_test", machine: recovery.Config{Routes: []recovery.Route{route}},
+		started: &completionv1.Started{}, observer: o}
+	c.observer.start(t.Context(), c)
+	s := c.observer.attemptStart(t.Context(), c, recovery.Call{Attempt: 1, Route: route}, false)
+	s.chunk()
+	usage := recovery.Usage{InputTokens: 10, OutputTokens: 7, CacheReadInputTokens: 5, CacheCreationInputTokens: 3}
+	s.end(recovery.Event{Kind: recovery.EvAttemptDone, Usage: usage}, provider.Finish{Model: "claude-x-20250101", ID: "msg_01"})
+	c.observer.finish(c, &recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route, Usage: usage,
+		Attempts: []recovery.AttemptRecord{{Attempt: 1, Route: route, Outcome: recovery.OutcomeAnswered, Usage: usage}}})
+
+	var chat sdktrace.ReadOnlySpan
+	for _, sp := range spans.Ended() {
+		if sp.Name() == "chat claude-x" {
+			chat = sp
+		}
+	}
+	if chat == nil {
+		t.Fatal("no chat span")
+	}
+	for key, want := range map[string]string{
+		"gen_ai.response.model":                    "claude-x-20250101",
+		"gen_ai.response.id":                       "msg_01",
+		"gen_ai.usage.input_tokens":                "18",
+		"gen_ai.usage.output_tokens":               "7",
+		"gen_ai.usage.cache_read.input_tokens":     "5",
+		"gen_ai.usage.cache_creation.input_tokens": "3",
+	} {
+		if got := stringAttr(chat, key); got != want {
+			t.Errorf("chat span %s = %q, want %q", key, got, want)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	const labels = "gen_ai.operation.name=chat,gen_ai.provider.name=anthropic,gen_ai.request.model=claude-x,gen_ai.response.model=claude-x-20250101"
+	if n := histogramCounts(rm)["gen_ai.client.token.usage{"+labels+",gen_ai.token.type=input}"]; n != 1 {
+		t.Errorf("input tokens recorded %d times under the answering model, want 1; have %v", n, keys(histogramCounts(rm)))
+	}
+}
+
+// TestModelLabelsAreBounded: the model names upstreams report become
+// metric labels, so their number is capped; names past the cap are counted
+// together, and a name already admitted stays itself.
+func TestModelLabelsAreBounded(t *testing.T) {
+	s := newLabelSet(2)
+	for _, tc := range []struct{ in, want string }{
+		{"a", "a"}, {"b", "b"}, {"c", otherModel}, {"a", "a"}, {"d", otherModel}, {"b", "b"},
+	} {
+		if got := s.bound(tc.in); got != tc.want {
+			t.Errorf("bound(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -21,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -74,12 +77,18 @@ func setupTelemetry(ctx context.Context, metricsAddr string, getenv func(string)
 	return t, nil
 }
 
-// newResource describes this process: service.name defaults to completiond;
-// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override it.
+// newResource describes this process, on every span and metric:
+// service.name (default completiond), service.version (the build's), and
+// service.instance.id, a random UUID (version 4) per process as the
+// semantic conventions recommend, so that the replicas of one deployment
+// are told apart and a restart is a new instance. OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES override any of them (e.g. the pod's name as the
+// instance id).
 func newResource(ctx context.Context) (*resource.Resource, error) {
 	return resource.New(ctx,
 		resource.WithAttributes(attribute.String("service.name", "completiond"),
-			attribute.String("service.version", readBuildInfo().version)),
+			attribute.String("service.version", readBuildInfo().version),
+			attribute.String("service.instance.id", uuid.NewString())),
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv(),
 	)
@@ -202,17 +211,55 @@ func (t *telemetry) setupMetrics(ctx context.Context, res *resource.Resource, ad
 		opts = append(opts, sdkmetric.WithReader(r))
 	}
 	mp := sdkmetric.NewMeterProvider(opts...)
+	observeBuildInfo(mp, readBuildInfo())
 	t.MeterProvider = mp
 	// The provider shuts its readers down; the HTTP server closes later.
 	t.closers = append([]func(context.Context) error{mp.Shutdown}, t.closers...)
 	return nil
 }
 
-// servePrometheus serves a Prometheus scrape endpoint at addr/metrics, on a
-// registry of its own (only this service's metrics, no Go runtime ones).
-func (t *telemetry) servePrometheus(addr string, log *slog.Logger) (sdkmetric.Reader, error) {
+// observeBuildInfo registers completiond.build_info, the constant 1 with the
+// build's version, commit and Go version as attributes: in Prometheus
+// completiond_build_info{commit,goversion,version} 1, to join on or to see
+// which build each instance runs.
+func observeBuildInfo(mp metric.MeterProvider, b buildInfo) {
+	attrs := metric.WithAttributes(attribute.String("version", b.version), attribute.String("commit", b.commit),
+		attribute.String("goversion", b.goVersion))
+	_, _ = mp.Meter("github.com/completiond/completiond/cmd/completiond").Int64ObservableGauge("completiond.build_info",
+		metric.WithDescription("The build of this process: always 1, with its version, commit and Go version."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(1, attrs)
+			return nil
+		}))
+}
+
+// newPrometheus is the Prometheus side of the meter provider: an exporter
+// on a registry of its own, with the Go runtime and process collectors
+// (go_*, process_*) beside it, and the handler that serves it. The
+// otel_scope_* labels are left out: every metric name is already unique,
+// and they would make each series longer and completiond_build_info more
+// than one label set. The handler speaks OpenMetrics when asked to
+// (Accept: application/openmetrics-text), the format that carries
+// exemplars: the histograms then link a bucket to a trace that fell in it.
+func newPrometheus() (*promexporter.Exporter, http.Handler, error) {
 	reg := prometheus.NewRegistry()
-	exp, err := promexporter.New(promexporter.WithRegisterer(reg))
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, nil, err
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, nil, err
+	}
+	exp, err := promexporter.New(promexporter.WithRegisterer(reg), promexporter.WithoutScopeInfo())
+	if err != nil {
+		return nil, nil, err
+	}
+	return exp, promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), nil
+}
+
+// servePrometheus serves a Prometheus scrape endpoint at addr/metrics (see
+// newPrometheus).
+func (t *telemetry) servePrometheus(addr string, log *slog.Logger) (sdkmetric.Reader, error) {
+	exp, handler, err := newPrometheus()
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +268,7 @@ func (t *telemetry) servePrometheus(addr string, log *slog.Logger) (sdkmetric.Re
 		return nil, fmt.Errorf("metrics address: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", handler)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	t.closers = append(t.closers, srv.Shutdown)

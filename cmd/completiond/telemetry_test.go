@@ -3,13 +3,19 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -82,16 +88,33 @@ func TestMetricsEndpointCountsRecoveries(t *testing.T) {
 
 	body := scrape(t, "http://"+metricsAddr+"/metrics")
 	for _, want := range []string{
-		`completiond_transitions_total\{completiond_reason="RETRY",[^}]*\} 1\n`,
-		`completiond_transitions_total\{completiond_reason="COMPLETED",[^}]*\} 1\n`,
-		`completiond_attempts_total\{completiond_outcome="failed",completiond_route="sim",[^}]*\} 1\n`,
-		`completiond_attempts_total\{completiond_outcome="answered",completiond_route="sim",[^}]*\} 1\n`,
-		`completiond_backoff_seconds_count\{completiond_reason="RETRY",[^}]*\} 1\n`,
-		`completiond_streams_in_flight\{[^}]*\} 0\n`,
+		`completiond_transitions_total\{completiond_reason="RETRY"\} 1\n`,
+		`completiond_transitions_total\{completiond_reason="COMPLETED"\} 1\n`,
+		// The 429 by route, provider, error kind and status.
+		`completiond_attempts_total\{completiond_error_kind="rate_limit",completiond_outcome="failed",completiond_route="sim",gen_ai_provider_name="sim",http_response_status_code="429"\} 1\n`,
+		`completiond_attempts_total\{completiond_outcome="answered",completiond_route="sim",gen_ai_provider_name="sim"\} 1\n`,
+		`completiond_backoff_seconds_count\{completiond_reason="RETRY"\} 1\n`,
+		`completiond_streams_in_flight 0\n`,
+		// One series per circuit state.
+		`completiond_circuit_state\{completiond_circuit_state="closed",completiond_route="sim"\} 1\n`,
+		`completiond_circuit_state\{completiond_circuit_state="open",completiond_route="sim"\} 0\n`,
+		`completiond_circuit_state\{completiond_circuit_state="half_open",completiond_route="sim"\} 0\n`,
+		// Tokens by the model that answered.
+		`gen_ai_client_token_usage_count\{gen_ai_operation_name="chat",gen_ai_provider_name="sim",gen_ai_request_model="sim-1",gen_ai_response_model="sim-1",gen_ai_token_type="output"\} 1\n`,
+		`gen_ai_client_operation_time_to_first_chunk_seconds_count\{[^}]*completiond_route="sim"[^}]*\} 1\n`,
+		// Identity: the build, exactly, and the instance on target_info.
+		`\ncompletiond_build_info\{commit="[^"]+",goversion="go[^"]+",version="[^"]+"\} 1\n`,
+		`target_info\{[^}]*service_instance_id="[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"[^}]*\} 1\n`,
+		// The Go runtime and the process, on the same endpoint.
+		`\ngo_goroutines \d+\n`,
+		`\nprocess_resident_memory_bytes [0-9.e+]+\n`,
 	} {
 		if !regexp.MustCompile(want).MatchString(body) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	if strings.Contains(body, "otel_scope_") {
+		t.Errorf("metrics carry otel_scope_* labels")
 	}
 }
 
@@ -118,9 +141,21 @@ func waitForAddrs(t *testing.T, logs io.Reader) (metrics, grpcAddr string) {
 
 func scrape(t *testing.T, url string) string {
 	t.Helper()
+	return scrapeAs(t, url, "")
+}
+
+// openMetrics is the Accept header of a Prometheus that asks for exemplars.
+const openMetrics = "application/openmetrics-text;version=1.0.0"
+
+// scrapeAs scrapes url with the Accept header accept (none when empty).
+func scrapeAs(t *testing.T, url, accept string) string {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	// No keep-alive: no connection outlives the test (goleak).
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -134,4 +169,124 @@ func scrape(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// traceReceiver is an in-process OTLP/gRPC trace collector that keeps what
+// it is sent.
+type traceReceiver struct {
+	collectortrace.UnimplementedTraceServiceServer
+	mu       sync.Mutex
+	requests []*collectortrace.ExportTraceServiceRequest
+}
+
+func (r *traceReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, req)
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// startTraceReceiver serves a traceReceiver on loopback and returns its
+// address.
+func startTraceReceiver(t *testing.T) (*traceReceiver, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &traceReceiver{}
+	g := grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(g, r)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return r, lis.Addr().String()
+}
+
+// resources returns, by trace id, the resource attributes of the spans
+// received.
+func (r *traceReceiver) resources() map[string]map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]map[string]string{}
+	for _, req := range r.requests {
+		for _, rs := range req.GetResourceSpans() {
+			attrs := map[string]string{}
+			for _, kv := range rs.GetResource().GetAttributes() {
+				attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
+			}
+			for _, ss := range rs.GetScopeSpans() {
+				for _, sp := range ss.GetSpans() {
+					out[hex.EncodeToString(sp.GetTraceId())] = attrs
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestExemplarsLinkLatencyToTraces runs the server with tracing into a
+// loopback collector and the Prometheus endpoint, makes one completion and
+// scrapes as a Prometheus that wants exemplars (OpenMetrics): the latency
+// histogram's bucket carries the trace id of the completion, and that
+// trace reached the collector with the instance's identity — the same
+// service.instance.id as target_info on /metrics.
+func TestExemplarsLinkLatencyToTraces(t *testing.T) {
+	recv, collector := startTraceReceiver(t)
+	// The OTLP exporter reads its endpoint from the process environment.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+collector)
+	env := map[string]string{"COMPLETIOND_ADDR": "127.0.0.1:0", "COMPLETIOND_METRICS_ADDR": "127.0.0.1:0", "COMPLETIOND_SIM_PACE": "1ms",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + collector}
+	ctx, stop := context.WithCancel(t.Context())
+	logs, logw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logw, io.Discard); logw.Close() }()
+	metricsAddr, addr := waitForAddrs(t, logs)
+	go func() { _, _ = io.Copy(io.Discard, logs) }()
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	streamOnce(t, conn)
+	body := scrapeAs(t, "http://"+metricsAddr+"/metrics", openMetrics)
+	plain := scrape(t, "http://"+metricsAddr+"/metrics")
+	stop() // run flushes the spans to the collector before it returns
+	if err := <-done; err != nil {
+		t.Fatalf("run returned %v", err)
+	}
+
+	if !strings.HasSuffix(strings.TrimSpace(body), "# EOF") {
+		t.Fatalf("the endpoint did not answer in OpenMetrics:\n%s", body)
+	}
+	if strings.Contains(plain, "trace_id") {
+		t.Errorf("exemplars in the plain text format, which cannot carry them")
+	}
+	exemplar := regexp.MustCompile(`(?m)^gen_ai_client_operation_duration_seconds_bucket\{[^}]*\} \d+ # \{[^}]*trace_id="([0-9a-f]{32})"[^}]*\}`)
+	m := exemplar.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no exemplar with a trace id on the completion latency histogram:\n%s", grepLines(body, "gen_ai_client_operation_duration"))
+	}
+	res, ok := recv.resources()[m[1]]
+	if !ok {
+		t.Fatalf("the exemplar's trace %s did not reach the collector", m[1])
+	}
+	instance := regexp.MustCompile(`target_info\{[^}]*service_instance_id="([^"]+)"`).FindStringSubmatch(plain)
+	if instance == nil || res["service.instance.id"] != instance[1] {
+		t.Errorf("span resource service.instance.id %q, metrics target_info %v: want one instance id on both", res["service.instance.id"], instance)
+	}
+	if res["service.version"] == "" || res["service.name"] != "completiond" {
+		t.Errorf("span resource %v lacks service.name or service.version", res)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "")
 }

@@ -35,6 +35,7 @@ type Config struct {
 type Provider struct {
 	messages sdk.MessageService
 	classes  classify.Classifier
+	base     string
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -64,11 +65,15 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{
 		messages: client.Messages,
 		classes:  classify.Classifier{Provider: Kind, RequestIDHeader: "request-id", Secrets: []string{cfg.APIKey}},
+		base:     base,
 	}, nil
 }
 
 // Kind returns "anthropic".
 func (p *Provider) Kind() string { return Kind }
+
+// Address is the host and port of the base URL (provider.Addressed).
+func (p *Provider) Address() (string, int) { return provider.HostPort(p.base) }
 
 // Stream runs one attempt: a streamed Messages call under req.Timeouts.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Chunk) error) (provider.Finish, error) {

@@ -84,6 +84,7 @@ func TestStreamsTextWithUsageAndModel(t *testing.T) {
 		StopReason: recovery.StopEndTurn,
 		Usage:      recovery.Usage{InputTokens: 25, OutputTokens: 15, CacheReadInputTokens: 5, CacheCreationInputTokens: 3},
 		Model:      "claude-sonnet-test",
+		ID:         "msg_test_0001",
 	}
 	if r.Finish != want {
 		t.Errorf("finish = %+v, want %+v", r.Finish, want)
@@ -542,5 +543,28 @@ func TestAFinishedStreamWithoutMessageStopCompletes(t *testing.T) {
 	}
 	if n := srv.Count(); n != 1 {
 		t.Errorf("server saw %d requests, want 1", n)
+	}
+}
+
+// TestAddress is the upstream's host and port, for server.address and
+// server.port: the base URL's, with the scheme's default port.
+func TestAddress(t *testing.T) {
+	for _, tc := range []struct {
+		base string
+		host string
+		port int
+	}{
+		{"", "api.anthropic.com", 443},
+		{"http://127.0.0.1:8080", "127.0.0.1", 8080},
+		{"http://proxy.internal", "proxy.internal", 80},
+	} {
+		p, err := anthropic.New(anthropic.Config{BaseURL: tc.base})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a provider.Addressed = p
+		if host, port := a.Address(); host != tc.host || port != tc.port {
+			t.Errorf("%q: Address() = %s, %d, want %s, %d", tc.base, host, port, tc.host, tc.port)
+		}
 	}
 }

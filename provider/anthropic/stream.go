@@ -74,6 +74,7 @@ func (r *reader) event(ev sdk.MessageStreamEventUnion) error {
 	switch ev.Type {
 	case "message_start":
 		r.finish.Model = r.classes.Model(ev.Message.Model)
+		r.finish.ID = r.classes.Model(ev.Message.ID) // the upstream's words: scrubbed and bounded alike
 		u := ev.Message.Usage
 		r.usage(u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens)
 	case "content_block_start":

@@ -89,6 +89,7 @@ type Provider struct {
 	classes     classify.Classifier
 	legacyMax   bool
 	prefillOpts []option.RequestOption // set on a request that carries a prefill
+	base        string
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -122,11 +123,15 @@ func New(cfg Config) (*Provider, error) {
 		classes:     classify.Classifier{Provider: Kind, RequestIDHeader: "x-request-id", Secrets: []string{cfg.APIKey}},
 		legacyMax:   cfg.LegacyMaxTokens,
 		prefillOpts: prefillOpts,
+		base:        base,
 	}, nil
 }
 
 // Kind returns "openai".
 func (p *Provider) Kind() string { return Kind }
+
+// Address is the host and port of the base URL (provider.Addressed).
+func (p *Provider) Address() (string, int) { return provider.HostPort(p.base) }
 
 // Stream runs one attempt: a streamed chat completion under req.Timeouts.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Chunk) error) (provider.Finish, error) {

@@ -92,6 +92,7 @@ func TestStreamsTextWithUsageAndModel(t *testing.T) {
 		StopReason: recovery.StopEndTurn,
 		Usage:      recovery.Usage{InputTokens: 20, OutputTokens: 3, CacheReadInputTokens: 10},
 		Model:      "gpt-4o-test",
+		ID:         "chatcmpl-test0001",
 	}
 	if r.Finish != want {
 		t.Errorf("finish = %+v, want %+v", r.Finish, want)
@@ -491,5 +492,28 @@ func TestEachAttemptIsOneRequest(t *testing.T) {
 	}
 	if len(kinds) != 2 || kinds[0] != recovery.FailServer || kinds[1] != recovery.FailRateLimit || srv.Count() != 3 {
 		t.Errorf("kinds %v, %d requests", kinds, srv.Count())
+	}
+}
+
+// TestAddress is the upstream's host and port, for server.address and
+// server.port: the base URL's, with the scheme's default port.
+func TestAddress(t *testing.T) {
+	for _, tc := range []struct {
+		base string
+		host string
+		port int
+	}{
+		{"", "api.openai.com", 443},
+		{"http://localhost:8000/v1", "localhost", 8000},
+		{"https://[::1]/v1", "::1", 443},
+	} {
+		p, err := openai.New(openai.Config{BaseURL: tc.base})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a provider.Addressed = p
+		if host, port := a.Address(); host != tc.host || port != tc.port {
+			t.Errorf("%q: Address() = %s, %d, want %s, %d", tc.base, host, port, tc.host, tc.port)
+		}
 	}
 }

@@ -62,6 +62,9 @@ func (r *reader) chunk(c sdk.ChatCompletionChunk) error {
 	if r.finish.Model == "" {
 		r.finish.Model = r.classes.Model(c.Model)
 	}
+	if r.finish.ID == "" {
+		r.finish.ID = r.classes.Model(c.ID) // the upstream's words: scrubbed and bounded alike
+	}
 	for _, choice := range c.Choices {
 		if choice.Index != 0 {
 			continue // only one choice is asked for

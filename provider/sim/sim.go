@@ -341,6 +341,7 @@ func (a *attempt) finish(stop recovery.StopReason, outTokens int) provider.Finis
 	return provider.Finish{
 		StopReason: stop,
 		Model:      a.req.Model,
+		ID:         "msg_sim_" + strconv.Itoa(a.req.Attempt),
 		Usage:      recovery.Usage{InputTokens: a.input, OutputTokens: int64(outTokens)},
 	}
 }
