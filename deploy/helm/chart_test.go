@@ -582,6 +582,19 @@ func TestVariants(t *testing.T) {
 			t.Error("PodDisruptionBudget with podDisruptionBudget.enabled=false")
 		}
 	})
+	t.Run("config from a file", func(t *testing.T) {
+		file := filepath.Join("..", "..", "examples", "config", "anthropic.yaml")
+		want, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := render(t, "--set-file", "config="+file)
+		if got := m.named(t, "ConfigMap", "rel-completiond-config").Data["config.yaml"]; strings.TrimSpace(got) != strings.TrimSpace(string(want)) {
+			t.Errorf("config.yaml is not the file:\n%s", got)
+		}
+		// A file with auth.keys is authentication enough.
+		render(t, "--set", "auth.apiKey.generate=false", "--set-string", "config=auth:\n  keys: []\n")
+	})
 	t.Run("auth from the config only", func(t *testing.T) {
 		m := render(t, "--set", "auth.apiKey.generate=false,config.auth.keys[0].name=ops,config.auth.keys[0].key=$${OPS_KEY},config.auth.keys[0].routes=all")
 		_, c := deployment(t, m)

@@ -98,7 +98,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Refuses to render a server that would refuse to start: no authentication on the pod's address. */}}
 {{- define "completiond.checkAuth" -}}
-{{- $configAuth := and (kindIs "map" .Values.config) (hasKey .Values.config "auth") }}
+{{- $configAuth := false }}
+{{- if kindIs "map" .Values.config }}
+{{- $configAuth = hasKey .Values.config "auth" }}
+{{- else if kindIs "string" .Values.config }}
+{{- $configAuth = regexMatch "(?m)^auth:" .Values.config }}
+{{- end }}
 {{- if not (or .Values.auth.insecureNoAuth (include "completiond.apiKeySecret" .) $configAuth .Values.existingConfigMap) }}
 {{- fail "no authentication: set auth.apiKey (existingSecret, value or generate), auth.keys in config, or auth.insecureNoAuth=true when the network in front of the pods authenticates" }}
 {{- end }}
