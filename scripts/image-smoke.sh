@@ -56,7 +56,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "image-smoke: FAIL: interrupted or timed out" >&2; exit 1' INT TERM
 # Bound the whole test: the watchdog signals this shell, whose trap cleans up.
-( sleep "$SMOKE_TIMEOUT"; kill -TERM $$ ) 2>/dev/null &
+( trap 'kill $! 2>/dev/null; exit 0' TERM; sleep "$SMOKE_TIMEOUT" & wait $!; kill -TERM $$ ) 2>/dev/null &
 watchdog=$!
 
 # --- the image's configuration
