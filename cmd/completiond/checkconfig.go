@@ -18,6 +18,7 @@ import (
 	"github.com/completiond/completiond/provider/anthropic"
 	"github.com/completiond/completiond/provider/openai"
 	"github.com/completiond/completiond/provider/sim"
+	"github.com/completiond/completiond/recovery"
 	"github.com/completiond/completiond/service"
 )
 
@@ -123,6 +124,7 @@ func printConfig(w io.Writer, path string, cfg service.Config, specs map[provide
 	printAuth(p, cfg.Auth)
 	printTLS(p, cfg.TLS)
 	printLimits(p, cfg.Limits)
+	printPolicy(p, cfg.Policy)
 	p("")
 	p("Flags and %s* variables win over the auth, tls and limits above at run time;", envPrefix)
 	p("%s adds a key named default.", apiKeyEnv)
@@ -192,6 +194,41 @@ func printTLS(p func(string, ...any), t service.TLSFiles) {
 	p("tls\tcert %s, key %s, reload %s", t.CertFile, t.KeyFile, reload)
 	if t.ClientCAFile != "" {
 		p("  client CA\t%s", t.ClientCAFile)
+	}
+}
+
+// printPolicy writes the recovery policy's fields that differ from
+// recovery.DefaultPolicy, by their config-file names.
+func printPolicy(p func(string, ...any), pol recovery.Policy) {
+	d := recovery.DefaultPolicy()
+	r, dr := pol.Retry, d.Retry
+	var lines []string
+	add := func(name string, val, deflt any) {
+		if val != deflt {
+			lines = append(lines, fmt.Sprintf("  %s\t%+v (default %+v)", name, val, deflt))
+		}
+	}
+	add("retry.max_retries", r.MaxRetries, dr.MaxRetries)
+	add("retry.fallback_retries", r.FallbackRetries, dr.FallbackRetries)
+	add("retry.fallback_wait", r.FallbackWait, dr.FallbackWait)
+	add("retry.backoff_base", r.BackoffBase, dr.BackoffBase)
+	add("retry.backoff_max", r.BackoffMax, dr.BackoffMax)
+	add("retry.backoff_jitter", r.BackoffJitter, dr.BackoffJitter)
+	add("retry.retry_after_ceiling", r.RetryAfterCeiling, dr.RetryAfterCeiling)
+	add("retry.overloads_before_fallback", r.OverloadsBeforeFallback, dr.OverloadsBeforeFallback)
+	add("retry.fallback", r.Fallback, dr.Fallback)
+	add("truncation", pol.Truncation, d.Truncation)
+	add("overflow", pol.Overflow, d.Overflow)
+	add("budget", pol.Budget, d.Budget)
+	add("turns", pol.Turns, d.Turns)
+	add("media", pol.Media, d.Media)
+	if len(lines) == 0 {
+		p("policy	default (recovery.DefaultPolicy)")
+		return
+	}
+	p("policy (what differs from the defaults)")
+	for _, l := range lines {
+		p("%s", l)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -257,5 +258,28 @@ func TestCheckConfigCallsNoUpstream(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), upstream.URL+"/v1") {
 		t.Errorf("output lacks the base URL %s/v1:\n%s", upstream.URL, out.String())
+	}
+}
+
+// TestCheckConfigPrintsThePolicy: check-config shows the policy fields the
+// file changed, and says when it changed none.
+func TestCheckConfigPrintsThePolicy(t *testing.T) {
+	dir := t.TempDir()
+	base := "providers: {s: {kind: sim}}\nroutes: {sim: {provider: s, model: sim-1}}\n"
+	for _, tc := range []struct{ yaml, want string }{
+		{base, "default (recovery.DefaultPolicy)"},
+		{base + "policy: {retry: {fallback_retries: 1}}\n", "retry.fallback_retries  1 (default 3)"},
+	} {
+		path := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if err := run(t.Context(), []string{"check-config", path}, func(string) string { return "" }, &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("output lacks %q:\n%s", tc.want, out.String())
+		}
 	}
 }
