@@ -23,6 +23,7 @@ type Server struct {
 	cfg      Config
 	obs      observer
 	breakers *breakers
+	log      EventLog // every completion's events, for Attach
 
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
@@ -36,7 +37,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	b := newBreakers(cfg.Breaker)
 	aborted, abort := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b, aborted: aborted, abort: abort}, nil
+	return &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b,
+		log: newMemLog(cfg.EventLog, cfg.Now), aborted: aborted, abort: abort}, nil
 }
 
 // Register registers the Completion service on g.
@@ -148,9 +150,13 @@ func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, s
 		mc.Routes = append(mc.Routes, r.Spec)
 		byName[r.Spec.Name] = r
 	}
+	id := newID()
+	s.log.Open(id, CallerName(ctx))
+	out := newOutbox(send, req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED)
+	out.log, out.id = s.log, id
 	return &completion{
-		cfg: &s.cfg, id: newID(), req: req, routes: byName, machine: mc, schema: schema,
-		caller: statelessCaller{}, out: newOutbox(send, req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED),
+		cfg: &s.cfg, id: id, req: req, routes: byName, machine: mc, schema: schema,
+		caller: statelessCaller{}, out: out,
 		observer: s.obs, breakers: s.breakers, models: map[int32]string{},
 	}, nil
 }
