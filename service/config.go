@@ -145,7 +145,16 @@ type Config struct {
 	TLS TLSFiles
 	// DisableReflection turns the gRPC reflection service off.
 	DisableReflection bool
+	// EventLog bounds the in-memory log of every completion's events that
+	// Attach reads; zero fields take DefaultEventLogLimits.
+	EventLog EventLogLimits
+	// MaxResumeGrace bounds the resume_grace a request may ask for
+	// (default 10 min; see DefaultMaxResumeGrace).
+	MaxResumeGrace time.Duration
 }
+
+// DefaultMaxResumeGrace is the default Config.MaxResumeGrace.
+const DefaultMaxResumeGrace = 10 * time.Minute
 
 const (
 	// DefaultAbortGrace is Config.AbortGrace when unset: enough for a
@@ -234,6 +243,10 @@ func (c *Config) fillDefaults() {
 	if c.AbortGrace <= 0 {
 		c.AbortGrace = DefaultAbortGrace
 	}
+	if c.MaxResumeGrace <= 0 {
+		c.MaxResumeGrace = DefaultMaxResumeGrace
+	}
+	c.EventLog.fillDefaults()
 	if c.SessionStartWait <= 0 {
 		c.SessionStartWait = DefaultSessionStartWait
 	}

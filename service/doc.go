@@ -8,7 +8,8 @@
 //     The driver decides nothing: every Step of the machine says what to
 //     run, what to publish, and which attempts' output is final or void.
 //   - grpc_*.go — the gRPC surface: the handlers of Stream, Complete
-//     (grpc_handlers.go) and Session (grpc_session.go), request validation
+//     (grpc_handlers.go), Session (grpc_session.go) and Attach with the
+//     resume grace of Stream (grpc_attach.go), request validation
 //     (grpc_validate.go), the one mapping from a completion's end to a status
 //     (grpc_status.go), the wire conversions (grpc_convert.go), and the
 //     server's assembly with health, reflection, logging and panic recovery
@@ -16,6 +17,8 @@
 //   - config*.go, fileconfig.go — configuration: routes, limits, the policy a
 //     request may only tighten (config_policy.go), the YAML file.
 //   - telemetry*.go — logs, spans and metrics of every completion and attempt.
+//   - eventlog.go — the log of every completion's events, which Attach
+//     reads: an interface a shared store can implement, in memory by default.
 //   - breaker.go — the circuit breaker of every route, shared by completions.
 //   - auth.go, tls.go, limits.go — who may call (API keys with allowed
 //     routes, mTLS), TLS with certificate reload, and the limits that keep

@@ -23,7 +23,9 @@ type outbox struct {
 	settled     bool                                    // DELIVERY_MODE_SETTLED
 	unsettled   map[int][]*completionv1.CompletionEvent // settled mode: output by attempt, in stream order
 	seq         uint64
-	unreachable bool // a send failed: the caller can no longer be reached
+	unreachable bool     // a send failed: the caller can no longer be reached
+	log         EventLog // every numbered event, for Attach; nil keeps none
+	id          string   // the completion's id in log
 }
 
 func newOutbox(send func(*completionv1.CompletionEvent) error, settled bool) *outbox {
@@ -71,13 +73,18 @@ func (o *outbox) event(attempt, turn int, ev *completionv1.CompletionEvent) {
 	o.sendNumbered(ev)
 }
 
-// sendNumbered gives ev the next seq and sends it, unless the caller is gone.
+// sendNumbered gives ev the next seq, appends it to the log and sends it,
+// unless the caller is gone. The log keeps the events a caller that left
+// did not receive, so that an attacher sees the completion to its end.
 func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
+	o.seq++
+	ev.Seq = o.seq
+	if o.log != nil {
+		o.log.Append(o.id, ev)
+	}
 	if o.unreachable {
 		return
 	}
-	o.seq++
-	ev.Seq = o.seq
 	if err := o.send(ev); err != nil {
 		o.unreachable = true
 	}

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,6 +25,8 @@ type Server struct {
 	cfg      Config
 	obs      observer
 	breakers *breakers
+	log      EventLog // every completion's events, for Attach
+	holds    holds    // the completions kept running for a resume grace
 
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
@@ -36,7 +40,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	b := newBreakers(cfg.Breaker)
 	aborted, abort := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b, aborted: aborted, abort: abort}, nil
+	return &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b,
+		log: newMemLog(cfg.EventLog, cfg.Now), aborted: aborted, abort: abort}, nil
 }
 
 // Register registers the Completion service on g.
@@ -47,8 +52,12 @@ func (s *Server) Register(g grpc.ServiceRegistrar) { completionv1.RegisterComple
 // elsewhere. The server calls it when a graceful drain runs out of time.
 func (s *Server) Abort() { s.abort() }
 
-// Stream runs one completion and streams its events.
+// Stream runs one completion and streams its events. With a resume grace,
+// see streamResumable.
 func (s *Server) Stream(req *completionv1.CompleteRequest, stream grpc.ServerStreamingServer[completionv1.CompletionEvent]) error {
+	if g := req.GetResumeGrace().AsDuration(); g > 0 {
+		return s.streamResumable(req, stream, g)
+	}
 	ctx, cancel := s.completionContext(stream.Context())
 	defer cancel()
 	c, err := s.prepare(ctx, req, stream.Send)
@@ -60,6 +69,9 @@ func (s *Server) Stream(req *completionv1.CompleteRequest, stream grpc.ServerStr
 
 // Complete runs one completion and answers with its aggregated result.
 func (s *Server) Complete(ctx context.Context, req *completionv1.CompleteRequest) (*completionv1.CompleteResponse, error) {
+	if req.GetResumeGrace().AsDuration() > 0 {
+		return nil, invalidArgument(violations{{Field: "resume_grace", Description: "Complete cannot be resumed: use Stream"}})
+	}
 	ctx, cancel := s.completionContext(ctx)
 	defer cancel()
 	c, err := s.prepare(ctx, req, func(*completionv1.CompletionEvent) error { return nil })
@@ -74,6 +86,49 @@ func (s *Server) Complete(ctx context.Context, req *completionv1.CompleteRequest
 		return nil, st.Err()
 	}
 	return &completionv1.CompleteResponse{CompletionId: c.id, Result: c.final, Transitions: c.history}, nil
+}
+
+// streamResumable is Stream for a request with a resume grace: the
+// completion runs on a context detached from the RPC's (it keeps the
+// caller's deadline and is still cancelled when the server aborts), so that
+// the caller's leaving does not cancel it. The outbox keeps numbering and
+// logging the events while sends fail; once neither the caller nor an
+// attacher is there for the grace, the completion is cancelled
+// (ABORTED_STREAMING). The handler returns when the completion ends.
+func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.ServerStreamingServer[completionv1.CompletionEvent], grace time.Duration) error {
+	rpc := stream.Context()
+	detached := context.WithoutCancel(rpc)
+	if d, ok := rpc.Deadline(); ok {
+		var cancelDeadline context.CancelFunc
+		detached, cancelDeadline = context.WithDeadline(detached, d)
+		defer cancelDeadline()
+	}
+	ctx, cancel := s.completionContextCause(detached)
+	defer cancel(context.Canceled)
+	var gone atomic.Bool
+	var leave func()
+	send := func(ev *completionv1.CompletionEvent) error {
+		if gone.Load() {
+			return nil
+		}
+		if err := stream.Send(ev); err != nil {
+			gone.Store(true)
+			leave()
+		}
+		return nil
+	}
+	c, err := s.prepare(ctx, req, send)
+	if err != nil {
+		return err
+	}
+	leave, end := s.holds.start(c.id, grace, cancel)
+	defer end()
+	stop := context.AfterFunc(rpc, func() {
+		gone.Store(true)
+		leave()
+	})
+	defer stop()
+	return s.finish(ctx, c)
 }
 
 // finish runs a prepared completion and maps its end to the RPC status.
@@ -148,9 +203,13 @@ func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, s
 		mc.Routes = append(mc.Routes, r.Spec)
 		byName[r.Spec.Name] = r
 	}
+	id := newID()
+	s.log.Open(id, CallerName(ctx))
+	out := newOutbox(send, req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED)
+	out.log, out.id = s.log, id
 	return &completion{
-		cfg: &s.cfg, id: newID(), req: req, routes: byName, machine: mc, schema: schema,
-		caller: statelessCaller{}, out: newOutbox(send, req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED),
+		cfg: &s.cfg, id: id, req: req, routes: byName, machine: mc, schema: schema,
+		caller: statelessCaller{}, out: out,
 		observer: s.obs, breakers: s.breakers, models: map[int32]string{},
 	}, nil
 }

@@ -45,6 +45,9 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 	if n := start.GetMaxTurns(); n < 0 {
 		v.add("max_turns", "must not be negative, got %d", n)
 	}
+	if start.GetRequest().GetResumeGrace().AsDuration() > 0 {
+		v.add("resume_grace", "a Session cannot be resumed yet: leave resume_grace unset")
+	}
 	if len(v) > 0 {
 		return invalidArgument(v)
 	}

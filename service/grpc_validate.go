@@ -234,6 +234,13 @@ func (c *Config) validateNumbers(req *completionv1.CompleteRequest, v *violation
 	if n := req.GetTokenBudget(); n < 0 || n > 10_000_000 {
 		v.add("token_budget", "must be between 0 and 10000000, got %d", n)
 	}
+	if g := req.GetResumeGrace(); g != nil {
+		if err := g.CheckValid(); err != nil {
+			v.add("resume_grace", "not a valid duration: %v", err)
+		} else if d := g.AsDuration(); d < 0 || d > c.MaxResumeGrace {
+			v.add("resume_grace", "must be between 0s and %s, got %s", c.MaxResumeGrace, d)
+		}
+	}
 }
 
 func (c *Config) validateMetadata(req *completionv1.CompleteRequest, v *violations) {

@@ -26,6 +26,8 @@ type options struct {
 	drain    time.Duration
 	grace    time.Duration
 	wait     time.Duration
+	eventLog service.EventLogLimits
+	maxGrace time.Duration
 	metrics  string
 	safety   safety
 	version  bool
@@ -46,6 +48,12 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.drain, "drain-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight streams may run before they are ended")
 	fs.DurationVar(&o.grace, "shutdown-grace", service.DefaultAbortGrace, "after --drain-timeout, how long the ended streams get to return before the server stops hard;\nshutdown takes at most drain-timeout + shutdown-grace")
 	fs.DurationVar(&o.wait, "caller-wait", 5*time.Minute, "how long a Session waits for the caller's tool results or stop-hook verdict")
+	d := service.DefaultEventLogLimits()
+	fs.IntVar(&o.eventLog.MaxEvents, "event-log-events", d.MaxEvents, "events kept per completion for Attach (the oldest are dropped past it)")
+	fs.IntVar(&o.eventLog.MaxCompletions, "event-log-completions", d.MaxCompletions, "completions whose events are kept for Attach (the oldest ended are evicted first, never a running one)")
+	fs.Int64Var(&o.eventLog.MaxBytes, "event-log-bytes", d.MaxBytes, "encoded size of all events kept for Attach")
+	fs.DurationVar(&o.eventLog.Retention, "event-log-retention", d.Retention, "how long a completion's events are kept for Attach after its result")
+	fs.DurationVar(&o.maxGrace, "max-resume-grace", service.DefaultMaxResumeGrace, "the longest resume_grace a request may ask for")
 	fs.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. localhost:9464 (empty: off);\ntraces and OTLP metrics follow the standard OTEL_* variables, see docs/observability.md")
 	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit (also: completiond version)")
 	o.safety.define(fs)
@@ -115,6 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	cfg.StreamDrain, cfg.CallerWait, cfg.AbortGrace = o.drain, o.wait, o.grace
+	cfg.EventLog, cfg.MaxResumeGrace = o.eventLog, o.maxGrace
 	if err := o.safety.apply(&cfg, o.addr, getenv); err != nil {
 		return err
 	}

@@ -652,6 +652,63 @@ func (Verdict) EnumDescriptor() ([]byte, []int) {
 	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
 }
 
+// AttachRequest names the completion to attach to and the last event the
+// caller has.
+type AttachRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// completion_id is the id of the completion, from its started event.
+	CompletionId string `protobuf:"bytes,1,opt,name=completion_id,json=completionId,proto3" json:"completion_id,omitempty"`
+	// after_seq is the seq of the last event the caller received; 0 replays
+	// from the start.
+	AfterSeq      uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachRequest) Reset() {
+	*x = AttachRequest{}
+	mi := &file_completion_v1_completion_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachRequest) ProtoMessage() {}
+
+func (x *AttachRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
+func (*AttachRequest) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AttachRequest) GetCompletionId() string {
+	if x != nil {
+		return x.CompletionId
+	}
+	return ""
+}
+
+func (x *AttachRequest) GetAfterSeq() uint64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
 // CompleteRequest asks for one completion.
 type CompleteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -687,14 +744,21 @@ type CompleteRequest struct {
 	// stop hook asks the model to correct an answer that does not.
 	OutputJsonSchema string `protobuf:"bytes,10,opt,name=output_json_schema,json=outputJsonSchema,proto3" json:"output_json_schema,omitempty"`
 	// delivery chooses when token deltas are sent.
-	Delivery      DeliveryMode `protobuf:"varint,11,opt,name=delivery,proto3,enum=completion.v1.DeliveryMode" json:"delivery,omitempty"`
+	Delivery DeliveryMode `protobuf:"varint,11,opt,name=delivery,proto3,enum=completion.v1.DeliveryMode" json:"delivery,omitempty"`
+	// resume_grace is what a Stream caller's disconnect means. Unset or zero
+	// cancels the completion at once (ABORTED_STREAMING). A positive duration
+	// keeps it running, its events kept in the server's log, so that the caller
+	// can reconnect with Attach; a completion nobody attaches to within the
+	// grace is cancelled (ABORTED_STREAMING). It must not exceed the server's
+	// maximum (10 min by default).
+	ResumeGrace   *durationpb.Duration `protobuf:"bytes,12,opt,name=resume_grace,json=resumeGrace,proto3" json:"resume_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[0]
+	mi := &file_completion_v1_completion_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +770,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[0]
+	mi := &file_completion_v1_completion_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +783,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{0}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *CompleteRequest) GetRoute() string {
@@ -799,6 +863,13 @@ func (x *CompleteRequest) GetDelivery() DeliveryMode {
 	return DeliveryMode_DELIVERY_MODE_UNSPECIFIED
 }
 
+func (x *CompleteRequest) GetResumeGrace() *durationpb.Duration {
+	if x != nil {
+		return x.ResumeGrace
+	}
+	return nil
+}
+
 // Message is one turn of the conversation.
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -812,7 +883,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_completion_v1_completion_proto_msgTypes[1]
+	mi := &file_completion_v1_completion_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +895,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[1]
+	mi := &file_completion_v1_completion_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +908,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Message) GetRole() Role {
@@ -872,7 +943,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	mi := &file_completion_v1_completion_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +955,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	mi := &file_completion_v1_completion_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +968,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ContentBlock) GetBlock() isContentBlock_Block {
@@ -986,7 +1057,7 @@ type TextBlock struct {
 
 func (x *TextBlock) Reset() {
 	*x = TextBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	mi := &file_completion_v1_completion_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1069,7 @@ func (x *TextBlock) String() string {
 func (*TextBlock) ProtoMessage() {}
 
 func (x *TextBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	mi := &file_completion_v1_completion_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1082,7 @@ func (x *TextBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextBlock.ProtoReflect.Descriptor instead.
 func (*TextBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TextBlock) GetText() string {
@@ -1034,7 +1105,7 @@ type ImageBlock struct {
 
 func (x *ImageBlock) Reset() {
 	*x = ImageBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	mi := &file_completion_v1_completion_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1117,7 @@ func (x *ImageBlock) String() string {
 func (*ImageBlock) ProtoMessage() {}
 
 func (x *ImageBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	mi := &file_completion_v1_completion_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1130,7 @@ func (x *ImageBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageBlock.ProtoReflect.Descriptor instead.
 func (*ImageBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ImageBlock) GetMediaType() string {
@@ -1091,7 +1162,7 @@ type ToolUseBlock struct {
 
 func (x *ToolUseBlock) Reset() {
 	*x = ToolUseBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	mi := &file_completion_v1_completion_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1174,7 @@ func (x *ToolUseBlock) String() string {
 func (*ToolUseBlock) ProtoMessage() {}
 
 func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	mi := &file_completion_v1_completion_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1187,7 @@ func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolUseBlock.ProtoReflect.Descriptor instead.
 func (*ToolUseBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolUseBlock) GetId() string {
@@ -1158,7 +1229,7 @@ type ToolResultBlock struct {
 
 func (x *ToolResultBlock) Reset() {
 	*x = ToolResultBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	mi := &file_completion_v1_completion_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1241,7 @@ func (x *ToolResultBlock) String() string {
 func (*ToolResultBlock) ProtoMessage() {}
 
 func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	mi := &file_completion_v1_completion_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1254,7 @@ func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultBlock.ProtoReflect.Descriptor instead.
 func (*ToolResultBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolResultBlock) GetToolUseId() string {
@@ -1229,7 +1300,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_completion_v1_completion_proto_msgTypes[7]
+	mi := &file_completion_v1_completion_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1312,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[7]
+	mi := &file_completion_v1_completion_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1325,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Tool) GetName() string {
@@ -1326,7 +1397,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_completion_v1_completion_proto_msgTypes[8]
+	mi := &file_completion_v1_completion_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1409,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[8]
+	mi := &file_completion_v1_completion_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1422,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Policy) GetMaxRetries() int32 {
@@ -1473,7 +1544,7 @@ type CompletionEvent struct {
 
 func (x *CompletionEvent) Reset() {
 	*x = CompletionEvent{}
-	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1556,7 @@ func (x *CompletionEvent) String() string {
 func (*CompletionEvent) ProtoMessage() {}
 
 func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1569,7 @@ func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionEvent.ProtoReflect.Descriptor instead.
 func (*CompletionEvent) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CompletionEvent) GetSeq() uint64 {
@@ -1668,7 +1739,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1751,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1764,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Started) GetCompletionId() string {
@@ -1745,7 +1816,7 @@ type TokenDelta struct {
 
 func (x *TokenDelta) Reset() {
 	*x = TokenDelta{}
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1828,7 @@ func (x *TokenDelta) String() string {
 func (*TokenDelta) ProtoMessage() {}
 
 func (x *TokenDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1841,7 @@ func (x *TokenDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenDelta.ProtoReflect.Descriptor instead.
 func (*TokenDelta) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TokenDelta) GetKind() DeltaKind {
@@ -1802,7 +1873,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1885,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1898,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1868,7 +1939,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +1951,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +1964,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -1963,7 +2034,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2046,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2059,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Transition) GetReason() TransitionReason {
@@ -2107,7 +2178,7 @@ type UpstreamError struct {
 
 func (x *UpstreamError) Reset() {
 	*x = UpstreamError{}
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2190,7 @@ func (x *UpstreamError) String() string {
 func (*UpstreamError) ProtoMessage() {}
 
 func (x *UpstreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2203,7 @@ func (x *UpstreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamError.ProtoReflect.Descriptor instead.
 func (*UpstreamError) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpstreamError) GetKind() ErrorKind {
@@ -2204,7 +2275,7 @@ type StopHookRequest struct {
 
 func (x *StopHookRequest) Reset() {
 	*x = StopHookRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2287,7 @@ func (x *StopHookRequest) String() string {
 func (*StopHookRequest) ProtoMessage() {}
 
 func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2300,7 @@ func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookRequest.ProtoReflect.Descriptor instead.
 func (*StopHookRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StopHookRequest) GetHookId() string {
@@ -2265,7 +2336,7 @@ type AttemptUsage struct {
 
 func (x *AttemptUsage) Reset() {
 	*x = AttemptUsage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2348,7 @@ func (x *AttemptUsage) String() string {
 func (*AttemptUsage) ProtoMessage() {}
 
 func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2361,7 @@ func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUsage.ProtoReflect.Descriptor instead.
 func (*AttemptUsage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AttemptUsage) GetAttempt() int32 {
@@ -2361,7 +2432,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2444,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2457,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Result) GetReason() TransitionReason {
@@ -2474,7 +2545,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2557,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2570,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CompleteResponse) GetCompletionId() string {
@@ -2541,7 +2612,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2624,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2637,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionRequest) GetRequest() isSessionRequest_Request {
@@ -2660,7 +2731,7 @@ type SessionStart struct {
 
 func (x *SessionStart) Reset() {
 	*x = SessionStart{}
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2743,7 @@ func (x *SessionStart) String() string {
 func (*SessionStart) ProtoMessage() {}
 
 func (x *SessionStart) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2756,7 @@ func (x *SessionStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStart.ProtoReflect.Descriptor instead.
 func (*SessionStart) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionStart) GetRequest() *CompleteRequest {
@@ -2720,7 +2791,7 @@ type ToolResults struct {
 
 func (x *ToolResults) Reset() {
 	*x = ToolResults{}
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2803,7 @@ func (x *ToolResults) String() string {
 func (*ToolResults) ProtoMessage() {}
 
 func (x *ToolResults) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2816,7 @@ func (x *ToolResults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResults.ProtoReflect.Descriptor instead.
 func (*ToolResults) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolResults) GetResults() []*ToolResultBlock {
@@ -2771,7 +2842,7 @@ type StopHookVerdict struct {
 
 func (x *StopHookVerdict) Reset() {
 	*x = StopHookVerdict{}
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +2854,7 @@ func (x *StopHookVerdict) String() string {
 func (*StopHookVerdict) ProtoMessage() {}
 
 func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +2867,7 @@ func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookVerdict.ProtoReflect.Descriptor instead.
 func (*StopHookVerdict) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StopHookVerdict) GetHookId() string {
@@ -2831,7 +2902,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2914,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2927,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Cancel) GetReason() string {
@@ -2870,7 +2941,10 @@ var File_completion_v1_completion_proto protoreflect.FileDescriptor
 
 const file_completion_v1_completion_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecompletion/v1/completion.proto\x12\rcompletion.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xce\x04\n" +
+	"\x1ecompletion/v1/completion.proto\x12\rcompletion.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"Q\n" +
+	"\rAttachRequest\x12#\n" +
+	"\rcompletion_id\x18\x01 \x01(\tR\fcompletionId\x12\x1b\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\x8c\x05\n" +
 	"\x0fCompleteRequest\x12\x14\n" +
 	"\x05route\x18\x01 \x01(\tR\x05route\x12'\n" +
 	"\x0ffallback_routes\x18\x02 \x03(\tR\x0efallbackRoutes\x12\x16\n" +
@@ -2883,7 +2957,8 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\bmetadata\x18\t \x03(\v2,.completion.v1.CompleteRequest.MetadataEntryR\bmetadata\x12,\n" +
 	"\x12output_json_schema\x18\n" +
 	" \x01(\tR\x10outputJsonSchema\x127\n" +
-	"\bdelivery\x18\v \x01(\x0e2\x1b.completion.v1.DeliveryModeR\bdelivery\x1a;\n" +
+	"\bdelivery\x18\v \x01(\x0e2\x1b.completion.v1.DeliveryModeR\bdelivery\x12<\n" +
+	"\fresume_grace\x18\f \x01(\v2\x19.google.protobuf.DurationR\vresumeGrace\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x14\n" +
@@ -3128,12 +3203,13 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ALLOW\x10\x01\x12\x11\n" +
 	"\rVERDICT_BLOCK\x10\x02\x12\x13\n" +
-	"\x0fVERDICT_PREVENT\x10\x032\xf3\x01\n" +
+	"\x0fVERDICT_PREVENT\x10\x032\xbd\x02\n" +
 	"\n" +
 	"Completion\x12J\n" +
 	"\x06Stream\x12\x1e.completion.v1.CompleteRequest\x1a\x1e.completion.v1.CompletionEvent0\x01\x12K\n" +
 	"\bComplete\x12\x1e.completion.v1.CompleteRequest\x1a\x1f.completion.v1.CompleteResponse\x12L\n" +
-	"\aSession\x12\x1d.completion.v1.SessionRequest\x1a\x1e.completion.v1.CompletionEvent(\x010\x01B\xbc\x01\n" +
+	"\aSession\x12\x1d.completion.v1.SessionRequest\x1a\x1e.completion.v1.CompletionEvent(\x010\x01\x12H\n" +
+	"\x06Attach\x12\x1c.completion.v1.AttachRequest\x1a\x1e.completion.v1.CompletionEvent0\x01B\xbc\x01\n" +
 	"\x11com.completion.v1B\x0fCompletionProtoP\x01ZAgithub.com/completiond/completiond/gen/completion/v1;completionv1\xa2\x02\x03CXX\xaa\x02\rCompletion.V1\xca\x02\rCompletion\\V1\xe2\x02\x19Completion\\V1\\GPBMetadata\xea\x02\x0eCompletion::V1b\x06proto3"
 
 var (
@@ -3149,7 +3225,7 @@ func file_completion_v1_completion_proto_rawDescGZIP() []byte {
 }
 
 var file_completion_v1_completion_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_completion_v1_completion_proto_goTypes = []any{
 	(DeliveryMode)(0),           // 0: completion.v1.DeliveryMode
 	(Role)(0),                   // 1: completion.v1.Role
@@ -3159,97 +3235,101 @@ var file_completion_v1_completion_proto_goTypes = []any{
 	(StopReason)(0),             // 5: completion.v1.StopReason
 	(AttemptOutcome)(0),         // 6: completion.v1.AttemptOutcome
 	(Verdict)(0),                // 7: completion.v1.Verdict
-	(*CompleteRequest)(nil),     // 8: completion.v1.CompleteRequest
-	(*Message)(nil),             // 9: completion.v1.Message
-	(*ContentBlock)(nil),        // 10: completion.v1.ContentBlock
-	(*TextBlock)(nil),           // 11: completion.v1.TextBlock
-	(*ImageBlock)(nil),          // 12: completion.v1.ImageBlock
-	(*ToolUseBlock)(nil),        // 13: completion.v1.ToolUseBlock
-	(*ToolResultBlock)(nil),     // 14: completion.v1.ToolResultBlock
-	(*Tool)(nil),                // 15: completion.v1.Tool
-	(*Policy)(nil),              // 16: completion.v1.Policy
-	(*CompletionEvent)(nil),     // 17: completion.v1.CompletionEvent
-	(*Started)(nil),             // 18: completion.v1.Started
-	(*TokenDelta)(nil),          // 19: completion.v1.TokenDelta
-	(*ToolCall)(nil),            // 20: completion.v1.ToolCall
-	(*Usage)(nil),               // 21: completion.v1.Usage
-	(*Transition)(nil),          // 22: completion.v1.Transition
-	(*UpstreamError)(nil),       // 23: completion.v1.UpstreamError
-	(*StopHookRequest)(nil),     // 24: completion.v1.StopHookRequest
-	(*AttemptUsage)(nil),        // 25: completion.v1.AttemptUsage
-	(*Result)(nil),              // 26: completion.v1.Result
-	(*CompleteResponse)(nil),    // 27: completion.v1.CompleteResponse
-	(*SessionRequest)(nil),      // 28: completion.v1.SessionRequest
-	(*SessionStart)(nil),        // 29: completion.v1.SessionStart
-	(*ToolResults)(nil),         // 30: completion.v1.ToolResults
-	(*StopHookVerdict)(nil),     // 31: completion.v1.StopHookVerdict
-	(*Cancel)(nil),              // 32: completion.v1.Cancel
-	nil,                         // 33: completion.v1.CompleteRequest.MetadataEntry
-	(*structpb.Struct)(nil),     // 34: google.protobuf.Struct
+	(*AttachRequest)(nil),       // 8: completion.v1.AttachRequest
+	(*CompleteRequest)(nil),     // 9: completion.v1.CompleteRequest
+	(*Message)(nil),             // 10: completion.v1.Message
+	(*ContentBlock)(nil),        // 11: completion.v1.ContentBlock
+	(*TextBlock)(nil),           // 12: completion.v1.TextBlock
+	(*ImageBlock)(nil),          // 13: completion.v1.ImageBlock
+	(*ToolUseBlock)(nil),        // 14: completion.v1.ToolUseBlock
+	(*ToolResultBlock)(nil),     // 15: completion.v1.ToolResultBlock
+	(*Tool)(nil),                // 16: completion.v1.Tool
+	(*Policy)(nil),              // 17: completion.v1.Policy
+	(*CompletionEvent)(nil),     // 18: completion.v1.CompletionEvent
+	(*Started)(nil),             // 19: completion.v1.Started
+	(*TokenDelta)(nil),          // 20: completion.v1.TokenDelta
+	(*ToolCall)(nil),            // 21: completion.v1.ToolCall
+	(*Usage)(nil),               // 22: completion.v1.Usage
+	(*Transition)(nil),          // 23: completion.v1.Transition
+	(*UpstreamError)(nil),       // 24: completion.v1.UpstreamError
+	(*StopHookRequest)(nil),     // 25: completion.v1.StopHookRequest
+	(*AttemptUsage)(nil),        // 26: completion.v1.AttemptUsage
+	(*Result)(nil),              // 27: completion.v1.Result
+	(*CompleteResponse)(nil),    // 28: completion.v1.CompleteResponse
+	(*SessionRequest)(nil),      // 29: completion.v1.SessionRequest
+	(*SessionStart)(nil),        // 30: completion.v1.SessionStart
+	(*ToolResults)(nil),         // 31: completion.v1.ToolResults
+	(*StopHookVerdict)(nil),     // 32: completion.v1.StopHookVerdict
+	(*Cancel)(nil),              // 33: completion.v1.Cancel
+	nil,                         // 34: completion.v1.CompleteRequest.MetadataEntry
 	(*durationpb.Duration)(nil), // 35: google.protobuf.Duration
+	(*structpb.Struct)(nil),     // 36: google.protobuf.Struct
 }
 var file_completion_v1_completion_proto_depIdxs = []int32{
-	9,  // 0: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
-	15, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
-	16, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
-	33, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
+	10, // 0: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
+	16, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
+	17, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
+	34, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
 	0,  // 4: completion.v1.CompleteRequest.delivery:type_name -> completion.v1.DeliveryMode
-	1,  // 5: completion.v1.Message.role:type_name -> completion.v1.Role
-	10, // 6: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
-	11, // 7: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
-	12, // 8: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
-	13, // 9: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
-	14, // 10: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
-	34, // 11: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
-	34, // 12: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	35, // 13: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
-	35, // 14: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
-	35, // 15: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
-	35, // 16: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
-	18, // 17: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
-	19, // 18: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
-	20, // 19: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
-	21, // 20: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
-	22, // 21: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
-	24, // 22: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
-	26, // 23: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
-	2,  // 24: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
-	34, // 25: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
-	3,  // 26: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
-	35, // 27: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
-	23, // 28: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
-	4,  // 29: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
-	35, // 30: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
-	9,  // 31: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
-	6,  // 32: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
-	21, // 33: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
-	3,  // 34: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
-	9,  // 35: completion.v1.Result.message:type_name -> completion.v1.Message
-	5,  // 36: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
-	21, // 37: completion.v1.Result.usage:type_name -> completion.v1.Usage
-	25, // 38: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
-	23, // 39: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
-	9,  // 40: completion.v1.Result.transcript:type_name -> completion.v1.Message
-	26, // 41: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
-	22, // 42: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
-	29, // 43: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
-	30, // 44: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
-	31, // 45: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
-	32, // 46: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
-	8,  // 47: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
-	14, // 48: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
-	7,  // 49: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
-	8,  // 50: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
-	8,  // 51: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
-	28, // 52: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
-	17, // 53: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
-	27, // 54: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
-	17, // 55: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
-	53, // [53:56] is the sub-list for method output_type
-	50, // [50:53] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	35, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
+	1,  // 6: completion.v1.Message.role:type_name -> completion.v1.Role
+	11, // 7: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
+	12, // 8: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
+	13, // 9: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
+	14, // 10: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
+	15, // 11: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
+	36, // 12: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
+	36, // 13: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	35, // 14: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
+	35, // 15: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
+	35, // 16: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
+	35, // 17: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	19, // 18: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
+	20, // 19: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
+	21, // 20: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
+	22, // 21: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
+	23, // 22: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
+	25, // 23: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
+	27, // 24: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
+	2,  // 25: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
+	36, // 26: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
+	3,  // 27: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
+	35, // 28: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
+	24, // 29: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
+	4,  // 30: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
+	35, // 31: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
+	10, // 32: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
+	6,  // 33: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
+	22, // 34: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
+	3,  // 35: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
+	10, // 36: completion.v1.Result.message:type_name -> completion.v1.Message
+	5,  // 37: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
+	22, // 38: completion.v1.Result.usage:type_name -> completion.v1.Usage
+	26, // 39: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
+	24, // 40: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
+	10, // 41: completion.v1.Result.transcript:type_name -> completion.v1.Message
+	27, // 42: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
+	23, // 43: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
+	30, // 44: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
+	31, // 45: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
+	32, // 46: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
+	33, // 47: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
+	9,  // 48: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
+	15, // 49: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
+	7,  // 50: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
+	9,  // 51: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
+	9,  // 52: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
+	29, // 53: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
+	8,  // 54: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
+	18, // 55: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
+	28, // 56: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
+	18, // 57: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
+	18, // 58: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
+	55, // [55:59] is the sub-list for method output_type
+	51, // [51:55] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_completion_v1_completion_proto_init() }
@@ -3257,15 +3337,15 @@ func file_completion_v1_completion_proto_init() {
 	if File_completion_v1_completion_proto != nil {
 		return
 	}
-	file_completion_v1_completion_proto_msgTypes[0].OneofWrappers = []any{}
-	file_completion_v1_completion_proto_msgTypes[2].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[1].OneofWrappers = []any{}
+	file_completion_v1_completion_proto_msgTypes[3].OneofWrappers = []any{
 		(*ContentBlock_Text)(nil),
 		(*ContentBlock_Image)(nil),
 		(*ContentBlock_ToolUse)(nil),
 		(*ContentBlock_ToolResult)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[8].OneofWrappers = []any{}
-	file_completion_v1_completion_proto_msgTypes[9].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[9].OneofWrappers = []any{}
+	file_completion_v1_completion_proto_msgTypes[10].OneofWrappers = []any{
 		(*CompletionEvent_Started)(nil),
 		(*CompletionEvent_Delta)(nil),
 		(*CompletionEvent_ToolCall)(nil),
@@ -3274,7 +3354,7 @@ func file_completion_v1_completion_proto_init() {
 		(*CompletionEvent_StopHookRequest)(nil),
 		(*CompletionEvent_Result)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[20].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[21].OneofWrappers = []any{
 		(*SessionRequest_Start)(nil),
 		(*SessionRequest_ToolResults)(nil),
 		(*SessionRequest_StopHookVerdict)(nil),
@@ -3286,7 +3366,7 @@ func file_completion_v1_completion_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_completion_v1_completion_proto_rawDesc), len(file_completion_v1_completion_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

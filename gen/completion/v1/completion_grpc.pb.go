@@ -30,6 +30,7 @@ const (
 	Completion_Stream_FullMethodName   = "/completion.v1.Completion/Stream"
 	Completion_Complete_FullMethodName = "/completion.v1.Completion/Complete"
 	Completion_Session_FullMethodName  = "/completion.v1.Completion/Session"
+	Completion_Attach_FullMethodName   = "/completion.v1.Completion/Attach"
 )
 
 // CompletionClient is the client API for Completion service.
@@ -52,6 +53,16 @@ type CompletionClient interface {
 	// Session runs a multi-turn completion in which the caller executes tools and
 	// answers stop-hook requests. The first message must be a SessionStart.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, CompletionEvent], error)
+	// Attach replays the events of a running or recently ended completion after
+	// after_seq, then follows it live until its result. Several callers may be
+	// attached at once; while one is, a completion started with a resume_grace
+	// keeps running. An unknown or expired completion id is NOT_FOUND; an
+	// after_seq beyond the last event (or before the first one still kept) is
+	// OUT_OF_RANGE; when authentication is on, only the key that started the
+	// completion may attach (PERMISSION_DENIED otherwise). The RPC ends OK once
+	// the result has been sent: the result and the terminal transition say how
+	// the completion ended.
+	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CompletionEvent], error)
 }
 
 type completionClient struct {
@@ -104,6 +115,25 @@ func (c *completionClient) Session(ctx context.Context, opts ...grpc.CallOption)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Completion_SessionClient = grpc.BidiStreamingClient[SessionRequest, CompletionEvent]
 
+func (c *completionClient) Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CompletionEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Completion_ServiceDesc.Streams[2], Completion_Attach_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AttachRequest, CompletionEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Completion_AttachClient = grpc.ServerStreamingClient[CompletionEvent]
+
 // CompletionServer is the server API for Completion service.
 // All implementations must embed UnimplementedCompletionServer
 // for forward compatibility.
@@ -124,6 +154,16 @@ type CompletionServer interface {
 	// Session runs a multi-turn completion in which the caller executes tools and
 	// answers stop-hook requests. The first message must be a SessionStart.
 	Session(grpc.BidiStreamingServer[SessionRequest, CompletionEvent]) error
+	// Attach replays the events of a running or recently ended completion after
+	// after_seq, then follows it live until its result. Several callers may be
+	// attached at once; while one is, a completion started with a resume_grace
+	// keeps running. An unknown or expired completion id is NOT_FOUND; an
+	// after_seq beyond the last event (or before the first one still kept) is
+	// OUT_OF_RANGE; when authentication is on, only the key that started the
+	// completion may attach (PERMISSION_DENIED otherwise). The RPC ends OK once
+	// the result has been sent: the result and the terminal transition say how
+	// the completion ended.
+	Attach(*AttachRequest, grpc.ServerStreamingServer[CompletionEvent]) error
 	mustEmbedUnimplementedCompletionServer()
 }
 
@@ -142,6 +182,9 @@ func (UnimplementedCompletionServer) Complete(context.Context, *CompleteRequest)
 }
 func (UnimplementedCompletionServer) Session(grpc.BidiStreamingServer[SessionRequest, CompletionEvent]) error {
 	return status.Error(codes.Unimplemented, "method Session not implemented")
+}
+func (UnimplementedCompletionServer) Attach(*AttachRequest, grpc.ServerStreamingServer[CompletionEvent]) error {
+	return status.Error(codes.Unimplemented, "method Attach not implemented")
 }
 func (UnimplementedCompletionServer) mustEmbedUnimplementedCompletionServer() {}
 func (UnimplementedCompletionServer) testEmbeddedByValue()                    {}
@@ -200,6 +243,17 @@ func _Completion_Session_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Completion_SessionServer = grpc.BidiStreamingServer[SessionRequest, CompletionEvent]
 
+func _Completion_Attach_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(AttachRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CompletionServer).Attach(m, &grpc.GenericServerStream[AttachRequest, CompletionEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Completion_AttachServer = grpc.ServerStreamingServer[CompletionEvent]
+
 // Completion_ServiceDesc is the grpc.ServiceDesc for Completion service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -223,6 +277,11 @@ var Completion_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Completion_Session_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Attach",
+			Handler:       _Completion_Attach_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "completion/v1/completion.proto",

@@ -1,0 +1,214 @@
+package service
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+)
+
+// clock is a settable time for the log's retention.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func logEvent(seq uint64, result bool) *completionv1.CompletionEvent {
+	if result {
+		return &completionv1.CompletionEvent{Seq: seq, Event: &completionv1.CompletionEvent_Result{Result: &completionv1.Result{}}}
+	}
+	return &completionv1.CompletionEvent{Seq: seq, Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Text: "x"}}}
+}
+
+// appendRun appends events 1..n to id, the last being the result when ended.
+func appendRun(l EventLog, id string, n int, ended bool) {
+	for i := 1; i <= n; i++ {
+		l.Append(id, logEvent(uint64(i), ended && i == n))
+	}
+}
+
+func seqs(evs []*completionv1.CompletionEvent) []uint64 {
+	var out []uint64
+	for _, e := range evs {
+		out = append(out, e.GetSeq())
+	}
+	return out
+}
+
+func TestEventLogRead(t *testing.T) {
+	clk := &clock{t: time.Unix(0, 0)}
+	l := newMemLog(EventLogLimits{}, clk.now)
+	l.Open("live", "k1")
+	appendRun(l, "live", 3, false)
+	l.Open("done", "")
+	appendRun(l, "done", 4, true)
+	tests := []struct {
+		name      string
+		id        string
+		after     uint64
+		want      []uint64
+		ended     bool
+		err       error
+		wantOwner string
+	}{
+		{name: "from the start", id: "live", after: 0, want: []uint64{1, 2, 3}, wantOwner: "k1"},
+		{name: "after some", id: "live", after: 2, want: []uint64{3}, wantOwner: "k1"},
+		{name: "caught up live", id: "live", after: 3, wantOwner: "k1"},
+		{name: "beyond live", id: "live", after: 4, err: errLogOutOfRange},
+		{name: "ended", id: "done", after: 1, want: []uint64{2, 3, 4}, ended: true},
+		{name: "ended caught up", id: "done", after: 4, ended: true},
+		{name: "beyond ended", id: "done", after: 5, err: errLogOutOfRange},
+		{name: "unknown", id: "nope", err: errLogNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := l.Read(tt.id, tt.after)
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			if err != nil {
+				return
+			}
+			if got := seqs(p.Events); !equalSeqs(got, tt.want) || p.Ended != tt.ended || p.Owner != tt.wantOwner {
+				t.Fatalf("got %v ended=%v owner=%q, want %v ended=%v owner=%q", got, p.Ended, p.Owner, tt.want, tt.ended, tt.wantOwner)
+			}
+		})
+	}
+}
+
+func equalSeqs(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestEventLogFollow(t *testing.T) {
+	l := newMemLog(EventLogLimits{}, time.Now)
+	l.Open("c", "")
+	appendRun(l, "c", 1, false)
+	p, err := l.Read("c", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.More:
+		t.Fatal("More closed before an append")
+	default:
+	}
+	l.Append("c", logEvent(2, true))
+	select {
+	case <-p.More:
+	case <-time.After(5 * time.Second):
+		t.Fatal("More not closed by the append")
+	}
+	p, err = l.Read("c", 1)
+	if err != nil || !p.Ended || !equalSeqs(seqs(p.Events), []uint64{2}) {
+		t.Fatalf("after the result: %v %+v", err, p)
+	}
+}
+
+func TestEventLogBounds(t *testing.T) {
+	tests := []struct {
+		name     string
+		limits   EventLogLimits
+		run      func(l *memLog, clk *clock)
+		present  []string
+		absent   []string
+		firstSeq map[string]uint64
+	}{
+		{
+			name:   "completions: the oldest ended goes first, never a live one",
+			limits: EventLogLimits{MaxCompletions: 3},
+			run: func(l *memLog, clk *clock) {
+				for _, id := range []string{"live", "a", "b"} {
+					l.Open(id, "")
+					appendRun(l, id, 2, false)
+				}
+				l.Append("b", logEvent(3, true)) // b ends first
+				l.Append("a", logEvent(3, true))
+				l.Open("c", "")
+			},
+			present: []string{"live", "a", "c"},
+			absent:  []string{"b"},
+		},
+		{
+			name:   "completions: all live, the new one is not logged",
+			limits: EventLogLimits{MaxCompletions: 2},
+			run: func(l *memLog, clk *clock) {
+				for _, id := range []string{"x", "y", "z"} {
+					l.Open(id, "")
+					appendRun(l, id, 1, false)
+				}
+			},
+			present: []string{"x", "y"},
+			absent:  []string{"z"},
+		},
+		{
+			name:   "events per completion: the oldest are dropped",
+			limits: EventLogLimits{MaxEvents: 3},
+			run: func(l *memLog, clk *clock) {
+				l.Open("c", "")
+				appendRun(l, "c", 5, false)
+			},
+			present:  []string{"c"},
+			firstSeq: map[string]uint64{"c": 3},
+		},
+		{
+			name:   "bytes: ended logs evicted before a live log is trimmed",
+			limits: EventLogLimits{MaxBytes: 30},
+			run: func(l *memLog, clk *clock) {
+				l.Open("old", "")
+				appendRun(l, "old", 3, true)
+				l.Open("live", "")
+				appendRun(l, "live", 4, false)
+			},
+			present: []string{"live"},
+			absent:  []string{"old"},
+		},
+		{
+			name:   "retention: ended logs expire, live ones stay",
+			limits: EventLogLimits{Retention: time.Minute},
+			run: func(l *memLog, clk *clock) {
+				l.Open("done", "")
+				appendRun(l, "done", 2, true)
+				l.Open("live", "")
+				appendRun(l, "live", 2, false)
+				clk.t = clk.t.Add(time.Minute)
+				l.Expire(clk.t)
+			},
+			present: []string{"live"},
+			absent:  []string{"done"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &clock{t: time.Unix(0, 0)}
+			l := newMemLog(tt.limits, clk.now)
+			tt.run(l, clk)
+			for _, id := range tt.present {
+				p, err := l.Read(id, 0)
+				if errors.Is(err, errLogOutOfRange) {
+					p, err = l.Read(id, tt.firstSeq[id]-1)
+				}
+				if err != nil {
+					t.Errorf("%s: %v", id, err)
+					continue
+				}
+				if want, ok := tt.firstSeq[id]; ok && (len(p.Events) == 0 || p.Events[0].GetSeq() != want) {
+					t.Errorf("%s: first kept seq %v, want %d", id, seqs(p.Events), want)
+				}
+			}
+			for _, id := range tt.absent {
+				if _, err := l.Read(id, 0); !errors.Is(err, errLogNotFound) {
+					t.Errorf("%s: err = %v, want not found", id, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,139 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+)
+
+// errAbandoned is the cause of a completion cancelled because nobody
+// attached to it within its resume grace.
+var errAbandoned = errors.New("nobody attached within the resume grace")
+
+// Attach replays a completion's events after after_seq from the event log,
+// then follows the log until the result. While it is attached, a completion
+// started with a resume grace keeps running.
+func (s *Server) Attach(req *completionv1.AttachRequest, stream grpc.ServerStreamingServer[completionv1.CompletionEvent]) error {
+	id, after := req.GetCompletionId(), req.GetAfterSeq()
+	if id == "" {
+		return invalidArgument(violations{{Field: "completion_id", Description: "must not be empty"}})
+	}
+	page, err := s.log.Read(id, after)
+	if err != nil {
+		return logStatus(err, id, after)
+	}
+	if c, ok := callerFrom(stream.Context()); ok && c.Name != page.Owner {
+		return status.Error(codes.PermissionDenied, "completion "+id+" was started by another caller")
+	}
+	defer s.holds.join(id)()
+	ctx := stream.Context()
+	for {
+		for _, ev := range page.Events {
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+			after = ev.GetSeq()
+		}
+		if page.Ended {
+			return nil
+		}
+		select {
+		case <-page.More:
+		case <-ctx.Done():
+			return contextStatus(ctx.Err())
+		}
+		if page, err = s.log.Read(id, after); err != nil {
+			return logStatus(err, id, after)
+		}
+	}
+}
+
+// logStatus is the status of an event log read that failed.
+func logStatus(err error, id string, after uint64) error {
+	switch {
+	case errors.Is(err, errLogNotFound):
+		return status.Error(codes.NotFound, "no completion "+id+" (unknown, or its log expired)")
+	case errors.Is(err, errLogOutOfRange):
+		return status.Errorf(codes.OutOfRange, "after_seq %d is not within the events kept of completion %s", after, id)
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// holds keeps the completions started with a resume grace alive while
+// somebody is attached to them: the caller that started one, or an
+// attacher. When the last one leaves, a timer of the grace starts; if it
+// fires before anybody attaches, the completion is cancelled (errAbandoned).
+// No goroutine waits per completion: the timer is a time.AfterFunc.
+type holds struct {
+	mu sync.Mutex
+	m  map[string]*hold
+}
+
+type hold struct {
+	callers int
+	grace   time.Duration
+	timer   *time.Timer
+	cancel  context.CancelCauseFunc
+}
+
+// start holds completion id, with its starting caller attached, and returns
+// the function to call when that caller leaves and the one to call when the
+// completion ends.
+func (h *holds) start(id string, grace time.Duration, cancel context.CancelCauseFunc) (leave, end func()) {
+	h.mu.Lock()
+	if h.m == nil {
+		h.m = map[string]*hold{}
+	}
+	h.m[id] = &hold{callers: 1, grace: grace, cancel: cancel}
+	h.mu.Unlock()
+	return h.leaver(id), func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if c := h.m[id]; c != nil && c.timer != nil {
+			c.timer.Stop()
+		}
+		delete(h.m, id)
+	}
+}
+
+// join counts an attacher of id, if id is held, and returns the function
+// to call when it leaves.
+func (h *holds) join(id string) (leave func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.m[id]
+	if c == nil {
+		return func() {}
+	}
+	c.callers++
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	return h.leaver(id)
+}
+
+// leaver returns a function, idempotent, that counts one caller of id out.
+func (h *holds) leaver(id string) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			c := h.m[id]
+			if c == nil {
+				return
+			}
+			if c.callers--; c.callers == 0 {
+				c.timer = time.AfterFunc(c.grace, func() { c.cancel(errAbandoned) })
+			}
+		})
+	}
+}
