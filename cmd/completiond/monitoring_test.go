@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"regexp"
 	"slices"
@@ -12,8 +10,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // The monitoring files the repository ships, relative to this package.
@@ -217,25 +213,8 @@ func readDashboard(t *testing.T) dashboard {
 // then serves (histograms as their _bucket, _sum and _count).
 func servedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	env := map[string]string{"COMPLETIOND_ADDR": "127.0.0.1:0", "COMPLETIOND_METRICS_ADDR": "127.0.0.1:0", "COMPLETIOND_SIM_PACE": "1ms"}
-	ctx, stop := context.WithCancel(t.Context())
-	logs, logw := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logw, io.Discard); logw.Close() }()
-	metricsAddr, addr := waitForAddrs(t, logs)
-	go func() { _, _ = io.Copy(io.Discard, logs) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run returned %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	streamOnce(t, conn)
+	metricsAddr, stop := servedOnce(t, nil)
+	defer stop()
 	served := map[string]bool{}
 	series := regexp.MustCompile(`(?m)^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]`)
 	for _, m := range series.FindAllStringSubmatch(scrape(t, "http://"+metricsAddr+"/metrics"), -1) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"regexp"
@@ -65,26 +66,8 @@ func TestTelemetryFollowsTheOTELVariables(t *testing.T) {
 // TestMetricsEndpointCountsRecoveries runs the server with --metrics-addr,
 // makes one completion with a retry, and scrapes the counters it moved.
 func TestMetricsEndpointCountsRecoveries(t *testing.T) {
-	env := map[string]string{"COMPLETIOND_ADDR": "127.0.0.1:0", "COMPLETIOND_METRICS_ADDR": "127.0.0.1:0", "COMPLETIOND_SIM_PACE": "1ms"}
-	ctx, stop := context.WithCancel(t.Context())
-	logs, logw := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logw, io.Discard); logw.Close() }()
-	metricsAddr, addr := waitForAddrs(t, logs)
-	go func() { _, _ = io.Copy(io.Discard, logs) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run returned %v", err)
-		}
-	}()
-
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	streamOnce(t, conn)
+	metricsAddr, stop := servedOnce(t, nil)
+	defer stop()
 
 	body := scrape(t, "http://"+metricsAddr+"/metrics")
 	for _, want := range []string{
@@ -234,27 +217,10 @@ func TestExemplarsLinkLatencyToTraces(t *testing.T) {
 	recv, collector := startTraceReceiver(t)
 	// The OTLP exporter reads its endpoint from the process environment.
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+collector)
-	env := map[string]string{"COMPLETIOND_ADDR": "127.0.0.1:0", "COMPLETIOND_METRICS_ADDR": "127.0.0.1:0", "COMPLETIOND_SIM_PACE": "1ms",
-		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + collector}
-	ctx, stop := context.WithCancel(t.Context())
-	logs, logw := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logw, io.Discard); logw.Close() }()
-	metricsAddr, addr := waitForAddrs(t, logs)
-	go func() { _, _ = io.Copy(io.Discard, logs) }()
-
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	streamOnce(t, conn)
+	metricsAddr, stop := servedOnce(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + collector})
 	body := scrapeAs(t, "http://"+metricsAddr+"/metrics", openMetrics)
 	plain := scrape(t, "http://"+metricsAddr+"/metrics")
 	stop() // run flushes the spans to the collector before it returns
-	if err := <-done; err != nil {
-		t.Fatalf("run returned %v", err)
-	}
 
 	if !strings.HasSuffix(strings.TrimSpace(body), "# EOF") {
 		t.Fatalf("the endpoint did not answer in OpenMetrics:\n%s", body)
@@ -289,4 +255,35 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "")
+}
+
+// servedOnce runs the server with the Prometheus endpoint on loopback (and
+// extra environment), makes one completion with a retry (streamOnce), and
+// returns the metrics address and the function that stops the server and
+// waits for run to return: traces are flushed by then. Stopping twice is
+// fine; the test's end stops it too.
+func servedOnce(t *testing.T, extra map[string]string) (metricsAddr string, stop func()) {
+	t.Helper()
+	env := map[string]string{"COMPLETIOND_ADDR": "127.0.0.1:0", "COMPLETIOND_METRICS_ADDR": "127.0.0.1:0", "COMPLETIOND_SIM_PACE": "1ms"}
+	maps.Copy(env, extra)
+	ctx, cancel := context.WithCancel(t.Context())
+	logs, logw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logw, io.Discard); logw.Close() }()
+	metricsAddr, addr := waitForAddrs(t, logs)
+	go func() { _, _ = io.Copy(io.Discard, logs) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run returned %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	streamOnce(t, conn)
+	return metricsAddr, stop
 }
