@@ -2,8 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
-	"io"
 	"sync"
 	"testing"
 	"time"
@@ -84,17 +82,7 @@ func attachAll(ctx context.Context, client completionv1.CompletionClient, id str
 	if err != nil {
 		return nil, status.Convert(err)
 	}
-	var evs []*completionv1.CompletionEvent
-	for {
-		ev, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return evs, status.New(codes.OK, "")
-		}
-		if err != nil {
-			return evs, status.Convert(err)
-		}
-		evs = append(evs, ev)
-	}
+	return recvAll(st.Recv)
 }
 
 func resumable(grace time.Duration) *completionv1.CompleteRequest {

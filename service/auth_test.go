@@ -173,26 +173,6 @@ func TestFallbacksAKeyMayNotUseAreDropped(t *testing.T) {
 	}
 }
 
-// streamAllCtx is streamAll under ctx.
-func (e *testEnv) streamAllCtx(t *testing.T, ctx context.Context, req *completionv1.CompleteRequest) ([]*completionv1.CompletionEvent, *status.Status) {
-	t.Helper()
-	st, err := e.client.Stream(ctx, req)
-	if err != nil {
-		return nil, status.Convert(err)
-	}
-	var evs []*completionv1.CompletionEvent
-	for {
-		ev, err := st.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return evs, status.New(codes.OK, "")
-			}
-			return evs, status.Convert(err)
-		}
-		evs = append(evs, ev)
-	}
-}
-
 func TestPermissionDeniedNamesRouteAndKey(t *testing.T) {
 	e, _ := authEnv(t)
 	req := prompt("hi", nil)

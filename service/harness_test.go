@@ -99,13 +99,25 @@ func (e *testEnv) streamAll(t *testing.T, req *completionv1.CompleteRequest) ([]
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	return e.streamAllCtx(t, ctx, req)
+}
+
+// streamAllCtx is streamAll under ctx.
+func (e *testEnv) streamAllCtx(t *testing.T, ctx context.Context, req *completionv1.CompleteRequest) ([]*completionv1.CompletionEvent, *status.Status) {
+	t.Helper()
 	st, err := e.client.Stream(ctx, req)
 	if err != nil {
 		return nil, status.Convert(err)
 	}
+	return recvAll(st.Recv)
+}
+
+// recvAll receives events until the stream ends, and returns them with the
+// stream's final status.
+func recvAll(recv func() (*completionv1.CompletionEvent, error)) ([]*completionv1.CompletionEvent, *status.Status) {
 	var evs []*completionv1.CompletionEvent
 	for {
-		ev, err := st.Recv()
+		ev, err := recv()
 		if errors.Is(err, io.EOF) {
 			return evs, status.New(codes.OK, "")
 		}
