@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -242,6 +243,7 @@ func TestAttachRefusals(t *testing.T) {
 		{name: "owner after the last", ctx: ops, id: id, after: last, want: codes.OK},
 		{name: "beyond the last", ctx: ops, id: id, after: last + 1, want: codes.OutOfRange},
 		{name: "unknown id", ctx: ops, id: "cmpl_nope", want: codes.NotFound},
+		{name: "a huge unknown id is not echoed", ctx: ops, id: strings.Repeat("x", 1<<20), want: codes.NotFound},
 		{name: "empty id", ctx: ops, want: codes.InvalidArgument},
 		{name: "another key", ctx: bearer(ctx, "Bearer narrow-secret-key"), id: id, want: codes.PermissionDenied},
 		{name: "no key", ctx: ctx, id: id, want: codes.Unauthenticated},
@@ -251,6 +253,9 @@ func TestAttachRefusals(t *testing.T) {
 			got, st := attachAll(tt.ctx, e.client, tt.id, tt.after)
 			if st.Code() != tt.want || len(got) != tt.n {
 				t.Fatalf("got %d events, %v; want %d events, %v", len(got), st, tt.n, tt.want)
+			}
+			if n := len(st.Message()); n > 1024 {
+				t.Errorf("a status message of %d bytes: a caller's value is echoed", n)
 			}
 		})
 	}

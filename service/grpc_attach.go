@@ -30,7 +30,7 @@ func (s *Server) Attach(req *completionv1.AttachRequest, stream grpc.ServerStrea
 		return logStatus(err, id, after)
 	}
 	if c, ok := callerFrom(stream.Context()); ok && c.Name != page.Owner {
-		return status.Error(codes.PermissionDenied, "completion "+id+" was started by another caller")
+		return status.Error(codes.PermissionDenied, "completion "+quote(id)+" was started by another caller")
 	}
 	defer s.holds.join(id)()
 	ctx := stream.Context()
@@ -59,9 +59,9 @@ func (s *Server) Attach(req *completionv1.AttachRequest, stream grpc.ServerStrea
 func logStatus(err error, id string, after uint64) error {
 	switch {
 	case errors.Is(err, errLogNotFound):
-		return status.Error(codes.NotFound, "no completion "+id+" (unknown, or its log expired)")
+		return status.Error(codes.NotFound, "no completion "+quote(id)+" (unknown, or its log expired)")
 	case errors.Is(err, errLogOutOfRange):
-		return status.Errorf(codes.OutOfRange, "after_seq %d is not within the events kept of completion %s", after, id)
+		return status.Errorf(codes.OutOfRange, "after_seq %d is not within the events kept of completion %s", after, quote(id))
 	}
 	return status.Error(codes.Internal, err.Error())
 }
