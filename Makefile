@@ -32,7 +32,8 @@ help: ## Show this help, with the values the variables have now.
 
 # The variables make help shows, with their current values.
 HELP_VARS     = ADDR GO SOAK_N SOAK_SEED FUZZTIME BREAKING_REF IMAGE IMAGE_MODE
-TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION HELM_VERSION
+TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION HELM_VERSION \
+	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
 
 .PHONY: run
 run: ## Serve on $(ADDR) (ADDR, or COMPLETIOND_ADDR) with the embedded sim provider (no API key needed).
@@ -93,8 +94,31 @@ $(BIN)/staticcheck:
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 .PHONY: generate
-generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc ## Regenerate gen/ from proto/.
+generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc protoc-installed $(NODE_MODULES) ## Regenerate gen/ (Go), the Python and the TypeScript stubs from proto/ and third_party/googleapis.
 	$(BIN)/buf generate
+	$(BIN)/buf generate --template buf.gen.googleapis.yaml
+	scripts/python-gen-imports
+
+# Generators that are not Go programs, pinned: protoc (its python and pyi
+# generators) and grpcio's grpc_python_plugin, from Debian bookworm's
+# protobuf-compiler and protobuf-compiler-grpc (installed with apt-get when
+# missing and root); ts-proto from clients/node/package-lock.json (npm ci).
+PROTOC_VERSION             ?= 3.21.12
+GRPC_PYTHON_PLUGIN_VERSION ?= 1.51.1
+NODE_CLIENT  := clients/node
+NODE_MODULES := $(NODE_CLIENT)/node_modules/.package-lock.json
+DEBIAN_PROTOC_PACKAGES := protobuf-compiler protobuf-compiler-grpc
+
+.PHONY: protoc-installed
+protoc-installed:
+	@command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null || { 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then 			echo "installing $(DEBIAN_PROTOC_PACKAGES) with apt-get"; 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PROTOC_PACKAGES) >/dev/null; 		else echo "protoc and grpc_python_plugin are needed: apt-get install $(DEBIAN_PROTOC_PACKAGES)"; exit 1; fi; }
+	@v=$$(protoc --version); [ "$$v" = "libprotoc $(PROTOC_VERSION)" ] || { echo "protoc is $$v, want $(PROTOC_VERSION) (Debian bookworm's protobuf-compiler)"; exit 1; }
+	@v=$$(dpkg-query -W -f='$${Version}' protobuf-compiler-grpc 2>/dev/null || true); case "$$v" in $(GRPC_PYTHON_PLUGIN_VERSION)-*) ;; 		*) echo "grpc_python_plugin is from protobuf-compiler-grpc '$$v', want $(GRPC_PYTHON_PLUGIN_VERSION) (Debian bookworm)"; exit 1;; esac
+
+# npm ci installs exactly the lock file; npm writes node_modules/.package-lock.json.
+$(NODE_MODULES): $(NODE_CLIENT)/package-lock.json $(NODE_CLIENT)/package.json
+	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund
+	@touch $@
 
 .PHONY: lint
 lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint and buf format check.
@@ -104,10 +128,12 @@ lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint and 
 	$(BIN)/buf lint
 	$(BIN)/buf format -d --exit-code
 
+GENERATED := gen clients/python/src/completiond/_proto $(NODE_CLIENT)/src/gen
+
 .PHONY: checkgenerate
-checkgenerate: generate ## Regenerate and fail if gen/ differs from what is committed.
-	@git add -N gen >/dev/null 2>&1 || true
-	@if ! git diff --quiet -- gen; then echo "gen/ is stale: run make generate and commit"; git diff --stat -- gen; exit 1; fi
+checkgenerate: generate ## Regenerate and fail if the generated code (Go, Python, TypeScript) differs from what is committed.
+	@git add -N $(GENERATED) >/dev/null 2>&1 || true
+	@if ! git diff --quiet -- $(GENERATED); then echo "generated code is stale: run make generate and commit"; git diff --stat -- $(GENERATED); exit 1; fi
 
 # make breaking: proto/ against BREAKING_REF, by default the commit before
 # HEAD — on main the state before the last merge, on a branch its previous
