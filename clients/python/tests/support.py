@@ -59,7 +59,7 @@ def text(seq: int, piece: str, attempt: int = 1, turn: int = 1, thinking: bool =
     return event(seq, attempt, turn, delta=pb.TokenDelta(kind=kind, text=piece))
 
 
-def completed(seq: int, answer: str, attempt: int = 1, reason: int = pb.TRANSITION_REASON_COMPLETED,
+def completed(seq: int, answer: str, attempt: int = 1, reason: "pb.TransitionReason" = pb.TRANSITION_REASON_COMPLETED,
               **result: Any) -> List[pb.CompletionEvent]:
     """A terminal transition and the result, at seq and seq+1."""
     message = pb.Message(role=pb.ROLE_ASSISTANT, content=[pb.ContentBlock(text=pb.TextBlock(text=answer))])

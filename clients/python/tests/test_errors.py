@@ -17,7 +17,7 @@ def status_bin(code: int, message: str, *details: object) -> bytes:
     packed = []
     for d in details:
         a = any_pb2.Any()
-        a.Pack(d)  # type: ignore[arg-type]
+        a.Pack(d)
         packed.append(a)
     return rpc_status.Status(code=code, message=message, details=packed).SerializeToString()
 

@@ -103,6 +103,7 @@ class SessionReplayTest(unittest.TestCase):
             self.assertEqual(error.completion_id, expect["completion_id"])
             self.assertIs(error.fold, replay_fold(error))
             fold = error.fold
+        assert fold is not None
         got = fold.to_dict()
         got["error"] = expect["error"]
         self.assertEqual(got, computed(transcript))

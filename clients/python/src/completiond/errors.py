@@ -12,7 +12,7 @@ decode it into a :class:`CompletionError`.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import grpc
 from google.protobuf import any_pb2
@@ -103,10 +103,10 @@ class CompletionError(Exception):
         return self.retry_delay is not None
 
     @property
-    def terminal_reason(self) -> int:
+    def terminal_reason(self) -> pb.TransitionReason:
         """The TransitionReason ErrorInfo.reason names, TRANSITION_REASON_UNSPECIFIED when none."""
         try:
-            return pb.TransitionReason.Value("TRANSITION_REASON_" + self.reason)
+            return cast(pb.TransitionReason, pb.TransitionReason.Value("TRANSITION_REASON_" + self.reason))
         except ValueError:
             return pb.TRANSITION_REASON_UNSPECIFIED
 
@@ -186,10 +186,10 @@ def error_from_grpc(
     """
     if not callable(getattr(err, "code", None)):
         return CompletionError(grpc.StatusCode.UNKNOWN, str(err), result=result, completion_id=completion_id)
-    code = err.code()  # type: ignore[attr-defined]
-    text = err.details() or ""  # type: ignore[attr-defined]
+    code = err.code()
+    text = err.details() or ""
     details_bin = b""
-    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
+    for key, value in err.trailing_metadata() or ():
         if key == DETAILS_KEY:
             details_bin = value if isinstance(value, bytes) else value.encode()
     built = error_from_status(code, text, details_bin, result=result, completion_id=completion_id)
@@ -198,7 +198,7 @@ def error_from_grpc(
     return built
 
 
-_DETAIL_TYPES = (
+_DETAIL_TYPES: Tuple[Any, ...] = (
     error_details_pb2.ErrorInfo,
     error_details_pb2.RetryInfo,
     error_details_pb2.BadRequest,

@@ -104,12 +104,12 @@ class Fold:
             self.terminal = tr
 
     @property
-    def reason(self) -> int:
+    def reason(self) -> pb.TransitionReason:
         """The terminal transition's TransitionReason (TRANSITION_REASON_UNSPECIFIED before it)."""
         return self.terminal.reason if self.terminal is not None else pb.TRANSITION_REASON_UNSPECIFIED
 
     @property
-    def transition_reasons(self) -> List[int]:
+    def transition_reasons(self) -> List[pb.TransitionReason]:
         """The TransitionReason of every transition, in order."""
         return [tr.reason for tr in self.transitions]
 
@@ -166,7 +166,7 @@ class Fold:
         return [call for turn, call in self._calls if turn == self.turn]
 
     @property
-    def stop_reason(self) -> int:
+    def stop_reason(self) -> pb.StopReason:
         """The result's StopReason (STOP_REASON_UNSPECIFIED without a result)."""
         return self.result.stop_reason if self.result is not None else pb.STOP_REASON_UNSPECIFIED
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union, cast
 
 import grpc
 
@@ -189,7 +189,7 @@ def judge(stop_hook: Optional[StopHookCallback], request: pb.StopHookRequest) ->
     elif isinstance(out, pb.StopHookVerdict):
         verdict.CopyFrom(out)
     elif isinstance(out, int):
-        verdict.verdict = out
+        verdict.verdict = cast(Any, out)  # a Verdict value
     else:
         raise TypeError(f"stop hook returned {type(out).__name__}, want StopHookVerdict, Verdict or None")
     if not verdict.hook_id:

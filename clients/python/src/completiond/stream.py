@@ -190,7 +190,7 @@ class Stream(Iterator[pb.CompletionEvent]):
             return False
         if err is None:
             return True
-        code = err.code() if callable(getattr(err, "code", None)) else None  # type: ignore[attr-defined]
+        code = err.code() if callable(getattr(err, "code", None)) else None
         return bool(code == grpc.StatusCode.UNAVAILABLE)
 
     def _within(self, dropped_at: float, wait: float) -> bool:
