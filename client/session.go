@@ -23,9 +23,25 @@ type SessionHandler struct {
 	// StopHook judges a final answer (SessionStart.stop_hook); nil allows
 	// every answer. An error cancels the session.
 	StopHook func(ctx context.Context, req *completionv1.StopHookRequest) (*completionv1.StopHookVerdict, error)
-	// Event, when set, sees every event before it is answered.
-	Event func(ev *completionv1.CompletionEvent)
+	// Event, when set, sees every event before it is answered. An error
+	// cancels the session (see [Cancel]).
+	Event func(ev *completionv1.CompletionEvent) error
 }
+
+// CancelError asks RunSession to cancel the session: returned by a
+// SessionHandler function, it sends a Cancel with its reason (the
+// completion then ends ABORTED_TOOLS or ABORTED_STREAMING) instead of an
+// answer. Any other error of Event or StopHook cancels too, with the
+// error's text as the reason; a Tool's other errors are results.
+type CancelError struct {
+	// Reason is recorded in the terminal transition.
+	Reason string
+}
+
+// Cancel returns a *CancelError with reason.
+func Cancel(reason string) error { return &CancelError{Reason: reason} }
+
+func (e *CancelError) Error() string { return "session cancelled: " + e.Reason }
 
 // TextTool adapts a tool that answers with text to SessionHandler.Tool.
 func TextTool(run func(ctx context.Context, call *completionv1.ToolCall) (string, error)) func(context.Context, *completionv1.ToolCall) (*completionv1.ToolResultBlock, error) {
@@ -55,6 +71,8 @@ type session struct {
 	fold   Fold
 	// received is set once Recv has reported the stream's end.
 	received bool
+	// cancelled is set once a Cancel is sent: nothing is answered after it.
+	cancelled bool
 }
 
 func (s *session) run(start *completionv1.SessionStart) error {
@@ -67,13 +85,10 @@ func (s *session) run(start *completionv1.SessionStart) error {
 			s.received = true
 			return s.end(err)
 		}
-		if !s.fold.Add(ev) {
+		if !s.fold.Add(ev) || s.cancelled {
 			continue
 		}
-		if s.h.Event != nil {
-			s.h.Event(ev)
-		}
-		if err := s.answer(ev); err != nil {
+		if err := s.handle(ev); err != nil {
 			return s.end(err)
 		}
 	}
@@ -98,30 +113,66 @@ func (s *session) end(err error) error {
 	return failure(err, &s.fold)
 }
 
-// answer sends what ev asks of the caller, if anything.
-func (s *session) answer(ev *completionv1.CompletionEvent) error {
+// handle shows ev to the Event callback, then sends what ev asks of the
+// caller, if anything, or the Cancel a callback asked for. After a Cancel
+// the loop only reads the stream to its end.
+func (s *session) handle(ev *completionv1.CompletionEvent) error {
+	req, err := s.answer(ev)
+	if err != nil {
+		s.cancelled = true
+		req = &completionv1.SessionRequest{Request: &completionv1.SessionRequest_Cancel{Cancel: &completionv1.Cancel{Reason: cancelReason(err)}}}
+	}
+	if req == nil {
+		return nil
+	}
+	return s.send(req)
+}
+
+// answer is the message ev asks for (nil when none), or the error of a
+// callback that cancels.
+func (s *session) answer(ev *completionv1.CompletionEvent) (*completionv1.SessionRequest, error) {
+	if s.h.Event != nil {
+		if err := s.h.Event(ev); err != nil {
+			return nil, err
+		}
+	}
 	switch e := ev.GetEvent().(type) {
 	case *completionv1.CompletionEvent_ToolCall:
-		return s.send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_ToolResults{
-			ToolResults: &completionv1.ToolResults{Results: []*completionv1.ToolResultBlock{s.runTool(e.ToolCall)}}}})
+		res, err := s.runTool(e.ToolCall)
+		if err != nil {
+			return nil, err
+		}
+		return &completionv1.SessionRequest{Request: &completionv1.SessionRequest_ToolResults{
+			ToolResults: &completionv1.ToolResults{Results: []*completionv1.ToolResultBlock{res}}}}, nil
 	case *completionv1.CompletionEvent_StopHookRequest:
 		verdict, err := s.judge(e.StopHookRequest)
 		if err != nil {
-			return s.send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Cancel{
-				Cancel: &completionv1.Cancel{Reason: "stop hook failed: " + err.Error()}}})
+			return nil, err
 		}
-		return s.send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_StopHookVerdict{StopHookVerdict: verdict}})
+		return &completionv1.SessionRequest{Request: &completionv1.SessionRequest_StopHookVerdict{StopHookVerdict: verdict}}, nil
 	}
-	return nil
+	return nil, nil
 }
 
-func (s *session) runTool(call *completionv1.ToolCall) *completionv1.ToolResultBlock {
+func cancelReason(err error) string {
+	if c, ok := errors.AsType[*CancelError](err); ok {
+		return c.Reason
+	}
+	return err.Error()
+}
+
+// runTool runs the Tool callback; only a *CancelError is returned as an
+// error, any other becomes an is_error result.
+func (s *session) runTool(call *completionv1.ToolCall) (*completionv1.ToolResultBlock, error) {
 	if s.h.Tool == nil {
-		return &completionv1.ToolResultBlock{ToolUseId: call.GetId(), Text: "this caller runs no tools", IsError: true}
+		return &completionv1.ToolResultBlock{ToolUseId: call.GetId(), Text: "this caller runs no tools", IsError: true}, nil
 	}
 	res, err := s.h.Tool(s.ctx, call)
+	if _, ok := errors.AsType[*CancelError](err); ok {
+		return nil, err
+	}
 	if err != nil {
-		return &completionv1.ToolResultBlock{ToolUseId: call.GetId(), Text: err.Error(), IsError: true}
+		return &completionv1.ToolResultBlock{ToolUseId: call.GetId(), Text: err.Error(), IsError: true}, nil
 	}
 	if res == nil {
 		res = &completionv1.ToolResultBlock{}
@@ -129,7 +180,7 @@ func (s *session) runTool(call *completionv1.ToolCall) *completionv1.ToolResultB
 	if res.GetToolUseId() == "" {
 		res.ToolUseId = call.GetId()
 	}
-	return res
+	return res, nil
 }
 
 func (s *session) judge(req *completionv1.StopHookRequest) (*completionv1.StopHookVerdict, error) {
