@@ -169,6 +169,29 @@ class E2ETest(unittest.TestCase):
             assert stream.fold.result is not None
             self.assertEqual(stream.fold.result.usage.output_tokens, 80, "the whole answer, nothing cut")
 
+    def test_reconnected_stream_raises_the_completions_error(self) -> None:
+        # Attach ends OK however the completion ended: the error is rebuilt from the result.
+        host, port = address().rsplit(":", 1)
+        with CutProxy((host, int(port)), after=3000) as proxy:
+            client = completiond.Client(proxy.address)
+            self.addCleanup(client.close)
+            request = completiond.text_request(
+                "Tell me about recovery.", route="sim-noprefill", resume_grace=60,
+                policy=pb.Policy(max_retries=0, disable_fallback=True),
+                metadata={"sim.faults": "cut=60", "sim.words": "80", "sim.pace": "15ms"})
+            stream = client.stream(request, timeout=60)
+            with self.assertRaises(completiond.CompletionError) as ctx:
+                stream.wait()
+            self.assertEqual(proxy.cut, 1)
+            self.assertGreaterEqual(stream.reconnects, 1)
+            err = ctx.exception
+            self.assertEqual(err.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertEqual(err.terminal_reason, R.Value("TRANSITION_REASON_MODEL_ERROR"))
+            self.assertEqual(err.metadata["error_kind"], "stream_broken")
+            self.assertIn("completion ended MODEL_ERROR: stream_broken (HTTP 200)", err.message)
+            assert err.result is not None
+            self.assertEqual(err.result.reason, R.Value("TRANSITION_REASON_MODEL_ERROR"))
+
     def test_drop_without_grace_is_an_error(self) -> None:
         host, port = address().rsplit(":", 1)
         with CutProxy((host, int(port)), after=3000) as proxy:

@@ -258,19 +258,47 @@ def error_from_result(result: pb.Result, completion_id: str = "") -> Optional[Co
     """The error a completion's Result stands for (None when COMPLETED).
 
     Attach ends OK once it has sent the result, so a stream that reconnected
-    has no status of its own: this rebuilds the code (as the server maps the
-    terminal reason) and an ErrorInfo with the reason. RetryInfo is not known
-    from a result, so such an error is never retryable.
+    has no status of its own: this rebuilds it as the server would (the code
+    it maps the terminal reason and upstream failure to, its message, and an
+    ErrorInfo with the reason and the failure's metadata). Whether RetryInfo
+    would have come is not known from a result, so such an error is never
+    retryable.
     """
     if result.reason == pb.TRANSITION_REASON_COMPLETED:
         return None
     name = pb.TransitionReason.Name(result.reason)[len("TRANSITION_REASON_"):]
+    failure = result.error if result.HasField("error") else None
     code = _REASON_CODES.get(result.reason)
-    if code is None:
-        code = _KIND_CODES.get(result.error.kind, grpc.StatusCode.UNAVAILABLE) if result.HasField("error") \
-            else grpc.StatusCode.INTERNAL
+    if code is None:  # MODEL_ERROR: by the upstream failure
+        code = _KIND_CODES.get(failure.kind, grpc.StatusCode.UNAVAILABLE) if failure else grpc.StatusCode.INTERNAL
     text = "completion ended " + name
-    if result.error.message:
-        text += ": " + result.error.message
-    info = error_details_pb2.ErrorInfo(reason=name, domain=DOMAIN)
+    metadata: Dict[str, str] = {}
+    if failure is not None:
+        text += ": " + _failure_text(failure)
+        metadata = _failure_metadata(failure)
+    info = error_details_pb2.ErrorInfo(reason=name, domain=DOMAIN, metadata=metadata)
     return CompletionError(code, text, details=[info], result=result, completion_id=completion_id)
+
+
+def _kind_name(kind: int) -> str:
+    """An ErrorKind as the server names it in messages and metadata, e.g. "rate_limit"."""
+    return "unknown" if kind == pb.ERROR_KIND_UNSPECIFIED else pb.ErrorKind.Name(kind)[len("ERROR_KIND_"):].lower()
+
+
+def _failure_text(e: pb.UpstreamError) -> str:
+    text = _kind_name(e.kind)
+    if e.http_status:
+        text += f" (HTTP {e.http_status})"
+    if e.message:
+        text += ": " + e.message
+    return text
+
+
+def _failure_metadata(e: pb.UpstreamError) -> Dict[str, str]:
+    md = {"error_kind": _kind_name(e.kind)}
+    for key, value in (("provider", e.provider), ("type", e.type), ("code", e.code), ("request_id", e.request_id)):
+        if value:
+            md[key] = value
+    if e.http_status:
+        md["http_status"] = str(e.http_status)
+    return md
