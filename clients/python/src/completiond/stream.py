@@ -148,37 +148,45 @@ class Stream(Iterator[pb.CompletionEvent]):
 
     def _run(self, open_call: Callable[[Optional[float]], Any], attached: bool) -> Iterator[pb.CompletionEvent]:
         call = self._start(lambda: open_call(self._remaining()))
-        dropped_at: Optional[float] = None
-        tries = 0
+        drop = _Drop()
         while True:
             err: Optional[grpc.RpcError] = None
             try:
                 for event in call:
                     if self.fold.add(event):
-                        dropped_at, tries = None, 0  # events flow again: a later drop starts afresh
+                        drop = _Drop()  # events flow again: a later drop starts afresh
                         yield event
             except grpc.RpcError as e:
                 err = e
             if err is None and self.fold.ended:
-                if attached:
-                    ended = error_from_result(self.fold.result, self.fold.completion_id)  # type: ignore[arg-type]
-                    if ended is not None:
-                        raise self._error(ended)
+                self._finish(attached)
                 return
-            if self._resumable(err):
-                dropped_at = dropped_at if dropped_at is not None else time.monotonic()
-                tries += 1
-                wait = self._reconnect.delay(tries)
-                if self._within(dropped_at, wait):
-                    self._sleep(wait)
-                    call = self._start(lambda: self._open_attach(
-                        self.fold.completion_id, self.fold.last_seq, self._remaining()))
-                    self.reconnects += 1
-                    attached = True
-                    continue
-            if err is None:  # the server never ends a stream OK without its result
-                raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
-            raise self._error(error_from_grpc(err)) from None
+            call = self._reattach(drop) if self._resumable(err) else None
+            if call is None:
+                if err is None:  # the server never ends a stream OK without its result
+                    raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
+                raise self._error(error_from_grpc(err)) from None
+            attached = True
+
+    def _finish(self, attached: bool) -> None:
+        """Raises the error of a completion followed with Attach (which ends OK) that did not end COMPLETED."""
+        if attached and self.fold.result is not None:
+            ended = error_from_result(self.fold.result, self.fold.completion_id)
+            if ended is not None:
+                raise self._error(ended)
+
+    def _reattach(self, drop: "_Drop") -> Any:
+        """Waits the next backoff and calls Attach after the last seq; None once the window is over."""
+        if drop.at is None:
+            drop.at = time.monotonic()
+        drop.tries += 1
+        wait = self._reconnect.delay(drop.tries)
+        if not self._within(drop.at, wait):
+            return None
+        self._sleep(wait)
+        call = self._start(lambda: self._open_attach(self.fold.completion_id, self.fold.last_seq, self._remaining()))
+        self.reconnects += 1
+        return call
 
     def _resumable(self, err: Optional[grpc.RpcError]) -> bool:
         """Whether the stream's end is a dropped connection of a completion that may be attached to again.
@@ -199,3 +207,11 @@ class Stream(Iterator[pb.CompletionEvent]):
         if self._deadline is not None:
             end = min(end, self._deadline)
         return time.monotonic() + wait <= end
+
+
+class _Drop:
+    """One broken connection being resumed: when it broke, and the attaches tried since."""
+
+    def __init__(self) -> None:
+        self.at: Optional[float] = None
+        self.tries = 0
