@@ -22,7 +22,7 @@ help: ## Show this help, with the values the variables have now.
 	@echo 'Usage: make [TARGET] [VARIABLE=value ...]'
 	@echo
 	@echo 'Targets:'
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|$$(ADDR)|$(ADDR)|g; s|$$(IMAGE)|$(IMAGE)|g' | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's|$$(ADDR)|$(ADDR)|g; s|$$(IMAGE)|$(IMAGE)|g' | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 	@echo
 	@echo 'Variables (now):'
 	@$(foreach v,$(HELP_VARS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
@@ -31,7 +31,7 @@ help: ## Show this help, with the values the variables have now.
 	@$(foreach v,$(TOOL_VERSIONS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
 
 # The variables make help shows, with their current values.
-HELP_VARS     = ADDR GO SOAK_N SOAK_SEED FUZZTIME BREAKING_REF IMAGE IMAGE_MODE
+HELP_VARS     = ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BREAKING_REF IMAGE IMAGE_MODE
 TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION HELM_VERSION \
 	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
 
