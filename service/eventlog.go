@@ -10,28 +10,39 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
-// Errors of an EventLog's Read.
+// Errors of an EventLog.
 var (
 	// errLogNotFound: no log for this completion (never opened, expired or evicted).
 	errLogNotFound = errors.New("no such completion")
 	// errLogOutOfRange: after_seq is beyond the last event of an ended log,
 	// or before the first event the log still keeps.
 	errLogOutOfRange = errors.New("seq out of range")
+	// errLogFull: Open found no room for one more live completion.
+	errLogFull = errors.New("event log full: too many live completions")
 )
 
 // EventLog keeps the events of every completion, keyed by completion id,
 // from started to the result, so that a caller may attach to a completion
-// and receive what it missed (Attach). It is narrow so that a shared store
-// (Redis Streams) can implement it: open, append, read after a seq (which
-// also gives the way to follow), expire. Implementations are safe for
-// concurrent use.
+// and receive what it missed (Attach, Session resume). It is narrow so that
+// a shared store (Redis Streams) can implement it: open with what is known
+// of the completion, append, end with the result and the status, read
+// after a seq (which also gives the way to follow), expire. Implementations
+// are safe for concurrent use.
+//
+// The status travels with the log's end as the bytes of a google.rpc.Status
+// (what a status-details trailer carries), so that every reader ends with
+// the status the completion's own stream ended with, whichever process
+// serves it: empty bytes are OK.
 type EventLog interface {
-	// Open starts the log of completion id, started by the caller named
-	// owner ("" when authentication is off).
-	Open(id, owner string)
-	// Append adds ev, already numbered, to the log of id. The result event
-	// ends the log: its retention starts.
+	// Open starts the log of completion id. It fails (errLogFull) when the
+	// store has no room for it: the completion then runs without a log,
+	// unless it needs one to be resumed.
+	Open(id string, meta LogMeta) error
+	// Append adds ev, already numbered and not the result, to the log of id.
 	Append(id string, ev *completionv1.CompletionEvent)
+	// End adds the result event and the encoded google.rpc.Status the
+	// completion ended with, and ends the log of id: its retention starts.
+	End(id string, result *completionv1.CompletionEvent, status []byte)
 	// Read returns the events of id with a seq above after. Following is
 	// reading again once the page's More channel is closed.
 	Read(id string, after uint64) (LogPage, error)
@@ -39,14 +50,28 @@ type EventLog interface {
 	Expire(now time.Time)
 }
 
+// LogMeta is what a log knows of its completion besides its events: what
+// Attach and Session resume check before they serve a caller.
+type LogMeta struct {
+	// Owner is the name of the caller that started the completion ("" when
+	// authentication is off).
+	Owner string
+	// Resumable is set for a Session started with a resume grace: the only
+	// completions a Session resume may take control of.
+	Resumable bool
+}
+
 // LogPage is one Read of an EventLog.
 type LogPage struct {
 	// Events are the events after the seq asked for, in seq order.
 	Events []*completionv1.CompletionEvent
-	// Owner is the name of the caller that started the completion.
-	Owner string
+	// Meta is what Open was given.
+	Meta LogMeta
 	// Ended is set once the result is in the log: Events then end with it.
 	Ended bool
+	// Status is the encoded google.rpc.Status the completion ended with,
+	// once Ended; empty for OK.
+	Status []byte
 	// More is closed when the log changes after this read (an event is
 	// appended, or the log is dropped). Followers wait on it: one channel
 	// per log, replaced on each append, and no goroutine per follower.
@@ -104,10 +129,11 @@ type memLog struct {
 
 type completionLog struct {
 	id     string
-	owner  string
+	meta   LogMeta
 	events []*completionv1.CompletionEvent
 	sizes  []int64
 	bytes  int64
+	status []byte    // set by End
 	ended  time.Time // zero while live
 	more   chan struct{}
 }
@@ -120,26 +146,38 @@ func newMemLog(limits EventLogLimits, now func() time.Time) *memLog {
 }
 
 // Open implements EventLog. When MaxCompletions live logs exist already,
-// the completion is not logged (and cannot be attached to).
-func (m *memLog) Open(id, owner string) {
+// the completion is not logged (errLogFull).
+func (m *memLog) Open(id string, meta LogMeta) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(m.now())
 	if _, ok := m.logs[id]; ok {
-		return
+		return nil
 	}
 	for len(m.logs) >= m.limits.MaxCompletions && len(m.ended) > 0 {
 		m.drop(m.ended[0])
 	}
 	if len(m.logs) >= m.limits.MaxCompletions {
-		return
+		return errLogFull
 	}
-	m.logs[id] = &completionLog{id: id, owner: owner, more: make(chan struct{})}
+	m.logs[id] = &completionLog{id: id, meta: meta, more: make(chan struct{})}
+	return nil
 }
 
 // Append implements EventLog.
 func (m *memLog) Append(id string, ev *completionv1.CompletionEvent) {
-	size := int64(proto.Size(ev))
+	m.add(id, ev, nil, false)
+}
+
+// End implements EventLog.
+func (m *memLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+	m.add(id, result, status, true)
+}
+
+// add appends ev to the live log of id, within the bounds, and wakes its
+// followers; end ends the log with status.
+func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
+	size := int64(proto.Size(ev) + len(status))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.logs[id]
@@ -158,7 +196,8 @@ func (m *memLog) Append(id string, ev *completionv1.CompletionEvent) {
 		m.bytes -= l.sizes[0]
 		l.events, l.sizes = l.events[1:], l.sizes[1:]
 	}
-	if ev.GetResult() != nil {
+	if end {
+		l.status = status
 		l.ended = m.now()
 		m.ended = append(m.ended, l)
 	}
@@ -175,7 +214,7 @@ func (m *memLog) Read(id string, after uint64) (LogPage, error) {
 	if !ok {
 		return LogPage{}, errLogNotFound
 	}
-	page := LogPage{Owner: l.owner, Ended: !l.ended.IsZero(), More: l.more}
+	page := LogPage{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: l.more}
 	first, last := uint64(1), uint64(0)
 	if len(l.events) > 0 {
 		first, last = l.events[0].GetSeq(), l.events[len(l.events)-1].GetSeq()
