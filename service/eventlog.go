@@ -38,13 +38,15 @@ type EventLog interface {
 	// store has no room for it: the completion then runs without a log,
 	// unless it needs one to be resumed.
 	Open(id string, meta LogMeta) error
-	// Append adds ev, already numbered and not the result, to the log of id.
+	// Append adds ev, already numbered and not the result, to the log of
+	// id. The events of a log are appended in seq order without a gap.
 	Append(id string, ev *completionv1.CompletionEvent)
 	// End adds the result event and the encoded google.rpc.Status the
 	// completion ended with, and ends the log of id: its retention starts.
 	End(id string, result *completionv1.CompletionEvent, status []byte)
-	// Read returns the events of id with a seq above after. Following is
-	// reading again once the page's More channel is closed.
+	// Read returns the events of id with a seq above after: a page of them
+	// at most, whose More is closed already when more are kept. Following
+	// is reading again once the page's More channel is closed.
 	Read(id string, after uint64) (LogPage, error)
 	// Expire drops the ended logs whose retention has passed by now.
 	Expire(now time.Time)
@@ -67,16 +69,36 @@ type LogPage struct {
 	Events []*completionv1.CompletionEvent
 	// Meta is what Open was given.
 	Meta LogMeta
-	// Ended is set once the result is in the log: Events then end with it.
+	// Ended is set once the log has ended: the result is in it, last.
+	// Events reach it when Done says so.
 	Ended bool
 	// Status is the encoded google.rpc.Status the completion ended with,
-	// once Ended; empty for OK.
+	// when Ended; empty for OK.
 	Status []byte
 	// More is closed when the log changes after this read (an event is
-	// appended, or the log is dropped). Followers wait on it: one channel
-	// per log, replaced on each append, and no goroutine per follower.
+	// appended, or the log is dropped), or already when the log keeps more
+	// events than the page holds. Followers wait on it: one channel per
+	// log, replaced on each append, and no goroutine per follower.
 	More <-chan struct{}
 }
+
+// Done reports whether the page ends its log: the log has ended and the
+// page holds its last event, the result (or nothing is kept after the seq
+// read). A follower stops there.
+func (p LogPage) Done() bool {
+	return p.Ended && (len(p.Events) == 0 || p.Events[len(p.Events)-1].GetResult() != nil)
+}
+
+// logPageSize bounds the events of one Read of the in-memory log, so that
+// a follower far behind decodes and sends a page at a time.
+const logPageSize = 64
+
+// closed is the More of a page that does not reach the end of its log.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // EventLogLimits bound the in-memory event log.
 type EventLogLimits struct {
@@ -117,6 +139,11 @@ func (l *EventLogLimits) fillDefaults() {
 // memLog is the embedded EventLog: everything in this process's memory.
 // Bounds evict the ended logs that ended first; a live log is never
 // evicted (one over its own bounds drops its oldest events instead).
+//
+// Events are kept encoded: a delta's few bytes rather than the objects
+// that were sent (several times the size, see BenchmarkEventLogMemory), so
+// that MaxBytes, which counts the encoded size, is close to the memory the
+// log takes; a Read decodes its page outside the lock.
 type memLog struct {
 	limits EventLogLimits
 	now    func() time.Time
@@ -130,8 +157,8 @@ type memLog struct {
 type completionLog struct {
 	id     string
 	meta   LogMeta
-	events []*completionv1.CompletionEvent
-	sizes  []int64
+	events [][]byte // encoded, in seq order from first
+	first  uint64   // the seq of events[0]
 	bytes  int64
 	status []byte    // set by End
 	ended  time.Time // zero while live
@@ -177,24 +204,31 @@ func (m *memLog) End(id string, result *completionv1.CompletionEvent, status []b
 // add appends ev to the live log of id, within the bounds, and wakes its
 // followers; end ends the log with status.
 func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
-	size := int64(proto.Size(ev) + len(status))
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		return // cannot happen: the service builds every event
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.logs[id]
 	if !ok || !l.ended.IsZero() {
 		return
 	}
-	l.events = append(l.events, ev)
-	l.sizes = append(l.sizes, size)
+	if len(l.events) == 0 {
+		l.first = ev.GetSeq()
+	}
+	l.events = append(l.events, b)
+	size := int64(len(b) + len(status))
 	l.bytes += size
 	m.bytes += size
 	for m.bytes > m.limits.MaxBytes && len(m.ended) > 0 {
 		m.drop(m.ended[0])
 	}
 	for len(l.events) > 1 && (len(l.events) > m.limits.MaxEvents || m.bytes > m.limits.MaxBytes) {
-		l.bytes -= l.sizes[0]
-		m.bytes -= l.sizes[0]
-		l.events, l.sizes = l.events[1:], l.sizes[1:]
+		l.bytes -= int64(len(l.events[0]))
+		m.bytes -= int64(len(l.events[0]))
+		l.events[0] = nil // no longer kept alive by the array
+		l.events, l.first = l.events[1:], l.first+1
 	}
 	if end {
 		l.status = status
@@ -205,28 +239,46 @@ func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte,
 	l.more = make(chan struct{})
 }
 
-// Read implements EventLog.
+// Read implements EventLog: the page is copied under the lock and decoded
+// outside it.
 func (m *memLog) Read(id string, after uint64) (LogPage, error) {
+	page, raw, err := m.read(id, after)
+	if err != nil {
+		return LogPage{}, err
+	}
+	page.Events = make([]*completionv1.CompletionEvent, len(raw))
+	for i, b := range raw {
+		page.Events[i] = &completionv1.CompletionEvent{}
+		if err := proto.Unmarshal(b, page.Events[i]); err != nil {
+			return LogPage{}, err // cannot happen: the log encoded it
+		}
+	}
+	return page, nil
+}
+
+// read is Read's page with its events still encoded.
+func (m *memLog) read(id string, after uint64) (LogPage, [][]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(m.now())
 	l, ok := m.logs[id]
 	if !ok {
-		return LogPage{}, errLogNotFound
+		return LogPage{}, nil, errLogNotFound
 	}
-	page := LogPage{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: l.more}
-	first, last := uint64(1), uint64(0)
-	if len(l.events) > 0 {
-		first, last = l.events[0].GetSeq(), l.events[len(l.events)-1].GetSeq()
+	first, last := l.first, l.first+uint64(len(l.events))-1
+	if len(l.events) == 0 {
+		first, last = 1, 0
 	}
 	if after+1 < first || after > last {
-		return LogPage{}, errLogOutOfRange
+		return LogPage{}, nil, errLogOutOfRange
 	}
-	if after < last {
-		i := int(after + 1 - first)
-		page.Events = append([]*completionv1.CompletionEvent(nil), l.events[i:]...)
+	i := int(after + 1 - first)
+	n := min(len(l.events)-i, logPageSize)
+	page := LogPage{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: l.more}
+	if i+n < len(l.events) {
+		page.More = closed
 	}
-	return page, nil
+	return page, append([][]byte(nil), l.events[i:i+n]...), nil
 }
 
 // Expire implements EventLog.

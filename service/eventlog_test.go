@@ -225,3 +225,45 @@ func TestEventLogBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestEventLogPages: a long log is read a page at a time; a page that does
+// not reach the end has More closed already and is not Done, the last page
+// is; every page of the ended log says so, with its status.
+func TestEventLogPages(t *testing.T) {
+	l := newMemLog(EventLogLimits{}, time.Now)
+	open(t, l, "c", "")
+	n := 2*logPageSize + 10
+	for i := 1; i < n; i++ {
+		l.Append("c", logEvent(uint64(i), false))
+	}
+	l.End("c", logEvent(uint64(n), true), []byte{8, 10})
+	var got []uint64
+	for after := uint64(0); ; {
+		p, err := l.Read("c", after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, seqs(p.Events)...)
+		if !p.Ended || string(p.Status) != "\x08\x0a" {
+			t.Fatalf("page after %d: ended %v, status %x", after, p.Ended, p.Status)
+		}
+		if p.Done() {
+			if len(p.Events) != 10 {
+				t.Errorf("last page: %d events", len(p.Events))
+			}
+			break
+		}
+		select {
+		case <-p.More:
+		default:
+			t.Fatalf("a page after %d that does not reach the end waits", after)
+		}
+		if len(p.Events) != logPageSize {
+			t.Fatalf("page after %d: %d events", after, len(p.Events))
+		}
+		after = p.Events[len(p.Events)-1].GetSeq()
+	}
+	if len(got) != n || got[0] != 1 || got[n-1] != uint64(n) {
+		t.Errorf("read %d events, %v … %v; want 1 … %d", len(got), got[:1], got[len(got)-1:], n)
+	}
+}

@@ -62,7 +62,7 @@ func (s *Server) follow(ctx context.Context, id string, after uint64, page LogPa
 			}
 			after = ev.GetSeq()
 		}
-		if page.Ended {
+		if page.Done() {
 			return loggedStatus(page.Status)
 		}
 		select {
