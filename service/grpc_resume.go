@@ -26,7 +26,7 @@ type sessionStream = grpc.BidiStreamingServer[completionv1.SessionRequest, compl
 // RPC's (it keeps the deadline and is still cancelled when the server
 // aborts), so that it outlives the stream that started it: the events go to
 // the log, which that stream follows as every later controller does
-// (control). Once nobody is connected for the grace, the completion is
+// (controlFrom). Once nobody is connected for the grace, the completion is
 // cancelled (ABORTED_STREAMING or ABORTED_TOOLS); the caller wait applies
 // whether anybody is connected or not.
 //
@@ -52,7 +52,7 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 		defer end()
 		s.runDetached(ctx, c)
 	}()
-	err = s.control(stream, sess, ctl, 0, leave)
+	err = s.controlFromStart(stream, sess, ctl, leave)
 	select {
 	case <-done:
 	case <-ctl.displaced:
@@ -62,13 +62,17 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 
 // runDetached runs a resumable Session's completion, which no RPC's panic
 // recovery covers: a panic is logged, as the recovery interceptor would,
-// rather than end the process. The Session leaves the registry once its
-// log has ended, so that a resume then finds the end there.
+// rather than end the process, and ends the log with an empty result and
+// INTERNAL, so that its followers end too. The Session leaves the
+// registry once its log has ended, so that a resume then finds the end
+// there.
 func (s *Server) runDetached(ctx context.Context, c *completion) {
 	defer s.sessions.remove(c.id)
 	defer func() {
 		if p := recover(); p != nil {
 			s.cfg.Logger.ErrorContext(ctx, "panic in a resumable Session's completion", "panic", p, "completion_id", c.id)
+			c.out.end(0, 0, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: &completionv1.Result{}}},
+				encodeStatus(status.New(codes.Internal, "internal error")))
 		}
 	}()
 	_, _ = c.run(ctx)
@@ -102,15 +106,15 @@ func (s *Server) resumeSession(stream sessionStream, r *completionv1.SessionResu
 	return s.controlFrom(stream, sess, sess.takeControl(stream.Context()), after, page, leave)
 }
 
-// control serves a controlling stream of sess from the start of the log
-// after after.
-func (s *Server) control(stream sessionStream, sess *session, ctl *controller, after uint64, leave func()) error {
-	page, err := s.log.Read(sess.c.id, after)
+// controlFromStart serves the stream that started sess, from the first
+// event of its log.
+func (s *Server) controlFromStart(stream sessionStream, sess *session, ctl *controller, leave func()) error {
+	page, err := s.log.Read(sess.c.id, 0)
 	if err != nil {
 		leave()
-		return logStatus(err, sess.c.id, after)
+		return logStatus(err, sess.c.id, 0)
 	}
-	return s.controlFrom(stream, sess, ctl, after, page, leave)
+	return s.controlFrom(stream, sess, ctl, 0, page, leave)
 }
 
 // controlFrom serves the stream that controls sess: its messages go to the

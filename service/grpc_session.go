@@ -67,9 +67,7 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 		return err
 	}
 	go sess.read()
-	if _, err := c.run(ctx); err != nil && c.status == nil {
-		return contextStatus(ctx.Err())
-	}
+	_, _ = c.run(ctx) // a caller gone meanwhile receives nothing: the status concluded stands, in the log too
 	return c.status.Err()
 }
 

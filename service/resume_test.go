@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/provider"
 )
 
 // resumableStart is a Session start of script with a resume grace.
@@ -458,4 +459,30 @@ func TestResumableSessionRunsAsAPlainOne(t *testing.T) {
 // asks is an event that asks the caller for an answer.
 func asks(ev *completionv1.CompletionEvent) bool {
 	return ev.GetToolCall() != nil || ev.GetStopHookRequest() != nil
+}
+
+// panickingProvider panics in every call, as a bug in a provider would.
+type panickingProvider struct{ provider.Provider }
+
+func (panickingProvider) Stream(context.Context, *provider.Request, func(provider.Chunk) error) (provider.Finish, error) {
+	panic("a bug in the provider")
+}
+
+// TestResumableSessionPanicEndsInternal: a panic in a resumable Session's
+// completion, which runs outside any RPC, does not end the process: its
+// stream (and anybody attached) ends INTERNAL.
+func TestResumableSessionPanicEndsInternal(t *testing.T) {
+	env := newTestEnv(t, func(c *Config) {
+		for _, r := range c.Routes {
+			r.Upstream = panickingProvider{r.Upstream}
+		}
+	})
+	s := env.session(t, resumableStart("", time.Minute))
+	s.until(func(*completionv1.CompletionEvent) bool { return false })
+	if st := statusOf(s.status); st.Code() != codes.Internal {
+		t.Fatalf("status %v, want INTERNAL", st)
+	}
+	if _, st := attachAll(t.Context(), env.client, s.events[0].GetStarted().GetCompletionId(), 0); st.Code() != codes.Internal {
+		t.Errorf("attach ended %v, want INTERNAL", st)
+	}
 }
