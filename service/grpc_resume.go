@@ -44,7 +44,9 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 	c.out.observe = sess.register // before the log: a caller may answer what it reads there
 	leave, end := s.holds.start(c.id, grace, cancel)
 	s.sessions.add(c.id, sess)
-	ctl := sess.takeControl(stream.Context())
+	rpc, release := withoutDeadline(stream.Context())
+	defer release()
+	ctl := sess.takeControl(rpc)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -58,6 +60,25 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 	case <-ctl.displaced:
 	}
 	return err
+}
+
+// withoutDeadline is ctx, cancelled when ctx is, but not when ctx's
+// deadline passes. The stream that started a resumable Session follows it
+// past the RPC's deadline, which is the completion's too: the completion
+// ends then, and the stream sends that end (ABORTED_*, DEADLINE_EXCEEDED
+// with ErrorInfo) as a Stream's handler would, unless its transport has
+// gone, which fails the send. release stops watching ctx.
+func withoutDeadline(ctx context.Context) (_ context.Context, release func()) {
+	out, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel(context.Cause(ctx))
+		}
+	})
+	return out, func() {
+		stop()
+		cancel(context.Canceled)
+	}
 }
 
 // runDetached runs a resumable Session's completion, which no RPC's panic
