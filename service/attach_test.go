@@ -96,13 +96,14 @@ func resumable(grace time.Duration) *completionv1.CompleteRequest {
 func waitEnded(t *testing.T, l EventLog, id string) []*completionv1.CompletionEvent {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
+	var evs []*completionv1.CompletionEvent
 	for {
-		p, err := l.Read(id, 0)
+		p, err := l.Read(id, uint64(len(evs)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Ended {
-			return p.Events
+		if evs = append(evs, p.Events...); p.Done() {
+			return evs
 		}
 		select {
 		case <-p.More:

@@ -8,12 +8,13 @@
 //     The driver decides nothing: every Step of the machine says what to
 //     run, what to publish, and which attempts' output is final or void.
 //   - grpc_*.go — the gRPC surface: the handlers of Stream, Complete
-//     (grpc_handlers.go), Session (grpc_session.go) and Attach with the
-//     resume grace of Stream (grpc_attach.go), request validation
-//     (grpc_validate.go), the one mapping from a completion's end to a status
-//     (grpc_status.go), the wire conversions (grpc_convert.go), and the
-//     server's assembly with health, reflection, logging and panic recovery
-//     (grpc_server.go).
+//     (grpc_handlers.go), Session (grpc_session.go), Attach with the
+//     resume grace of Stream (grpc_attach.go) and the resumable Sessions
+//     that a Session resume takes control of (grpc_resume.go), request
+//     validation (grpc_validate.go), the one mapping from a completion's end
+//     to a status (grpc_status.go), the wire conversions (grpc_convert.go),
+//     and the server's assembly with health, reflection, logging, panic
+//     recovery and the drain (grpc_server.go).
 //   - config*.go, fileconfig.go — configuration: routes, limits, the policy a
 //     request may only tighten (config_policy.go), the YAML file.
 //   - telemetry*.go — logs, spans and metrics of every completion and attempt.

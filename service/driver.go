@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
@@ -33,11 +34,18 @@ type completion struct {
 	breakers *breakers
 	models   map[int32]string // the model each attempt's upstream says answered
 	final    *completionv1.Result
+	// conclude maps the machine's result to the RPC status, when the result
+	// is sent: the status goes into the event log with it, so that every
+	// caller attached to the completion ends with the same status.
+	conclude func(*recovery.Result) *status.Status
+	status   *status.Status // the status concluded, once run has returned
+	release  func()         // called once run has returned: the server's count of running completions
 }
 
 // run drives the machine to its end and returns the result. The returned
 // error is set only when the caller went away before the result was sent.
 func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
+	defer c.release()
 	c.machine.OpenRoutes = c.breakers.open(c.machine.Routes)
 	m := recovery.New(c.machine)
 	first := c.machine.Routes[0]
@@ -77,7 +85,8 @@ func (c *completion) publish(t recovery.Transition) {
 // finish sends the result of an ActFinish and ends the run.
 func (c *completion) finish(a recovery.Action) (*recovery.Result, error) {
 	c.final = c.result(a.Result)
-	c.out.event(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: c.final}})
+	c.status = c.conclude(a.Result)
+	c.out.end(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: c.final}}, encodeStatus(c.status))
 	c.observer.finish(c, a.Result)
 	if c.out.callerGone() {
 		return a.Result, errClientGone

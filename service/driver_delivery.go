@@ -26,6 +26,10 @@ type outbox struct {
 	unreachable bool     // a send failed: the caller can no longer be reached
 	log         EventLog // every numbered event, for Attach; nil keeps none
 	id          string   // the completion's id in log
+	// observe, when set, sees every numbered event before it is logged or
+	// sent: a resumable Session registers there the calls and hook requests
+	// its caller may answer, before any caller can read them from the log.
+	observe func(*completionv1.CompletionEvent)
 }
 
 func newOutbox(send func(*completionv1.CompletionEvent) error, settled bool) *outbox {
@@ -77,11 +81,34 @@ func (o *outbox) event(attempt, turn int, ev *completionv1.CompletionEvent) {
 // unless the caller is gone. The log keeps the events a caller that left
 // did not receive, so that an attacher sees the completion to its end.
 func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
-	o.seq++
-	ev.Seq = o.seq
+	o.number(ev)
 	if o.log != nil {
 		o.log.Append(o.id, ev)
 	}
+	o.deliver(ev)
+}
+
+// end numbers the result event, ends the log with it and the encoded
+// status the completion ends with, and sends it.
+func (o *outbox) end(attempt, turn int, result *completionv1.CompletionEvent, status []byte) {
+	result.Attempt, result.Turn = int32(attempt), int32(turn)
+	o.number(result)
+	if o.log != nil {
+		o.log.End(o.id, result, status)
+	}
+	o.deliver(result)
+}
+
+func (o *outbox) number(ev *completionv1.CompletionEvent) {
+	o.seq++
+	ev.Seq = o.seq
+	if o.observe != nil {
+		o.observe(ev)
+	}
+}
+
+// deliver sends ev, unless the caller is gone.
+func (o *outbox) deliver(ev *completionv1.CompletionEvent) {
 	if o.unreachable {
 		return
 	}

@@ -10,48 +10,95 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
-// Errors of an EventLog's Read.
+// Errors of an EventLog.
 var (
 	// errLogNotFound: no log for this completion (never opened, expired or evicted).
 	errLogNotFound = errors.New("no such completion")
 	// errLogOutOfRange: after_seq is beyond the last event of an ended log,
 	// or before the first event the log still keeps.
 	errLogOutOfRange = errors.New("seq out of range")
+	// errLogFull: Open found no room for one more live completion.
+	errLogFull = errors.New("event log full: too many live completions")
 )
 
 // EventLog keeps the events of every completion, keyed by completion id,
 // from started to the result, so that a caller may attach to a completion
-// and receive what it missed (Attach). It is narrow so that a shared store
-// (Redis Streams) can implement it: open, append, read after a seq (which
-// also gives the way to follow), expire. Implementations are safe for
-// concurrent use.
+// and receive what it missed (Attach, Session resume). It is narrow so that
+// a shared store (Redis Streams) can implement it: open with what is known
+// of the completion, append, end with the result and the status, read
+// after a seq (which also gives the way to follow), expire. Implementations
+// are safe for concurrent use.
+//
+// The status travels with the log's end as the bytes of a google.rpc.Status
+// (what a status-details trailer carries), so that every reader ends with
+// the status the completion's own stream ended with, whichever process
+// serves it: empty bytes are OK.
 type EventLog interface {
-	// Open starts the log of completion id, started by the caller named
-	// owner ("" when authentication is off).
-	Open(id, owner string)
-	// Append adds ev, already numbered, to the log of id. The result event
-	// ends the log: its retention starts.
+	// Open starts the log of completion id. It fails (errLogFull) when the
+	// store has no room for it: the completion then runs without a log,
+	// unless it needs one to be resumed.
+	Open(id string, meta LogMeta) error
+	// Append adds ev, already numbered and not the result, to the log of
+	// id. The events of a log are appended in seq order without a gap.
 	Append(id string, ev *completionv1.CompletionEvent)
-	// Read returns the events of id with a seq above after. Following is
-	// reading again once the page's More channel is closed.
+	// End adds the result event and the encoded google.rpc.Status the
+	// completion ended with, and ends the log of id: its retention starts.
+	End(id string, result *completionv1.CompletionEvent, status []byte)
+	// Read returns the events of id with a seq above after: a page of them
+	// at most, whose More is closed already when more are kept. Following
+	// is reading again once the page's More channel is closed.
 	Read(id string, after uint64) (LogPage, error)
 	// Expire drops the ended logs whose retention has passed by now.
 	Expire(now time.Time)
+}
+
+// LogMeta is what a log knows of its completion besides its events: what
+// Attach and Session resume check before they serve a caller.
+type LogMeta struct {
+	// Owner is the name of the caller that started the completion ("" when
+	// authentication is off).
+	Owner string
+	// Resumable is set for a Session started with a resume grace: the only
+	// completions a Session resume may take control of.
+	Resumable bool
 }
 
 // LogPage is one Read of an EventLog.
 type LogPage struct {
 	// Events are the events after the seq asked for, in seq order.
 	Events []*completionv1.CompletionEvent
-	// Owner is the name of the caller that started the completion.
-	Owner string
-	// Ended is set once the result is in the log: Events then end with it.
+	// Meta is what Open was given.
+	Meta LogMeta
+	// Ended is set once the log has ended: the result is in it, last.
+	// Events reach it when Done says so.
 	Ended bool
+	// Status is the encoded google.rpc.Status the completion ended with,
+	// when Ended; empty for OK.
+	Status []byte
 	// More is closed when the log changes after this read (an event is
-	// appended, or the log is dropped). Followers wait on it: one channel
-	// per log, replaced on each append, and no goroutine per follower.
+	// appended, or the log is dropped), or already when the log keeps more
+	// events than the page holds. Followers wait on it: one channel per
+	// log, replaced on each append, and no goroutine per follower.
 	More <-chan struct{}
 }
+
+// Done reports whether the page ends its log: the log has ended and the
+// page holds its last event, the result (or nothing is kept after the seq
+// read). A follower stops there.
+func (p LogPage) Done() bool {
+	return p.Ended && (len(p.Events) == 0 || p.Events[len(p.Events)-1].GetResult() != nil)
+}
+
+// logPageSize bounds the events of one Read of the in-memory log, so that
+// a follower far behind decodes and sends a page at a time.
+const logPageSize = 64
+
+// closed is the More of a page that does not reach the end of its log.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // EventLogLimits bound the in-memory event log.
 type EventLogLimits struct {
@@ -92,6 +139,11 @@ func (l *EventLogLimits) fillDefaults() {
 // memLog is the embedded EventLog: everything in this process's memory.
 // Bounds evict the ended logs that ended first; a live log is never
 // evicted (one over its own bounds drops its oldest events instead).
+//
+// Events are kept encoded: a delta's few bytes rather than the objects
+// that were sent (several times the size, see BenchmarkEventLogMemory), so
+// that MaxBytes, which counts the encoded size, is close to the memory the
+// log takes; a Read decodes its page outside the lock.
 type memLog struct {
 	limits EventLogLimits
 	now    func() time.Time
@@ -104,10 +156,11 @@ type memLog struct {
 
 type completionLog struct {
 	id     string
-	owner  string
-	events []*completionv1.CompletionEvent
-	sizes  []int64
+	meta   LogMeta
+	events [][]byte // encoded, in seq order from first
+	first  uint64   // the seq of events[0]
 	bytes  int64
+	status []byte    // set by End
 	ended  time.Time // zero while live
 	more   chan struct{}
 }
@@ -120,45 +173,65 @@ func newMemLog(limits EventLogLimits, now func() time.Time) *memLog {
 }
 
 // Open implements EventLog. When MaxCompletions live logs exist already,
-// the completion is not logged (and cannot be attached to).
-func (m *memLog) Open(id, owner string) {
+// the completion is not logged (errLogFull).
+func (m *memLog) Open(id string, meta LogMeta) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(m.now())
 	if _, ok := m.logs[id]; ok {
-		return
+		return nil
 	}
 	for len(m.logs) >= m.limits.MaxCompletions && len(m.ended) > 0 {
 		m.drop(m.ended[0])
 	}
 	if len(m.logs) >= m.limits.MaxCompletions {
-		return
+		return errLogFull
 	}
-	m.logs[id] = &completionLog{id: id, owner: owner, more: make(chan struct{})}
+	m.logs[id] = &completionLog{id: id, meta: meta, more: make(chan struct{})}
+	return nil
 }
 
 // Append implements EventLog.
 func (m *memLog) Append(id string, ev *completionv1.CompletionEvent) {
-	size := int64(proto.Size(ev))
+	m.add(id, ev, nil, false)
+}
+
+// End implements EventLog.
+func (m *memLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+	m.add(id, result, status, true)
+}
+
+// add appends ev to the live log of id, within the bounds, and wakes its
+// followers; end ends the log with status.
+func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		return // cannot happen: the service builds every event
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.logs[id]
 	if !ok || !l.ended.IsZero() {
 		return
 	}
-	l.events = append(l.events, ev)
-	l.sizes = append(l.sizes, size)
+	if len(l.events) == 0 {
+		l.first = ev.GetSeq()
+	}
+	l.events = append(l.events, b)
+	size := int64(len(b) + len(status))
 	l.bytes += size
 	m.bytes += size
 	for m.bytes > m.limits.MaxBytes && len(m.ended) > 0 {
 		m.drop(m.ended[0])
 	}
 	for len(l.events) > 1 && (len(l.events) > m.limits.MaxEvents || m.bytes > m.limits.MaxBytes) {
-		l.bytes -= l.sizes[0]
-		m.bytes -= l.sizes[0]
-		l.events, l.sizes = l.events[1:], l.sizes[1:]
+		l.bytes -= int64(len(l.events[0]))
+		m.bytes -= int64(len(l.events[0]))
+		l.events[0] = nil // no longer kept alive by the array
+		l.events, l.first = l.events[1:], l.first+1
 	}
-	if ev.GetResult() != nil {
+	if end {
+		l.status = status
 		l.ended = m.now()
 		m.ended = append(m.ended, l)
 	}
@@ -166,28 +239,46 @@ func (m *memLog) Append(id string, ev *completionv1.CompletionEvent) {
 	l.more = make(chan struct{})
 }
 
-// Read implements EventLog.
+// Read implements EventLog: the page is copied under the lock and decoded
+// outside it.
 func (m *memLog) Read(id string, after uint64) (LogPage, error) {
+	page, raw, err := m.read(id, after)
+	if err != nil {
+		return LogPage{}, err
+	}
+	page.Events = make([]*completionv1.CompletionEvent, len(raw))
+	for i, b := range raw {
+		page.Events[i] = &completionv1.CompletionEvent{}
+		if err := proto.Unmarshal(b, page.Events[i]); err != nil {
+			return LogPage{}, err // cannot happen: the log encoded it
+		}
+	}
+	return page, nil
+}
+
+// read is Read's page with its events still encoded.
+func (m *memLog) read(id string, after uint64) (LogPage, [][]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(m.now())
 	l, ok := m.logs[id]
 	if !ok {
-		return LogPage{}, errLogNotFound
+		return LogPage{}, nil, errLogNotFound
 	}
-	page := LogPage{Owner: l.owner, Ended: !l.ended.IsZero(), More: l.more}
-	first, last := uint64(1), uint64(0)
-	if len(l.events) > 0 {
-		first, last = l.events[0].GetSeq(), l.events[len(l.events)-1].GetSeq()
+	first, last := l.first, l.first+uint64(len(l.events))-1
+	if len(l.events) == 0 {
+		first, last = 1, 0
 	}
 	if after+1 < first || after > last {
-		return LogPage{}, errLogOutOfRange
+		return LogPage{}, nil, errLogOutOfRange
 	}
-	if after < last {
-		i := int(after + 1 - first)
-		page.Events = append([]*completionv1.CompletionEvent(nil), l.events[i:]...)
+	i := int(after + 1 - first)
+	n := min(len(l.events)-i, logPageSize)
+	page := LogPage{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: l.more}
+	if i+n < len(l.events) {
+		page.More = closed
 	}
-	return page, nil
+	return page, append([][]byte(nil), l.events[i:i+n]...), nil
 }
 
 // Expire implements EventLog.

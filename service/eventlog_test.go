@@ -20,10 +20,23 @@ func logEvent(seq uint64, result bool) *completionv1.CompletionEvent {
 	return &completionv1.CompletionEvent{Seq: seq, Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Text: "x"}}}
 }
 
-// appendRun appends events 1..n to id, the last being the result when ended.
+// appendRun appends events 1..n to id, the last being the result, which
+// ends the log, when ended.
 func appendRun(l EventLog, id string, n int, ended bool) {
 	for i := 1; i <= n; i++ {
-		l.Append(id, logEvent(uint64(i), ended && i == n))
+		if ended && i == n {
+			l.End(id, logEvent(uint64(i), true), nil)
+			continue
+		}
+		l.Append(id, logEvent(uint64(i), false))
+	}
+}
+
+// open opens the log of id owned by owner, failing the test if it cannot.
+func open(t *testing.T, l EventLog, id, owner string) {
+	t.Helper()
+	if err := l.Open(id, LogMeta{Owner: owner}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -38,9 +51,9 @@ func seqs(evs []*completionv1.CompletionEvent) []uint64 {
 func TestEventLogRead(t *testing.T) {
 	clk := &clock{t: time.Unix(0, 0)}
 	l := newMemLog(EventLogLimits{}, clk.now)
-	l.Open("live", "k1")
+	open(t, l, "live", "k1")
 	appendRun(l, "live", 3, false)
-	l.Open("done", "")
+	open(t, l, "done", "")
 	appendRun(l, "done", 4, true)
 	tests := []struct {
 		name      string
@@ -69,8 +82,8 @@ func TestEventLogRead(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if got := seqs(p.Events); !equalSeqs(got, tt.want) || p.Ended != tt.ended || p.Owner != tt.wantOwner {
-				t.Fatalf("got %v ended=%v owner=%q, want %v ended=%v owner=%q", got, p.Ended, p.Owner, tt.want, tt.ended, tt.wantOwner)
+			if got := seqs(p.Events); !equalSeqs(got, tt.want) || p.Ended != tt.ended || p.Meta.Owner != tt.wantOwner {
+				t.Fatalf("got %v ended=%v owner=%q, want %v ended=%v owner=%q", got, p.Ended, p.Meta.Owner, tt.want, tt.ended, tt.wantOwner)
 			}
 		})
 	}
@@ -90,7 +103,7 @@ func equalSeqs(a, b []uint64) bool {
 
 func TestEventLogFollow(t *testing.T) {
 	l := newMemLog(EventLogLimits{}, time.Now)
-	l.Open("c", "")
+	open(t, l, "c", "")
 	appendRun(l, "c", 1, false)
 	p, err := l.Read("c", 1)
 	if err != nil {
@@ -101,7 +114,7 @@ func TestEventLogFollow(t *testing.T) {
 		t.Fatal("More closed before an append")
 	default:
 	}
-	l.Append("c", logEvent(2, true))
+	l.End("c", logEvent(2, true), nil)
 	select {
 	case <-p.More:
 	case <-time.After(5 * time.Second):
@@ -127,12 +140,12 @@ func TestEventLogBounds(t *testing.T) {
 			limits: EventLogLimits{MaxCompletions: 3},
 			run: func(l *memLog, clk *clock) {
 				for _, id := range []string{"live", "a", "b"} {
-					l.Open(id, "")
+					_ = l.Open(id, LogMeta{})
 					appendRun(l, id, 2, false)
 				}
-				l.Append("b", logEvent(3, true)) // b ends first
-				l.Append("a", logEvent(3, true))
-				l.Open("c", "")
+				l.End("b", logEvent(3, true), nil) // b ends first
+				l.End("a", logEvent(3, true), nil)
+				_ = l.Open("c", LogMeta{})
 			},
 			present: []string{"live", "a", "c"},
 			absent:  []string{"b"},
@@ -142,7 +155,7 @@ func TestEventLogBounds(t *testing.T) {
 			limits: EventLogLimits{MaxCompletions: 2},
 			run: func(l *memLog, clk *clock) {
 				for _, id := range []string{"x", "y", "z"} {
-					l.Open(id, "")
+					_ = l.Open(id, LogMeta{})
 					appendRun(l, id, 1, false)
 				}
 			},
@@ -153,7 +166,7 @@ func TestEventLogBounds(t *testing.T) {
 			name:   "events per completion: the oldest are dropped",
 			limits: EventLogLimits{MaxEvents: 3},
 			run: func(l *memLog, clk *clock) {
-				l.Open("c", "")
+				_ = l.Open("c", LogMeta{})
 				appendRun(l, "c", 5, false)
 			},
 			present:  []string{"c"},
@@ -163,9 +176,9 @@ func TestEventLogBounds(t *testing.T) {
 			name:   "bytes: ended logs evicted before a live log is trimmed",
 			limits: EventLogLimits{MaxBytes: 30},
 			run: func(l *memLog, clk *clock) {
-				l.Open("old", "")
+				_ = l.Open("old", LogMeta{})
 				appendRun(l, "old", 3, true)
-				l.Open("live", "")
+				_ = l.Open("live", LogMeta{})
 				appendRun(l, "live", 4, false)
 			},
 			present: []string{"live"},
@@ -175,9 +188,9 @@ func TestEventLogBounds(t *testing.T) {
 			name:   "retention: ended logs expire, live ones stay",
 			limits: EventLogLimits{Retention: time.Minute},
 			run: func(l *memLog, clk *clock) {
-				l.Open("done", "")
+				open(t, l, "done", "")
 				appendRun(l, "done", 2, true)
-				l.Open("live", "")
+				_ = l.Open("live", LogMeta{})
 				appendRun(l, "live", 2, false)
 				clk.t = clk.t.Add(time.Minute)
 				l.Expire(clk.t)
@@ -210,5 +223,47 @@ func TestEventLogBounds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEventLogPages: a long log is read a page at a time; a page that does
+// not reach the end has More closed already and is not Done, the last page
+// is; every page of the ended log says so, with its status.
+func TestEventLogPages(t *testing.T) {
+	l := newMemLog(EventLogLimits{}, time.Now)
+	open(t, l, "c", "")
+	n := 2*logPageSize + 10
+	for i := 1; i < n; i++ {
+		l.Append("c", logEvent(uint64(i), false))
+	}
+	l.End("c", logEvent(uint64(n), true), []byte{8, 10})
+	var got []uint64
+	for after := uint64(0); ; {
+		p, err := l.Read("c", after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, seqs(p.Events)...)
+		if !p.Ended || string(p.Status) != "\x08\x0a" {
+			t.Fatalf("page after %d: ended %v, status %x", after, p.Ended, p.Status)
+		}
+		if p.Done() {
+			if len(p.Events) != 10 {
+				t.Errorf("last page: %d events", len(p.Events))
+			}
+			break
+		}
+		select {
+		case <-p.More:
+		default:
+			t.Fatalf("a page after %d that does not reach the end waits", after)
+		}
+		if len(p.Events) != logPageSize {
+			t.Fatalf("page after %d: %d events", after, len(p.Events))
+		}
+		after = p.Events[len(p.Events)-1].GetSeq()
+	}
+	if len(got) != n || got[0] != 1 || got[n-1] != uint64(n) {
+		t.Errorf("read %d events, %v … %v; want 1 … %d", len(got), got[:1], got[len(got)-1:], n)
 	}
 }

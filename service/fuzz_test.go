@@ -77,8 +77,8 @@ func FuzzValidate(f *testing.F) {
 // two tool calls and one stop-hook request. Each message is one length byte
 // and that many bytes. Whatever arrives, the check must accept only answers
 // to what was asked and not yet answered, mark them answered, refuse
-// anything else (a second start, an empty or undecodable message), and its
-// violation must end in a small INVALID_ARGUMENT.
+// anything else (a second start, a late resume, an empty or undecodable
+// message), and its violation must end in a small INVALID_ARGUMENT.
 func FuzzSessionWire(f *testing.F) {
 	msg := func(m *completionv1.SessionRequest) []byte {
 		b, err := proto.Marshal(m)
@@ -99,6 +99,7 @@ func FuzzSessionWire(f *testing.F) {
 			StopHookVerdict: &completionv1.StopHookVerdict{HookId: id, Verdict: v}}})
 	}
 	start := msg(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: &completionv1.SessionStart{}}})
+	resume := msg(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Resume{Resume: &completionv1.SessionResume{CompletionId: "c"}}})
 	cancel := msg(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Cancel{Cancel: &completionv1.Cancel{}}})
 	for _, seed := range [][]byte{
 		results("call_1"),
@@ -106,7 +107,7 @@ func FuzzSessionWire(f *testing.F) {
 		append(results("call_1"), results("call_1")...),
 		results("call_9"),
 		verdict("hook_1", 7),
-		start, cancel, {0}, {2, 0x08, 0xff},
+		start, resume, cancel, {0}, {2, 0x08, 0xff},
 	} {
 		f.Add(seed)
 	}
@@ -143,7 +144,7 @@ func checkAccepted(t *testing.T, m *completionv1.SessionRequest, calls, hooks ma
 		t.Fatal("accepted a message that did not decode")
 	}
 	switch r := m.GetRequest().(type) {
-	case nil, *completionv1.SessionRequest_Start:
+	case nil, *completionv1.SessionRequest_Start, *completionv1.SessionRequest_Resume:
 		t.Fatalf("accepted %v", m)
 	case *completionv1.SessionRequest_ToolResults:
 		seen := map[string]bool{}

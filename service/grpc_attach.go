@@ -18,37 +18,62 @@ import (
 var errAbandoned = errors.New("nobody attached within the resume grace")
 
 // Attach replays a completion's events after after_seq from the event log,
-// then follows the log until the result. While it is attached, a completion
-// started with a resume grace keeps running.
+// then follows the log until the result, and ends with the status the
+// completion's own stream ended with. While it is attached, a completion
+// started with a resume grace keeps running. A draining server still
+// answers it.
 func (s *Server) Attach(req *completionv1.AttachRequest, stream grpc.ServerStreamingServer[completionv1.CompletionEvent]) error {
 	id, after := req.GetCompletionId(), req.GetAfterSeq()
 	if id == "" {
 		return invalidArgument(violations{{Field: "completion_id", Description: "must not be empty"}})
 	}
-	page, err := s.log.Read(id, after)
+	page, err := s.readFor(stream.Context(), id, after)
 	if err != nil {
-		return logStatus(err, id, after)
-	}
-	if c, ok := callerFrom(stream.Context()); ok && c.Name != page.Owner {
-		return status.Error(codes.PermissionDenied, "completion "+quote(id)+" was started by another caller")
+		return err
 	}
 	defer s.holds.join(id)()
-	ctx := stream.Context()
+	return s.follow(stream.Context(), id, after, page, stream.Send)
+}
+
+// readFor reads the log of id after after for the caller of ctx: NOT_FOUND
+// and OUT_OF_RANGE as logStatus says, PERMISSION_DENIED when another key
+// started the completion.
+func (s *Server) readFor(ctx context.Context, id string, after uint64) (LogPage, error) {
+	page, err := s.log.Read(id, after)
+	if err != nil {
+		return LogPage{}, logStatus(err, id, after)
+	}
+	if c, ok := callerFrom(ctx); ok && c.Name != page.Meta.Owner {
+		return LogPage{}, status.Error(codes.PermissionDenied, "completion "+quote(id)+" was started by another caller")
+	}
+	return page, nil
+}
+
+// follow sends page, read from the log of id after after, then every
+// event appended after it, until the log ends; it returns the status the
+// completion ended with, as the log keeps it. A follower whose ctx ends
+// first ends SESSION_TAKEN_OVER when a newer caller took its Session
+// over, and with the context's status otherwise.
+func (s *Server) follow(ctx context.Context, id string, after uint64, page LogPage, send func(*completionv1.CompletionEvent) error) error {
 	for {
 		for _, ev := range page.Events {
-			if err := stream.Send(ev); err != nil {
+			if err := send(ev); err != nil {
 				return err
 			}
 			after = ev.GetSeq()
 		}
-		if page.Ended {
-			return nil
+		if page.Done() {
+			return loggedStatus(page.Status)
 		}
 		select {
 		case <-page.More:
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), errTakenOver) {
+				return takenOverStatus()
+			}
 			return contextStatus(ctx.Err())
 		}
+		var err error
 		if page, err = s.log.Read(id, after); err != nil {
 			return logStatus(err, id, after)
 		}
@@ -67,8 +92,8 @@ func logStatus(err error, id string, after uint64) error {
 }
 
 // holds keeps the completions started with a resume grace alive while
-// somebody is attached to them: the caller that started one, or an
-// attacher. When the last one leaves, a timer of the grace starts; if it
+// somebody is attached to them: the caller that started one, an attacher,
+// or a stream that resumed a Session. When the last one leaves, a timer of the grace starts; if it
 // fires before anybody attaches, the completion is cancelled (errAbandoned).
 // No goroutine waits per completion: the timer is a time.AfterFunc.
 type holds struct {

@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/recovery"
@@ -27,6 +29,8 @@ type Server struct {
 	breakers *breakers
 	log      EventLog // every completion's events, for Attach
 	holds    holds    // the completions kept running for a resume grace
+	sessions sessions // the resumable Sessions that run, by id, for Session resume
+	running  running  // the completions that run, which a drain waits for
 
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
@@ -78,12 +82,11 @@ func (s *Server) Complete(ctx context.Context, req *completionv1.CompleteRequest
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.run(ctx)
-	if err != nil {
+	if _, err := c.run(ctx); err != nil {
 		return nil, contextStatus(ctx.Err())
 	}
-	if st := endStatus(s.ending(ctx, res)); st.Code() != codes.OK {
-		return nil, st.Err()
+	if c.status.Code() != codes.OK {
+		return nil, c.status.Err()
 	}
 	return &completionv1.CompleteResponse{CompletionId: c.id, Result: c.final, Transitions: c.history}, nil
 }
@@ -97,13 +100,7 @@ func (s *Server) Complete(ctx context.Context, req *completionv1.CompleteRequest
 // (ABORTED_STREAMING). The handler returns when the completion ends.
 func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.ServerStreamingServer[completionv1.CompletionEvent], grace time.Duration) error {
 	rpc := stream.Context()
-	detached := context.WithoutCancel(rpc)
-	if d, ok := rpc.Deadline(); ok {
-		var cancelDeadline context.CancelFunc
-		detached, cancelDeadline = context.WithDeadline(detached, d)
-		defer cancelDeadline()
-	}
-	ctx, cancel := s.completionContextCause(detached)
+	ctx, cancel := s.detachedContext(rpc)
 	defer cancel(context.Canceled)
 	var gone atomic.Bool
 	var leave func()
@@ -131,13 +128,28 @@ func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.
 	return s.finish(ctx, c)
 }
 
-// finish runs a prepared completion and maps its end to the RPC status.
+// detachedContext is the context of a completion that outlives its RPC's
+// cancellation (a resume grace): it keeps the RPC's values and deadline,
+// and is cancelled when the server aborts or by the returned function.
+func (s *Server) detachedContext(rpc context.Context) (context.Context, context.CancelCauseFunc) {
+	detached := context.WithoutCancel(rpc)
+	cancelDeadline := func() {}
+	if d, ok := rpc.Deadline(); ok {
+		detached, cancelDeadline = context.WithDeadline(detached, d)
+	}
+	ctx, cancel := s.completionContextCause(detached)
+	return ctx, func(cause error) {
+		cancel(cause)
+		cancelDeadline()
+	}
+}
+
+// finish runs a prepared completion and returns the status it concluded.
 func (s *Server) finish(ctx context.Context, c *completion) error {
-	res, err := c.run(ctx)
-	if err != nil {
+	if _, err := c.run(ctx); err != nil {
 		return contextStatus(ctx.Err())
 	}
-	return endStatus(s.ending(ctx, res)).Err()
+	return c.status.Err()
 }
 
 // ending is how a completion run under ctx ended: an abort caused by the
@@ -173,12 +185,12 @@ func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest,
 	if len(v) > 0 {
 		return nil, invalidArgument(v)
 	}
-	return s.build(ctx, req, schema, 0, send)
+	return s.build(ctx, req, schema, 0, false, send)
 }
 
 // build assembles a completion for a request that passed validation, whose
-// output schema validation compiled.
-func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, schema *jsonschema.Schema, maxTurns int32, send func(*completionv1.CompletionEvent) error) (*completion, error) {
+// output schema validation compiled; session says it is a Session's.
+func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, schema *jsonschema.Schema, maxTurns int32, session bool, send func(*completionv1.CompletionEvent) error) (*completion, error) {
 	policy, v := s.cfg.tighten(req.GetPolicy(), maxTurns)
 	if len(v) > 0 {
 		return nil, invalidArgument(v)
@@ -204,14 +216,78 @@ func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, s
 		byName[r.Spec.Name] = r
 	}
 	id := newID()
-	s.log.Open(id, CallerName(ctx))
+	release, err := s.admit(ctx, id, req.GetResumeGrace().AsDuration() > 0, session)
+	if err != nil {
+		return nil, err
+	}
 	out := newOutbox(send, req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED)
 	out.log, out.id = s.log, id
 	return &completion{
 		cfg: &s.cfg, id: id, req: req, routes: byName, machine: mc, schema: schema,
 		caller: statelessCaller{}, out: out,
 		observer: s.obs, breakers: s.breakers, models: map[int32]string{},
+		conclude: func(r *recovery.Result) *status.Status { return endStatus(s.ending(ctx, r)) },
+		release:  release,
 	}, nil
+}
+
+// admit counts completion id as running and opens its log, or refuses it:
+// UNAVAILABLE while the server drains, and when a resumable completion
+// finds no room in the event log (a completion without a grace runs
+// unlogged then). The returned function counts it out.
+func (s *Server) admit(ctx context.Context, id string, resumable, session bool) (func(), error) {
+	if !s.running.enter() {
+		return nil, drainingStatus()
+	}
+	if err := s.log.Open(id, LogMeta{Owner: CallerName(ctx), Resumable: resumable && session}); err != nil && resumable {
+		s.running.exit()
+		return nil, logFullStatus()
+	}
+	var once sync.Once
+	return func() { once.Do(s.running.exit) }, nil
+}
+
+// running counts the completions that run, so that a drain can refuse new
+// ones and wait for these while the server still answers Attach and
+// Session resume.
+type running struct {
+	mu       sync.Mutex
+	n        int
+	draining bool
+	idle     chan struct{} // closed once draining with none running
+}
+
+// enter counts one more completion, unless the server drains.
+func (r *running) enter() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining {
+		return false
+	}
+	r.n++
+	return true
+}
+
+func (r *running) exit() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n--; r.draining && r.n == 0 {
+		close(r.idle)
+	}
+}
+
+// drain refuses new completions from now on and returns a channel closed
+// once none runs.
+func (r *running) drain() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.draining {
+		r.draining, r.idle = true, make(chan struct{})
+		if r.n == 0 {
+			close(r.idle)
+		}
+	}
+	return r.idle
 }
 
 func newID() string {

@@ -71,16 +71,24 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 }
 
 // Drain stops the server within a bound, whatever its handlers do: health
-// turns NOT_SERVING, new RPCs are refused, and in-flight ones may finish
-// until ctx is done; then every completion is aborted, each ending typed
-// (UNAVAILABLE with RetryInfo), and the handlers get Config.AbortGrace to
-// return; whatever still runs after that is cut by a hard stop
-// (grpc.Server.Stop closes every connection). Drain therefore returns at
-// most AbortGrace after ctx is done. A handler that ignores cancellation
-// (an upstream call stuck in a provider) is left behind, its caller
-// disconnected; it ends when its call does, or with the process.
+// turns NOT_SERVING and new completions are refused (UNAVAILABLE with
+// RetryInfo, ErrorInfo DRAINING), while Attach and Session resume are still
+// answered, so that a caller whose stream broke can reconnect and see its
+// completion to the end. Once no completion runs, or when ctx is done, the
+// server stops taking RPCs and lets the ones in flight finish. When ctx is
+// done every completion is aborted, each ending typed (UNAVAILABLE with
+// RetryInfo), and the handlers get Config.AbortGrace to return; whatever
+// still runs after that is cut by a hard stop (grpc.Server.Stop closes
+// every connection). Drain therefore returns at most AbortGrace after ctx
+// is done. A handler that ignores cancellation (an upstream call stuck in a
+// provider) is left behind, its caller disconnected; it ends when its call
+// does, or with the process.
 func (g *GRPC) Drain(ctx context.Context) {
 	g.Health.Shutdown()
+	select {
+	case <-g.Completion.running.drain():
+	case <-ctx.Done():
+	}
 	done := make(chan struct{})
 	go func() {
 		g.Server.GracefulStop() // returns once every handler has, even after Stop

@@ -17,6 +17,7 @@ import (
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/recovery"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // Causes of a Session's cancellation, read back when the status is chosen.
@@ -26,52 +27,69 @@ var (
 )
 
 // Session runs a multi-turn completion with client-run tools and stop hooks.
-// Its first message, the start, must arrive within Config.SessionStartWait:
-// a Session that stays silent longer ends DEADLINE_EXCEEDED, as one whose
-// caller does not answer a tool call in time does.
+// Its first message, the start or a resume, must arrive within
+// Config.SessionStartWait: a Session that stays silent longer ends
+// DEADLINE_EXCEEDED, as one whose caller does not answer a tool call in
+// time does. A start with a resume grace runs as sessionResumable says; a
+// resume takes control of such a Session (grpc_resume.go).
 func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionRequest, completionv1.CompletionEvent]) error {
 	first, err := s.recvStart(stream)
+	notFirst := violations{{Field: "start", Description: "the first message must be start or resume"}}
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return invalidArgument(violations{{Field: "start", Description: "the first message must be start"}})
+			return invalidArgument(notFirst)
 		}
 		return err
 	}
+	if r := first.GetResume(); r != nil {
+		return s.resumeSession(stream, r)
+	}
 	start := first.GetStart()
 	if start == nil {
-		return invalidArgument(violations{{Field: "start", Description: "the first message must be start"}})
+		return invalidArgument(notFirst)
 	}
 	v, schema := s.cfg.validate(start.GetRequest())
 	if n := start.GetMaxTurns(); n < 0 {
 		v.add("max_turns", "must not be negative, got %d", n)
 	}
-	if start.GetRequest().GetResumeGrace().AsDuration() > 0 {
-		v.add("resume_grace", "a Session cannot be resumed yet: leave resume_grace unset")
-	}
 	if len(v) > 0 {
 		return invalidArgument(v)
 	}
+	if g := start.GetRequest().GetResumeGrace().AsDuration(); g > 0 {
+		return s.sessionResumable(stream, start, schema, g)
+	}
 	ctx, cancel := s.completionContextCause(stream.Context())
 	defer cancel(context.Canceled)
-	sess := &session{stream: stream, cancel: cancel, wait: s.cfg.CallerWait, in: make(chan *completionv1.SessionRequest, 16),
-		calls: map[string]bool{}, hooks: map[string]bool{}, hookEnabled: start.GetStopHook()}
-	c, err := s.build(ctx, start.GetRequest(), schema, start.GetMaxTurns(), sess.send)
+	sess := newSession(cancel, s.cfg.CallerWait, start.GetStopHook())
+	sess.stream = stream
+	c, err := s.sessionCompletion(ctx, start, schema, sess, sess.send)
 	if err != nil {
 		return err
+	}
+	go sess.read()
+	_, _ = c.run(ctx) // a caller gone meanwhile receives nothing: the status concluded stands, in the log too
+	return c.status.Err()
+}
+
+// sessionCompletion builds the completion of a Session whose caller's side
+// is sess. Its status also says whether the caller broke the protocol or
+// did not answer in time.
+func (s *Server) sessionCompletion(ctx context.Context, start *completionv1.SessionStart, schema *jsonschema.Schema, sess *session, send func(*completionv1.CompletionEvent) error) (*completion, error) {
+	c, err := s.build(ctx, start.GetRequest(), schema, start.GetMaxTurns(), true, send)
+	if err != nil {
+		return nil, err
 	}
 	c.machine.Session = true
 	c.machine.StopHook = c.machine.StopHook || start.GetStopHook()
 	c.caller, sess.c = sess, c
-	go sess.read()
-	res, err := c.run(ctx)
-	if err != nil && res == nil {
-		return contextStatus(ctx.Err())
+	c.conclude = func(r *recovery.Result) *status.Status {
+		e := s.ending(ctx, r)
+		sess.mu.Lock()
+		e.violation, e.callerTimedOut = sess.violation, sess.timedOut
+		sess.mu.Unlock()
+		return endStatus(e)
 	}
-	e := s.ending(ctx, res)
-	sess.mu.Lock()
-	e.violation, e.callerTimedOut = sess.violation, sess.timedOut
-	sess.mu.Unlock()
-	return endStatus(e).Err()
+	return c, nil
 }
 
 // recvStart receives a Session's first message, waiting at most
@@ -102,10 +120,12 @@ func (s *Server) recvStart(stream grpc.BidiStreamingServer[completionv1.SessionR
 }
 
 // session is the caller's side of a Session: it reads the caller's messages
-// and answers the driver's requests for tool results and verdicts.
+// and answers the driver's requests for tool results and verdicts. A
+// resumable Session reads them from whichever stream controls it
+// (grpc_resume.go); the others from their one stream.
 type session struct {
-	stream      grpc.BidiStreamingServer[completionv1.SessionRequest, completionv1.CompletionEvent]
-	c           *completion // the completion whose events the session numbers
+	stream      grpc.BidiStreamingServer[completionv1.SessionRequest, completionv1.CompletionEvent] // nil when resumable
+	c           *completion                                                                         // the completion whose events the session numbers
 	cancel      context.CancelCauseFunc
 	wait        time.Duration
 	in          chan *completionv1.SessionRequest // tool results and verdicts, in order
@@ -117,19 +137,32 @@ type session struct {
 	hookSeq   int
 	violation string
 	timedOut  bool
+
+	control control // who may answer, when resumable
+}
+
+func newSession(cancel context.CancelCauseFunc, wait time.Duration, hook bool) *session {
+	return &session{cancel: cancel, wait: wait, in: make(chan *completionv1.SessionRequest, 16),
+		calls: map[string]bool{}, hooks: map[string]bool{}, hookEnabled: hook}
 }
 
 // send registers what the caller may answer before the caller can see it.
 func (s *session) send(ev *completionv1.CompletionEvent) error {
+	s.register(ev)
+	return s.stream.Send(ev)
+}
+
+// register records a tool call or stop-hook request ev as awaiting the
+// caller's answer.
+func (s *session) register(ev *completionv1.CompletionEvent) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if tc := ev.GetToolCall(); tc != nil {
 		s.calls[tc.GetId()] = false
 	}
 	if hr := ev.GetStopHookRequest(); hr != nil {
 		s.hooks[hr.GetHookId()] = false
 	}
-	s.mu.Unlock()
-	return s.stream.Send(ev)
 }
 
 // read forwards the caller's messages until the stream ends. Cancels and
@@ -141,20 +174,30 @@ func (s *session) read() {
 		if err != nil {
 			return // EOF: the caller will send nothing more; a waiting driver sees in closed
 		}
-		if bad := s.check(msg); bad != "" {
-			s.fail(bad)
+		if !s.take(msg) {
 			return
 		}
-		if msg.GetCancel() != nil {
-			s.cancel(errCallerCancelled)
-			return
-		}
-		select {
-		case s.in <- msg:
-		default:
-			s.fail("too many messages nobody asked for")
-			return
-		}
+	}
+}
+
+// take handles one message of the caller: a violation or a cancel takes
+// effect at once; tool results and verdicts go to the driver. It reports
+// whether the caller may send more.
+func (s *session) take(msg *completionv1.SessionRequest) bool {
+	if bad := s.check(msg); bad != "" {
+		s.fail(bad)
+		return false
+	}
+	if msg.GetCancel() != nil {
+		s.cancel(errCallerCancelled)
+		return false
+	}
+	select {
+	case s.in <- msg:
+		return true
+	default:
+		s.fail("too many messages nobody asked for")
+		return false
 	}
 }
 
@@ -165,6 +208,8 @@ func (s *session) check(msg *completionv1.SessionRequest) string {
 	switch m := msg.GetRequest().(type) {
 	case *completionv1.SessionRequest_Start:
 		return "start may be sent only once"
+	case *completionv1.SessionRequest_Resume:
+		return "resume may only be the first message"
 	case *completionv1.SessionRequest_ToolResults:
 		for _, r := range m.ToolResults.GetResults() {
 			answered, known := s.calls[r.GetToolUseId()]

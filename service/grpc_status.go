@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -204,4 +205,72 @@ func contextStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	}
 	return status.Error(codes.Canceled, "cancelled")
+}
+
+// encodeStatus is st as the event log keeps it: the bytes of its
+// google.rpc.Status, empty for OK. It is bounded already (maxStatusBytes).
+func encodeStatus(st *status.Status) []byte {
+	if st.Code() == codes.OK {
+		return nil
+	}
+	b, err := proto.Marshal(st.Proto())
+	if err != nil {
+		return nil // cannot happen: a status built here always encodes
+	}
+	return b
+}
+
+// loggedStatus is the status a completion ended with, from the bytes its
+// log ended with: what Attach and a Session resume end with, the same as
+// the completion's own stream. Bytes that do not decode (a shared store's
+// damage) are INTERNAL, never a false OK.
+func loggedStatus(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	var p spb.Status
+	if err := proto.Unmarshal(b, &p); err != nil || p.GetCode() == int32(codes.OK) {
+		return status.Error(codes.Internal, "the completion's end status could not be read from the event log")
+	}
+	return status.FromProto(&p).Err()
+}
+
+// Reasons of the ErrorInfo of a call refused, or ended, by the server's
+// own state rather than by a completion's end.
+const (
+	// reasonDraining: the server is draining and starts no completion.
+	reasonDraining = "DRAINING"
+	// reasonTakenOver: a newer caller resumed the Session this stream
+	// controlled, and controls it now.
+	reasonTakenOver = "SESSION_TAKEN_OVER"
+	// reasonLogFull: the event log had no room for a completion that
+	// asked to be resumable.
+	reasonLogFull = "EVENT_LOG_FULL"
+)
+
+// drainingStatus refuses a new completion while the server drains:
+// UNAVAILABLE with RetryInfo, to be retried on another server at once.
+// Attach and Session resume are still answered.
+func drainingStatus() error {
+	return withDetails(codes.Unavailable, "server draining: retry on another server",
+		&errdetails.ErrorInfo{Reason: reasonDraining, Domain: ErrorDomain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(0)}).Err()
+}
+
+// takenOverStatus ends the stream that controlled a Session when a newer
+// caller resumes it: ABORTED (a concurrency conflict, as the code's
+// definition goes) with ErrorInfo reason SESSION_TAKEN_OVER, and no
+// RetryInfo: resuming again would only take control back. The completion
+// goes on under the new caller.
+func takenOverStatus() error {
+	return withDetails(codes.Aborted, "another caller resumed this Session and controls it now",
+		&errdetails.ErrorInfo{Reason: reasonTakenOver, Domain: ErrorDomain}).Err()
+}
+
+// logFullStatus refuses a completion with a resume grace that the event
+// log has no room for: without a log it could not be resumed.
+func logFullStatus() error {
+	return withDetails(codes.Unavailable, "event log full: cannot keep a resumable completion, retry later",
+		&errdetails.ErrorInfo{Reason: reasonLogFull, Domain: ErrorDomain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(shedRetryDelay)}).Err()
 }

@@ -93,7 +93,8 @@ func TestDrainIsBoundedWhenAHandlerIgnoresCancellation(t *testing.T) {
 // TestDrainEndsASessionWaitingForToolsUnavailable: a Session whose caller
 // runs its tools when the drain times out ends ABORTED_TOOLS with
 // UNAVAILABLE and RetryInfo, as for a stream: the caller may retry
-// elsewhere. The same holds while a stop-hook verdict is awaited.
+// elsewhere. The same holds while a stop-hook verdict is awaited, and for
+// a Session with a resume grace.
 func TestDrainEndsASessionWaitingForToolsUnavailable(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -101,6 +102,7 @@ func TestDrainEndsASessionWaitingForToolsUnavailable(t *testing.T) {
 		wait  func(*sessionClient)
 	}{
 		{"tool results", sessionStart("tool_use"), func(s *sessionClient) { s.toolCall() }},
+		{"tool results, resumable", resumableStart("tool_use", time.Minute), func(s *sessionClient) { s.toolCall() }},
 		{"stop-hook verdict", sessionStart("", func(st *completionv1.SessionStart) { st.StopHook = true }),
 			func(s *sessionClient) { s.hookRequest() }},
 	}
@@ -183,6 +185,9 @@ func TestDeadlineMidStreamIsDeadlineExceeded(t *testing.T) {
 		}},
 		{"Session awaiting tools", func(ctx context.Context) (*status.Status, []*completionv1.CompletionEvent) {
 			return sessionUntilEnd(ctx, client, sessionStart("tool_use"))
+		}},
+		{"resumable Session awaiting tools", func(ctx context.Context) (*status.Status, []*completionv1.CompletionEvent) {
+			return sessionUntilEnd(ctx, client, resumableStart("tool_use", time.Minute)) // the grace keeps no deadline off
 		}},
 	}
 	for _, tt := range tests {

@@ -13,9 +13,9 @@ import (
 // calls and stop-hook requests the server sends, messages the caller sends,
 // well-formed or arbitrary wire bytes — through session.check. It must
 // never panic, and it must find a violation exactly where the protocol has
-// one: a second start, an empty message, a result for a call nobody made or
-// answered already, a verdict nobody asked for, answered already, or not
-// one of ALLOW, BLOCK, PREVENT.
+// one: a second start, a resume after the first message, an empty message,
+// a result for a call nobody made or answered already, a verdict nobody
+// asked for, answered already, or not one of ALLOW, BLOCK, PREVENT.
 //
 // The script is read two bytes at a time: an operation and its argument.
 func FuzzSessionCheck(f *testing.F) {
@@ -104,7 +104,7 @@ type protocolModel struct {
 // check reports whether msg breaks the protocol, and records what it answers.
 func (m protocolModel) check(msg *completionv1.SessionRequest) bool {
 	switch r := msg.GetRequest().(type) {
-	case nil, *completionv1.SessionRequest_Start:
+	case nil, *completionv1.SessionRequest_Start, *completionv1.SessionRequest_Resume:
 		return true
 	case *completionv1.SessionRequest_ToolResults:
 		for _, res := range r.ToolResults.GetResults() {

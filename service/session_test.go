@@ -29,13 +29,24 @@ func (e *testEnv) session(t *testing.T, start *completionv1.SessionStart) *sessi
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	t.Cleanup(cancel)
-	st, err := e.client.Session(ctx)
+	return openSession(t, ctx, e.client, startMsg(start))
+}
+
+// openSession opens a Session on client under ctx, waiting for the
+// connection to be ready, and sends first.
+func openSession(t *testing.T, ctx context.Context, client completionv1.CompletionClient, first *completionv1.SessionRequest) *sessionClient {
+	t.Helper()
+	st, err := client.Session(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &sessionClient{t: t, stream: st}
-	s.send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: start}})
+	s.send(first)
 	return s
+}
+
+func startMsg(start *completionv1.SessionStart) *completionv1.SessionRequest {
+	return &completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: start}}
 }
 
 func (s *sessionClient) send(m *completionv1.SessionRequest) {

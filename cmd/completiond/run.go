@@ -45,7 +45,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN, ERROR")
 	fs.DurationVar(&o.simPace, "sim-pace", 20*time.Millisecond, "delay between two tokens of the sim provider")
 	fs.IntVar(&o.simWords, "sim-words", 40, "answer length of the sim provider, in tokens")
-	fs.DurationVar(&o.drain, "drain-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight streams may run before they are ended")
+	fs.DurationVar(&o.drain, "drain-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight streams may run before they are ended;\nnew completions are refused meanwhile, Attach and Session resume still answered")
 	fs.DurationVar(&o.grace, "shutdown-grace", service.DefaultAbortGrace, "after --drain-timeout, how long the ended streams get to return before the server stops hard;\nshutdown takes at most drain-timeout + shutdown-grace")
 	fs.DurationVar(&o.wait, "caller-wait", 5*time.Minute, "how long a Session waits for the caller's tool results or stop-hook verdict")
 	d := service.DefaultEventLogLimits()

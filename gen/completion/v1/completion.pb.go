@@ -745,12 +745,14 @@ type CompleteRequest struct {
 	OutputJsonSchema string `protobuf:"bytes,10,opt,name=output_json_schema,json=outputJsonSchema,proto3" json:"output_json_schema,omitempty"`
 	// delivery chooses when token deltas are sent.
 	Delivery DeliveryMode `protobuf:"varint,11,opt,name=delivery,proto3,enum=completion.v1.DeliveryMode" json:"delivery,omitempty"`
-	// resume_grace is what a Stream caller's disconnect means. Unset or zero
-	// cancels the completion at once (ABORTED_STREAMING). A positive duration
+	// resume_grace is what a Stream or Session caller's disconnect means. Unset
+	// or zero cancels the completion at once (ABORTED_STREAMING, or
+	// ABORTED_TOOLS while a Session awaits the caller). A positive duration
 	// keeps it running, its events kept in the server's log, so that the caller
-	// can reconnect with Attach; a completion nobody attaches to within the
-	// grace is cancelled (ABORTED_STREAMING). It must not exceed the server's
-	// maximum (10 min by default).
+	// can reconnect: with Attach, or for a Session with a SessionResume, which
+	// also lets it answer again. A completion nobody reconnects to within the
+	// grace is cancelled the same way. It must not exceed the server's maximum
+	// (10 min by default); Complete refuses it.
 	ResumeGrace   *durationpb.Duration `protobuf:"bytes,12,opt,name=resume_grace,json=resumeGrace,proto3" json:"resume_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2605,6 +2607,7 @@ type SessionRequest struct {
 	//	*SessionRequest_ToolResults
 	//	*SessionRequest_StopHookVerdict
 	//	*SessionRequest_Cancel
+	//	*SessionRequest_Resume
 	Request       isSessionRequest_Request `protobuf_oneof:"request"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2683,12 +2686,22 @@ func (x *SessionRequest) GetCancel() *Cancel {
 	return nil
 }
 
+func (x *SessionRequest) GetResume() *SessionResume {
+	if x != nil {
+		if x, ok := x.Request.(*SessionRequest_Resume); ok {
+			return x.Resume
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Request interface {
 	isSessionRequest_Request()
 }
 
 type SessionRequest_Start struct {
-	// start starts the session; it must be the first message, and only once.
+	// start starts the session; it (or resume) must be the first message, and
+	// only once.
 	Start *SessionStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
 }
 
@@ -2707,6 +2720,12 @@ type SessionRequest_Cancel struct {
 	Cancel *Cancel `protobuf:"bytes,4,opt,name=cancel,proto3,oneof"`
 }
 
+type SessionRequest_Resume struct {
+	// resume takes control of a running Session started with a resume_grace;
+	// it must be the first message, in place of start.
+	Resume *SessionResume `protobuf:"bytes,5,opt,name=resume,proto3,oneof"`
+}
+
 func (*SessionRequest_Start) isSessionRequest_Request() {}
 
 func (*SessionRequest_ToolResults) isSessionRequest_Request() {}
@@ -2714,6 +2733,71 @@ func (*SessionRequest_ToolResults) isSessionRequest_Request() {}
 func (*SessionRequest_StopHookVerdict) isSessionRequest_Request() {}
 
 func (*SessionRequest_Cancel) isSessionRequest_Request() {}
+
+func (*SessionRequest_Resume) isSessionRequest_Request() {}
+
+// SessionResume reconnects to a Session whose caller's stream broke. The
+// server replays the Session's events after after_seq (a pending tool_call or
+// stop_hook_request among them), then follows it live; this stream's later
+// messages answer it. Refusals are Attach's: NOT_FOUND for an unknown or
+// expired id, OUT_OF_RANGE for an after_seq outside the events kept,
+// PERMISSION_DENIED for another key; a completion that is not a Session
+// started with a resume_grace is INVALID_ARGUMENT. A Session that has ended is
+// replayed like Attach, ending with the status the Session ended with.
+type SessionResume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// completion_id is the Session's id, from its started event.
+	CompletionId string `protobuf:"bytes,1,opt,name=completion_id,json=completionId,proto3" json:"completion_id,omitempty"`
+	// after_seq is the seq of the last event the caller received; 0 replays
+	// from the start.
+	AfterSeq      uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResume) Reset() {
+	*x = SessionResume{}
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResume) ProtoMessage() {}
+
+func (x *SessionResume) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResume.ProtoReflect.Descriptor instead.
+func (*SessionResume) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SessionResume) GetCompletionId() string {
+	if x != nil {
+		return x.CompletionId
+	}
+	return ""
+}
+
+func (x *SessionResume) GetAfterSeq() uint64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
 
 // SessionStart starts a Session.
 type SessionStart struct {
@@ -2731,7 +2815,7 @@ type SessionStart struct {
 
 func (x *SessionStart) Reset() {
 	*x = SessionStart{}
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +2827,7 @@ func (x *SessionStart) String() string {
 func (*SessionStart) ProtoMessage() {}
 
 func (x *SessionStart) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +2840,7 @@ func (x *SessionStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStart.ProtoReflect.Descriptor instead.
 func (*SessionStart) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SessionStart) GetRequest() *CompleteRequest {
@@ -2791,7 +2875,7 @@ type ToolResults struct {
 
 func (x *ToolResults) Reset() {
 	*x = ToolResults{}
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +2887,7 @@ func (x *ToolResults) String() string {
 func (*ToolResults) ProtoMessage() {}
 
 func (x *ToolResults) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +2900,7 @@ func (x *ToolResults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResults.ProtoReflect.Descriptor instead.
 func (*ToolResults) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolResults) GetResults() []*ToolResultBlock {
@@ -2842,7 +2926,7 @@ type StopHookVerdict struct {
 
 func (x *StopHookVerdict) Reset() {
 	*x = StopHookVerdict{}
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +2938,7 @@ func (x *StopHookVerdict) String() string {
 func (*StopHookVerdict) ProtoMessage() {}
 
 func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +2951,7 @@ func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookVerdict.ProtoReflect.Descriptor instead.
 func (*StopHookVerdict) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StopHookVerdict) GetHookId() string {
@@ -2902,7 +2986,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +2998,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3011,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3109,13 +3193,17 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x10CompleteResponse\x12#\n" +
 	"\rcompletion_id\x18\x01 \x01(\tR\fcompletionId\x12-\n" +
 	"\x06result\x18\x02 \x01(\v2\x15.completion.v1.ResultR\x06result\x12;\n" +
-	"\vtransitions\x18\x03 \x03(\v2\x19.completion.v1.TransitionR\vtransitions\"\x90\x02\n" +
+	"\vtransitions\x18\x03 \x03(\v2\x19.completion.v1.TransitionR\vtransitions\"\xc8\x02\n" +
 	"\x0eSessionRequest\x123\n" +
 	"\x05start\x18\x01 \x01(\v2\x1b.completion.v1.SessionStartH\x00R\x05start\x12?\n" +
 	"\ftool_results\x18\x02 \x01(\v2\x1a.completion.v1.ToolResultsH\x00R\vtoolResults\x12L\n" +
 	"\x11stop_hook_verdict\x18\x03 \x01(\v2\x1e.completion.v1.StopHookVerdictH\x00R\x0fstopHookVerdict\x12/\n" +
-	"\x06cancel\x18\x04 \x01(\v2\x15.completion.v1.CancelH\x00R\x06cancelB\t\n" +
-	"\arequest\"\x82\x01\n" +
+	"\x06cancel\x18\x04 \x01(\v2\x15.completion.v1.CancelH\x00R\x06cancel\x126\n" +
+	"\x06resume\x18\x05 \x01(\v2\x1c.completion.v1.SessionResumeH\x00R\x06resumeB\t\n" +
+	"\arequest\"Q\n" +
+	"\rSessionResume\x12#\n" +
+	"\rcompletion_id\x18\x01 \x01(\tR\fcompletionId\x12\x1b\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\x82\x01\n" +
 	"\fSessionStart\x128\n" +
 	"\arequest\x18\x01 \x01(\v2\x1e.completion.v1.CompleteRequestR\arequest\x12\x1b\n" +
 	"\tmax_turns\x18\x02 \x01(\x05R\bmaxTurns\x12\x1b\n" +
@@ -3225,7 +3313,7 @@ func file_completion_v1_completion_proto_rawDescGZIP() []byte {
 }
 
 var file_completion_v1_completion_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_completion_v1_completion_proto_goTypes = []any{
 	(DeliveryMode)(0),           // 0: completion.v1.DeliveryMode
 	(Role)(0),                   // 1: completion.v1.Role
@@ -3257,33 +3345,34 @@ var file_completion_v1_completion_proto_goTypes = []any{
 	(*Result)(nil),              // 27: completion.v1.Result
 	(*CompleteResponse)(nil),    // 28: completion.v1.CompleteResponse
 	(*SessionRequest)(nil),      // 29: completion.v1.SessionRequest
-	(*SessionStart)(nil),        // 30: completion.v1.SessionStart
-	(*ToolResults)(nil),         // 31: completion.v1.ToolResults
-	(*StopHookVerdict)(nil),     // 32: completion.v1.StopHookVerdict
-	(*Cancel)(nil),              // 33: completion.v1.Cancel
-	nil,                         // 34: completion.v1.CompleteRequest.MetadataEntry
-	(*durationpb.Duration)(nil), // 35: google.protobuf.Duration
-	(*structpb.Struct)(nil),     // 36: google.protobuf.Struct
+	(*SessionResume)(nil),       // 30: completion.v1.SessionResume
+	(*SessionStart)(nil),        // 31: completion.v1.SessionStart
+	(*ToolResults)(nil),         // 32: completion.v1.ToolResults
+	(*StopHookVerdict)(nil),     // 33: completion.v1.StopHookVerdict
+	(*Cancel)(nil),              // 34: completion.v1.Cancel
+	nil,                         // 35: completion.v1.CompleteRequest.MetadataEntry
+	(*durationpb.Duration)(nil), // 36: google.protobuf.Duration
+	(*structpb.Struct)(nil),     // 37: google.protobuf.Struct
 }
 var file_completion_v1_completion_proto_depIdxs = []int32{
 	10, // 0: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
 	16, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
 	17, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
-	34, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
+	35, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
 	0,  // 4: completion.v1.CompleteRequest.delivery:type_name -> completion.v1.DeliveryMode
-	35, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
+	36, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
 	1,  // 6: completion.v1.Message.role:type_name -> completion.v1.Role
 	11, // 7: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
 	12, // 8: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
 	13, // 9: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
 	14, // 10: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
 	15, // 11: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
-	36, // 12: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
-	36, // 13: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	35, // 14: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
-	35, // 15: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
-	35, // 16: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
-	35, // 17: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	37, // 12: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
+	37, // 13: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	36, // 14: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
+	36, // 15: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
+	36, // 16: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
+	36, // 17: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
 	19, // 18: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
 	20, // 19: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
 	21, // 20: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
@@ -3292,12 +3381,12 @@ var file_completion_v1_completion_proto_depIdxs = []int32{
 	25, // 23: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
 	27, // 24: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
 	2,  // 25: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
-	36, // 26: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
+	37, // 26: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
 	3,  // 27: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
-	35, // 28: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
+	36, // 28: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
 	24, // 29: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
 	4,  // 30: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
-	35, // 31: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
+	36, // 31: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
 	10, // 32: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
 	6,  // 33: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
 	22, // 34: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
@@ -3310,26 +3399,27 @@ var file_completion_v1_completion_proto_depIdxs = []int32{
 	10, // 41: completion.v1.Result.transcript:type_name -> completion.v1.Message
 	27, // 42: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
 	23, // 43: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
-	30, // 44: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
-	31, // 45: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
-	32, // 46: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
-	33, // 47: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
-	9,  // 48: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
-	15, // 49: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
-	7,  // 50: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
-	9,  // 51: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
-	9,  // 52: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
-	29, // 53: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
-	8,  // 54: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
-	18, // 55: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
-	28, // 56: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
-	18, // 57: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
-	18, // 58: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
-	55, // [55:59] is the sub-list for method output_type
-	51, // [51:55] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	31, // 44: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
+	32, // 45: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
+	33, // 46: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
+	34, // 47: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
+	30, // 48: completion.v1.SessionRequest.resume:type_name -> completion.v1.SessionResume
+	9,  // 49: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
+	15, // 50: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
+	7,  // 51: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
+	9,  // 52: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
+	9,  // 53: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
+	29, // 54: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
+	8,  // 55: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
+	18, // 56: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
+	28, // 57: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
+	18, // 58: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
+	18, // 59: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
+	56, // [56:60] is the sub-list for method output_type
+	52, // [52:56] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_completion_v1_completion_proto_init() }
@@ -3359,6 +3449,7 @@ func file_completion_v1_completion_proto_init() {
 		(*SessionRequest_ToolResults)(nil),
 		(*SessionRequest_StopHookVerdict)(nil),
 		(*SessionRequest_Cancel)(nil),
+		(*SessionRequest_Resume)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3366,7 +3457,7 @@ func file_completion_v1_completion_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_completion_v1_completion_proto_rawDesc), len(file_completion_v1_completion_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -51,7 +51,12 @@ type CompletionClient interface {
 	// aggregated result and every transition taken on the way.
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
 	// Session runs a multi-turn completion in which the caller executes tools and
-	// answers stop-hook requests. The first message must be a SessionStart.
+	// answers stop-hook requests. The first message must be a SessionStart, or a
+	// SessionResume that takes control of a running Session started with a
+	// resume_grace: it replays the events the caller missed, follows the Session
+	// live, and its later messages (tool results, verdicts, cancel) go to that
+	// Session. The newest caller controls a Session: the stream it took control
+	// from ends ABORTED with errdetails.ErrorInfo reason SESSION_TAKEN_OVER.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, CompletionEvent], error)
 	// Attach replays the events of a running or recently ended completion after
 	// after_seq, then follows it live until its result. Several callers may be
@@ -59,9 +64,10 @@ type CompletionClient interface {
 	// keeps running. An unknown or expired completion id is NOT_FOUND; an
 	// after_seq beyond the last event (or before the first one still kept) is
 	// OUT_OF_RANGE; when authentication is on, only the key that started the
-	// completion may attach (PERMISSION_DENIED otherwise). The RPC ends OK once
-	// the result has been sent: the result and the terminal transition say how
-	// the completion ended.
+	// completion may attach (PERMISSION_DENIED otherwise). Once the result has
+	// been sent, the RPC ends with the status the completion's own stream ended
+	// with: OK for COMPLETED, otherwise the same code and details. A draining
+	// server refuses new completions but still answers Attach.
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CompletionEvent], error)
 }
 
@@ -152,7 +158,12 @@ type CompletionServer interface {
 	// aggregated result and every transition taken on the way.
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
 	// Session runs a multi-turn completion in which the caller executes tools and
-	// answers stop-hook requests. The first message must be a SessionStart.
+	// answers stop-hook requests. The first message must be a SessionStart, or a
+	// SessionResume that takes control of a running Session started with a
+	// resume_grace: it replays the events the caller missed, follows the Session
+	// live, and its later messages (tool results, verdicts, cancel) go to that
+	// Session. The newest caller controls a Session: the stream it took control
+	// from ends ABORTED with errdetails.ErrorInfo reason SESSION_TAKEN_OVER.
 	Session(grpc.BidiStreamingServer[SessionRequest, CompletionEvent]) error
 	// Attach replays the events of a running or recently ended completion after
 	// after_seq, then follows it live until its result. Several callers may be
@@ -160,9 +171,10 @@ type CompletionServer interface {
 	// keeps running. An unknown or expired completion id is NOT_FOUND; an
 	// after_seq beyond the last event (or before the first one still kept) is
 	// OUT_OF_RANGE; when authentication is on, only the key that started the
-	// completion may attach (PERMISSION_DENIED otherwise). The RPC ends OK once
-	// the result has been sent: the result and the terminal transition say how
-	// the completion ended.
+	// completion may attach (PERMISSION_DENIED otherwise). Once the result has
+	// been sent, the RPC ends with the status the completion's own stream ended
+	// with: OK for COMPLETED, otherwise the same code and details. A draining
+	// server refuses new completions but still answers Attach.
 	Attach(*AttachRequest, grpc.ServerStreamingServer[CompletionEvent]) error
 	mustEmbedUnimplementedCompletionServer()
 }
