@@ -817,12 +817,14 @@ export interface CompleteRequest {
   /** delivery chooses when token deltas are sent. */
   delivery: DeliveryMode;
   /**
-   * resume_grace is what a Stream caller's disconnect means. Unset or zero
-   * cancels the completion at once (ABORTED_STREAMING). A positive duration
+   * resume_grace is what a Stream or Session caller's disconnect means. Unset
+   * or zero cancels the completion at once (ABORTED_STREAMING, or
+   * ABORTED_TOOLS while a Session awaits the caller). A positive duration
    * keeps it running, its events kept in the server's log, so that the caller
-   * can reconnect with Attach; a completion nobody attaches to within the
-   * grace is cancelled (ABORTED_STREAMING). It must not exceed the server's
-   * maximum (10 min by default).
+   * can reconnect: with Attach, or for a Session with a SessionResume, which
+   * also lets it answer again. A completion nobody reconnects to within the
+   * grace is cancelled the same way. It must not exceed the server's maximum
+   * (10 min by default); Complete refuses it.
    */
   resumeGrace: Duration | undefined;
 }
@@ -1212,7 +1214,10 @@ export interface CompleteResponse {
 
 /** SessionRequest is one message from a Session caller. */
 export interface SessionRequest {
-  /** start starts the session; it must be the first message, and only once. */
+  /**
+   * start starts the session; it (or resume) must be the first message, and
+   * only once.
+   */
   start?:
     | SessionStart
     | undefined;
@@ -1225,7 +1230,34 @@ export interface SessionRequest {
     | StopHookVerdict
     | undefined;
   /** cancel ends the session (ABORTED_TOOLS or ABORTED_STREAMING). */
-  cancel?: Cancel | undefined;
+  cancel?:
+    | Cancel
+    | undefined;
+  /**
+   * resume takes control of a running Session started with a resume_grace;
+   * it must be the first message, in place of start.
+   */
+  resume?: SessionResume | undefined;
+}
+
+/**
+ * SessionResume reconnects to a Session whose caller's stream broke. The
+ * server replays the Session's events after after_seq (a pending tool_call or
+ * stop_hook_request among them), then follows it live; this stream's later
+ * messages answer it. Refusals are Attach's: NOT_FOUND for an unknown or
+ * expired id, OUT_OF_RANGE for an after_seq outside the events kept,
+ * PERMISSION_DENIED for another key; a completion that is not a Session
+ * started with a resume_grace is INVALID_ARGUMENT. A Session that has ended is
+ * replayed like Attach, ending with the status the Session ended with.
+ */
+export interface SessionResume {
+  /** completion_id is the Session's id, from its started event. */
+  completionId: string;
+  /**
+   * after_seq is the seq of the last event the caller received; 0 replays
+   * from the start.
+   */
+  afterSeq: number;
 }
 
 /** SessionStart starts a Session. */
@@ -4599,7 +4631,7 @@ export const CompleteResponse: MessageFns<CompleteResponse> = {
 };
 
 function createBaseSessionRequest(): SessionRequest {
-  return { start: undefined, toolResults: undefined, stopHookVerdict: undefined, cancel: undefined };
+  return { start: undefined, toolResults: undefined, stopHookVerdict: undefined, cancel: undefined, resume: undefined };
 }
 
 export const SessionRequest: MessageFns<SessionRequest> = {
@@ -4615,6 +4647,9 @@ export const SessionRequest: MessageFns<SessionRequest> = {
     }
     if (message.cancel !== undefined) {
       Cancel.encode(message.cancel, writer.uint32(34).fork()).join();
+    }
+    if (message.resume !== undefined) {
+      SessionResume.encode(message.resume, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -4664,6 +4699,14 @@ export const SessionRequest: MessageFns<SessionRequest> = {
             message.cancel = Cancel.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.resume = SessionResume.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4690,6 +4733,7 @@ export const SessionRequest: MessageFns<SessionRequest> = {
         ? StopHookVerdict.fromJSON(object.stop_hook_verdict)
         : undefined,
       cancel: isSet(object.cancel) ? Cancel.fromJSON(object.cancel) : undefined,
+      resume: isSet(object.resume) ? SessionResume.fromJSON(object.resume) : undefined,
     };
   },
 
@@ -4706,6 +4750,9 @@ export const SessionRequest: MessageFns<SessionRequest> = {
     }
     if (message.cancel !== undefined) {
       obj.cancel = Cancel.toJSON(message.cancel);
+    }
+    if (message.resume !== undefined) {
+      obj.resume = SessionResume.toJSON(message.resume);
     }
     return obj;
   },
@@ -4727,6 +4774,102 @@ export const SessionRequest: MessageFns<SessionRequest> = {
     message.cancel = (object.cancel !== undefined && object.cancel !== null)
       ? Cancel.fromPartial(object.cancel)
       : undefined;
+    message.resume = (object.resume !== undefined && object.resume !== null)
+      ? SessionResume.fromPartial(object.resume)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseSessionResume(): SessionResume {
+  return { completionId: "", afterSeq: 0 };
+}
+
+export const SessionResume: MessageFns<SessionResume> = {
+  encode(message: SessionResume, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.completionId !== "") {
+      writer.uint32(10).string(message.completionId);
+    }
+    if (message.afterSeq !== 0) {
+      writer.uint32(16).uint64(message.afterSeq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SessionResume {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSessionResume();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.completionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.afterSeq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SessionResume {
+    return {
+      completionId: isSet(object.completionId)
+        ? globalThis.String(object.completionId)
+        : isSet(object.completion_id)
+        ? globalThis.String(object.completion_id)
+        : "",
+      afterSeq: isSet(object.afterSeq)
+        ? globalThis.Number(object.afterSeq)
+        : isSet(object.after_seq)
+        ? globalThis.Number(object.after_seq)
+        : 0,
+    };
+  },
+
+  toJSON(message: SessionResume): unknown {
+    const obj: any = {};
+    if (message.completionId !== "") {
+      obj.completionId = message.completionId;
+    }
+    if (message.afterSeq !== 0) {
+      obj.afterSeq = Math.round(message.afterSeq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SessionResume>, I>>(base?: I): SessionResume {
+    return SessionResume.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SessionResume>, I>>(object: I): SessionResume {
+    const message = createBaseSessionResume();
+    message.completionId = object.completionId ?? "";
+    message.afterSeq = object.afterSeq ?? 0;
     return message;
   },
 };
@@ -5123,7 +5266,12 @@ export const CompletionService = {
   },
   /**
    * Session runs a multi-turn completion in which the caller executes tools and
-   * answers stop-hook requests. The first message must be a SessionStart.
+   * answers stop-hook requests. The first message must be a SessionStart, or a
+   * SessionResume that takes control of a running Session started with a
+   * resume_grace: it replays the events the caller missed, follows the Session
+   * live, and its later messages (tool results, verdicts, cancel) go to that
+   * Session. The newest caller controls a Session: the stream it took control
+   * from ends ABORTED with errdetails.ErrorInfo reason SESSION_TAKEN_OVER.
    */
   session: {
     path: "/completion.v1.Completion/Session" as const,
@@ -5141,9 +5289,10 @@ export const CompletionService = {
    * keeps running. An unknown or expired completion id is NOT_FOUND; an
    * after_seq beyond the last event (or before the first one still kept) is
    * OUT_OF_RANGE; when authentication is on, only the key that started the
-   * completion may attach (PERMISSION_DENIED otherwise). The RPC ends OK once
-   * the result has been sent: the result and the terminal transition say how
-   * the completion ended.
+   * completion may attach (PERMISSION_DENIED otherwise). Once the result has
+   * been sent, the RPC ends with the status the completion's own stream ended
+   * with: OK for COMPLETED, otherwise the same code and details. A draining
+   * server refuses new completions but still answers Attach.
    */
   attach: {
     path: "/completion.v1.Completion/Attach" as const,
@@ -5171,7 +5320,12 @@ export interface CompletionServer extends UntypedServiceImplementation {
   complete: handleUnaryCall<CompleteRequest, CompleteResponse>;
   /**
    * Session runs a multi-turn completion in which the caller executes tools and
-   * answers stop-hook requests. The first message must be a SessionStart.
+   * answers stop-hook requests. The first message must be a SessionStart, or a
+   * SessionResume that takes control of a running Session started with a
+   * resume_grace: it replays the events the caller missed, follows the Session
+   * live, and its later messages (tool results, verdicts, cancel) go to that
+   * Session. The newest caller controls a Session: the stream it took control
+   * from ends ABORTED with errdetails.ErrorInfo reason SESSION_TAKEN_OVER.
    */
   session: handleBidiStreamingCall<SessionRequest, CompletionEvent>;
   /**
@@ -5181,9 +5335,10 @@ export interface CompletionServer extends UntypedServiceImplementation {
    * keeps running. An unknown or expired completion id is NOT_FOUND; an
    * after_seq beyond the last event (or before the first one still kept) is
    * OUT_OF_RANGE; when authentication is on, only the key that started the
-   * completion may attach (PERMISSION_DENIED otherwise). The RPC ends OK once
-   * the result has been sent: the result and the terminal transition say how
-   * the completion ended.
+   * completion may attach (PERMISSION_DENIED otherwise). Once the result has
+   * been sent, the RPC ends with the status the completion's own stream ended
+   * with: OK for COMPLETED, otherwise the same code and details. A draining
+   * server refuses new completions but still answers Attach.
    */
   attach: handleServerStreamingCall<AttachRequest, CompletionEvent>;
 }
@@ -5222,7 +5377,12 @@ export interface CompletionClient extends Client {
   ): ClientUnaryCall;
   /**
    * Session runs a multi-turn completion in which the caller executes tools and
-   * answers stop-hook requests. The first message must be a SessionStart.
+   * answers stop-hook requests. The first message must be a SessionStart, or a
+   * SessionResume that takes control of a running Session started with a
+   * resume_grace: it replays the events the caller missed, follows the Session
+   * live, and its later messages (tool results, verdicts, cancel) go to that
+   * Session. The newest caller controls a Session: the stream it took control
+   * from ends ABORTED with errdetails.ErrorInfo reason SESSION_TAKEN_OVER.
    */
   session(): ClientDuplexStream<SessionRequest, CompletionEvent>;
   session(options: Partial<CallOptions>): ClientDuplexStream<SessionRequest, CompletionEvent>;
@@ -5234,9 +5394,10 @@ export interface CompletionClient extends Client {
    * keeps running. An unknown or expired completion id is NOT_FOUND; an
    * after_seq beyond the last event (or before the first one still kept) is
    * OUT_OF_RANGE; when authentication is on, only the key that started the
-   * completion may attach (PERMISSION_DENIED otherwise). The RPC ends OK once
-   * the result has been sent: the result and the terminal transition say how
-   * the completion ended.
+   * completion may attach (PERMISSION_DENIED otherwise). Once the result has
+   * been sent, the RPC ends with the status the completion's own stream ended
+   * with: OK for COMPLETED, otherwise the same code and details. A draining
+   * server refuses new completions but still answers Attach.
    */
   attach(request: AttachRequest, options?: Partial<CallOptions>): ClientReadableStream<CompletionEvent>;
   attach(

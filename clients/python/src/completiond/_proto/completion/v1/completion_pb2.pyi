@@ -253,16 +253,26 @@ class Result(_message.Message):
     def __init__(self, reason: _Optional[_Union[TransitionReason, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., truncated: bool = ..., route: _Optional[str] = ..., model: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[AttemptUsage, _Mapping]]] = ..., error: _Optional[_Union[UpstreamError, _Mapping]] = ..., transcript: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
-    __slots__ = ["cancel", "start", "stop_hook_verdict", "tool_results"]
+    __slots__ = ["cancel", "resume", "start", "stop_hook_verdict", "tool_results"]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     STOP_HOOK_VERDICT_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULTS_FIELD_NUMBER: _ClassVar[int]
     cancel: Cancel
+    resume: SessionResume
     start: SessionStart
     stop_hook_verdict: StopHookVerdict
     tool_results: ToolResults
-    def __init__(self, start: _Optional[_Union[SessionStart, _Mapping]] = ..., tool_results: _Optional[_Union[ToolResults, _Mapping]] = ..., stop_hook_verdict: _Optional[_Union[StopHookVerdict, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ...) -> None: ...
+    def __init__(self, start: _Optional[_Union[SessionStart, _Mapping]] = ..., tool_results: _Optional[_Union[ToolResults, _Mapping]] = ..., stop_hook_verdict: _Optional[_Union[StopHookVerdict, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., resume: _Optional[_Union[SessionResume, _Mapping]] = ...) -> None: ...
+
+class SessionResume(_message.Message):
+    __slots__ = ["after_seq", "completion_id"]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_ID_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    completion_id: str
+    def __init__(self, completion_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
 
 class SessionStart(_message.Message):
     __slots__ = ["max_turns", "request", "stop_hook"]

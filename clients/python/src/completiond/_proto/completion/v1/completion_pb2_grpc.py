@@ -67,7 +67,12 @@ class CompletionServicer(object):
 
     def Session(self, request_iterator, context):
         """Session runs a multi-turn completion in which the caller executes tools and
-        answers stop-hook requests. The first message must be a SessionStart.
+        answers stop-hook requests. The first message must be a SessionStart, or a
+        SessionResume that takes control of a running Session started with a
+        resume_grace: it replays the events the caller missed, follows the Session
+        live, and its later messages (tool results, verdicts, cancel) go to that
+        Session. The newest caller controls a Session: the stream it took control
+        from ends ABORTED with errdetails.ErrorInfo reason SESSION_TAKEN_OVER.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -80,9 +85,10 @@ class CompletionServicer(object):
         keeps running. An unknown or expired completion id is NOT_FOUND; an
         after_seq beyond the last event (or before the first one still kept) is
         OUT_OF_RANGE; when authentication is on, only the key that started the
-        completion may attach (PERMISSION_DENIED otherwise). The RPC ends OK once
-        the result has been sent: the result and the terminal transition say how
-        the completion ended.
+        completion may attach (PERMISSION_DENIED otherwise). Once the result has
+        been sent, the RPC ends with the status the completion's own stream ended
+        with: OK for COMPLETED, otherwise the same code and details. A draining
+        server refuses new completions but still answers Attach.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
