@@ -71,6 +71,10 @@ fuzz: ## Run every fuzz target for FUZZTIME (30s) each.
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 	done
 
+.PHONY: transcripts
+transcripts: ## Record clients/testdata/transcripts (the client libraries' golden tests) from the real server.
+	$(GO) test -count=1 -run '^TestRecordTranscripts$$' ./client -update
+
 .PHONY: cover
 cover: ## Statement coverage of the recovery core.
 	$(GO) test -cover ./recovery/...

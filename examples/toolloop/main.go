@@ -10,8 +10,8 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,15 +19,14 @@ import (
 	"os/signal"
 	"strings"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/completiond/completiond/client"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
 func main() {
-	addr := flag.String("addr", "localhost:50051", "completiond address")
+	addr := flag.String("addr", cmp.Or(os.Getenv("COMPLETIOND_ADDR"), "localhost:50051"), "completiond address (default: COMPLETIOND_ADDR, else localhost:50051)")
 	route := flag.String("route", "sim", "route to call")
 	question := flag.String("q", "What is the weather in Lisbon and in Oslo?", "the question")
 	faults := flag.String("faults", defaultFaults, "the sim's fault script (sim routes only), e.g. tool_reset=get_weather,"+defaultFaults)
@@ -56,35 +55,32 @@ const defaultFaults = "tool_use=get_weather,tool_use=get_weather"
 
 // run answers each tool_call event the moment it arrives: completiond sends
 // a call only once the attempt that made it is settled, so every call it
-// sends is one the model waits for, whatever failed before.
+// sends is one the model waits for, whatever failed before. The client
+// library's RunSession does the Session protocol; this program only runs
+// tools and prints.
 func run(ctx context.Context, addr, route, question, faults string, out io.Writer) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := client.Connect(addr, client.ConnectOptions{APIKey: os.Getenv("COMPLETIOND_API_KEY")})
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	stream, err := completionv1.NewCompletionClient(conn).Session(ctx)
+	defer c.Close()
+	fold, err := c.RunSession(ctx, start(route, question, faults), client.SessionHandler{
+		Tool: func(_ context.Context, call *completionv1.ToolCall) (*completionv1.ToolResultBlock, error) {
+			result := runTool(call)
+			fmt.Fprintf(out, "\n[tool %s(%s) → %s]\n", call.GetName(), call.GetInput().AsMap(), result.GetText())
+			return result, nil
+		},
+		Event: func(ev *completionv1.CompletionEvent) error { show(ev, out); return nil },
+	})
 	if err != nil {
 		return err
 	}
-	if err := stream.Send(start(route, question, faults)); err != nil {
-		return err
-	}
-	for {
-		ev, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := handle(stream, ev, out); err != nil {
-			return err
-		}
-	}
+	r := fold.Result()
+	fmt.Fprintf(out, "[done: %s, %d attempts, %d output tokens]\n", r.GetStopReason(), len(r.GetAttempts()), r.GetUsage().GetOutputTokens())
+	return nil
 }
 
-func start(route, question, faults string) *completionv1.SessionRequest {
+func start(route, question, faults string) *completionv1.SessionStart {
 	schema, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{
 		"city": map[string]any{"type": "string"}}, "required": []any{"city"}})
 	req := &completionv1.CompleteRequest{
@@ -96,26 +92,17 @@ func start(route, question, faults string) *completionv1.SessionRequest {
 	if strings.HasPrefix(route, "sim") {
 		req.Metadata = map[string]string{"sim.faults": faults, "sim.pace": "5ms"}
 	}
-	return &completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: &completionv1.SessionStart{Request: req, MaxTurns: 5}}}
+	return &completionv1.SessionStart{Request: req, MaxTurns: 5}
 }
 
-// handle prints an event and answers tool calls.
-func handle(stream grpc.BidiStreamingClient[completionv1.SessionRequest, completionv1.CompletionEvent], ev *completionv1.CompletionEvent, out io.Writer) error {
+// show shows the answer's text and each transition as it comes.
+func show(ev *completionv1.CompletionEvent, out io.Writer) {
 	switch e := ev.GetEvent().(type) {
 	case *completionv1.CompletionEvent_Delta:
 		fmt.Fprint(out, e.Delta.GetText())
-	case *completionv1.CompletionEvent_ToolCall:
-		result := runTool(e.ToolCall)
-		fmt.Fprintf(out, "\n[tool %s(%s) → %s]\n", e.ToolCall.GetName(), e.ToolCall.GetInput().AsMap(), result.GetText())
-		return stream.Send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_ToolResults{
-			ToolResults: &completionv1.ToolResults{Results: []*completionv1.ToolResultBlock{result}}}})
 	case *completionv1.CompletionEvent_Transition:
 		fmt.Fprintf(out, "\n[%s]\n", strings.TrimPrefix(e.Transition.GetReason().String(), "TRANSITION_REASON_"))
-	case *completionv1.CompletionEvent_Result:
-		fmt.Fprintf(out, "[done: %s, %d attempts, %d output tokens]\n", e.Result.GetStopReason(),
-			len(e.Result.GetAttempts()), e.Result.GetUsage().GetOutputTokens())
 	}
-	return nil
 }
 
 func runTool(call *completionv1.ToolCall) *completionv1.ToolResultBlock {

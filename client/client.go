@@ -1,0 +1,142 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+)
+
+// Client calls completiond. It is safe for concurrent use.
+type Client struct {
+	rpc       completionv1.CompletionClient
+	conn      *grpc.ClientConn // set by Connect, closed by Close
+	reconnect Reconnect
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithReconnect sets how a stream with a resume grace attaches again after
+// its connection dropped (default: [DefaultReconnect]).
+func WithReconnect(r Reconnect) Option { return func(c *Client) { c.reconnect = r } }
+
+// New returns a Client that calls completiond over conn.
+func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
+	c := &Client{rpc: completionv1.NewCompletionClient(conn), reconnect: DefaultReconnect()}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// ConnectOptions say how Connect reaches the server.
+type ConnectOptions struct {
+	// APIKey, when set, is sent as "authorization: Bearer <key>" on every
+	// call. Over a connection without TLS only to a loopback address.
+	APIKey string
+	// TLS, when set, secures the connection; nil connects in plain text.
+	TLS *tls.Config
+}
+
+// Connect returns a Client with its own connection to target (host:port),
+// which Close closes.
+func Connect(target string, o ConnectOptions, opts ...Option) (*Client, error) {
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		creds = credentials.NewTLS(o.TLS)
+	}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if o.APIKey != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer{key: o.APIKey, secure: o.TLS != nil}))
+	}
+	conn, err := grpc.NewClient(target, dial...)
+	if err != nil {
+		return nil, err
+	}
+	c := New(conn, opts...)
+	c.conn = conn
+	return c, nil
+}
+
+// Close closes the connection Connect opened; it does nothing for a Client
+// made by New.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// bearer sends the API key. grpc-go refuses to send credentials that
+// require transport security over plain text; without TLS the key is meant
+// for a loopback server, which the server itself insists on.
+type bearer struct {
+	key    string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.key}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
+
+// Complete runs one completion and returns its aggregated answer, or an
+// *Error.
+func (c *Client) Complete(ctx context.Context, req *completionv1.CompleteRequest, opts ...grpc.CallOption) (*completionv1.CompleteResponse, error) {
+	resp, err := c.rpc.Complete(ctx, req, opts...)
+	if err != nil {
+		e := AsError(err)
+		e.CompletionID = resp.GetCompletionId()
+		return nil, e
+	}
+	return resp, nil
+}
+
+// Stream starts a completion. Read its events with Recv (or Events) until
+// io.EOF; the stream's Fold holds the answer as it grows.
+func (c *Client) Stream(ctx context.Context, req *completionv1.CompleteRequest, opts ...grpc.CallOption) (*Stream, error) {
+	rpc, err := c.rpc.Stream(ctx, req, opts...)
+	if err != nil {
+		return nil, AsError(err)
+	}
+	s := &Stream{c: c, ctx: ctx, rpc: rpc, opts: opts, grace: req.GetResumeGrace().AsDuration()}
+	return s, nil
+}
+
+// Attach follows a running or recently ended completion from after its
+// event afterSeq to its result, as a Stream (which attaches again by
+// itself if the connection drops).
+func (c *Client) Attach(ctx context.Context, completionID string, afterSeq uint64, opts ...grpc.CallOption) (*Stream, error) {
+	s := &Stream{c: c, ctx: ctx, opts: opts, attachOnly: true}
+	s.fold.completionID, s.fold.lastSeq = completionID, afterSeq
+	rpc, err := c.rpc.Attach(ctx, &completionv1.AttachRequest{CompletionId: completionID, AfterSeq: afterSeq}, opts...)
+	if err != nil {
+		return nil, AsError(err)
+	}
+	s.rpc = rpc
+	return s, nil
+}
+
+// errNoResult is a stream that ended OK without a result, which the
+// server never does; it is reported rather than taken for an answer.
+var errNoResult = status.Error(codes.Internal, "the stream ended without a result")
+
+// failure types err and adds what the stream knows.
+func failure(err error, f *Fold) *Error {
+	if errors.Is(err, io.EOF) {
+		err = errNoResult
+	}
+	e := AsError(err)
+	e.CompletionID, e.Result = f.CompletionID(), f.Result()
+	return e
+}
