@@ -159,14 +159,18 @@ export class Fold {
     return [...byTurn.values()].sort((a, b) => a.turn - b.turn);
   }
 
-  /** text is the answer so far: the kept text of the latest event's turn; at the end, the result's message text. */
+  /**
+   * text is the answer so far: every kept text delta of every turn, in
+   * arrival order. At the end it equals the text of the result's message (in
+   * a Session the result's message holds the text of all turns; turns splits it).
+   */
   get text(): string {
-    return this.#lastTurn().text;
+    return this.#kept((kind) => kind !== DeltaKind.DELTA_KIND_THINKING);
   }
 
-  /** thinking is the kept reasoning of the latest event's turn. */
+  /** thinking is every kept reasoning delta of every turn, in arrival order. */
   get thinking(): string {
-    return this.#lastTurn().thinking;
+    return this.#kept((kind) => kind === DeltaKind.DELTA_KIND_THINKING);
   }
 
   /** toolCalls are the tool calls of the latest event's turn. */
@@ -192,6 +196,14 @@ export class Fold {
   /** truncated is the result's truncated flag (false without a result). */
   get truncated(): boolean {
     return this.#result?.truncated ?? false;
+  }
+
+  #kept(want: (kind: DeltaKind) => boolean): string {
+    let out = "";
+    for (const p of this.#pieces) {
+      if (want(p.kind) && !this.#discarded.has(p.attempt)) out += p.text;
+    }
+    return out;
   }
 
   #lastTurn(): Turn {

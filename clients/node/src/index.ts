@@ -16,7 +16,7 @@ export { CompletionStream, DEFAULT_RECONNECT } from "./stream";
 export type { EventCall, ReconnectPolicy, StreamSource } from "./stream";
 export { Fold } from "./fold";
 export type { Turn } from "./fold";
-export { runSessionOver } from "./session";
+export { CancelSession, runSessionOver } from "./session";
 export type { SessionCall, SessionHandlers, StopHookReply, ToolReply } from "./session";
 export {
   CompletiondError,

@@ -23,17 +23,41 @@ export type ToolReply = string | DeepPartial<ToolResultBlock>;
 /** StopHookReply is what a stop-hook callback returns: a Verdict, or the whole verdict (with a message). */
 export type StopHookReply = Verdict | DeepPartial<StopHookVerdict>;
 
+/**
+ * CancelSession, thrown by a session callback, cancels the session: the loop
+ * sends Cancel with its reason instead of an answer, answers nothing more,
+ * and reads the stream to its end (ABORTED_TOOLS or ABORTED_STREAMING, a
+ * CANCELLED CompletiondError).
+ */
+export class CancelSession extends Error {
+  /** reason is sent in the Cancel and recorded in the terminal transition. */
+  readonly reason: string;
+
+  constructor(reason: string) {
+    super(`session cancelled: ${reason}`);
+    this.name = "CancelSession";
+    this.reason = reason;
+  }
+}
+
 /** SessionHandlers are the callbacks of a Session. */
 export interface SessionHandlers {
   /**
    * onToolCall runs one tool call. A call arrives only once the attempt
    * that made it is settled, so running it at once is safe. A thrown error
-   * becomes an is_error result carrying its message.
+   * becomes an is_error result carrying its message (CancelSession cancels).
    */
   onToolCall(call: ToolCall, fold: Fold): ToolReply | Promise<ToolReply>;
-  /** onStopHook judges a final answer; without it every answer is allowed (VERDICT_ALLOW). */
+  /**
+   * onStopHook judges a final answer (SessionStart.stopHook); without it
+   * every answer is allowed (VERDICT_ALLOW). A thrown error cancels, as from onEvent.
+   */
   onStopHook?(request: StopHookRequest, fold: Fold): StopHookReply | Promise<StopHookReply>;
-  /** onEvent sees every event (after it is folded, before it is answered). */
+  /**
+   * onEvent sees every event (after it is folded, before it is answered). A
+   * thrown CancelSession cancels the session; any other error sends Cancel
+   * with its message, stops the call and rejects runSession with that error.
+   */
   onEvent?(event: CompletionEvent, fold: Fold): void | Promise<void>;
 }
 
@@ -52,9 +76,8 @@ export interface SessionCall extends AsyncIterable<CompletionEvent> {
  * for each event folds it, calls handlers.onEvent, and answers tool calls
  * and stop-hook requests. It resolves to the Fold when the session ended
  * OK, and rejects with a CompletiondError (carrying the fold's result)
- * otherwise; an error thrown by onEvent or onStopHook cancels the call and
- * rejects with that error. Aborting signal sends Cancel, after which the
- * server ends the session (ABORTED_TOOLS or ABORTED_STREAMING).
+ * otherwise. Aborting signal, or a callback's CancelSession, sends Cancel:
+ * the server then ends the session (ABORTED_TOOLS or ABORTED_STREAMING).
  */
 export async function runSessionOver(
   call: SessionCall,
@@ -67,10 +90,11 @@ export async function runSessionOver(
   const send = (req: DeepPartial<SessionRequest>) => {
     if (!closed) call.write(SessionRequest.fromPartial(req));
   };
-  const unlisten = onAbort(signal, () => {
-    send({ cancel: { reason: abortReason(signal) } });
+  const cancel = (reason: string) => {
+    send({ cancel: { reason } });
     closed = true;
-  });
+  };
+  const unlisten = onAbort(signal, () => cancel(abortReason(signal)));
   let ok = false;
   try {
     send({ start });
@@ -82,9 +106,14 @@ export async function runSessionOver(
       if (next.done) break;
       const ev = next.value;
       if (!fold.add(ev)) continue;
-      await handlers.onEvent?.(ev, fold);
-      const reply = await answer(ev, handlers, fold);
-      if (reply !== undefined) send(reply);
+      try {
+        await handlers.onEvent?.(ev, fold);
+        const reply = closed ? undefined : await answer(ev, handlers, fold);
+        if (reply !== undefined) send(reply);
+      } catch (err) {
+        cancel(err instanceof CancelSession ? err.reason : errorText(err));
+        if (!(err instanceof CancelSession)) throw err;
+      }
       if (ev.result !== undefined && !closed) {
         closed = true;
         call.end();
@@ -125,6 +154,7 @@ async function runTool(call: ToolCall, handlers: SessionHandlers, fold: Fold): P
   try {
     reply = await handlers.onToolCall(call, fold);
   } catch (err) {
+    if (err instanceof CancelSession) throw err;
     return ToolResultBlock.fromPartial({ toolUseId: call.id, text: errorText(err), isError: true });
   }
   if (typeof reply === "string") {

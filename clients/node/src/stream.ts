@@ -103,6 +103,7 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
       this.#call = this.#src.open();
       for (;;) {
         let failure: unknown;
+        let noResult = false;
         try {
           for await (const ev of this.#call) {
             if (this.fold.add(ev)) {
@@ -112,12 +113,15 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
             }
           }
           if (this.fold.done) return;
+          // The server never ends OK before the result: a proxy or a
+          // restarting server did. Attach may still have the rest.
           failure = errorFromStatus(GrpcStatus.INTERNAL, "the stream ended without a result");
+          noResult = true;
         } catch (err) {
           failure = err;
         }
         droppedAt ??= Date.now();
-        if (!this.#mayResume(failure, failed, droppedAt)) {
+        if (!this.#mayResume(failure, noResult, failed, droppedAt)) {
           throw this.#typed(failure);
         }
         await sleep(backoffMs(this.#src.policy, failed));
@@ -142,14 +146,16 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
   /**
    * mayResume: only a resumable completion that has started and not ended,
    * only a transport failure (UNAVAILABLE without the ErrorInfo a status
-   * completiond decided carries), within the tries and the grace.
+   * completiond decided carries) or an end without a result, within the
+   * tries and the grace.
    */
-  #mayResume(failure: unknown, failed: number, droppedAt: number): boolean {
+  #mayResume(failure: unknown, noResult: boolean, failed: number, droppedAt: number): boolean {
     const src = this.#src;
     if (this.#cancelled || !src.resumable || this.fold.completionId === "" || this.fold.done) return false;
     if (failed >= src.policy.tries) return false;
     const wait = backoffMs(src.policy, failed);
     if (src.graceMs > 0 && Date.now() + wait - droppedAt > src.graceMs) return false;
+    if (noResult) return true;
     const e = errorFromGrpc(failure);
     return e.code === GrpcStatus.UNAVAILABLE && e.reason === "";
   }

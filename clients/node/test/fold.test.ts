@@ -107,7 +107,7 @@ describe("Fold", () => {
     assert.deepEqual(f.turns, [{ turn: 1, text: "answer", thinking: "hmm", toolCalls: [] }]);
   });
 
-  test("turns: each turn's text and tool calls; text and toolCalls are the latest turn's", () => {
+  test("turns: each turn's text and tool calls; text is every turn's, toolCalls the latest turn's", () => {
     const e = new Events();
     const f = fold([
       e.started(),
@@ -123,16 +123,16 @@ describe("Fold", () => {
         [2, "Sunny.", []],
       ],
     );
-    assert.equal(f.text, "Sunny.");
+    assert.equal(f.text, "Let me look.Sunny.");
     assert.deepEqual(f.toolCalls, []);
     assert.deepEqual(f.turns[0]!.toolCalls[0]!.input, { city: "Oslo" });
   });
 
-  test("text is \"\" while the latest event's turn has no output yet", () => {
+  test("toolCalls are [] while the latest event's turn has none yet", () => {
     const e = new Events();
-    const f = fold([e.started(), e.text(1, "one"), e.transition(1, R.TRANSITION_REASON_NEXT_TURN, { turn: 2 })]);
+    const f = fold([e.started(), e.toolCall(1, "toolu_1"), e.transition(1, R.TRANSITION_REASON_NEXT_TURN, { turn: 2 })]);
     assert.equal(f.turn, 2);
-    assert.equal(f.text, "");
+    assert.deepEqual(f.toolCalls, []);
     assert.equal(f.turns.length, 1);
   });
 

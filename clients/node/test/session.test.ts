@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import {
+  CancelSession,
   CompletiondError,
   type SessionHandlers,
   SessionRequest,
@@ -136,10 +137,26 @@ describe("runSessionOver", () => {
     assert.equal(call.sent[1]!.afterSeq, 2);
   });
 
-  test("an error thrown by onEvent cancels the call and rejects with it", async () => {
+  test("a callback's CancelSession sends Cancel with its reason and answers nothing more", async () => {
+    const call = new FakeSession(toolTurns().evs);
+    let tools = 0;
+    await runSessionOver(call, START, {
+      onToolCall: () => {
+        tools++;
+        throw new CancelSession("no tools today");
+      },
+    });
+    assert.deepEqual(kinds(call.sent), ["start", "cancel"]);
+    assert.deepEqual(call.sent[1]!.request.cancel, { reason: "no tools today" });
+    assert.equal(tools, 1);
+  });
+
+  test("another error thrown by onEvent sends Cancel with its message, stops the call and rejects with it", async () => {
     const call = new FakeSession(toolTurns().evs);
     const boom = new Error("printer on fire");
     await assert.rejects(runSessionOver(call, START, { onToolCall: () => "", onEvent: () => { throw boom; } }), boom);
+    assert.deepEqual(kinds(call.sent), ["start", "cancel"]);
+    assert.deepEqual(call.sent[1]!.request.cancel, { reason: "printer on fire" });
     assert.equal(call.cancelled, true);
   });
 });
@@ -177,7 +194,7 @@ describe("Session replay of the golden transcripts", () => {
           if (c !== undefined) ac.abort(c.request.cancel!.reason);
         },
       };
-      const start = SessionStart.fromPartial({});
+      const start = SessionStart.fromJSON(t.request);
       let err: CompletiondError | undefined;
       let fold;
       try {
@@ -186,6 +203,7 @@ describe("Session replay of the golden transcripts", () => {
         assert.ok(e instanceof CompletiondError, `not a CompletiondError: ${e}`);
         err = e;
       }
+      assert.deepEqual(call.sent[0]?.request.start, start, "the loop sends start first");
       const got = call.sent.slice(1); // after start
       assert.deepEqual(
         got.map((s) => ({ afterSeq: s.afterSeq, request: SessionRequest.toJSON(s.request) })),

@@ -132,10 +132,16 @@ describe("CompletionStream", () => {
     }
   });
 
-  test("a stream that ends OK without a result is an INTERNAL error", async () => {
+  test("a stream that ends OK without a result is an INTERNAL error, or attaches again when resumable", async () => {
     const { s } = stream([{ events: whole(2).slice(0, 3), end: { code: 0 } }], { resumable: false });
     const { err } = await drain(s);
     assert.equal(err?.codeName, "INTERNAL");
+    const evs = whole(2);
+    const healed = stream([{ events: evs.slice(0, 3), end: { code: 0 } }, { events: evs.slice(3), end: { code: 0 } }]);
+    const { seqs, err: none } = await drain(healed.s);
+    assert.equal(none, undefined);
+    assert.deepEqual(seqs, [1, 2, 3, 4, 5]);
+    assert.deepEqual(healed.src.attaches, [{ completionId: "cmpl_r", afterSeq: 3 }]);
   });
 
   test("leaving the loop early cancels the call", async () => {
