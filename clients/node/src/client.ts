@@ -4,7 +4,7 @@
 
 import {
   type CallOptions as GrpcCallOptions,
-  type Channel,
+  type ChannelInterface,
   type ChannelCredentials,
   type ChannelOptions,
   credentials as grpcCredentials,
@@ -46,7 +46,7 @@ export interface ClientOptions {
   /** apiKey, when set, is sent as "authorization: Bearer <key>" on every call. */
   apiKey?: string;
   /** channel wraps an existing grpc-js channel instead of opening one. */
-  channel?: Channel;
+  channel?: ChannelInterface;
   /** channelOptions are grpc-js channel options (keepalive, message sizes …). */
   channelOptions?: ChannelOptions;
   /** reconnect says how a resumable stream attaches again after a drop (DEFAULT_RECONNECT). */

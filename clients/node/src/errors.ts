@@ -13,8 +13,6 @@ export const DOMAIN = "completiond.completion.v1";
 /** DETAILS_TRAILER is the trailer that carries the binary google.rpc.Status. */
 export const DETAILS_TRAILER = "grpc-status-details-bin";
 
-const TYPE_PREFIX = "type.googleapis.com/";
-
 /** FieldViolation is one field of a refused request and what is wrong with it. */
 export interface FieldViolation {
   /** field is the field's path, e.g. "messages" or "messages[0].content". */

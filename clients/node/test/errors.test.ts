@@ -14,7 +14,7 @@ import {
 import { Events, detailsBin } from "./build";
 import { serviceError } from "./fakes";
 
-describe("errorFromStatus", () => {
+describe("errorFromStatus", { timeout: 10_000 }, () => {
   test("ErrorInfo, RetryInfo: the terminal reason, retryable and the delay in seconds", () => {
     const bin = detailsBin(14, "completion ended MODEL_ERROR", {
       reason: "MODEL_ERROR",
@@ -83,7 +83,7 @@ describe("errorFromStatus", () => {
   });
 });
 
-describe("errorFromGrpc", () => {
+describe("errorFromGrpc", { timeout: 10_000 }, () => {
   test("a grpc-js ServiceError: code, details and the grpc-status-details-bin trailer", () => {
     const bin = detailsBin(8, "rate limited", { reason: "MODEL_ERROR", retrySeconds: 30 });
     const e = errorFromGrpc(serviceError({ code: 8, message: "rate limited", detailsBin: bin }), { completionId: "cmpl_2" });

@@ -13,7 +13,7 @@ function fold(evs: CompletionEvent[]): Fold {
   return f;
 }
 
-describe("Fold", () => {
+describe("Fold", { timeout: 10_000 }, () => {
   test("empty: nothing folded", () => {
     const f = new Fold();
     assert.equal(f.completionId, "");

@@ -38,7 +38,7 @@ function toolTurns(): Events & { evs: ReturnType<Events["started"]>[] } {
 
 const kinds = (s: Sent[]) => s.map((x) => Object.keys(SessionRequest.toJSON(x.request) as object)[0]);
 
-describe("runSessionOver", () => {
+describe("runSessionOver", { timeout: 10_000 }, () => {
   test("sends start, a result for each tool call right after it, and half-closes after the result", async () => {
     const call = new FakeSession(toolTurns().evs);
     const seen: number[] = [];
@@ -161,7 +161,7 @@ describe("runSessionOver", () => {
   });
 });
 
-describe("Session replay of the golden transcripts", () => {
+describe("Session replay of the golden transcripts", { timeout: 10_000 }, () => {
   const sessions = transcriptFiles().map(load).filter((t) => t.rpc === "Session");
 
   test("there are Session transcripts", () => {

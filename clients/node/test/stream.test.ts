@@ -48,7 +48,7 @@ function whole(n: number): CompletionEvent[] {
   return [e.started("cmpl_r"), ...words.map((w) => e.text(1, w)), e.completed(1), e.result(1, words.join(""))];
 }
 
-describe("CompletionStream", () => {
+describe("CompletionStream", { timeout: 10_000 }, () => {
   test("yields and folds every event; ends without error on OK", async () => {
     const { s } = stream([{ events: whole(3), end: { code: 0 } }]);
     const { seqs, err } = await drain(s);
