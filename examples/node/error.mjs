@@ -14,7 +14,8 @@ const question = [userText("Tell me about recovery.")];
 const cases = [
   // The last route of the chain stays overloaded; one retry is enough to show it.
   ["outage", () => client.stream({ route: "sim-large", messages: question, metadata: { "sim.faults": "overload*20" }, policy: { maxRetries: 1 } }).done()],
-  ["rate limit over the ceiling", () => client.stream({ route: "sim-large", messages: question, metadata: { "sim.faults": "rate_limit=10m" } }).done()],
+  // A 429 asking for 10 minutes, over the 60 s ceiling; no fallback to take.
+  ["rate limit over the ceiling", () => client.stream({ route: "sim-small", messages: question, metadata: { "sim.faults": "rate_limit=10m" }, policy: { disableFallback: true } }).done()],
   ["bad request", () => client.complete({ messages: [], maxOutputTokens: 0 })],
 ];
 
