@@ -235,8 +235,9 @@ node-installed:
 
 $(NODE_MODULES): | node-installed
 
+# --ignore-scripts: npm would run the linked client's prepare (tsc) again.
 $(NODE_EXAMPLES_MODULES): $(NODE_EXAMPLES)/package-lock.json $(NODE_EXAMPLES)/package.json $(NODE_MODULES)
-	cd $(NODE_EXAMPLES) && npm ci --no-audit --no-fund
+	cd $(NODE_EXAMPLES) && npm ci --no-audit --no-fund --ignore-scripts
 	@touch $@
 
 .PHONY: node-deps
