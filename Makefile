@@ -22,7 +22,7 @@ help: ## Show this help, with the values the variables have now.
 	@echo 'Usage: make [TARGET] [VARIABLE=value ...]'
 	@echo
 	@echo 'Targets:'
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|$$(ADDR)|$(ADDR)|g; s|$$(IMAGE)|$(IMAGE)|g' | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's|$$(ADDR)|$(ADDR)|g; s|$$(IMAGE)|$(IMAGE)|g' | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 	@echo
 	@echo 'Variables (now):'
 	@$(foreach v,$(HELP_VARS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
@@ -31,7 +31,7 @@ help: ## Show this help, with the values the variables have now.
 	@$(foreach v,$(TOOL_VERSIONS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
 
 # The variables make help shows, with their current values.
-HELP_VARS     = ADDR GO SOAK_N SOAK_SEED FUZZTIME BREAKING_REF IMAGE IMAGE_MODE
+HELP_VARS     = ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BREAKING_REF IMAGE IMAGE_MODE
 TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION HELM_VERSION \
 	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
 
@@ -213,6 +213,42 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 $(BIN)/helm:
 	GOBIN=$(BIN) $(GO) install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
+# ---- Python client: clients/python (package completiond-client), examples/python ----
+# Only Debian bookworm's packages: python3-grpcio 1.51.1 and python3-protobuf
+# 3.21.12 at run time (the generated code in clients/python/src/completiond/_proto
+# was made by the matching protoc and grpc_python_plugin), setuptools and pip
+# to install the package, mypy to type-check it. PYTHON is Debian's python3:
+# another one on PATH (pyenv) lacks those packages.
+PYTHON         ?= /usr/bin/python3
+PYTHON_CLIENT  := clients/python
+DEBIAN_PYTHON_PACKAGES := python3 python3-grpcio python3-protobuf python3-setuptools python3-pip mypy
+PYTHON_ENV     := PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+.PHONY: python-deps
+python-deps: ## Install the Python client's Debian packages (python3-grpcio, python3-protobuf, setuptools, pip, mypy) with apt-get when missing.
+	@if ! $(PYTHON) -c 'import grpc, google.protobuf, setuptools, pip' 2>/dev/null || ! $(PYTHON) -m mypy --version >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing $(DEBIAN_PYTHON_PACKAGES) with apt-get"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PYTHON_PACKAGES) >/dev/null; \
+		else echo "the Python client needs: apt-get install $(DEBIAN_PYTHON_PACKAGES)"; exit 1; fi; fi
+	@$(PYTHON) -c 'import grpc, google.protobuf; print("python-deps: $(PYTHON): grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)'
+
+.PHONY: python-test
+python-test: python-deps ## Python client without a server: unit, golden-transcript and Session-replay tests, mypy, and a pip install of the package.
+	cd $(PYTHON_CLIENT) && $(PYTHON_ENV) PYTHONPATH=src $(PYTHON) -m unittest discover -s tests -t .
+	cd $(PYTHON_CLIENT) && $(PYTHON) -m mypy
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	cp -r $(PYTHON_CLIENT)/pyproject.toml $(PYTHON_CLIENT)/README.md $(PYTHON_CLIENT)/src "$$tmp"/; \
+	$(PYTHON_ENV) $(PYTHON) -m pip install -q --root-user-action=ignore --no-deps --no-build-isolation --target "$$tmp/site" "$$tmp"; \
+	cd "$$tmp/site" && $(PYTHON_ENV) $(PYTHON) -c 'import completiond, pathlib; p = pathlib.Path(completiond.__file__).parent; \
+		assert (p / "py.typed").exists() and (p / "_proto/completion/v1/completion_pb2.pyi").exists(), "py.typed and the .pyi stubs are installed"; \
+		print("python-test: pip installs completiond-client", completiond.__version__)'
+
+.PHONY: python-e2e
+python-e2e: python-deps ## Python client against a real completiond (scripts/with-server): e2e tests, a reconnect through a cut connection, and the examples.
+	$(PYTHON_ENV) GO='$(GO)' PYTHONPATH=$(PYTHON_CLIENT)/src scripts/with-server $(PYTHON) -m unittest discover -s $(PYTHON_CLIENT)/e2e -t $(PYTHON_CLIENT)
+# ---- end of the Python client block ----
+
 # ---- Node.js client: clients/node (@completiond/client) and examples/node ----
 # node-deps installs Node.js and npm with apt-get when they are missing and
 # make runs as root (Debian's nodejs is 18, the oldest Node the package
@@ -253,4 +289,5 @@ node-test: node-build ## Node client: unit, golden transcript and Session replay
 
 .PHONY: node-e2e
 node-e2e: node-build $(NODE_EXAMPLES_MODULES) ## Node client against a real server (scripts/with-server): its e2e tests, then the examples.
-	scripts/with-server bash -c 'npm --prefix $(NODE_CLIENT) run test:e2e && npm --prefix $(NODE_EXAMPLES) test'
+	GO='$(GO)' scripts/with-server bash -c 'npm --prefix $(NODE_CLIENT) run test:e2e && npm --prefix $(NODE_EXAMPLES) test'
+# ---- end of the Node.js client block ----

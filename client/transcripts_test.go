@@ -246,6 +246,23 @@ func withoutIDs(x expectJSON) expectJSON {
 // and short backoffs so that the transcripts are reproducible and quick.
 func serve(t *testing.T) *grpc.ClientConn {
 	t.Helper()
+	return dial(t, serveAddr(t))
+}
+
+// dial connects to addr for the rest of the test.
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// serveAddr runs the server and returns its loopback address.
+func serveAddr(t *testing.T) string {
+	t.Helper()
 	cfg := service.DefaultConfig()
 	cfg.Routes = service.SimRoutes(sim.New(sim.Config{}))
 	cfg.Policy.Retry.BackoffBase = 10 * time.Millisecond
@@ -261,15 +278,14 @@ func serve(t *testing.T) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	go g.Server.Serve(lis)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		conn.Close()
-		g.Server.Stop()
+		// As the process does on SIGTERM, without waiting: a completion
+		// kept running for a caller that may come back ends now.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		g.Drain(ctx)
 	})
-	return conn
+	return lis.Addr().String()
 }
 
 // record runs s and returns its transcript, its expect computed by this

@@ -1,0 +1,58 @@
+"""completiond-client: the Python client of completiond, recoverable LLM completions over gRPC.
+
+>>> import completiond
+>>> with completiond.Client() as client:                      # COMPLETIOND_ADDR or localhost:50051
+...     stream = client.stream(completiond.text_request("Explain backoff."))
+...     for event in stream:                                   # typed pb.CompletionEvent messages
+...         if event.HasField("delta"):
+...             print(event.delta.text, end="")
+...     print(stream.fold.text)                                # the kept answer, per the stream contract
+
+The generated messages are here under friendly names: :mod:`pb` (completion.v1),
+:mod:`pb_grpc` (its stub), :mod:`rpc_status`, :mod:`error_details` and
+:mod:`rpc_code` (google.rpc).
+"""
+
+from completiond._proto.completion.v1 import completion_pb2 as pb
+from completiond._proto.completion.v1 import completion_pb2_grpc as pb_grpc
+from completiond._proto.google.rpc import code_pb2 as rpc_code
+from completiond._proto.google.rpc import error_details_pb2 as error_details
+from completiond._proto.google.rpc import status_pb2 as rpc_status
+from completiond.client import DEFAULT_ADDRESS, Client, default_address, text_request, user_message
+from completiond.errors import (DOMAIN, CompletionError, FieldViolation, error_from_grpc, error_from_result,
+                                error_from_status)
+from completiond.fold import Fold, Turn, tool_input
+from completiond.session import CancelSession, Session, allow, block, prevent
+from completiond.stream import Reconnect, Stream
+
+#: __version__ is the package's version (the repository's release).
+__version__ = "0.2.0"
+
+__all__ = [
+    "CancelSession",
+    "Client",
+    "CompletionError",
+    "DEFAULT_ADDRESS",
+    "DOMAIN",
+    "FieldViolation",
+    "Fold",
+    "Reconnect",
+    "Session",
+    "Stream",
+    "Turn",
+    "allow",
+    "block",
+    "default_address",
+    "error_details",
+    "error_from_grpc",
+    "error_from_result",
+    "error_from_status",
+    "pb",
+    "pb_grpc",
+    "prevent",
+    "rpc_code",
+    "rpc_status",
+    "text_request",
+    "tool_input",
+    "user_message",
+]

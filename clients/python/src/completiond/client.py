@@ -1,0 +1,223 @@
+"""The completiond client: Stream, Complete, Session and Attach over one gRPC channel."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import grpc
+
+from completiond._proto.completion.v1 import completion_pb2 as pb
+from completiond._proto.completion.v1 import completion_pb2_grpc as pb_grpc
+from completiond.errors import error_from_grpc
+from completiond.fold import Fold
+from completiond.session import EventCallback, Session, StopHookCallback, ToolCallback, ToolFunction, drive
+from completiond.stream import Reconnect, Stream, seconds
+
+#: DEFAULT_ADDRESS is where ``make run`` serves.
+DEFAULT_ADDRESS = "localhost:50051"
+
+Metadata = Sequence[Tuple[str, str]]
+
+
+def default_address() -> str:
+    """COMPLETIOND_ADDR when it is set, else localhost:50051."""
+    return os.environ.get("COMPLETIOND_ADDR") or DEFAULT_ADDRESS
+
+
+class Client:
+    """A client of completiond's ``completion.v1.Completion`` service.
+
+    >>> with Client("localhost:50051") as client:
+    ...     for event in client.stream(text_request("Explain backoff.")):
+    ...         print(event)
+
+    target defaults to COMPLETIOND_ADDR, else localhost:50051. tls=True (or
+    root_certificates, or channel_credentials) makes a TLS channel; api_key
+    is sent with every call as ``authorization: Bearer <key>``. options are
+    grpc channel options; reconnect says how streams attach again after a
+    drop. To use a channel of your own, see :meth:`from_channel`.
+    """
+
+    def __init__(
+        self,
+        target: Optional[str] = None,
+        *,
+        api_key: Optional[str] = None,
+        tls: bool = False,
+        root_certificates: Optional[bytes] = None,
+        channel_credentials: Optional[grpc.ChannelCredentials] = None,
+        options: Optional[Sequence[Tuple[str, Any]]] = None,
+        reconnect: Reconnect = Reconnect(),
+    ) -> None:
+        target = target or default_address()
+        if channel_credentials is None and (tls or root_certificates is not None):
+            channel_credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+        if channel_credentials is not None:
+            channel = grpc.secure_channel(target, channel_credentials, options=options)
+        else:
+            channel = grpc.insecure_channel(target, options=options)
+        self._init(channel, api_key, reconnect, owned=True)
+
+    @classmethod
+    def from_channel(
+        cls, channel: grpc.Channel, *, api_key: Optional[str] = None, reconnect: Reconnect = Reconnect()
+    ) -> "Client":
+        """A client over an existing channel, which :meth:`close` leaves open."""
+        client = cls.__new__(cls)
+        client._init(channel, api_key, reconnect, owned=False)
+        return client
+
+    def _init(self, channel: grpc.Channel, api_key: Optional[str], reconnect: Reconnect, owned: bool) -> None:
+        #: channel is the gRPC channel the calls go over.
+        self.channel: grpc.Channel = channel
+        #: stub is the generated stub, for anything this client does not wrap.
+        self.stub = pb_grpc.CompletionStub(channel)
+        self._metadata: List[Tuple[str, str]] = [("authorization", "Bearer " + api_key)] if api_key else []
+        self._owned = owned
+        #: reconnect says how streams attach again after a drop.
+        self.reconnect: Reconnect = reconnect
+
+    def close(self) -> None:
+        """Closes the channel, if this client opened it."""
+        if self._owned:
+            self.channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _md(self, metadata: Optional[Metadata]) -> List[Tuple[str, str]]:
+        return self._metadata + list(metadata or ())
+
+    def stream(
+        self, request: pb.CompleteRequest, *, timeout: Optional[float] = None, metadata: Optional[Metadata] = None
+    ) -> Stream:
+        """Starts a Stream RPC: iterate the result for the events (see :class:`Stream`).
+
+        With ``request.resume_grace`` set, a dropped stream re-attaches and
+        goes on. timeout (seconds) bounds the whole stream, reconnects included.
+        """
+        md = self._md(metadata)
+        grace = seconds(request.resume_grace) if request.HasField("resume_grace") else 0.0
+        return Stream(
+            lambda t: self.stub.Stream(request, timeout=t, metadata=md),
+            lambda cid, seq, t: self.stub.Attach(pb.AttachRequest(completion_id=cid, after_seq=seq),
+                                                 timeout=t, metadata=md),
+            resume_grace=grace,
+            reconnect=self.reconnect,
+            timeout=timeout,
+        )
+
+    def attach(
+        self,
+        completion_id: str,
+        after_seq: int = 0,
+        *,
+        fold: Optional[Fold] = None,
+        timeout: Optional[float] = None,
+        metadata: Optional[Metadata] = None,
+    ) -> Stream:
+        """Follows a running or recently ended completion from after_seq (Attach RPC).
+
+        fold continues an earlier fold (its last_seq wins over after_seq), for
+        example a failed Stream's. The stream attaches again after a drop
+        within the client's reconnect window, and raises the error the
+        completion's result stands for when it did not end COMPLETED, though
+        Attach itself ends OK.
+        """
+        md = self._md(metadata)
+        fold = fold if fold is not None else Fold()
+        if not fold.completion_id:
+            fold.completion_id = completion_id
+        fold.last_seq = start = max(after_seq, fold.last_seq)
+        return Stream(
+            lambda t: self.stub.Attach(pb.AttachRequest(completion_id=completion_id, after_seq=start),
+                                       timeout=t, metadata=md),
+            lambda cid, seq, t: self.stub.Attach(pb.AttachRequest(completion_id=cid, after_seq=seq),
+                                                 timeout=t, metadata=md),
+            reconnect=self.reconnect,
+            timeout=timeout,
+            fold=fold,
+            attach_only=True,
+        )
+
+    def complete(
+        self, request: pb.CompleteRequest, *, timeout: Optional[float] = None, metadata: Optional[Metadata] = None
+    ) -> pb.CompleteResponse:
+        """Runs a Complete RPC: the aggregated result and every transition, or a CompletionError."""
+        try:
+            response: pb.CompleteResponse = self.stub.Complete(request, timeout=timeout, metadata=self._md(metadata))
+        except grpc.RpcError as err:
+            raise error_from_grpc(err) from None
+        return response
+
+    def session(
+        self,
+        start: Union[pb.SessionStart, pb.CompleteRequest],
+        *,
+        timeout: Optional[float] = None,
+        metadata: Optional[Metadata] = None,
+    ) -> Session:
+        """Starts a Session RPC (a bare CompleteRequest is wrapped in a SessionStart)."""
+        if isinstance(start, pb.CompleteRequest):
+            start = pb.SessionStart(request=start)
+        md = self._md(metadata)
+        return Session(lambda requests: self.stub.Session(requests, timeout=timeout, metadata=md), start)
+
+    def run_session(
+        self,
+        start: Union[pb.SessionStart, pb.CompleteRequest],
+        tools: Union[ToolCallback, Mapping[str, ToolFunction], None],
+        stop_hook: Optional[StopHookCallback] = None,
+        on_event: Optional[EventCallback] = None,
+        *,
+        timeout: Optional[float] = None,
+        metadata: Optional[Metadata] = None,
+    ) -> Fold:
+        """Runs a whole Session tool loop and returns the fold at its end.
+
+        tools runs each tool call the moment it arrives (safe: a call is sent
+        only once settled): one callback given the pb.ToolCall, or a mapping
+        from tool name to a function given the input as a dict; it returns the
+        result's text or a ToolResultBlock, and an exception becomes an
+        is_error result with its message. stop_hook answers stop_hook_request
+        events (only sent when ``start.stop_hook`` is set): a StopHookVerdict
+        (see allow, block, prevent), a Verdict, or None; without one every
+        answer is allowed. on_event sees every event first. Any of them may
+        raise :class:`CancelSession` to end the session (Cancel). Raises the
+        session's CompletionError when it does not end COMPLETED.
+        """
+        session = self.session(start, timeout=timeout, metadata=metadata)
+        return drive(session, tools, stop_hook, on_event)
+
+
+def user_message(text: str) -> pb.Message:
+    """A user message with one text block."""
+    return pb.Message(role=pb.ROLE_USER, content=[pb.ContentBlock(text=pb.TextBlock(text=text))])
+
+
+def text_request(
+    prompt: str,
+    *,
+    resume_grace: Union[float, datetime.timedelta, None] = None,
+    metadata: Optional[Mapping[str, str]] = None,
+    tools: Iterable[pb.Tool] = (),
+    **fields: Any,
+) -> pb.CompleteRequest:
+    """A CompleteRequest whose conversation is one user message, prompt.
+
+    resume_grace is seconds or a timedelta; the other fields are
+    CompleteRequest's (route, system, max_output_tokens, delivery, ...).
+    """
+    request = pb.CompleteRequest(messages=[user_message(prompt)], tools=list(tools),
+                                 metadata=dict(metadata or {}), **fields)
+    if resume_grace is not None:
+        if not isinstance(resume_grace, datetime.timedelta):
+            resume_grace = datetime.timedelta(seconds=resume_grace)
+        request.resume_grace.FromTimedelta(resume_grace)
+    return request
+

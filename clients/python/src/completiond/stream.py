@@ -1,0 +1,217 @@
+"""A completion's event stream that folds as it goes and reconnects when it may."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any, Callable, Iterator, Optional
+
+import grpc
+
+from completiond._proto.completion.v1 import completion_pb2 as pb
+from completiond.errors import CompletionError, error_from_grpc, error_from_result
+from completiond.fold import Fold
+
+@dataclasses.dataclass(frozen=True)
+class Reconnect:
+    """How a stream attaches again after its connection dropped.
+
+    It applies to a Stream whose request has a resume_grace (the server keeps
+    the completion running that long without a caller) and to Attach streams.
+    """
+
+    #: backoff is the pause before the first Attach, in seconds; it doubles
+    #: on each failed one, up to max_backoff.
+    backoff: float = 0.05
+    #: max_backoff caps the pause between two Attach tries, in seconds.
+    max_backoff: float = 1.0
+    #: window bounds how long after a drop the stream keeps trying, in
+    #: seconds, further bounded by the request's resume_grace.
+    window: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        """The pause before Attach number attempt (1-based) since the drop."""
+        return min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+
+
+def seconds(d: Any) -> float:
+    """A google.protobuf.Duration in seconds."""
+    return d.seconds + d.nanos / 1e9
+
+
+class Stream(Iterator[pb.CompletionEvent]):
+    """The events of one completion: iterate it for every event, in seq order, once each.
+
+    :attr:`fold` is kept up to date with each event before it is handed out.
+    When the completion does not end COMPLETED, iteration raises a
+    :class:`~completiond.CompletionError` (carrying the fold's result when
+    the stream had one) instead of stopping.
+
+    When the request has ``resume_grace`` and the stream breaks (UNAVAILABLE:
+    a dropped connection, a restarting server) after the started event and
+    before the result, the stream calls ``Attach(completion_id, last_seq)``,
+    again with a short backoff if that fails, within the grace and the
+    :class:`Reconnect` window, and goes on: the caller sees one
+    uninterrupted stream, every seq once. Attach ends OK whatever the
+    completion's end, so a stream that attached raises the error its result
+    stands for (see :func:`~completiond.errors.error_from_result`).
+    """
+
+    def __init__(
+        self,
+        open_call: Callable[[Optional[float]], Any],
+        open_attach: Callable[[str, int, Optional[float]], Any],
+        *,
+        resume_grace: float = 0.0,
+        reconnect: Reconnect = Reconnect(),
+        timeout: Optional[float] = None,
+        fold: Optional[Fold] = None,
+        attach_only: bool = False,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Use :meth:`Client.stream` or :meth:`Client.attach`; this is their machinery.
+
+        open_call(timeout) starts the RPC; open_attach(completion_id,
+        after_seq, timeout) starts an Attach. attach_only says open_call is
+        an Attach too: it may attach again within the reconnect window alone.
+        """
+        #: fold is the fold of every event handed out so far.
+        self.fold: Fold = fold if fold is not None else Fold()
+        #: reconnects counts the Attach calls made after a drop.
+        self.reconnects: int = 0
+        self._open_attach = open_attach
+        self._window = reconnect.window if attach_only else min(reconnect.window, resume_grace)
+        self._reconnect = reconnect
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._call: Any = None
+        self._cancelled = False
+        self._events = self._run(open_call, attach_only)
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> pb.CompletionEvent:
+        return next(self._events)
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.fold.ended:
+            self.cancel()
+
+    @property
+    def completion_id(self) -> str:
+        """The completion's id, from its started event ("" before it)."""
+        return self.fold.completion_id
+
+    @property
+    def result(self) -> Optional[pb.Result]:
+        """The completion's result, None before it."""
+        return self.fold.result
+
+    def wait(self) -> Fold:
+        """Reads the remaining events and returns the fold; raises the stream's error, if any."""
+        for _ in self:
+            pass
+        return self.fold
+
+    def cancel(self) -> None:
+        """Cancels the RPC (from any thread); iteration then raises CANCELLED.
+
+        Without resume_grace the server cancels the completion at once
+        (ABORTED_STREAMING); with it, the completion keeps running for the grace.
+        """
+        with self._lock:
+            self._cancelled = True
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def _remaining(self) -> Optional[float]:
+        return None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+
+    def _start(self, open_fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._cancelled:
+                raise self._error(CompletionError(grpc.StatusCode.CANCELLED, "cancelled by the caller"))
+            self._call = open_fn()
+            return self._call
+
+    def _error(self, err: CompletionError) -> CompletionError:
+        """err with what the stream knows: the fold, its result and completion id."""
+        err.result, err.completion_id, err.fold = self.fold.result, self.fold.completion_id, self.fold
+        return err
+
+    def _run(self, open_call: Callable[[Optional[float]], Any], attached: bool) -> Iterator[pb.CompletionEvent]:
+        call = self._start(lambda: open_call(self._remaining()))
+        drop = _Drop()
+        while True:
+            err: Optional[grpc.RpcError] = None
+            try:
+                for event in call:
+                    if self.fold.add(event):
+                        drop = _Drop()  # events flow again: a later drop starts afresh
+                        yield event
+            except grpc.RpcError as e:
+                err = e
+            if err is None and self.fold.ended:
+                self._finish(attached)
+                return
+            call = self._reattach(drop) if self._resumable(err) else None
+            if call is None:
+                if err is None:  # the server never ends a stream OK without its result
+                    raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
+                raise self._error(error_from_grpc(err)) from None
+            attached = True
+
+    def _finish(self, attached: bool) -> None:
+        """Raises the error of a completion followed with Attach (which ends OK) that did not end COMPLETED."""
+        if attached and self.fold.result is not None:
+            ended = error_from_result(self.fold.result, self.fold.completion_id)
+            if ended is not None:
+                raise self._error(ended)
+
+    def _reattach(self, drop: "_Drop") -> Any:
+        """Waits the next backoff and calls Attach after the last seq; None once the window is over."""
+        if drop.at is None:
+            drop.at = time.monotonic()
+        drop.tries += 1
+        wait = self._reconnect.delay(drop.tries)
+        if not self._within(drop.at, wait):
+            return None
+        self._sleep(wait)
+        call = self._start(lambda: self._open_attach(self.fold.completion_id, self.fold.last_seq, self._remaining()))
+        self.reconnects += 1
+        return call
+
+    def _resumable(self, err: Optional[grpc.RpcError]) -> bool:
+        """Whether the stream's end is a dropped connection of a completion that may be attached to again.
+
+        The server's own status only ever follows the result, so an end before
+        the result is the connection's.
+        """
+        if self._window <= 0 or self._cancelled or self.fold.ended or not self.fold.completion_id:
+            return False
+        if err is None:
+            return True
+        code = err.code() if callable(getattr(err, "code", None)) else None
+        return bool(code == grpc.StatusCode.UNAVAILABLE)
+
+    def _within(self, dropped_at: float, wait: float) -> bool:
+        """Whether an Attach after wait is still within the window since the drop and the deadline."""
+        end = dropped_at + self._window
+        if self._deadline is not None:
+            end = min(end, self._deadline)
+        return time.monotonic() + wait <= end
+
+
+class _Drop:
+    """One broken connection being resumed: when it broke, and the attaches tried since."""
+
+    def __init__(self) -> None:
+        self.at: Optional[float] = None
+        self.tries = 0
