@@ -124,6 +124,7 @@ export class Client {
       policy: this.#reconnect,
       signal: options.signal,
       fold: new Fold({ completionId, afterSeq }),
+      attached: true,
     });
   }
 

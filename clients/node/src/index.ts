@@ -24,6 +24,7 @@ export {
   DOMAIN,
   codeName,
   errorFromGrpc,
+  errorFromResult,
   errorFromStatus,
   isCompletiondError,
   seconds,

@@ -4,7 +4,7 @@
 
 import { status as GrpcStatus } from "@grpc/grpc-js";
 import type { CompletionEvent } from "./gen/completion/v1/completion";
-import { CompletiondError, errorFromGrpc, errorFromStatus } from "./errors";
+import { CompletiondError, errorFromGrpc, errorFromResult, errorFromStatus } from "./errors";
 import { Fold } from "./fold";
 import { onAbort } from "./abort";
 
@@ -43,6 +43,8 @@ export interface StreamSource {
   signal?: AbortSignal;
   /** fold is the Fold to keep (a new one by default). */
   fold?: Fold;
+  /** attached says that open itself calls Attach (Client.attach). */
+  attached?: boolean;
 }
 
 /**
@@ -51,7 +53,9 @@ export interface StreamSource {
  * event seen twice after a reconnect is not yielded again, and when the
  * call ends with a status other than OK the iteration throws a
  * CompletiondError that carries the fold's result and completion id.
- * Leaving the loop early cancels the call.
+ * Attach ends OK however the completion ended, so a stream that attached
+ * throws the error its result stands for (errorFromResult) when the
+ * completion did not end COMPLETED. Leaving the loop early cancels the call.
  */
 export class CompletionStream implements AsyncIterable<CompletionEvent> {
   /** fold is the completion folded so far: its text, turns, transitions, result. */
@@ -99,6 +103,7 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
     const unlisten = onAbort(this.#src.signal, () => this.cancel());
     let failed = 0; // Attach calls in a row that brought nothing
     let droppedAt: number | undefined;
+    let attached = this.#src.attached ?? false; // following with Attach, which ends OK however the completion ended
     try {
       this.#call = this.#src.open();
       for (;;) {
@@ -112,7 +117,11 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
               yield ev;
             }
           }
-          if (this.fold.done) return;
+          if (this.fold.done) {
+            const ended = attached ? errorFromResult(this.fold.result!, this.fold.completionId) : undefined;
+            if (ended !== undefined) throw ended;
+            return;
+          }
           // The server never ends OK before the result: a proxy or a
           // restarting server did. Attach may still have the rest.
           failure = errorFromStatus(GrpcStatus.INTERNAL, "the stream ended without a result");
@@ -128,6 +137,7 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
         failed++;
         if (this.#cancelled) throw this.#typed(failure);
         this.#reconnects++;
+        attached = true;
         this.#call = this.#src.attach(this.fold.completionId, this.fold.lastSeq);
       }
     } finally {

@@ -8,6 +8,7 @@ import {
   CompletionEvent,
   CompletionStream,
   DEFAULT_RECONNECT,
+  ErrorKind,
   GrpcStatus,
   TransitionReason,
 } from "../src/index";
@@ -17,7 +18,7 @@ import { FakeSource, type Leg } from "./fakes";
 const FAST = { tries: 3, initialBackoffMs: 1, maxBackoffMs: 4 };
 const DROP = { code: GrpcStatus.UNAVAILABLE, message: "Connection dropped" };
 
-function stream(legs: Leg[], opts: { resumable?: boolean; graceMs?: number; signal?: AbortSignal } = {}) {
+function stream(legs: Leg[], opts: { resumable?: boolean; graceMs?: number; signal?: AbortSignal; attached?: boolean } = {}) {
   const src = new FakeSource(legs);
   const s = new CompletionStream({
     open: () => src.open(),
@@ -26,6 +27,7 @@ function stream(legs: Leg[], opts: { resumable?: boolean; graceMs?: number; sign
     graceMs: opts.graceMs ?? 60_000,
     policy: FAST,
     signal: opts.signal,
+    attached: opts.attached,
   });
   return { s, src };
 }
@@ -86,6 +88,35 @@ describe("CompletionStream", { timeout: 10_000 }, () => {
     assert.deepEqual(src.attaches, [{ completionId: "cmpl_r", afterSeq: 4 }]);
     assert.equal(s.reconnects, 1);
     assert.equal(s.fold.text, s.fold.result?.message?.content[0]?.text?.text);
+  });
+
+  test("Attach ends OK however the completion ended: a stream that attached throws the result's error", async () => {
+    const e = new Events();
+    const failure = { kind: ErrorKind.ERROR_KIND_STREAM_BROKEN, provider: "sim", httpStatus: 200, message: "stream cut" };
+    const evs = [
+      e.started("cmpl_x"),
+      e.text(1, "half "),
+      e.transition(1, TransitionReason.TRANSITION_REASON_MODEL_ERROR, { terminal: true }),
+      e.ev(1, 1, { result: { reason: TransitionReason.TRANSITION_REASON_MODEL_ERROR, error: failure } }),
+    ];
+    const { s } = stream([
+      { events: evs.slice(0, 2), end: DROP },
+      { events: evs.slice(2), end: { code: 0 } },
+    ]);
+    const { seqs, err } = await drain(s);
+    assert.deepEqual(seqs, [1, 2, 3, 4]);
+    assert.equal(err?.codeName, "UNAVAILABLE");
+    assert.equal(err?.details, "completion ended MODEL_ERROR: stream_broken (HTTP 200): stream cut");
+    assert.equal(err?.terminalReason, TransitionReason.TRANSITION_REASON_MODEL_ERROR);
+    assert.deepEqual(err?.metadata, { error_kind: "stream_broken", provider: "sim", http_status: "200" });
+    assert.equal(err?.retryable, false);
+    assert.equal(err?.completionId, "cmpl_x");
+
+    // Client.attach's streams are attached from the start; a COMPLETED result is no error.
+    const attached = stream([{ events: evs, end: { code: 0 } }], { attached: true });
+    assert.equal((await drain(attached.s)).err?.codeName, "UNAVAILABLE");
+    const fine = stream([{ events: whole(2), end: { code: 0 } }], { attached: true });
+    assert.equal((await drain(fine.s)).err, undefined);
   });
 
   test("several drops, and Attach calls that fail, within the tries", async () => {

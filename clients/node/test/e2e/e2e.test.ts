@@ -229,6 +229,33 @@ describe("against completiond", { timeout: 120_000 }, () => {
     }
   });
 
+  test("a drop, then the completion fails: the stream that attached throws the result's error", async () => {
+    // Attach ends OK however the completion ended: the error is rebuilt from the result.
+    const proxy = await CuttingProxy.start(ADDR, 2000);
+    const c = new Client(proxy.address);
+    try {
+      const s = c.stream({
+        route: "sim-noprefill",
+        messages: [userText("Tell me about recovery.")],
+        metadata: { "sim.faults": "cut=60", "sim.pace": "10ms", "sim.words": "80" },
+        policy: { maxRetries: 0, disableFallback: true },
+        resumeGrace: duration(60),
+      });
+      const { seqs, err } = await read(s);
+      assert.equal(proxy.cuts, 1);
+      assert.ok(s.reconnects >= 1);
+      assert.deepEqual(seqs, range(seqs.length));
+      assert.equal(err?.code, GrpcStatus.UNAVAILABLE);
+      assert.equal(err?.terminalReason, R.TRANSITION_REASON_MODEL_ERROR);
+      assert.equal(err?.metadata.error_kind, "stream_broken");
+      assert.match(err?.details ?? "", /^completion ended MODEL_ERROR: stream_broken \(HTTP 200\)/);
+      assert.equal(err?.result?.reason, R.TRANSITION_REASON_MODEL_ERROR);
+    } finally {
+      c.close();
+      await proxy.close();
+    }
+  });
+
   test("without resume_grace the drop ends the stream: UNAVAILABLE, no Attach", async () => {
     const proxy = await CuttingProxy.start(ADDR, 2000);
     const c = new Client(proxy.address);
