@@ -10,16 +10,16 @@ import { onAbort } from "./abort";
 
 /** ReconnectPolicy says how a resumable stream attaches again after its connection dropped. */
 export interface ReconnectPolicy {
-  /** tries is how many Attach calls in a row may fail before the stream gives up. */
-  tries: number;
   /** initialBackoffMs is the wait before the first Attach; it doubles with each failed one. */
   initialBackoffMs: number;
   /** maxBackoffMs caps the wait between Attach calls. */
   maxBackoffMs: number;
+  /** windowMs bounds how long after a drop the stream keeps trying (and, for a Stream, its resume grace). */
+  windowMs: number;
 }
 
-/** DEFAULT_RECONNECT: 5 tries, 100 ms doubling to at most 2 s (about 3 s in all), within the grace. */
-export const DEFAULT_RECONNECT: Readonly<ReconnectPolicy> = { tries: 5, initialBackoffMs: 100, maxBackoffMs: 2000 };
+/** DEFAULT_RECONNECT: 50 ms doubling to 1 s, for up to 30 s after the drop (as the Go and Python clients). */
+export const DEFAULT_RECONNECT: Readonly<ReconnectPolicy> = { initialBackoffMs: 50, maxBackoffMs: 1000, windowMs: 30_000 };
 
 /** EventCall is a server-streaming call of CompletionEvents (grpc-js ClientReadableStream fits). */
 export interface EventCall extends AsyncIterable<CompletionEvent> {
@@ -35,7 +35,7 @@ export interface StreamSource {
   attach(completionId: string, afterSeq: number): EventCall;
   /** resumable says whether a dropped connection may be healed with attach. */
   resumable: boolean;
-  /** graceMs bounds the healing: no Attach later than this after the drop (0: no bound but tries). */
+  /** graceMs bounds the healing too: no Attach later than this after the drop (0: the policy's window only). */
   graceMs: number;
   /** policy is the reconnect policy. */
   policy: ReconnectPolicy;
@@ -157,14 +157,13 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
    * mayResume: only a resumable completion that has started and not ended,
    * only a transport failure (UNAVAILABLE without the ErrorInfo a status
    * completiond decided carries) or an end without a result, within the
-   * tries and the grace.
+   * reconnect window and the grace.
    */
   #mayResume(failure: unknown, noResult: boolean, failed: number, droppedAt: number): boolean {
     const src = this.#src;
     if (this.#cancelled || !src.resumable || this.fold.completionId === "" || this.fold.done) return false;
-    if (failed >= src.policy.tries) return false;
-    const wait = backoffMs(src.policy, failed);
-    if (src.graceMs > 0 && Date.now() + wait - droppedAt > src.graceMs) return false;
+    const window = src.graceMs > 0 ? Math.min(src.policy.windowMs, src.graceMs) : src.policy.windowMs;
+    if (Date.now() + backoffMs(src.policy, failed) - droppedAt > window) return false;
     if (noResult) return true;
     const e = errorFromGrpc(failure);
     return e.code === GrpcStatus.UNAVAILABLE && e.reason === "";

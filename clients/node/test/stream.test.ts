@@ -10,22 +10,31 @@ import {
   DEFAULT_RECONNECT,
   ErrorKind,
   GrpcStatus,
+  type ReconnectPolicy,
   TransitionReason,
 } from "../src/index";
 import { Events, detailsBin } from "./build";
 import { FakeSource, type Leg } from "./fakes";
 
-const FAST = { tries: 3, initialBackoffMs: 1, maxBackoffMs: 4 };
+const FAST: ReconnectPolicy = { initialBackoffMs: 1, maxBackoffMs: 4, windowMs: 5_000 };
 const DROP = { code: GrpcStatus.UNAVAILABLE, message: "Connection dropped" };
 
-function stream(legs: Leg[], opts: { resumable?: boolean; graceMs?: number; signal?: AbortSignal; attached?: boolean } = {}) {
+interface Opts {
+  resumable?: boolean;
+  graceMs?: number;
+  signal?: AbortSignal;
+  attached?: boolean;
+  policy?: ReconnectPolicy;
+}
+
+function stream(legs: Leg[], opts: Opts = {}) {
   const src = new FakeSource(legs);
   const s = new CompletionStream({
     open: () => src.open(),
     attach: (id, seq) => src.attach(id, seq),
     resumable: opts.resumable ?? true,
     graceMs: opts.graceMs ?? 60_000,
-    policy: FAST,
+    policy: opts.policy ?? FAST,
     signal: opts.signal,
     attached: opts.attached,
   });
@@ -119,7 +128,7 @@ describe("CompletionStream", { timeout: 10_000 }, () => {
     assert.equal((await drain(fine.s)).err, undefined);
   });
 
-  test("several drops, and Attach calls that fail, within the tries", async () => {
+  test("several drops, and Attach calls that fail, within the window", async () => {
     const evs = whole(4); // seq 1..7
     const { s, src } = stream([
       { events: evs.slice(0, 2), end: DROP },
@@ -133,16 +142,20 @@ describe("CompletionStream", { timeout: 10_000 }, () => {
     assert.deepEqual(src.attaches.map((a) => a.afterSeq), [2, 2, 5]);
   });
 
-  test("gives up after policy.tries failed Attach calls in a row, with the drop's error", async () => {
+  test("gives up once the reconnect window since the drop is over, with the drop's error", async () => {
     const evs = whole(2);
     const legs: Leg[] = [{ events: evs.slice(0, 2), end: DROP }];
-    for (let i = 0; i < FAST.tries; i++) legs.push({ events: [], end: DROP });
-    const { s, src } = stream(legs);
+    for (let i = 0; i < 1000; i++) legs.push({ events: [], end: DROP });
+    const policy = { initialBackoffMs: 2, maxBackoffMs: 8, windowMs: 60 };
+    const started = Date.now();
+    const { s, src } = stream(legs, { policy });
     const { seqs, err } = await drain(s);
     assert.deepEqual(seqs, [1, 2]);
     assert.equal(err?.codeName, "UNAVAILABLE");
     assert.equal(err?.completionId, "cmpl_r");
-    assert.equal(src.attaches.length, FAST.tries);
+    assert.ok(src.attaches.length >= 3, `${src.attaches.length} attaches`);
+    assert.ok(src.attaches.length < 60, `${src.attaches.length} attaches`);
+    assert.ok(Date.now() - started < 60 + 1000, "no Attach after the window");
   });
 
   test("no Attach: without resume grace, before started, for a status completiond decided, or past the grace", async () => {
@@ -201,7 +214,7 @@ describe("CompletionStream", { timeout: 10_000 }, () => {
     assert.throws(() => s[Symbol.asyncIterator](), /only once/);
   });
 
-  test("the default reconnect policy is a few tries, short backoff", () => {
-    assert.deepEqual({ ...DEFAULT_RECONNECT }, { tries: 5, initialBackoffMs: 100, maxBackoffMs: 2000 });
+  test("the default reconnect policy: 50 ms doubling to 1 s, for 30 s (as the Go and Python clients)", () => {
+    assert.deepEqual({ ...DEFAULT_RECONNECT }, { initialBackoffMs: 50, maxBackoffMs: 1000, windowMs: 30_000 });
   });
 });
