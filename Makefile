@@ -248,3 +248,46 @@ python-test: python-deps ## Python client without a server: unit, golden-transcr
 python-e2e: python-deps ## Python client against a real completiond (scripts/with-server): e2e tests, a reconnect through a cut connection, and the examples.
 	$(PYTHON_ENV) GO='$(GO)' PYTHONPATH=$(PYTHON_CLIENT)/src scripts/with-server $(PYTHON) -m unittest discover -s $(PYTHON_CLIENT)/e2e -t $(PYTHON_CLIENT)
 # ---- end of the Python client block ----
+
+# ---- Node.js client: clients/node (@completiond/client) and examples/node ----
+# node-deps installs Node.js and npm with apt-get when they are missing and
+# make runs as root (Debian's nodejs is 18, the oldest Node the package
+# supports), then npm ci in both folders: exactly their lock files. npm ci in
+# clients/node runs its prepare script, which builds dist/ with tsc; the
+# examples depend on that folder (file:../../clients/node, a symlink).
+NODE_EXAMPLES         := examples/node
+NODE_EXAMPLES_MODULES := $(NODE_EXAMPLES)/node_modules/.package-lock.json
+NODE_MIN_MAJOR        := 18
+
+.PHONY: node-installed
+node-installed:
+	@command -v node >/dev/null && command -v npm >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing nodejs and npm with apt-get"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+		else echo "Node.js $(NODE_MIN_MAJOR)+ and npm are needed: apt-get install nodejs npm"; exit 1; fi; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= $(NODE_MIN_MAJOR) ? 0 : 1)' || \
+		{ echo "Node.js $(NODE_MIN_MAJOR)+ is needed, this is $$(node --version)"; exit 1; }
+
+$(NODE_MODULES): | node-installed
+
+# --ignore-scripts: npm would run the linked client's prepare (tsc) again.
+$(NODE_EXAMPLES_MODULES): $(NODE_EXAMPLES)/package-lock.json $(NODE_EXAMPLES)/package.json $(NODE_MODULES)
+	cd $(NODE_EXAMPLES) && npm ci --no-audit --no-fund --ignore-scripts
+	@touch $@
+
+.PHONY: node-deps
+node-deps: $(NODE_MODULES) $(NODE_EXAMPLES_MODULES) ## Node client: Node.js and npm (apt-get when missing and root), npm ci in clients/node (builds dist/) and examples/node.
+
+.PHONY: node-build
+node-build: $(NODE_MODULES) ## Node client: build clients/node/dist (JavaScript and .d.ts) with tsc.
+	cd $(NODE_CLIENT) && npm run build
+
+.PHONY: node-test
+node-test: node-build ## Node client: unit, golden transcript and Session replay tests (no server).
+	cd $(NODE_CLIENT) && npm test
+
+.PHONY: node-e2e
+node-e2e: node-build $(NODE_EXAMPLES_MODULES) ## Node client against a real server (scripts/with-server): its e2e tests, then the examples.
+	GO='$(GO)' scripts/with-server bash -c 'npm --prefix $(NODE_CLIENT) run test:e2e && npm --prefix $(NODE_EXAMPLES) test'
+# ---- end of the Node.js client block ----

@@ -1,0 +1,207 @@
+// The Client: connects to completiond and wraps the generated grpc-js stub
+// with what every caller would otherwise write again — typed errors, a Fold
+// kept up to date, reconnection of resumable streams, the Session tool loop.
+
+import {
+  type CallOptions as GrpcCallOptions,
+  type ChannelInterface,
+  type ChannelCredentials,
+  type ChannelOptions,
+  credentials as grpcCredentials,
+  Metadata,
+} from "@grpc/grpc-js";
+import {
+  AttachRequest,
+  CompleteRequest,
+  CompleteResponse,
+  CompletionClient,
+  type DeepPartial,
+  SessionStart,
+} from "./gen/completion/v1/completion";
+import { errorFromGrpc } from "./errors";
+import { onAbort } from "./abort";
+import { Fold } from "./fold";
+import { runSessionOver, type SessionHandlers } from "./session";
+import { CompletionStream, DEFAULT_RECONNECT, type ReconnectPolicy } from "./stream";
+
+/** DEFAULT_ADDRESS is where `make run` serves. */
+export const DEFAULT_ADDRESS = "localhost:50051";
+
+/** TLS settings for a connection: PEM buffers; all optional (the system's roots by default). */
+export interface TlsOptions {
+  /** rootCerts are the CAs to trust instead of the system's. */
+  rootCerts?: Buffer;
+  /** privateKey and certChain are the client's certificate, for mTLS. */
+  privateKey?: Buffer;
+  /** certChain is the client's certificate chain, for mTLS. */
+  certChain?: Buffer;
+}
+
+/** ClientOptions say how a Client reaches the server. */
+export interface ClientOptions {
+  /** tls secures the connection (true: the system's roots); absent or false connects in plain text. */
+  tls?: boolean | TlsOptions;
+  /** credentials, when set, are used as they are instead of tls. */
+  credentials?: ChannelCredentials;
+  /** apiKey, when set, is sent as "authorization: Bearer <key>" on every call. */
+  apiKey?: string;
+  /** channel wraps an existing grpc-js channel instead of opening one. */
+  channel?: ChannelInterface;
+  /** channelOptions are grpc-js channel options (keepalive, message sizes …). */
+  channelOptions?: ChannelOptions;
+  /** reconnect says how a resumable stream attaches again after a drop (DEFAULT_RECONNECT). */
+  reconnect?: Partial<ReconnectPolicy>;
+}
+
+/** CallOptions apply to one call. */
+export interface CallOptions {
+  /** deadline of the call (each reconnection of a stream keeps the same deadline). */
+  deadline?: Date | number;
+  /** signal cancels the call when aborted (a Session sends Cancel first). */
+  signal?: AbortSignal;
+  /** metadata is sent with the call, besides the API key. */
+  metadata?: Metadata | Record<string, string>;
+}
+
+/** CompleteRequestInit is a CompleteRequest in which every field may be left out. */
+export type CompleteRequestInit = DeepPartial<CompleteRequest>;
+
+/** SessionStartInit is a SessionStart in which every field may be left out. */
+export type SessionStartInit = DeepPartial<SessionStart>;
+
+/**
+ * Client calls completiond. One Client holds one channel (HTTP/2
+ * connection) and may run any number of calls at once.
+ */
+export class Client {
+  /** stub is the generated grpc-js client, for anything this class does not wrap. */
+  readonly stub: CompletionClient;
+  readonly #apiKey: string | undefined;
+  readonly #reconnect: ReconnectPolicy;
+
+  /**
+   * Connects to target, a host:port (default COMPLETIOND_ADDR, else
+   * localhost:50051; grpc-js connects lazily, on the first call), or wraps
+   * target when it is a generated CompletionClient (and its channel).
+   */
+  constructor(target: string | CompletionClient = defaultAddress(), options: ClientOptions = {}) {
+    this.stub = typeof target === "string" ? newStub(target, options) : target;
+    this.#apiKey = options.apiKey;
+    this.#reconnect = { ...DEFAULT_RECONNECT, ...options.reconnect };
+  }
+
+  /**
+   * stream starts a completion and returns its events as an async iterable
+   * that keeps stream.fold up to date and throws a CompletiondError at the
+   * end when the status is not OK. With request.resumeGrace set, a dropped
+   * connection after the started event is healed with Attach: the caller
+   * sees every seq exactly once.
+   */
+  stream(request: CompleteRequestInit, options: CallOptions = {}): CompletionStream {
+    const req = CompleteRequest.fromPartial(request);
+    const graceMs = durationMs(req.resumeGrace);
+    return new CompletionStream({
+      open: () => quiet(this.stub.stream(req, this.#metadata(options), this.#grpcOptions(options))),
+      attach: (id, afterSeq) => this.#attachCall(id, afterSeq, options),
+      graceMs,
+      resumable: graceMs > 0,
+      policy: this.#reconnect,
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * attach follows a running or recently ended completion after its event
+   * afterSeq (0: from the start) to its result, as a CompletionStream whose
+   * fold starts there. It attaches again by itself if the connection drops.
+   */
+  attach(completionId: string, afterSeq = 0, options: CallOptions = {}): CompletionStream {
+    return new CompletionStream({
+      open: () => this.#attachCall(completionId, afterSeq, options),
+      attach: (id, seq) => this.#attachCall(id, seq, options),
+      graceMs: 0,
+      resumable: true,
+      policy: this.#reconnect,
+      signal: options.signal,
+      fold: new Fold({ completionId, afterSeq }),
+      attached: true,
+    });
+  }
+
+  /** complete runs one completion and resolves to its aggregated answer, or rejects with a CompletiondError. */
+  complete(request: CompleteRequestInit, options: CallOptions = {}): Promise<CompleteResponse> {
+    const req = CompleteRequest.fromPartial(request);
+    return new Promise((resolve, reject) => {
+      const call = this.stub.complete(req, this.#metadata(options), this.#grpcOptions(options), (err, resp) =>
+        err ? reject(errorFromGrpc(err)) : resolve(resp),
+      );
+      onAbort(options.signal, () => call.cancel());
+    });
+  }
+
+  /**
+   * runSession runs a Session: it sends start, answers each tool_call event
+   * with handlers.onToolCall's result as it arrives, each stop_hook_request
+   * with handlers.onStopHook's verdict (VERDICT_ALLOW without one), and
+   * resolves to the Fold at the end, or rejects with a CompletiondError.
+   * Aborting options.signal sends Cancel and lets the server end the session.
+   */
+  runSession(start: SessionStartInit, handlers: SessionHandlers, options: CallOptions = {}): Promise<Fold> {
+    const call = quiet(this.stub.session(this.#metadata(options), this.#grpcOptions(options)));
+    return runSessionOver(call, SessionStart.fromPartial(start), handlers, options.signal);
+  }
+
+  /** close closes the channel; calls in flight fail. */
+  close(): void {
+    this.stub.close();
+  }
+
+  #attachCall(completionId: string, afterSeq: number, options: CallOptions) {
+    const req = AttachRequest.fromPartial({ completionId, afterSeq });
+    return quiet(this.stub.attach(req, this.#metadata(options), this.#grpcOptions(options)));
+  }
+
+  #metadata(options: CallOptions): Metadata {
+    const md = new Metadata();
+    if (options.metadata instanceof Metadata) md.merge(options.metadata);
+    else for (const [k, v] of Object.entries(options.metadata ?? {})) md.set(k, v);
+    if (this.#apiKey !== undefined && this.#apiKey !== "") md.set("authorization", `Bearer ${this.#apiKey}`);
+    return md;
+  }
+
+  #grpcOptions(options: CallOptions): Partial<GrpcCallOptions> {
+    return options.deadline === undefined ? {} : { deadline: options.deadline };
+  }
+}
+
+/** defaultAddress is COMPLETIOND_ADDR when set, else DEFAULT_ADDRESS. */
+export function defaultAddress(): string {
+  return process.env.COMPLETIOND_ADDR || DEFAULT_ADDRESS;
+}
+
+function newStub(address: string, options: ClientOptions): CompletionClient {
+  const creds = options.credentials ?? channelCredentials(options.tls);
+  const channel = options.channel === undefined ? {} : { channelOverride: options.channel };
+  return new CompletionClient(address, creds, { ...options.channelOptions, ...channel });
+}
+
+function channelCredentials(tls: ClientOptions["tls"]): ChannelCredentials {
+  if (tls === undefined || tls === false) return grpcCredentials.createInsecure();
+  if (tls === true) return grpcCredentials.createSsl();
+  return grpcCredentials.createSsl(tls.rootCerts ?? null, tls.privateKey ?? null, tls.certChain ?? null);
+}
+
+function durationMs(d: { seconds: number; nanos: number } | undefined): number {
+  return d === undefined ? 0 : d.seconds * 1000 + d.nanos / 1e6;
+}
+
+/**
+ * quiet gives a grpc-js call a no-op "error" listener. The error reaches the
+ * caller through the async iterator; but once the iterator is gone (the
+ * caller left the loop and the call was cancelled) grpc-js still emits the
+ * CANCELLED error, which without a listener would be an uncaught exception.
+ */
+function quiet<T extends { on(event: "error", listener: (err: Error) => void): unknown }>(call: T): T {
+  call.on("error", () => {});
+  return call;
+}

@@ -1,0 +1,220 @@
+// CompletionStream over fake calls: folding, the typed end, and healing a
+// dropped connection with Attach without repeating or losing an event.
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import {
+  CompletiondError,
+  CompletionEvent,
+  CompletionStream,
+  DEFAULT_RECONNECT,
+  ErrorKind,
+  GrpcStatus,
+  type ReconnectPolicy,
+  TransitionReason,
+} from "../src/index";
+import { Events, detailsBin } from "./build";
+import { FakeSource, type Leg } from "./fakes";
+
+const FAST: ReconnectPolicy = { initialBackoffMs: 1, maxBackoffMs: 4, windowMs: 5_000 };
+const DROP = { code: GrpcStatus.UNAVAILABLE, message: "Connection dropped" };
+
+interface Opts {
+  resumable?: boolean;
+  graceMs?: number;
+  signal?: AbortSignal;
+  attached?: boolean;
+  policy?: ReconnectPolicy;
+}
+
+function stream(legs: Leg[], opts: Opts = {}) {
+  const src = new FakeSource(legs);
+  const s = new CompletionStream({
+    open: () => src.open(),
+    attach: (id, seq) => src.attach(id, seq),
+    resumable: opts.resumable ?? true,
+    graceMs: opts.graceMs ?? 60_000,
+    policy: opts.policy ?? FAST,
+    signal: opts.signal,
+    attached: opts.attached,
+  });
+  return { s, src };
+}
+
+async function drain(s: CompletionStream): Promise<{ seqs: number[]; err?: CompletiondError }> {
+  const seqs: number[] = [];
+  try {
+    for await (const ev of s) seqs.push(ev.seq);
+  } catch (err) {
+    assert.ok(err instanceof CompletiondError, `not a CompletiondError: ${err}`);
+    return { seqs, err };
+  }
+  return { seqs };
+}
+
+/** whole is a clean completion of n text deltas: started, deltas, COMPLETED, result. */
+function whole(n: number): CompletionEvent[] {
+  const e = new Events();
+  const words = Array.from({ length: n }, (_, i) => `w${i} `);
+  return [e.started("cmpl_r"), ...words.map((w) => e.text(1, w)), e.completed(1), e.result(1, words.join(""))];
+}
+
+describe("CompletionStream", { timeout: 10_000 }, () => {
+  test("yields and folds every event; ends without error on OK", async () => {
+    const { s } = stream([{ events: whole(3), end: { code: 0 } }]);
+    const { seqs, err } = await drain(s);
+    assert.equal(err, undefined);
+    assert.deepEqual(seqs, [1, 2, 3, 4, 5, 6]);
+    assert.equal(s.fold.text, "w0 w1 w2 ");
+    assert.equal(s.reconnects, 0);
+  });
+
+  test("a failed status throws the typed error with the fold's result and id", async () => {
+    const e = new Events();
+    const evs = [
+      e.started("cmpl_f"),
+      e.transition(1, TransitionReason.TRANSITION_REASON_MODEL_ERROR, { terminal: true }),
+      e.result(1, "", 1, TransitionReason.TRANSITION_REASON_MODEL_ERROR),
+    ];
+    const bin = detailsBin(9, "content filter", { reason: "MODEL_ERROR" });
+    const { s } = stream([{ events: evs, end: { code: 9, message: "content filter", detailsBin: bin } }]);
+    const { err } = await drain(s);
+    assert.equal(err?.codeName, "FAILED_PRECONDITION");
+    assert.equal(err?.terminalReason, TransitionReason.TRANSITION_REASON_MODEL_ERROR);
+    assert.equal(err?.completionId, "cmpl_f");
+    assert.equal(err?.result?.reason, TransitionReason.TRANSITION_REASON_MODEL_ERROR);
+  });
+
+  test("a drop after started is healed by Attach after the last seq; repeats are not yielded", async () => {
+    const evs = whole(6); // seq 1..9
+    const { s, src } = stream([
+      { events: evs.slice(0, 4), end: DROP },
+      { events: evs.slice(2), end: { code: 0 } }, // the server may replay from earlier: seq 3 and 4 again
+    ]);
+    const { seqs, err } = await drain(s);
+    assert.equal(err, undefined);
+    assert.deepEqual(seqs, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert.deepEqual(src.attaches, [{ completionId: "cmpl_r", afterSeq: 4 }]);
+    assert.equal(s.reconnects, 1);
+    assert.equal(s.fold.text, s.fold.result?.message?.content[0]?.text?.text);
+  });
+
+  test("Attach ends OK however the completion ended: a stream that attached throws the result's error", async () => {
+    const e = new Events();
+    const failure = { kind: ErrorKind.ERROR_KIND_STREAM_BROKEN, provider: "sim", httpStatus: 200, message: "stream cut" };
+    const evs = [
+      e.started("cmpl_x"),
+      e.text(1, "half "),
+      e.transition(1, TransitionReason.TRANSITION_REASON_MODEL_ERROR, { terminal: true }),
+      e.ev(1, 1, { result: { reason: TransitionReason.TRANSITION_REASON_MODEL_ERROR, error: failure } }),
+    ];
+    const { s } = stream([
+      { events: evs.slice(0, 2), end: DROP },
+      { events: evs.slice(2), end: { code: 0 } },
+    ]);
+    const { seqs, err } = await drain(s);
+    assert.deepEqual(seqs, [1, 2, 3, 4]);
+    assert.equal(err?.codeName, "UNAVAILABLE");
+    assert.equal(err?.details, "completion ended MODEL_ERROR: stream_broken (HTTP 200): stream cut");
+    assert.equal(err?.terminalReason, TransitionReason.TRANSITION_REASON_MODEL_ERROR);
+    assert.deepEqual(err?.metadata, { error_kind: "stream_broken", provider: "sim", http_status: "200" });
+    assert.equal(err?.retryable, false);
+    assert.equal(err?.completionId, "cmpl_x");
+
+    // Client.attach's streams are attached from the start; a COMPLETED result is no error.
+    const attached = stream([{ events: evs, end: { code: 0 } }], { attached: true });
+    assert.equal((await drain(attached.s)).err?.codeName, "UNAVAILABLE");
+    const fine = stream([{ events: whole(2), end: { code: 0 } }], { attached: true });
+    assert.equal((await drain(fine.s)).err, undefined);
+  });
+
+  test("several drops, and Attach calls that fail, within the window", async () => {
+    const evs = whole(4); // seq 1..7
+    const { s, src } = stream([
+      { events: evs.slice(0, 2), end: DROP },
+      { events: [], end: DROP }, // the server is not reachable yet
+      { events: evs.slice(2, 5), end: DROP },
+      { events: evs.slice(5), end: { code: 0 } },
+    ]);
+    const { seqs, err } = await drain(s);
+    assert.equal(err, undefined);
+    assert.deepEqual(seqs, [1, 2, 3, 4, 5, 6, 7]);
+    assert.deepEqual(src.attaches.map((a) => a.afterSeq), [2, 2, 5]);
+  });
+
+  test("gives up once the reconnect window since the drop is over, with the drop's error", async () => {
+    const evs = whole(2);
+    const legs: Leg[] = [{ events: evs.slice(0, 2), end: DROP }];
+    for (let i = 0; i < 1000; i++) legs.push({ events: [], end: DROP });
+    const policy = { initialBackoffMs: 2, maxBackoffMs: 8, windowMs: 60 };
+    const started = Date.now();
+    const { s, src } = stream(legs, { policy });
+    const { seqs, err } = await drain(s);
+    assert.deepEqual(seqs, [1, 2]);
+    assert.equal(err?.codeName, "UNAVAILABLE");
+    assert.equal(err?.completionId, "cmpl_r");
+    assert.ok(src.attaches.length >= 3, `${src.attaches.length} attaches`);
+    assert.ok(src.attaches.length < 60, `${src.attaches.length} attaches`);
+    assert.ok(Date.now() - started < 60 + 1000, "no Attach after the window");
+  });
+
+  test("no Attach: without resume grace, before started, for a status completiond decided, or past the grace", async () => {
+    const evs = whole(2);
+    const decided = detailsBin(14, "shutting down", { reason: "ABORTED_STREAMING", retrySeconds: 1 });
+    const cases: [string, Leg[], { resumable?: boolean; graceMs?: number }][] = [
+      ["not resumable", [{ events: evs.slice(0, 2), end: DROP }], { resumable: false }],
+      ["before started", [{ events: [], end: DROP }], {}],
+      ["decided", [{ events: evs.slice(0, 2), end: { ...DROP, detailsBin: decided } }], {}],
+      ["past the grace", [{ events: evs.slice(0, 2), end: DROP }], { graceMs: 0.5 }],
+      ["not UNAVAILABLE", [{ events: evs.slice(0, 2), end: { code: GrpcStatus.INTERNAL, message: "x" } }], {}],
+    ];
+    for (const [name, legs, opts] of cases) {
+      const { s, src } = stream(legs, opts);
+      const { err } = await drain(s);
+      assert.ok(err !== undefined, name);
+      assert.equal(src.attaches.length, 0, name);
+    }
+  });
+
+  test("a stream that ends OK without a result is an INTERNAL error, or attaches again when resumable", async () => {
+    const { s } = stream([{ events: whole(2).slice(0, 3), end: { code: 0 } }], { resumable: false });
+    const { err } = await drain(s);
+    assert.equal(err?.codeName, "INTERNAL");
+    const evs = whole(2);
+    const healed = stream([{ events: evs.slice(0, 3), end: { code: 0 } }, { events: evs.slice(3), end: { code: 0 } }]);
+    const { seqs, err: none } = await drain(healed.s);
+    assert.equal(none, undefined);
+    assert.deepEqual(seqs, [1, 2, 3, 4, 5]);
+    assert.deepEqual(healed.src.attaches, [{ completionId: "cmpl_r", afterSeq: 3 }]);
+  });
+
+  test("leaving the loop early cancels the call", async () => {
+    const { s, src } = stream([{ events: whole(5), end: { code: 0 } }]);
+    for await (const ev of s) {
+      if (ev.seq === 2) break;
+    }
+    assert.equal(src.cancels, 1);
+    assert.equal(s.fold.lastSeq, 2);
+  });
+
+  test("an aborted signal cancels: CANCELLED, no Attach", async () => {
+    const ac = new AbortController();
+    ac.abort();
+    const { s, src } = stream([{ events: whole(2).slice(0, 2), end: DROP }], { signal: ac.signal });
+    const { err } = await drain(s);
+    assert.equal(err?.codeName, "CANCELLED");
+    assert.equal(src.attaches.length, 0);
+    assert.ok(src.cancels >= 1);
+  });
+
+  test("done() drains and returns the fold; a stream is iterated once", async () => {
+    const { s } = stream([{ events: whole(1), end: { code: 0 } }]);
+    const f = await s.done();
+    assert.equal(f.text, "w0 ");
+    assert.throws(() => s[Symbol.asyncIterator](), /only once/);
+  });
+
+  test("the default reconnect policy: 50 ms doubling to 1 s, for 30 s (as the Go and Python clients)", () => {
+    assert.deepEqual({ ...DEFAULT_RECONNECT }, { initialBackoffMs: 50, maxBackoffMs: 1000, windowMs: 30_000 });
+  });
+});
