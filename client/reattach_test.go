@@ -211,3 +211,70 @@ func TestReconnectDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestRunSessionResumesAfterADrop: the connection drops while the server
+// awaits a tool result (the result is lost with it) or while the next
+// turn streams; RunSession resumes the Session, sends the lost answer
+// again, and the handler sees every event once and each call once; the
+// answer and the attempts are those of an uninterrupted run.
+func TestRunSessionResumesAfterADrop(t *testing.T) {
+	tests := []struct {
+		name string
+		cut  func(ev *completionv1.CompletionEvent, calls int) bool
+	}{
+		{"awaiting a tool result", func(ev *completionv1.CompletionEvent, calls int) bool { return ev.GetToolCall() != nil }},
+		{"while turn 2 streams", func(ev *completionv1.CompletionEvent, calls int) bool {
+			return ev.GetTurn() == 2 && ev.GetDelta() != nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := serveAddr(t)
+			p := testproxy.New(t, addr)
+			c, err := Connect(p.Addr(), ConnectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			req := paced(tools(ask("tool_use=search")))
+			req.ResumeGrace = durationpb.New(time.Minute)
+			var seqs []uint64
+			calls, cut := map[string]int{}, false
+			h := SessionHandler{
+				Event: func(ev *completionv1.CompletionEvent) error {
+					seqs = append(seqs, ev.GetSeq())
+					if !cut && tt.cut(ev, len(calls)) {
+						cut = p.Cut() > 0
+					}
+					return nil
+				},
+				Tool: TextTool(func(_ context.Context, call *completionv1.ToolCall) (string, error) {
+					calls[call.GetId()]++
+					return "42", nil
+				}),
+			}
+			fold, err := c.RunSession(ctxFor(t), start(req, 0, false), h)
+			if err != nil || !cut {
+				t.Fatalf("RunSession: %v (cut %v)", err, cut)
+			}
+			for i, seq := range seqs {
+				if seq != uint64(i+1) {
+					t.Fatalf("seqs %v: not each once in order", seqs)
+				}
+			}
+			for id, n := range calls {
+				if n != 1 {
+					t.Errorf("call %s run %d times", id, n)
+				}
+			}
+			plain := paced(tools(ask("tool_use=search")))
+			want, err := New(dial(t, addr)).RunSession(ctxFor(t), start(plain, 0, false), SessionHandler{Tool: h.Tool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fold.Text() != want.Text() || len(fold.Result().GetAttempts()) != len(want.Result().GetAttempts()) {
+				t.Errorf("after the drop %q (%d attempts)\nuninterrupted %q (%d)", fold.Text(), len(fold.Result().GetAttempts()), want.Text(), len(want.Result().GetAttempts()))
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -53,64 +54,107 @@ func TextTool(run func(ctx context.Context, call *completionv1.ToolCall) (string
 
 // RunSession runs a Session to its end: it sends start, answers every tool
 // call and stop-hook request with h, and returns the fold, with an *Error
-// when the completion did not end COMPLETED.
+// when the completion did not end COMPLETED. A Session started with a
+// resume_grace survives a dropped connection: RunSession opens a new
+// Session stream that resumes it after the last event received, and sends
+// again the answers the server may not have received (it drops those it
+// has), so the handler sees every event once.
 func (c *Client) RunSession(ctx context.Context, start *completionv1.SessionStart, h SessionHandler, opts ...grpc.CallOption) (*Fold, error) {
-	stream, err := c.rpc.Session(ctx, opts...)
-	if err != nil {
-		return nil, AsError(err)
+	s := &session{c: c, ctx: ctx, opts: opts, h: h, grace: start.GetRequest().GetResumeGrace().AsDuration()}
+	err := s.open(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: start}})
+	if err == nil {
+		err = s.run()
 	}
-	s := &session{ctx: ctx, stream: stream, h: h}
-	return &s.fold, s.run(start)
+	return &s.fold, err
 }
 
 // session is one RunSession.
 type session struct {
+	c      *Client
 	ctx    context.Context
-	stream grpc.BidiStreamingClient[completionv1.SessionRequest, completionv1.CompletionEvent]
+	opts   []grpc.CallOption
 	h      SessionHandler
+	grace  time.Duration // the request's resume_grace; 0: a drop ends the session
+	stream grpc.BidiStreamingClient[completionv1.SessionRequest, completionv1.CompletionEvent]
 	fold   Fold
-	// received is set once Recv has reported the stream's end.
-	received bool
+	// unconfirmed are the answers (and a cancel) sent since the last
+	// transition: the server waits for answers before it decides
+	// anything, so a transition after them says they arrived.
+	unconfirmed []*completionv1.SessionRequest
 	// cancelled is set once a Cancel is sent: nothing is answered after it.
 	cancelled bool
+	drop      drop
+	resumes   int
 }
 
-func (s *session) run(start *completionv1.SessionStart) error {
-	if err := s.send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: start}}); err != nil {
-		return s.end(err)
+// open starts a Session stream whose first message is first.
+func (s *session) open(first *completionv1.SessionRequest) error {
+	stream, err := s.c.rpc.Session(s.ctx, s.opts...)
+	if err != nil {
+		return AsError(err)
 	}
+	s.stream = stream
+	_ = s.stream.Send(first) // a failed send shows as Recv's error
+	return nil
+}
+
+// run reads and answers the stream until it ends, resuming after drops.
+func (s *session) run() error {
+	for {
+		err := s.follow()
+		if errors.Is(err, io.EOF) && s.fold.Done() {
+			return nil
+		}
+		if s.grace <= 0 || !dropped(s.ctx, err, &s.fold) {
+			return failure(err, &s.fold)
+		}
+		if rerr := s.resume(); rerr != nil {
+			if errors.Is(rerr, errWindowOver) {
+				return failure(err, &s.fold)
+			}
+			return failure(rerr, &s.fold)
+		}
+	}
+}
+
+// follow reads the stream to its end and returns what Recv reported
+// (io.EOF for OK). A Send that fails only says the stream is gone: the
+// events still on their way and Recv's status tell how.
+func (s *session) follow() error {
 	for {
 		ev, err := s.stream.Recv()
 		if err != nil {
-			s.received = true
-			return s.end(err)
+			return err
 		}
-		if !s.fold.Add(ev) || s.cancelled {
+		if !s.fold.Add(ev) {
 			continue
 		}
-		if err := s.handle(ev); err != nil {
-			return s.end(err)
+		s.drop = drop{}
+		if ev.GetTransition() != nil {
+			s.unconfirmed = nil
+		}
+		if !s.cancelled {
+			_ = s.handle(ev)
 		}
 	}
 }
 
-// end types the stream's end: nil after a COMPLETED result. A Send that
-// fails with io.EOF only says the server has ended the stream: the events
-// still on their way and the status that Recv reports tell how.
-func (s *session) end(err error) error {
-	for errors.Is(err, io.EOF) && !s.received {
-		var ev *completionv1.CompletionEvent
-		if ev, err = s.stream.Recv(); err == nil {
-			s.fold.Add(ev)
-			err = io.EOF
-			continue
-		}
-		s.received = true
+// resume waits its backoff, then opens a stream that resumes the session
+// after the last event folded and sends the unconfirmed answers again.
+func (s *session) resume() error {
+	if err := s.c.reconnect.pause(s.ctx, &s.drop, min(s.c.reconnect.Window, s.grace)); err != nil {
+		return err
 	}
-	if errors.Is(err, io.EOF) && s.fold.Done() {
-		return nil
+	err := s.open(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Resume{
+		Resume: &completionv1.SessionResume{CompletionId: s.fold.CompletionID(), AfterSeq: s.fold.LastSeq()}}})
+	if err != nil {
+		return err
 	}
-	return failure(err, &s.fold)
+	s.resumes++
+	for _, req := range s.unconfirmed {
+		_ = s.stream.Send(req)
+	}
+	return nil
 }
 
 // handle shows ev to the Event callback, then sends what ev asks of the
@@ -125,7 +169,8 @@ func (s *session) handle(ev *completionv1.CompletionEvent) error {
 	if req == nil {
 		return nil
 	}
-	return s.send(req)
+	s.unconfirmed = append(s.unconfirmed, req)
+	return s.stream.Send(req)
 }
 
 // answer is the message ev asks for (nil when none), or the error of a
@@ -199,5 +244,3 @@ func (s *session) judge(req *completionv1.StopHookRequest) (*completionv1.StopHo
 	}
 	return v, nil
 }
-
-func (s *session) send(req *completionv1.SessionRequest) error { return s.stream.Send(req) }

@@ -51,12 +51,42 @@ type Stream struct {
 	grace      time.Duration // the request's resume_grace; 0: a drop ends the stream
 	attachOnly bool          // made by Client.Attach: may attach again within Reconnect.Window
 
-	fold      Fold
-	err       error     // the stream's end, once known: io.EOF or an *Error
-	droppedAt time.Time // when the connection dropped; zero while events flow
-	tries     int       // attaches since the drop
-	attaches  int       // attaches in all
+	fold     Fold
+	err      error // the stream's end, once known: io.EOF or an *Error
+	drop     drop  // the drop being healed; zero while events flow
+	attaches int   // attaches in all
 }
+
+// drop is a dropped connection being healed.
+type drop struct {
+	at    time.Time // when it dropped; zero while events flow
+	tries int       // attaches since
+}
+
+// pause waits before the next attach after d, and reports false, without
+// waiting, once the window since the drop would be over by then.
+func (r Reconnect) pause(ctx context.Context, d *drop, window time.Duration) error {
+	now := time.Now()
+	if d.at.IsZero() {
+		d.at = now
+	}
+	d.tries++
+	wait := r.delay(d.tries)
+	if now.Add(wait).After(d.at.Add(window)) {
+		return errWindowOver
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// errWindowOver: the reconnect window is over; the drop's own error stands.
+var errWindowOver = errors.New("reconnect window over")
 
 // Recv returns the next event. It returns io.EOF after the result of a
 // completion that ended COMPLETED, and an *Error (with the Fold's result,
@@ -70,7 +100,7 @@ func (s *Stream) Recv() (*completionv1.CompletionEvent, error) {
 		ev, err := s.rpc.Recv()
 		if err == nil {
 			if s.fold.Add(ev) {
-				s.droppedAt, s.tries = time.Time{}, 0
+				s.drop = drop{}
 				return ev, nil
 			}
 			continue
@@ -125,14 +155,18 @@ func (s *Stream) end(err error) error {
 	return failure(err, &s.fold)
 }
 
-// resumable reports whether err is a dropped connection (not the server's
-// status: that only ever follows the result) of a completion that may be
-// attached to again.
+// resumable reports whether err is a dropped connection of a completion
+// that may be attached to again.
 func (s *Stream) resumable(err error) bool {
-	switch {
-	case s.fold.Done(), s.fold.CompletionID() == "", s.ctx.Err() != nil:
-		return false
-	case !s.attachOnly && s.grace <= 0:
+	return (s.attachOnly || s.grace > 0) && dropped(s.ctx, err, &s.fold)
+}
+
+// dropped reports whether err, ending a stream of f's completion, is a
+// lost connection rather than the server's word: the server's status only
+// ever follows the result, and a completion without an id has nothing to
+// attach to.
+func dropped(ctx context.Context, err error, f *Fold) bool {
+	if f.Done() || f.CompletionID() == "" || ctx.Err() != nil {
 		return false
 	}
 	return errors.Is(err, io.EOF) || status.Code(err) == codes.Unavailable
@@ -141,25 +175,15 @@ func (s *Stream) resumable(err error) bool {
 // reattach waits its backoff and calls Attach after the last seq folded.
 // It gives up, returning cause, once the window since the drop is over.
 func (s *Stream) reattach(cause error) error {
-	now := time.Now()
-	if s.droppedAt.IsZero() {
-		s.droppedAt = now
-	}
 	window := s.c.reconnect.Window
 	if !s.attachOnly {
 		window = min(window, s.grace)
 	}
-	s.tries++
-	wait := s.c.reconnect.delay(s.tries)
-	if now.Add(wait).After(s.droppedAt.Add(window)) {
-		return cause
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-s.ctx.Done():
-		return s.ctx.Err()
-	case <-t.C:
+	if err := s.c.reconnect.pause(s.ctx, &s.drop, window); err != nil {
+		if errors.Is(err, errWindowOver) {
+			return cause
+		}
+		return err
 	}
 	rpc, err := s.c.rpc.Attach(s.ctx, &completionv1.AttachRequest{CompletionId: s.fold.CompletionID(), AfterSeq: s.fold.LastSeq()}, s.opts...)
 	if err != nil {
