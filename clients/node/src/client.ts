@@ -49,7 +49,7 @@ export interface ClientOptions {
   channel?: ChannelInterface;
   /** channelOptions are grpc-js channel options (keepalive, message sizes …). */
   channelOptions?: ChannelOptions;
-  /** reconnect says how a resumable stream attaches again after a drop (DEFAULT_RECONNECT). */
+  /** reconnect says how a resumable stream attaches again, or a Session resumes, after a drop (DEFAULT_RECONNECT). */
   reconnect?: Partial<ReconnectPolicy>;
 }
 
@@ -114,6 +114,8 @@ export class Client {
    * attach follows a running or recently ended completion after its event
    * afterSeq (0: from the start) to its result, as a CompletionStream whose
    * fold starts there. It attaches again by itself if the connection drops.
+   * Attach ends with the status the completion's own stream ended with, so
+   * a completion that did not end COMPLETED throws its real error.
    */
   attach(completionId: string, afterSeq = 0, options: CallOptions = {}): CompletionStream {
     return new CompletionStream({
@@ -145,10 +147,16 @@ export class Client {
    * with handlers.onStopHook's verdict (VERDICT_ALLOW without one), and
    * resolves to the Fold at the end, or rejects with a CompletiondError.
    * Aborting options.signal sends Cancel and lets the server end the session.
+   * With start.request.resumeGrace set, a dropped connection is healed: the
+   * loop resumes the Session after its last seq and sends again the answers
+   * the server may not have had; the handlers see every event once.
    */
   runSession(start: SessionStartInit, handlers: SessionHandlers, options: CallOptions = {}): Promise<Fold> {
-    const call = quiet(this.stub.session(this.#metadata(options), this.#grpcOptions(options)));
-    return runSessionOver(call, SessionStart.fromPartial(start), handlers, options.signal);
+    const open = () => quiet(this.stub.session(this.#metadata(options), this.#grpcOptions(options)));
+    return runSessionOver(open(), SessionStart.fromPartial(start), handlers, options.signal, {
+      open,
+      policy: this.#reconnect,
+    });
   }
 
   /** close closes the channel; calls in flight fail. */

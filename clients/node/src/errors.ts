@@ -5,15 +5,7 @@ import { type Metadata, status as GrpcStatus } from "@grpc/grpc-js";
 import type { Duration } from "./gen/google/protobuf/duration";
 import { BadRequest, ErrorInfo, RetryInfo } from "./gen/google/rpc/error_details";
 import { Status } from "./gen/google/rpc/status";
-import {
-  ErrorKind,
-  Result,
-  TransitionReason,
-  UpstreamError,
-  errorKindToJSON,
-  transitionReasonFromJSON,
-  transitionReasonToJSON,
-} from "./gen/completion/v1/completion";
+import { type Result, TransitionReason, transitionReasonFromJSON } from "./gen/completion/v1/completion";
 
 /** DOMAIN is the google.rpc.ErrorInfo domain of completiond's own statuses. */
 export const DOMAIN = "completiond.completion.v1";
@@ -221,97 +213,4 @@ export function errorFromGrpc(err: unknown, context: ErrorContext = {}): Complet
 /** isCompletiondError reports whether err is a CompletiondError. */
 export function isCompletiondError(err: unknown): err is CompletiondError {
   return err instanceof CompletiondError;
-}
-
-/**
- * The status code completiond answers for each terminal reason
- * (service/grpc_status.go), used only to rebuild the error of a completion
- * followed with Attach, which itself ends OK whatever the completion's end.
- */
-const REASON_CODES: Partial<Record<TransitionReason, GrpcStatus>> = {
-  [TransitionReason.TRANSITION_REASON_ABORTED_STREAMING]: GrpcStatus.CANCELLED,
-  [TransitionReason.TRANSITION_REASON_ABORTED_TOOLS]: GrpcStatus.CANCELLED,
-  [TransitionReason.TRANSITION_REASON_PROMPT_TOO_LONG]: GrpcStatus.FAILED_PRECONDITION,
-  [TransitionReason.TRANSITION_REASON_BLOCKING_LIMIT]: GrpcStatus.FAILED_PRECONDITION,
-  [TransitionReason.TRANSITION_REASON_IMAGE_ERROR]: GrpcStatus.FAILED_PRECONDITION,
-  [TransitionReason.TRANSITION_REASON_MAX_TURNS]: GrpcStatus.RESOURCE_EXHAUSTED,
-  [TransitionReason.TRANSITION_REASON_STOP_HOOK_PREVENTED]: GrpcStatus.ABORTED,
-  [TransitionReason.TRANSITION_REASON_HOOK_STOPPED]: GrpcStatus.ABORTED,
-};
-
-/** The code of a MODEL_ERROR by its upstream failure's kind, as the server maps it. */
-const KIND_CODES: Partial<Record<ErrorKind, GrpcStatus>> = {
-  [ErrorKind.ERROR_KIND_TIMEOUT]: GrpcStatus.DEADLINE_EXCEEDED,
-  [ErrorKind.ERROR_KIND_QUOTA]: GrpcStatus.RESOURCE_EXHAUSTED,
-  [ErrorKind.ERROR_KIND_RATE_LIMIT]: GrpcStatus.RESOURCE_EXHAUSTED,
-  [ErrorKind.ERROR_KIND_INVALID_REQUEST]: GrpcStatus.FAILED_PRECONDITION,
-  [ErrorKind.ERROR_KIND_CONTENT_FILTER]: GrpcStatus.FAILED_PRECONDITION,
-  [ErrorKind.ERROR_KIND_PREFILL_REJECTED]: GrpcStatus.FAILED_PRECONDITION,
-  [ErrorKind.ERROR_KIND_AUTH]: GrpcStatus.INTERNAL,
-  [ErrorKind.ERROR_KIND_NOT_FOUND]: GrpcStatus.INTERNAL,
-};
-
-/**
- * errorFromResult is the error a completion's Result stands for (undefined
- * when it is COMPLETED). Attach ends OK once it has sent the result, so a
- * stream that attached has no status of its own: this rebuilds it as the
- * server would — the code it maps the terminal reason (and a MODEL_ERROR's
- * upstream failure) to, its message, ErrorInfo with the reason and the
- * failure's metadata. Whether RetryInfo would have come is not known from a
- * result, so such an error is never retryable.
- */
-export function errorFromResult(result: Result, completionId = ""): CompletiondError | undefined {
-  if (result.reason === TransitionReason.TRANSITION_REASON_COMPLETED) return undefined;
-  const name = transitionReasonToJSON(result.reason).replace(/^TRANSITION_REASON_/, "");
-  const failure = result.error;
-  const code = REASON_CODES[result.reason] ?? (failure === undefined ? GrpcStatus.INTERNAL : kindCode(failure.kind));
-  const message = `completion ended ${name}` + (failure === undefined ? "" : `: ${failureText(failure)}`);
-  const info = ErrorInfo.encode({ reason: name, domain: DOMAIN, metadata: failure === undefined ? {} : failureMetadata(failure) });
-  const status = Status.fromPartial({
-    code,
-    message,
-    details: [{ typeUrl: "type.googleapis.com/google.rpc.ErrorInfo", value: Buffer.from(info.finish()) }],
-  });
-  return new CompletiondError(code, message, status, { completionId, result });
-}
-
-/** kindCode: the code of a MODEL_ERROR; outages (and an open circuit) are UNAVAILABLE, the rest INTERNAL. */
-function kindCode(kind: ErrorKind): GrpcStatus {
-  const code = KIND_CODES[kind];
-  if (code !== undefined) return code;
-  switch (kind) {
-    case ErrorKind.ERROR_KIND_CONNECTION:
-    case ErrorKind.ERROR_KIND_OVERLOADED:
-    case ErrorKind.ERROR_KIND_SERVER:
-    case ErrorKind.ERROR_KIND_STREAM_BROKEN:
-    case ErrorKind.ERROR_KIND_CIRCUIT_OPEN:
-      return GrpcStatus.UNAVAILABLE;
-  }
-  return GrpcStatus.INTERNAL;
-}
-
-/** kindName is an ErrorKind as the server names it in messages and metadata, e.g. "rate_limit". */
-function kindName(kind: ErrorKind): string {
-  if (kind === ErrorKind.ERROR_KIND_UNSPECIFIED || kind === ErrorKind.UNRECOGNIZED) return "unknown";
-  return errorKindToJSON(kind).replace(/^ERROR_KIND_/, "").toLowerCase();
-}
-
-function failureText(e: UpstreamError): string {
-  let s = kindName(e.kind);
-  if (e.httpStatus !== 0) s += ` (HTTP ${e.httpStatus})`;
-  if (e.message !== "") s += `: ${e.message}`;
-  return s;
-}
-
-function failureMetadata(e: UpstreamError): Record<string, string> {
-  const md: Record<string, string> = { error_kind: kindName(e.kind) };
-  const set = (k: string, v: string) => {
-    if (v !== "") md[k] = v;
-  };
-  set("provider", e.provider);
-  set("type", e.type);
-  set("code", e.code);
-  set("request_id", e.requestId);
-  if (e.httpStatus !== 0) md.http_status = String(e.httpStatus);
-  return md;
 }

@@ -17,14 +17,13 @@ export type { EventCall, ReconnectPolicy, StreamSource } from "./stream";
 export { Fold } from "./fold";
 export type { Turn } from "./fold";
 export { CancelSession, runSessionOver } from "./session";
-export type { SessionCall, SessionHandlers, StopHookReply, ToolReply } from "./session";
+export type { SessionCall, SessionHandlers, SessionReconnect, StopHookReply, ToolReply } from "./session";
 export {
   CompletiondError,
   DETAILS_TRAILER,
   DOMAIN,
   codeName,
   errorFromGrpc,
-  errorFromResult,
   errorFromStatus,
   isCompletiondError,
   seconds,

@@ -14,8 +14,9 @@ import {
   Verdict,
 } from "./gen/completion/v1/completion";
 import { onAbort } from "./abort";
-import { errorFromGrpc, errorFromStatus } from "./errors";
+import { errorFromGrpc, errorFromStatus, seconds } from "./errors";
 import { Fold } from "./fold";
+import { DEFAULT_RECONNECT, Drop, type ReconnectPolicy, dropped } from "./reconnect";
 
 /** ToolReply is what a tool callback returns: the result's text, or the whole block (halt, is_error …). */
 export type ToolReply = string | DeepPartial<ToolResultBlock>;
@@ -72,40 +73,83 @@ export interface SessionCall extends AsyncIterable<CompletionEvent> {
 }
 
 /**
+ * SessionReconnect lets runSessionOver resume a Session whose request has a
+ * resumeGrace after its connection dropped.
+ */
+export interface SessionReconnect {
+  /** open starts a new Session call; the loop sends its first message (resume). */
+  open(): SessionCall;
+  /** policy is the backoff and window of the reconnects (DEFAULT_RECONNECT by default). */
+  policy?: ReconnectPolicy;
+}
+
+/**
  * runSessionOver drives the Session loop over call: it sends start, then
  * for each event folds it, calls handlers.onEvent, and answers tool calls
  * and stop-hook requests. It resolves to the Fold when the session ended
  * OK, and rejects with a CompletiondError (carrying the fold's result)
  * otherwise. Aborting signal, or a callback's CancelSession, sends Cancel:
  * the server then ends the session (ABORTED_TOOLS or ABORTED_STREAMING).
+ *
+ * With reconnect, and start.request.resumeGrace set, a call that drops
+ * (UNAVAILABLE, or an end without a result) after the started event and
+ * before the result is healed: after the policy's backoff, within its
+ * window and the grace, the loop opens a new call whose first message is
+ * resume (completion id, last seq), and sends again every answer and
+ * Cancel sent since the last transition received (a transition after them
+ * proves the server had them; it drops an answer it already has). Events
+ * already folded are not shown to the callbacks again.
  */
 export async function runSessionOver(
   call: SessionCall,
   start: SessionStart,
   handlers: SessionHandlers,
   signal?: AbortSignal,
+  reconnect?: SessionReconnect,
 ): Promise<Fold> {
   const fold = new Fold();
+  const policy = reconnect?.policy ?? DEFAULT_RECONNECT;
+  const graceMs = seconds(start.request?.resumeGrace) * 1000;
+  const windowMs = reconnect === undefined ? 0 : Math.min(policy.windowMs, graceMs);
   let closed = false; // Cancel sent, or the sending side ended: send nothing more
+  // unconfirmed are the answers (and a Cancel) sent since the last
+  // transition: the server waits for answers before it decides anything,
+  // so a transition after them says they arrived.
+  let unconfirmed: SessionRequest[] = [];
+  const write = (req: SessionRequest) => {
+    try {
+      call.write(req);
+    } catch {
+      // A call that broke: the events still to come and its status say how.
+    }
+  };
   const send = (req: DeepPartial<SessionRequest>) => {
-    if (!closed) call.write(SessionRequest.fromPartial(req));
+    if (closed) return;
+    const r = SessionRequest.fromPartial(req);
+    if (r.toolResults !== undefined || r.stopHookVerdict !== undefined || r.cancel !== undefined) unconfirmed.push(r);
+    write(r);
   };
   const cancel = (reason: string) => {
     send({ cancel: { reason } });
     closed = true;
   };
   const unlisten = onAbort(signal, () => cancel(abortReason(signal)));
-  let ok = false;
-  try {
-    send({ start });
+  let drop = new Drop();
+  /** follow reads call to its end, answering each event; it returns how the call ended (undefined: OK). */
+  const follow = async (): Promise<unknown> => {
     const events = call[Symbol.asyncIterator]();
     for (;;) {
-      const next = await events.next().catch((err: unknown) => {
-        throw errorFromGrpc(err, { completionId: fold.completionId, result: fold.result });
-      });
-      if (next.done) break;
+      let next: IteratorResult<CompletionEvent>;
+      try {
+        next = await events.next();
+      } catch (err) {
+        return err;
+      }
+      if (next.done) return undefined;
       const ev = next.value;
-      if (!fold.add(ev)) continue;
+      if (!fold.add(ev)) continue; // a resumed call may repeat what was folded
+      drop = new Drop(); // events flow again: a later drop starts afresh
+      if (ev.transition !== undefined) unconfirmed = [];
       try {
         await handlers.onEvent?.(ev, fold);
         const reply = closed ? undefined : await answer(ev, handlers, fold);
@@ -119,10 +163,24 @@ export async function runSessionOver(
         call.end();
       }
     }
-    if (!fold.done) {
-      throw errorFromStatus(GrpcStatus.INTERNAL, "the session ended without a result", undefined, {
-        completionId: fold.completionId,
-      });
+  };
+  let ok = false;
+  try {
+    send({ start });
+    for (;;) {
+      const failure = await follow();
+      if (failure === undefined && fold.done) break;
+      if (reconnect === undefined || windowMs <= 0 || !dropped(failure, fold) || !(await drop.pause(policy, windowMs))) {
+        throw ended(failure, fold);
+      }
+      call.cancel();
+      try {
+        call = reconnect.open();
+      } catch (err) {
+        throw ended(err, fold);
+      }
+      write(SessionRequest.fromPartial({ resume: { completionId: fold.completionId, afterSeq: fold.lastSeq } }));
+      for (const req of unconfirmed) write(req);
     }
     ok = true;
     return fold;
@@ -130,6 +188,17 @@ export async function runSessionOver(
     unlisten();
     if (!ok) call.cancel();
   }
+}
+
+/** ended is the typed error of a call that ended with failure (undefined: OK without a result). */
+function ended(failure: unknown, fold: Fold) {
+  if (failure === undefined) {
+    // The server never ends a session OK without its result.
+    return errorFromStatus(GrpcStatus.INTERNAL, "the session ended without a result", undefined, {
+      completionId: fold.completionId,
+    });
+  }
+  return errorFromGrpc(failure, { completionId: fold.completionId, result: fold.result });
 }
 
 /** answer is the request that answers ev, if it asks for one. */

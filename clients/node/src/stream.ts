@@ -4,22 +4,12 @@
 
 import { status as GrpcStatus } from "@grpc/grpc-js";
 import type { CompletionEvent } from "./gen/completion/v1/completion";
-import { CompletiondError, errorFromGrpc, errorFromResult, errorFromStatus } from "./errors";
+import { CompletiondError, errorFromGrpc, errorFromStatus } from "./errors";
 import { Fold } from "./fold";
 import { onAbort } from "./abort";
+import { DEFAULT_RECONNECT, Drop, type ReconnectPolicy, dropped } from "./reconnect";
 
-/** ReconnectPolicy says how a resumable stream attaches again after its connection dropped. */
-export interface ReconnectPolicy {
-  /** initialBackoffMs is the wait before the first Attach; it doubles with each failed one. */
-  initialBackoffMs: number;
-  /** maxBackoffMs caps the wait between Attach calls. */
-  maxBackoffMs: number;
-  /** windowMs bounds how long after a drop the stream keeps trying (and, for a Stream, its resume grace). */
-  windowMs: number;
-}
-
-/** DEFAULT_RECONNECT: 50 ms doubling to 1 s, for up to 30 s after the drop (as the Go and Python clients). */
-export const DEFAULT_RECONNECT: Readonly<ReconnectPolicy> = { initialBackoffMs: 50, maxBackoffMs: 1000, windowMs: 30_000 };
+export { DEFAULT_RECONNECT, type ReconnectPolicy };
 
 /** EventCall is a server-streaming call of CompletionEvents (grpc-js ClientReadableStream fits). */
 export interface EventCall extends AsyncIterable<CompletionEvent> {
@@ -53,9 +43,9 @@ export interface StreamSource {
  * event seen twice after a reconnect is not yielded again, and when the
  * call ends with a status other than OK the iteration throws a
  * CompletiondError that carries the fold's result and completion id.
- * Attach ends OK however the completion ended, so a stream that attached
- * throws the error its result stands for (errorFromResult) when the
- * completion did not end COMPLETED. Leaving the loop early cancels the call.
+ * Attach ends with the status the completion's own stream ended with, so a
+ * stream that attached throws the completion's real error like any other.
+ * Leaving the loop early cancels the call.
  */
 export class CompletionStream implements AsyncIterable<CompletionEvent> {
   /** fold is the completion folded so far: its text, turns, transitions, result. */
@@ -101,43 +91,29 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
 
   async *#events(): AsyncGenerator<CompletionEvent, void, undefined> {
     const unlisten = onAbort(this.#src.signal, () => this.cancel());
-    let failed = 0; // Attach calls in a row that brought nothing
-    let droppedAt: number | undefined;
-    let attached = this.#src.attached ?? false; // following with Attach, which ends OK however the completion ended
+    let drop = new Drop();
     try {
       this.#call = this.#src.open();
       for (;;) {
         let failure: unknown;
-        let noResult = false;
         try {
           for await (const ev of this.#call) {
             if (this.fold.add(ev)) {
-              failed = 0;
-              droppedAt = undefined;
+              drop = new Drop(); // events flow again: a later drop starts afresh
               yield ev;
             }
           }
-          if (this.fold.done) {
-            const ended = attached ? errorFromResult(this.fold.result!, this.fold.completionId) : undefined;
-            if (ended !== undefined) throw ended;
-            return;
-          }
-          // The server never ends OK before the result: a proxy or a
-          // restarting server did. Attach may still have the rest.
-          failure = errorFromStatus(GrpcStatus.INTERNAL, "the stream ended without a result");
-          noResult = true;
+          if (this.fold.done) return;
         } catch (err) {
           failure = err;
         }
-        droppedAt ??= Date.now();
-        if (!this.#mayResume(failure, noResult, failed, droppedAt)) {
-          throw this.#typed(failure);
+        if (!this.#resumable(failure) || !(await drop.pause(this.#src.policy, this.#window()))) {
+          // The server never ends OK before the result: a proxy or a
+          // restarting server did.
+          throw this.#typed(failure ?? errorFromStatus(GrpcStatus.INTERNAL, "the stream ended without a result"));
         }
-        await sleep(backoffMs(this.#src.policy, failed));
-        failed++;
         if (this.#cancelled) throw this.#typed(failure);
         this.#reconnects++;
-        attached = true;
         this.#call = this.#src.attach(this.fold.completionId, this.fold.lastSeq);
       }
     } finally {
@@ -153,27 +129,14 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
     return errorFromGrpc(err, { completionId: this.fold.completionId, result: this.fold.result });
   }
 
-  /**
-   * mayResume: only a resumable completion that has started and not ended,
-   * only a transport failure (UNAVAILABLE without the ErrorInfo a status
-   * completiond decided carries) or an end without a result, within the
-   * reconnect window and the grace.
-   */
-  #mayResume(failure: unknown, noResult: boolean, failed: number, droppedAt: number): boolean {
-    const src = this.#src;
-    if (this.#cancelled || !src.resumable || this.fold.completionId === "" || this.fold.done) return false;
-    const window = src.graceMs > 0 ? Math.min(src.policy.windowMs, src.graceMs) : src.policy.windowMs;
-    if (Date.now() + backoffMs(src.policy, failed) - droppedAt > window) return false;
-    if (noResult) return true;
-    const e = errorFromGrpc(failure);
-    return e.code === GrpcStatus.UNAVAILABLE && e.reason === "";
+  /** resumable: only a resumable completion, not cancelled, whose call dropped (see dropped). */
+  #resumable(failure: unknown): boolean {
+    return !this.#cancelled && this.#src.resumable && dropped(failure, this.fold);
   }
-}
 
-function backoffMs(p: ReconnectPolicy, failed: number): number {
-  return Math.min(p.initialBackoffMs * 2 ** failed, p.maxBackoffMs);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+  /** window is how long after a drop the stream may attach: the policy's, within the grace. */
+  #window(): number {
+    const src = this.#src;
+    return src.graceMs > 0 ? Math.min(src.policy.windowMs, src.graceMs) : src.policy.windowMs;
+  }
 }

@@ -8,7 +8,6 @@ import {
   GrpcStatus,
   TransitionReason,
   errorFromGrpc,
-  errorFromResult,
   errorFromStatus,
   isCompletiondError,
 } from "../src/index";
@@ -81,27 +80,6 @@ describe("errorFromStatus", { timeout: 10_000 }, () => {
     const err = errorFromStatus(GrpcStatus.ABORTED, "stopped", undefined, { completionId: "cmpl_1", result });
     assert.equal(err.completionId, "cmpl_1");
     assert.equal(err.result, result);
-  });
-});
-
-describe("errorFromResult", { timeout: 10_000 }, () => {
-  test("COMPLETED is no error; a MODEL_ERROR without a failure is INTERNAL; the codes by reason", () => {
-    const e = new Events();
-    assert.equal(errorFromResult(e.result(1, "fine").result!), undefined);
-    const bare = errorFromResult(e.result(1, "", 1, TransitionReason.TRANSITION_REASON_MODEL_ERROR).result!, "cmpl_1");
-    assert.equal(bare?.codeName, "INTERNAL");
-    assert.equal(bare?.details, "completion ended MODEL_ERROR");
-    assert.deepEqual(bare?.metadata, {});
-    assert.equal(bare?.completionId, "cmpl_1");
-    const codes: [TransitionReason, string][] = [
-      [TransitionReason.TRANSITION_REASON_ABORTED_STREAMING, "CANCELLED"],
-      [TransitionReason.TRANSITION_REASON_MAX_TURNS, "RESOURCE_EXHAUSTED"],
-      [TransitionReason.TRANSITION_REASON_PROMPT_TOO_LONG, "FAILED_PRECONDITION"],
-      [TransitionReason.TRANSITION_REASON_HOOK_STOPPED, "ABORTED"],
-    ];
-    for (const [reason, code] of codes) {
-      assert.equal(errorFromResult(e.result(1, "", 1, reason).result!)?.codeName, code);
-    }
   });
 });
 

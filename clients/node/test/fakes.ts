@@ -103,3 +103,21 @@ export class FakeSource {
     };
   }
 }
+
+/** FakeSessions serves a Session loop from legs: one FakeSession per call, the first for start, the next ones for each resume. */
+export class FakeSessions {
+  readonly calls: FakeSession[] = [];
+  #legs: Leg[];
+
+  constructor(legs: Leg[]) {
+    this.#legs = [...legs];
+  }
+
+  open(): FakeSession {
+    const leg = this.#legs.shift();
+    if (leg === undefined) throw new Error("no leg left for this call");
+    const call = new FakeSession(leg.events, leg.end);
+    this.calls.push(call);
+    return call;
+  }
+}

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Fold, errorFromResult, transitionReasonToJSON } from "../src/index";
+import { Fold } from "../src/index";
 import { TRANSCRIPTS, events, expectOf, load, statusError, transcriptFiles } from "./transcripts";
 
 const files = transcriptFiles();
@@ -46,33 +46,4 @@ function assertField(field: string, got: unknown, want: unknown): void {
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null;
-}
-
-// errorFromResult rebuilds, from the result alone, the status a failed
-// completion ended with (what a stream that attached must throw, since
-// Attach ends OK): every failed transcript with a result checks it.
-for (const file of files) {
-  const t = load(file);
-  if (t.status.code === 0) continue;
-  test(`${t.name}: the error rebuilt from the result`, (ctx) => {
-    const fold = new Fold();
-    for (const ev of events(t)) fold.add(ev);
-    if (fold.result === undefined) {
-      ctx.diagnostic("refused before the completion started: no result to rebuild from");
-      assert.equal(t.status.code, 3, "only a refused request has no result");
-      return;
-    }
-    const want = t.expect.error as Record<string, unknown>;
-    const got = errorFromResult(fold.result, fold.completionId);
-    assert.ok(got !== undefined);
-    assert.equal(got.codeName, want.code);
-    assert.equal(got.details, want.message);
-    assert.equal(got.reason, want.reason);
-    assert.equal(transitionReasonToJSON(got.terminalReason), want.terminal_reason);
-    assert.equal(got.domain, want.domain);
-    assert.deepEqual(got.metadata, want.metadata);
-    assert.equal(got.retryable, false, "RetryInfo is not known from a result");
-    assert.equal(got.result, fold.result);
-    assert.equal(got.completionId, fold.completionId);
-  });
 }

@@ -99,7 +99,7 @@ describe("CompletionStream", { timeout: 10_000 }, () => {
     assert.equal(s.fold.text, s.fold.result?.message?.content[0]?.text?.text);
   });
 
-  test("Attach ends OK however the completion ended: a stream that attached throws the result's error", async () => {
+  test("Attach ends with the completion's own status: a stream that attached throws it as it came", async () => {
     const e = new Events();
     const failure = { kind: ErrorKind.ERROR_KIND_STREAM_BROKEN, provider: "sim", httpStatus: 200, message: "stream cut" };
     const evs = [
@@ -108,24 +108,33 @@ describe("CompletionStream", { timeout: 10_000 }, () => {
       e.transition(1, TransitionReason.TRANSITION_REASON_MODEL_ERROR, { terminal: true }),
       e.ev(1, 1, { result: { reason: TransitionReason.TRANSITION_REASON_MODEL_ERROR, error: failure } }),
     ];
+    const message = "completion ended MODEL_ERROR: stream_broken (HTTP 200): stream cut";
+    const metadata = { error_kind: "stream_broken", provider: "sim", http_status: "200" };
+    const status = { code: GrpcStatus.UNAVAILABLE, message, detailsBin: detailsBin(14, message, { reason: "MODEL_ERROR", metadata, retrySeconds: 0, retryNanos: 5e8 }) };
     const { s } = stream([
       { events: evs.slice(0, 2), end: DROP },
-      { events: evs.slice(2), end: { code: 0 } },
+      { events: evs.slice(2), end: status },
     ]);
     const { seqs, err } = await drain(s);
     assert.deepEqual(seqs, [1, 2, 3, 4]);
+    assert.equal(s.reconnects, 1);
     assert.equal(err?.codeName, "UNAVAILABLE");
-    assert.equal(err?.details, "completion ended MODEL_ERROR: stream_broken (HTTP 200): stream cut");
+    assert.equal(err?.details, message);
     assert.equal(err?.terminalReason, TransitionReason.TRANSITION_REASON_MODEL_ERROR);
-    assert.deepEqual(err?.metadata, { error_kind: "stream_broken", provider: "sim", http_status: "200" });
-    assert.equal(err?.retryable, false);
+    assert.deepEqual(err?.metadata, metadata);
+    assert.equal(err?.retryable, true);
+    assert.equal(err?.retryDelay, 0.5);
     assert.equal(err?.completionId, "cmpl_x");
+    assert.equal(err?.result?.reason, TransitionReason.TRANSITION_REASON_MODEL_ERROR);
 
-    // Client.attach's streams are attached from the start; a COMPLETED result is no error.
+    // OK after the result is COMPLETED, full stop: nothing is made up from the result.
+    const ok = stream([
+      { events: evs.slice(0, 2), end: DROP },
+      { events: evs.slice(2), end: { code: 0 } },
+    ]);
+    assert.equal((await drain(ok.s)).err, undefined);
     const attached = stream([{ events: evs, end: { code: 0 } }], { attached: true });
-    assert.equal((await drain(attached.s)).err?.codeName, "UNAVAILABLE");
-    const fine = stream([{ events: whole(2), end: { code: 0 } }], { attached: true });
-    assert.equal((await drain(fine.s)).err, undefined);
+    assert.equal((await drain(attached.s)).err, undefined);
   });
 
   test("several drops, and Attach calls that fail, within the window", async () => {

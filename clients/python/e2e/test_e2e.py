@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import unittest
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import grpc
 
@@ -170,7 +170,7 @@ class E2ETest(unittest.TestCase):
             self.assertEqual(stream.fold.result.usage.output_tokens, 80, "the whole answer, nothing cut")
 
     def test_reconnected_stream_raises_the_completions_error(self) -> None:
-        # Attach ends OK however the completion ended: the error is rebuilt from the result.
+        # Attach ends with the completion's own status: the stream that attached raises it as it came.
         host, port = address().rsplit(":", 1)
         with CutProxy((host, int(port)), after=3000) as proxy:
             client = completiond.Client(proxy.address)
@@ -186,11 +186,68 @@ class E2ETest(unittest.TestCase):
             self.assertGreaterEqual(stream.reconnects, 1)
             err = ctx.exception
             self.assertEqual(err.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertEqual(err.reason, "MODEL_ERROR")
             self.assertEqual(err.terminal_reason, R.Value("TRANSITION_REASON_MODEL_ERROR"))
+            self.assertEqual(err.domain, completiond.DOMAIN)
             self.assertEqual(err.metadata["error_kind"], "stream_broken")
+            self.assertEqual(err.metadata["provider"], "sim")
+            self.assertTrue(err.metadata["request_id"].startswith("req_sim_"), "the upstream's request id, as sent")
             self.assertIn("completion ended MODEL_ERROR: stream_broken (HTTP 200)", err.message)
+            self.assertTrue(err.retryable, "the server's RetryInfo comes through the Attach")
+            assert err.retry_delay is not None and err.status is not None
+            self.assertGreater(err.retry_delay, 0)
             assert err.result is not None
             self.assertEqual(err.result.reason, R.Value("TRANSITION_REASON_MODEL_ERROR"))
+
+    def resume_session(self, cut: Callable[[pb.CompletionEvent], bool]) -> None:
+        """A Session with resume_grace through a proxy that drops it once, on the first event cut matches
+        (in the event callback, before the loop answers that event)."""
+        host, port = address().rsplit(":", 1)
+
+        def request(grace: Optional[float]) -> pb.SessionStart:
+            return pb.SessionStart(request=completiond.text_request(
+                "Tell me about recovery.", resume_grace=grace, tools=[pb.Tool(name="search")],
+                metadata={"sim.faults": "tool_use=search", "sim.pace": "20ms", "sim.words": "40"}))
+
+        calls: Dict[str, int] = {}
+
+        def search(call: pb.ToolCall) -> str:
+            calls[call.id] = calls.get(call.id, 0) + 1
+            return "42"
+
+        with CutProxy((host, int(port))) as proxy:
+            client = completiond.Client(proxy.address)
+            self.addCleanup(client.close)
+            seqs: List[int] = []
+            cuts = 0
+
+            def on_event(ev: pb.CompletionEvent) -> None:
+                nonlocal cuts
+                seqs.append(ev.seq)
+                if cuts == 0 and cut(ev):
+                    cuts = proxy.drop()
+
+            fold = client.run_session(request(60), search, on_event=on_event, timeout=60)
+            self.assertEqual(cuts, 1, "the proxy cut the session's connection")
+            self.assertGreaterEqual(proxy.connections, 2, "the session connected again")
+        self.assertEqual(seqs, list(range(1, len(seqs) + 1)), "every seq once, in order")
+        self.assertEqual(len(calls), 1)
+        self.assertEqual(set(calls.values()), {1}, "each tool call run once")
+        plain = self.client.run_session(request(None), lambda call: "42", timeout=60)
+        assert fold.result is not None and plain.result is not None
+        self.assertEqual(fold.text, plain.text)
+        self.assertEqual(len(fold.result.attempts), len(plain.result.attempts))
+        self.assertEqual(names(fold), ["NEXT_TURN", "COMPLETED"])
+        self.check_answer(fold)
+        results = [b.tool_result for m in fold.result.transcript for b in m.content if b.HasField("tool_result")]
+        self.assertEqual([(r.tool_use_id, r.text) for r in results], [(i, "42") for i in calls])
+
+    def test_session_resumes_after_a_drop_awaiting_a_tool_result(self) -> None:
+        # Cut on the tool_call event, before its result is sent: the result is lost and sent again.
+        self.resume_session(lambda ev: ev.HasField("tool_call"))
+
+    def test_session_resumes_after_a_drop_while_turn_2_streams(self) -> None:
+        self.resume_session(lambda ev: ev.turn == 2 and ev.HasField("delta"))
 
     def test_drop_without_grace_is_an_error(self) -> None:
         host, port = address().rsplit(":", 1)

@@ -102,49 +102,6 @@ class ErrorTest(unittest.TestCase):
         err = completiond.error_from_grpc(grpc.RpcError("odd"))
         self.assertEqual(err.code, grpc.StatusCode.UNKNOWN)
 
-    def test_from_result(self) -> None:
-        self.assertIsNone(completiond.error_from_result(pb.Result(reason=pb.TRANSITION_REASON_COMPLETED)))
-        cases = [
-            (pb.Result(reason=pb.TRANSITION_REASON_MAX_TURNS), grpc.StatusCode.RESOURCE_EXHAUSTED),
-            (pb.Result(reason=pb.TRANSITION_REASON_ABORTED_STREAMING), grpc.StatusCode.CANCELLED),
-            (pb.Result(reason=pb.TRANSITION_REASON_HOOK_STOPPED), grpc.StatusCode.ABORTED),
-            (pb.Result(reason=pb.TRANSITION_REASON_PROMPT_TOO_LONG), grpc.StatusCode.FAILED_PRECONDITION),
-            (pb.Result(reason=pb.TRANSITION_REASON_MODEL_ERROR,
-                       error=pb.UpstreamError(kind=pb.ERROR_KIND_CONTENT_FILTER, message="policy")),
-             grpc.StatusCode.FAILED_PRECONDITION),
-            (pb.Result(reason=pb.TRANSITION_REASON_MODEL_ERROR, error=pb.UpstreamError(kind=pb.ERROR_KIND_OVERLOADED)),
-             grpc.StatusCode.UNAVAILABLE),
-            (pb.Result(reason=pb.TRANSITION_REASON_MODEL_ERROR), grpc.StatusCode.INTERNAL),
-        ]
-        for result, code in cases:
-            with self.subTest(reason=pb.TransitionReason.Name(result.reason)):
-                err = completiond.error_from_result(result, "cmpl_1")
-                assert err is not None
-                self.assertEqual(err.code, code)
-                self.assertEqual(err.terminal_reason, result.reason)
-                self.assertEqual(err.domain, completiond.DOMAIN)
-                self.assertIs(err.result, result)
-                self.assertFalse(err.retryable)
-        err = completiond.error_from_result(cases[4][0])
-        assert err is not None
-        self.assertEqual(err.message, "completion ended MODEL_ERROR: content_filter: policy")
-        self.assertEqual(err.metadata, {"error_kind": "content_filter"})
-
-    def test_from_result_rebuilds_the_servers_status(self) -> None:
-        # What the server sent for this failure (transcript model_error.json), but for RetryInfo.
-        failure = pb.UpstreamError(kind=pb.ERROR_KIND_INVALID_REQUEST, provider="sim", http_status=400,
-                                   type="invalid_request_error", message="messages: invalid request",
-                                   request_id="req_sim_1g4487b")
-        err = completiond.error_from_result(pb.Result(reason=pb.TRANSITION_REASON_MODEL_ERROR, error=failure))
-        assert err is not None
-        self.assertEqual(err.to_dict(), {
-            "code": "FAILED_PRECONDITION",
-            "message": "completion ended MODEL_ERROR: invalid_request (HTTP 400): messages: invalid request",
-            "reason": "MODEL_ERROR", "terminal_reason": "TRANSITION_REASON_MODEL_ERROR", "domain": completiond.DOMAIN,
-            "metadata": {"error_kind": "invalid_request", "http_status": "400", "provider": "sim",
-                         "request_id": "req_sim_1g4487b", "type": "invalid_request_error"},
-            "retryable": False, "retry_delay_seconds": None, "field_violations": []})
-
 
 if __name__ == "__main__":
     unittest.main()

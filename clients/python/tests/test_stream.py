@@ -8,10 +8,13 @@ from typing import Any, Iterator, List
 
 import grpc
 
+from google.protobuf import duration_pb2
+
 import completiond
-from completiond import pb
+from completiond import error_details, pb
 
 from .support import FakeChannel, FakeRpcError, completed, event, text
+from .test_errors import status_bin
 
 FAST = completiond.Reconnect(backoff=0.01, max_backoff=0.02, window=0.3)
 
@@ -26,6 +29,11 @@ def answer(n: int = 8) -> List[pb.CompletionEvent]:
 def drop(evs: List[pb.CompletionEvent], code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> Iterator[Any]:
     yield from evs
     raise FakeRpcError(code, "Socket closed")
+
+
+def fail(evs: List[pb.CompletionEvent], err: FakeRpcError) -> Iterator[Any]:
+    yield from evs
+    raise err
 
 
 def grace_request(seconds: float = 60) -> pb.CompleteRequest:
@@ -127,14 +135,31 @@ class StreamTest(unittest.TestCase):
             stream.wait()
         self.assertEqual(len(self.channel.calls), 1)
 
-    def test_reattached_stream_raises_what_the_result_says(self) -> None:
+    def test_reattached_stream_raises_the_status_attach_ended_with(self) -> None:
+        # Attach ends with the completion's own status, so a stream that attached raises it as it came.
         evs = answer()[:3] + completed(4, "", reason=pb.TRANSITION_REASON_ABORTED_STREAMING)
-        stream = self.client(Stream=lambda req: drop(evs[:3]), Attach=lambda req: iter(evs[3:])).stream(grace_request())
+        info = error_details.ErrorInfo(reason="ABORTED_STREAMING", domain=completiond.DOMAIN)
+        retry = error_details.RetryInfo(retry_delay=duration_pb2.Duration(nanos=500_000_000))
+        status = FakeRpcError(grpc.StatusCode.CANCELLED, "completion ended ABORTED_STREAMING",
+                              status_bin(1, "completion ended ABORTED_STREAMING", info, retry))
+        stream = self.client(Stream=lambda req: drop(evs[:3]), Attach=lambda req: fail(evs[3:], status)).stream(
+            grace_request())
         with self.assertRaises(completiond.CompletionError) as ctx:
             stream.wait()
-        self.assertEqual(ctx.exception.code, grpc.StatusCode.CANCELLED)
-        self.assertEqual(ctx.exception.terminal_reason, pb.TRANSITION_REASON_ABORTED_STREAMING)
-        self.assertEqual(ctx.exception.result, stream.result)
+        err = ctx.exception
+        self.assertEqual(stream.reconnects, 1)
+        self.assertEqual((err.code, err.message), (grpc.StatusCode.CANCELLED, "completion ended ABORTED_STREAMING"))
+        self.assertEqual(err.terminal_reason, pb.TRANSITION_REASON_ABORTED_STREAMING)
+        self.assertEqual(err.retry_delay, 0.5)
+        self.assertEqual(err.result, stream.result)
+
+    def test_ok_after_the_result_raises_nothing_after_an_attach_too(self) -> None:
+        # OK after the result is COMPLETED, full stop: nothing is made up from the result.
+        evs = answer()[:3] + completed(4, "", reason=pb.TRANSITION_REASON_ABORTED_STREAMING)
+        stream = self.client(Stream=lambda req: drop(evs[:3]), Attach=lambda req: iter(evs[3:])).stream(grace_request())
+        fold = stream.wait()
+        self.assertEqual(fold.reason, pb.TRANSITION_REASON_ABORTED_STREAMING)
+        self.assertEqual(stream.reconnects, 1)
 
     def test_attach(self) -> None:
         evs = answer()

@@ -1,13 +1,14 @@
 // End to end against a real completiond (scripts/with-server sets
 // COMPLETIOND_ADDR): transitions, discarded attempts, typed failures, a
 // Session tool loop, a stop hook, cancel, Attach, and a dropped connection
-// healed by the stream.
+// healed by the stream (Attach) and by a Session (resume).
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import {
   Client,
   CompletiondError,
+  type CompletionEvent,
   CompletionStream,
   GrpcStatus,
   Role,
@@ -229,8 +230,8 @@ describe("against completiond", { timeout: 120_000 }, () => {
     }
   });
 
-  test("a drop, then the completion fails: the stream that attached throws the result's error", async () => {
-    // Attach ends OK however the completion ended: the error is rebuilt from the result.
+  test("a drop, then the completion fails: the stream that attached throws the completion's own status", async () => {
+    // Attach ends with the status the completion's stream ended with: code, ErrorInfo, RetryInfo.
     const proxy = await CuttingProxy.start(ADDR, 2000);
     const c = new Client(proxy.address);
     try {
@@ -246,15 +247,70 @@ describe("against completiond", { timeout: 120_000 }, () => {
       assert.ok(s.reconnects >= 1);
       assert.deepEqual(seqs, range(seqs.length));
       assert.equal(err?.code, GrpcStatus.UNAVAILABLE);
+      assert.equal(err?.reason, "MODEL_ERROR");
       assert.equal(err?.terminalReason, R.TRANSITION_REASON_MODEL_ERROR);
+      assert.equal(err?.domain, "completiond.completion.v1");
       assert.equal(err?.metadata.error_kind, "stream_broken");
+      assert.equal(err?.metadata.provider, "sim");
+      assert.match(err?.metadata.request_id ?? "", /^req_sim_/, "the upstream's request id, as sent");
       assert.match(err?.details ?? "", /^completion ended MODEL_ERROR: stream_broken \(HTTP 200\)/);
+      assert.equal(err?.retryable, true, "the server's RetryInfo comes through the Attach");
+      assert.ok(err?.retryDelay !== null && (err?.retryDelay ?? 0) > 0, `retry delay ${err?.retryDelay}`);
       assert.equal(err?.result?.reason, R.TRANSITION_REASON_MODEL_ERROR);
     } finally {
       c.close();
       await proxy.close();
     }
   });
+
+  for (const [name, cutAt] of [
+    // On the tool_call event, before its result is sent: the result is lost and must be sent again.
+    ["awaiting a tool result", (ev: CompletionEvent) => ev.toolCall !== undefined],
+    ["while turn 2 streams", (ev: CompletionEvent) => ev.turn === 2 && ev.delta !== undefined],
+  ] as const) {
+    test(`a Session with resume_grace resumes after a drop ${name}: every seq once, each tool once, the same answer`, async () => {
+      const request = (grace: boolean) => ({
+        request: {
+          messages: [userText("Tell me about recovery.")],
+          tools: [{ name: "search" }],
+          metadata: { "sim.faults": "tool_use=search", "sim.pace": "20ms", "sim.words": "40" },
+          ...(grace ? { resumeGrace: duration(60) } : {}),
+        },
+      });
+      const proxy = await CuttingProxy.start(ADDR);
+      const c = new Client(proxy.address);
+      try {
+        const seqs: number[] = [];
+        const calls = new Map<string, number>();
+        let cut = 0;
+        const fold = await c.runSession(request(true), {
+          onEvent: (ev) => {
+            seqs.push(ev.seq);
+            if (cut === 0 && cutAt(ev)) cut = proxy.cut();
+          },
+          onToolCall: (call) => {
+            calls.set(call.id, (calls.get(call.id) ?? 0) + 1);
+            return "42";
+          },
+        });
+        assert.equal(cut, 1, "the proxy cut the session's connection");
+        assert.ok(proxy.connections >= 2, "the session connected again");
+        assert.deepEqual(seqs, range(seqs.length), "every seq once, in order");
+        assert.equal(calls.size, 1);
+        assert.deepEqual([...calls.values()], [1], "each tool call run once");
+        const plain = await client.runSession(request(false), { onToolCall: () => "42" });
+        assert.equal(fold.text, plain.text);
+        assert.equal(fold.result?.attempts.length, plain.result?.attempts.length);
+        assert.deepEqual(names(fold.transitions), ["NEXT_TURN", "COMPLETED"]);
+        assert.equal(fold.text, (fold.result?.message?.content ?? []).map((b) => b.text?.text ?? "").join(""));
+        const results = (fold.result?.transcript ?? []).flatMap((m) => m.content).filter((b) => b.toolResult !== undefined);
+        assert.deepEqual(results.map((b) => [b.toolResult?.toolUseId, b.toolResult?.text]), [...calls.keys()].map((id) => [id, "42"]));
+      } finally {
+        c.close();
+        await proxy.close();
+      }
+    });
+  }
 
   test("without resume_grace the drop ends the stream: UNAVAILABLE, no Attach", async () => {
     const proxy = await CuttingProxy.start(ADDR, 2000);

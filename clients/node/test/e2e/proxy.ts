@@ -1,21 +1,27 @@
-// A loopback TCP proxy for the reconnect test: it forwards to the server
-// and, once armed, cuts the first connection after some bytes came back.
+// A loopback TCP proxy for the reconnect tests: it forwards to the server
+// and cuts the first connection after some bytes came back, or every
+// connection it carries when told to.
 
 import net from "node:net";
 
-/** CuttingProxy forwards 127.0.0.1:<port> to target; the first connection is reset after cutAfter bytes. */
+/**
+ * CuttingProxy forwards 127.0.0.1:<port> to target; the first connection is
+ * reset after cutAfter bytes (never by default), and cut() resets every
+ * connection carried at the moment.
+ */
 export class CuttingProxy {
   connections = 0;
   cuts = 0;
   readonly #server: net.Server;
   readonly #sockets = new Set<net.Socket>();
+  readonly #links = new Set<[net.Socket, net.Socket]>(); // [client side, server side] carried now
 
   private constructor(server: net.Server) {
     this.#server = server;
   }
 
   /** start listens on a free loopback port. */
-  static async start(target: string, cutAfter: number): Promise<CuttingProxy> {
+  static async start(target: string, cutAfter = Infinity): Promise<CuttingProxy> {
     const [host, port] = splitHostPort(target);
     const server = net.createServer();
     const proxy = new CuttingProxy(server);
@@ -30,10 +36,28 @@ export class CuttingProxy {
     return `127.0.0.1:${a.port}`;
   }
 
+  /**
+   * cut resets every connection the proxy carries now, both ways, as a
+   * dropped network would; the proxy keeps listening, so a reconnect goes
+   * through. It returns how many it cut.
+   */
+  cut(): number {
+    const links = [...this.#links];
+    this.#links.clear();
+    for (const [down, up] of links) {
+      this.cuts++;
+      down.resetAndDestroy();
+      up.resetAndDestroy();
+    }
+    return links.length;
+  }
+
   #pipe(down: net.Socket, host: string, port: number, cutAfter: number): void {
     const first = ++this.connections === 1;
     const up = net.connect(port, host);
+    const link: [net.Socket, net.Socket] = [down, up];
     this.#sockets.add(down).add(up);
+    this.#links.add(link);
     let bytes = 0;
     up.on("data", (b: Buffer) => {
       down.write(b);
@@ -50,6 +74,7 @@ export class CuttingProxy {
       a.on("close", () => {
         b.destroy();
         this.#sockets.delete(a);
+        this.#links.delete(link);
       });
     }
   }

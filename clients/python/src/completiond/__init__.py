@@ -19,8 +19,7 @@ from completiond._proto.google.rpc import code_pb2 as rpc_code
 from completiond._proto.google.rpc import error_details_pb2 as error_details
 from completiond._proto.google.rpc import status_pb2 as rpc_status
 from completiond.client import DEFAULT_ADDRESS, Client, default_address, text_request, user_message
-from completiond.errors import (DOMAIN, CompletionError, FieldViolation, error_from_grpc, error_from_result,
-                                error_from_status)
+from completiond.errors import DOMAIN, CompletionError, FieldViolation, error_from_grpc, error_from_status
 from completiond.fold import Fold, Turn, tool_input
 from completiond.session import CancelSession, Session, allow, block, prevent
 from completiond.stream import Reconnect, Stream
@@ -45,7 +44,6 @@ __all__ = [
     "default_address",
     "error_details",
     "error_from_grpc",
-    "error_from_result",
     "error_from_status",
     "pb",
     "pb_grpc",

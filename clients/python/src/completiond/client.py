@@ -36,8 +36,8 @@ class Client:
     target defaults to COMPLETIOND_ADDR, else localhost:50051. tls=True (or
     root_certificates, or channel_credentials) makes a TLS channel; api_key
     is sent with every call as ``authorization: Bearer <key>``. options are
-    grpc channel options; reconnect says how streams attach again after a
-    drop. To use a channel of your own, see :meth:`from_channel`.
+    grpc channel options; reconnect says how streams attach again (and
+    Sessions resume) after a drop. To use a channel of your own, see :meth:`from_channel`.
     """
 
     def __init__(
@@ -76,7 +76,7 @@ class Client:
         self.stub = pb_grpc.CompletionStub(channel)
         self._metadata: List[Tuple[str, str]] = [("authorization", "Bearer " + api_key)] if api_key else []
         self._owned = owned
-        #: reconnect says how streams attach again after a drop.
+        #: reconnect says how streams attach again, and Sessions resume, after a drop.
         self.reconnect: Reconnect = reconnect
 
     def close(self) -> None:
@@ -125,9 +125,9 @@ class Client:
 
         fold continues an earlier fold (its last_seq wins over after_seq), for
         example a failed Stream's. The stream attaches again after a drop
-        within the client's reconnect window, and raises the error the
-        completion's result stands for when it did not end COMPLETED, though
-        Attach itself ends OK.
+        within the client's reconnect window, and raises the completion's
+        error when it did not end COMPLETED: Attach ends with the status the
+        completion's own stream ended with.
         """
         md = self._md(metadata)
         fold = fold if fold is not None else Fold()
@@ -162,11 +162,17 @@ class Client:
         timeout: Optional[float] = None,
         metadata: Optional[Metadata] = None,
     ) -> Session:
-        """Starts a Session RPC (a bare CompleteRequest is wrapped in a SessionStart)."""
+        """Starts a Session RPC (a bare CompleteRequest is wrapped in a SessionStart).
+
+        With ``start.request.resume_grace`` set, a dropped stream resumes the
+        Session and goes on (see :class:`Session`). timeout (seconds) bounds
+        the whole session, resumes included.
+        """
         if isinstance(start, pb.CompleteRequest):
             start = pb.SessionStart(request=start)
         md = self._md(metadata)
-        return Session(lambda requests: self.stub.Session(requests, timeout=timeout, metadata=md), start)
+        return Session(lambda requests, t: self.stub.Session(requests, timeout=t, metadata=md), start,
+                       reconnect=self.reconnect, timeout=timeout)
 
     def run_session(
         self,
@@ -189,7 +195,10 @@ class Client:
         (see allow, block, prevent), a Verdict, or None; without one every
         answer is allowed. on_event sees every event first. Any of them may
         raise :class:`CancelSession` to end the session (Cancel). Raises the
-        session's CompletionError when it does not end COMPLETED.
+        session's CompletionError when it does not end COMPLETED. With
+        ``start.request.resume_grace`` set, the session survives a dropped
+        connection: it resumes, sends again the answers the server may not
+        have had, and the callbacks see every event once.
         """
         session = self.session(start, timeout=timeout, metadata=metadata)
         return drive(session, tools, stop_hook, on_event)

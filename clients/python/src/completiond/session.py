@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union, cast
+import time
+from typing import Any, Callable, Iterable, Iterator, List, Mapping, Optional, Union, cast
 
 import grpc
 
 from completiond._proto.completion.v1 import completion_pb2 as pb
 from completiond.errors import CompletionError, error_from_grpc
 from completiond.fold import Fold, tool_input
+from completiond.stream import Reconnect, _Drop, dropped, seconds
 
 #: ToolOutput is what a tool returns: the result's text, or a whole ToolResultBlock.
 ToolOutput = Union[str, pb.ToolResultBlock]
@@ -49,16 +51,49 @@ class Session(Iterator[pb.CompletionEvent]):
     keeps :attr:`fold` up to date and raises a
     :class:`~completiond.CompletionError` when the RPC ends with a status
     other than OK. :meth:`Client.run_session` drives one with callbacks.
+
+    When the start's request has ``resume_grace`` and the stream breaks
+    (UNAVAILABLE, or an end without a result) after the started event and
+    before the result, the session opens a new Session stream whose first
+    message is ``resume(completion_id, last_seq)`` — after the same backoff,
+    within the same window as a Stream's Attach — and sends again every
+    answer and cancel sent since the last transition it received (a
+    transition after them says the server had them; it drops an answer it
+    already has). Events it already handed out are not handed out again.
     """
 
-    def __init__(self, open_call: Callable[[Iterator[pb.SessionRequest]], Any], start: pb.SessionStart) -> None:
-        """Use :meth:`Client.session`; open_call(requests) starts the RPC with a request iterator."""
+    def __init__(
+        self,
+        open_call: Callable[[Iterator[pb.SessionRequest], Optional[float]], Any],
+        start: pb.SessionStart,
+        *,
+        reconnect: Reconnect = Reconnect(),
+        timeout: Optional[float] = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Use :meth:`Client.session`; open_call(requests, timeout) starts the RPC with a request iterator.
+
+        timeout (seconds) bounds the whole session, resumes included.
+        """
         #: fold is the fold of every event handed out so far.
         self.fold: Fold = Fold()
-        self._queue: "queue.Queue[Any]" = queue.Queue()
-        self._closed = False
+        #: reconnects counts the resumed Session streams opened after a drop.
+        self.reconnects: int = 0
+        grace = seconds(start.request.resume_grace) if start.request.HasField("resume_grace") else 0.0
+        self._window = min(reconnect.window, grace)
+        self._reconnect = reconnect
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._sleep = sleep
+        self._open_call = open_call
         self._lock = threading.Lock()
-        self._call = open_call(self._requests(pb.SessionRequest(start=start)))
+        self._closed = False  # the caller half-closed: nothing more will be sent
+        self._cancelled = False  # the RPC was cancelled: no resume
+        # The answers and cancels sent since the last transition received:
+        # sent again to a resumed stream, as the server may not have had them.
+        self._unconfirmed: List[pb.SessionRequest] = []
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._queue.put(pb.SessionRequest(start=start))
+        self._call = open_call(self._requests(self._queue), self._remaining())
         self._events = self._run()
 
     def __iter__(self) -> "Session":
@@ -80,6 +115,8 @@ class Session(Iterator[pb.CompletionEvent]):
         with self._lock:
             if self._closed:
                 raise RuntimeError("the session's request stream is closed")
+            if request.WhichOneof("request") in _ANSWERS:
+                self._unconfirmed.append(request)
             self._queue.put(request)
 
     def send_tool_results(self, results: Iterable[pb.ToolResultBlock]) -> None:
@@ -102,33 +139,82 @@ class Session(Iterator[pb.CompletionEvent]):
                 self._queue.put(_CLOSE)
 
     def cancel(self) -> None:
-        """Cancels the RPC itself; iteration then raises CANCELLED."""
-        self._call.cancel()
+        """Cancels the RPC itself (from any thread); iteration then raises CANCELLED."""
+        with self._lock:
+            self._cancelled = True
+            call = self._call
+        call.cancel()
 
-    def _requests(self, start: pb.SessionRequest) -> Iterator[pb.SessionRequest]:
-        yield start
+    def _remaining(self) -> Optional[float]:
+        return None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+
+    @staticmethod
+    def _requests(requests: "queue.Queue[Any]") -> Iterator[pb.SessionRequest]:
         while True:
-            item = self._queue.get()
+            item = requests.get()
             if item is _CLOSE:
                 return
             yield item
 
     def _run(self) -> Iterator[pb.CompletionEvent]:
+        call = self._call
+        drop = _Drop()
         try:
-            for event in self._call:
-                if self.fold.add(event):
-                    yield event
-        except grpc.RpcError as err:
-            raise self._error(error_from_grpc(err)) from None
+            while True:
+                err: Optional[grpc.RpcError] = None
+                try:
+                    for event in call:
+                        if not self.fold.add(event):
+                            continue  # a resumed stream may repeat what was handed out
+                        drop = _Drop()  # events flow again: a later drop starts afresh
+                        if event.HasField("transition"):
+                            with self._lock:
+                                self._unconfirmed = []
+                        yield event
+                except grpc.RpcError as e:
+                    err = e
+                if err is None and self.fold.ended:
+                    return
+                call = self._resume(drop) if self._resumable(err) else None
+                if call is None:
+                    if err is None:  # the server never ends a session OK without its result
+                        raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
+                    raise self._error(error_from_grpc(err)) from None
         finally:
             self.close()
-        if not self.fold.ended:  # the server never ends a session OK without its result
-            raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
+
+    def _resumable(self, err: Optional[grpc.RpcError]) -> bool:
+        """Whether the stream's end is a dropped connection of a Session that may be resumed."""
+        return self._window > 0 and not self._cancelled and dropped(err, self.fold)
+
+    def _resume(self, drop: _Drop) -> Any:
+        """Waits the next backoff, then opens a Session stream that resumes after the last seq and
+        sends the unconfirmed messages again; None once the window is over."""
+        if not drop.pause(self._reconnect, self._window, self._deadline, self._sleep):
+            return None
+        with self._lock:
+            if self._cancelled:
+                raise self._error(CompletionError(grpc.StatusCode.CANCELLED, "cancelled by the caller"))
+            old, self._queue = self._queue, queue.Queue()
+            old.put(_CLOSE)  # the broken call's request iterator ends
+            resume = pb.SessionResume(completion_id=self.fold.completion_id, after_seq=self.fold.last_seq)
+            self._queue.put(pb.SessionRequest(resume=resume))
+            for request in self._unconfirmed:
+                self._queue.put(request)
+            if self._closed:
+                self._queue.put(_CLOSE)
+            self._call = self._open_call(self._requests(self._queue), self._remaining())
+            self.reconnects += 1
+            return self._call
 
     def _error(self, err: CompletionError) -> CompletionError:
         """err with what the session knows: the fold, its result and completion id."""
         err.result, err.completion_id, err.fold = self.fold.result, self.fold.completion_id, self.fold
         return err
+
+
+#: _ANSWERS are the messages a resumed stream sends again until a transition confirms them.
+_ANSWERS = ("tool_results", "stop_hook_verdict", "cancel")
 
 
 class CancelSession(Exception):

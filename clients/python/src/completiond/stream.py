@@ -10,29 +10,74 @@ from typing import Any, Callable, Iterator, Optional
 import grpc
 
 from completiond._proto.completion.v1 import completion_pb2 as pb
-from completiond.errors import CompletionError, error_from_grpc, error_from_result
+from completiond.errors import CompletionError, error_from_grpc
 from completiond.fold import Fold
 
 @dataclasses.dataclass(frozen=True)
 class Reconnect:
-    """How a stream attaches again after its connection dropped.
+    """How a stream reconnects after its connection dropped.
 
     It applies to a Stream whose request has a resume_grace (the server keeps
-    the completion running that long without a caller) and to Attach streams.
+    the completion running that long without a caller), which attaches again,
+    to Attach streams, and to a Session whose request has one, which resumes.
     """
 
-    #: backoff is the pause before the first Attach, in seconds; it doubles
-    #: on each failed one, up to max_backoff.
+    #: backoff is the pause before the first reconnect (Attach, or a Session
+    #: resume), in seconds; it doubles on each failed one, up to max_backoff.
     backoff: float = 0.05
-    #: max_backoff caps the pause between two Attach tries, in seconds.
+    #: max_backoff caps the pause between two reconnects, in seconds.
     max_backoff: float = 1.0
     #: window bounds how long after a drop the stream keeps trying, in
     #: seconds, further bounded by the request's resume_grace.
     window: float = 30.0
 
     def delay(self, attempt: int) -> float:
-        """The pause before Attach number attempt (1-based) since the drop."""
+        """The pause before reconnect number attempt (1-based) since the drop."""
         return min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+
+
+class _Drop:
+    """One broken connection being healed: when it broke, and the reconnects tried since.
+
+    A Stream (which reconnects with Attach) and a Session (with a
+    SessionResume) share it, so both wait the same backoff for as long.
+    """
+
+    def __init__(self) -> None:
+        self.at: Optional[float] = None
+        self.tries = 0
+
+    def pause(self, reconnect: Reconnect, window: float, deadline: Optional[float],
+              sleep: Callable[[float], None]) -> bool:
+        """Waits before the next reconnect; False, without waiting, once the window since the drop
+        (or the deadline) would be over by then."""
+        now = time.monotonic()
+        if self.at is None:
+            self.at = now
+        self.tries += 1
+        wait = reconnect.delay(self.tries)
+        end = self.at + window
+        if deadline is not None:
+            end = min(end, deadline)
+        if now + wait > end:
+            return False
+        sleep(wait)
+        return True
+
+
+def dropped(err: Optional[grpc.RpcError], fold: Fold) -> bool:
+    """Whether err (None: the call ended OK), ending a stream of fold's completion, is a lost connection.
+
+    The server's own status only ever follows the result, so an end before it
+    (UNAVAILABLE, or OK without a result) is the connection's; a completion
+    without an id has nothing to reconnect to.
+    """
+    if fold.ended or not fold.completion_id:
+        return False
+    if err is None:
+        return True
+    code = err.code() if callable(getattr(err, "code", None)) else None
+    return bool(code == grpc.StatusCode.UNAVAILABLE)
 
 
 def seconds(d: Any) -> float:
@@ -53,9 +98,9 @@ class Stream(Iterator[pb.CompletionEvent]):
     before the result, the stream calls ``Attach(completion_id, last_seq)``,
     again with a short backoff if that fails, within the grace and the
     :class:`Reconnect` window, and goes on: the caller sees one
-    uninterrupted stream, every seq once. Attach ends OK whatever the
-    completion's end, so a stream that attached raises the error its result
-    stands for (see :func:`~completiond.errors.error_from_result`).
+    uninterrupted stream, every seq once. Attach ends with the status the
+    completion's own stream ended with, so a stream that attached raises the
+    completion's real error (code, ErrorInfo, RetryInfo) like any other.
     """
 
     def __init__(
@@ -88,7 +133,7 @@ class Stream(Iterator[pb.CompletionEvent]):
         self._lock = threading.Lock()
         self._call: Any = None
         self._cancelled = False
-        self._events = self._run(open_call, attach_only)
+        self._events = self._run(open_call)
 
     def __iter__(self) -> "Stream":
         return self
@@ -146,7 +191,7 @@ class Stream(Iterator[pb.CompletionEvent]):
         err.result, err.completion_id, err.fold = self.fold.result, self.fold.completion_id, self.fold
         return err
 
-    def _run(self, open_call: Callable[[Optional[float]], Any], attached: bool) -> Iterator[pb.CompletionEvent]:
+    def _run(self, open_call: Callable[[Optional[float]], Any]) -> Iterator[pb.CompletionEvent]:
         call = self._start(lambda: open_call(self._remaining()))
         drop = _Drop()
         while True:
@@ -159,59 +204,21 @@ class Stream(Iterator[pb.CompletionEvent]):
             except grpc.RpcError as e:
                 err = e
             if err is None and self.fold.ended:
-                self._finish(attached)
                 return
             call = self._reattach(drop) if self._resumable(err) else None
             if call is None:
                 if err is None:  # the server never ends a stream OK without its result
                     raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
                 raise self._error(error_from_grpc(err)) from None
-            attached = True
 
-    def _finish(self, attached: bool) -> None:
-        """Raises the error of a completion followed with Attach (which ends OK) that did not end COMPLETED."""
-        if attached and self.fold.result is not None:
-            ended = error_from_result(self.fold.result, self.fold.completion_id)
-            if ended is not None:
-                raise self._error(ended)
-
-    def _reattach(self, drop: "_Drop") -> Any:
+    def _reattach(self, drop: _Drop) -> Any:
         """Waits the next backoff and calls Attach after the last seq; None once the window is over."""
-        if drop.at is None:
-            drop.at = time.monotonic()
-        drop.tries += 1
-        wait = self._reconnect.delay(drop.tries)
-        if not self._within(drop.at, wait):
+        if not drop.pause(self._reconnect, self._window, self._deadline, self._sleep):
             return None
-        self._sleep(wait)
         call = self._start(lambda: self._open_attach(self.fold.completion_id, self.fold.last_seq, self._remaining()))
         self.reconnects += 1
         return call
 
     def _resumable(self, err: Optional[grpc.RpcError]) -> bool:
-        """Whether the stream's end is a dropped connection of a completion that may be attached to again.
-
-        The server's own status only ever follows the result, so an end before
-        the result is the connection's.
-        """
-        if self._window <= 0 or self._cancelled or self.fold.ended or not self.fold.completion_id:
-            return False
-        if err is None:
-            return True
-        code = err.code() if callable(getattr(err, "code", None)) else None
-        return bool(code == grpc.StatusCode.UNAVAILABLE)
-
-    def _within(self, dropped_at: float, wait: float) -> bool:
-        """Whether an Attach after wait is still within the window since the drop and the deadline."""
-        end = dropped_at + self._window
-        if self._deadline is not None:
-            end = min(end, self._deadline)
-        return time.monotonic() + wait <= end
-
-
-class _Drop:
-    """One broken connection being resumed: when it broke, and the attaches tried since."""
-
-    def __init__(self) -> None:
-        self.at: Optional[float] = None
-        self.tries = 0
+        """Whether the stream's end is a dropped connection of a completion that may be attached to again."""
+        return self._window > 0 and not self._cancelled and dropped(err, self.fold)
