@@ -154,13 +154,17 @@ class E2ETest(unittest.TestCase):
 
     def test_reconnect_through_a_dropped_connection(self) -> None:
         host, port = address().rsplit(":", 1)
-        with CutProxy((host, int(port)), after=3000) as proxy:
+        with CutProxy((host, int(port))) as proxy:
             client = completiond.Client(proxy.address)
             self.addCleanup(client.close)
             request = completiond.text_request("Tell me about recovery.", resume_grace=60,
                                                metadata={"sim.words": "80", "sim.pace": "15ms"})
             stream = client.stream(request, timeout=60)
-            seqs = [ev.seq for ev in stream]
+            seqs = []
+            for ev in stream:
+                seqs.append(ev.seq)
+                if ev.seq == 10:  # mid-stream, by event rather than by bytes: no race with the end
+                    proxy.drop()
             self.assertEqual(proxy.cut, 1, "the proxy cut the first connection")
             self.assertGreaterEqual(stream.reconnects, 1)
             self.assertEqual(seqs, list(range(1, len(seqs) + 1)), "every seq exactly once, in order")
@@ -172,7 +176,7 @@ class E2ETest(unittest.TestCase):
     def test_reconnected_stream_raises_the_completions_error(self) -> None:
         # Attach ends with the completion's own status: the stream that attached raises it as it came.
         host, port = address().rsplit(":", 1)
-        with CutProxy((host, int(port)), after=3000) as proxy:
+        with CutProxy((host, int(port))) as proxy:
             client = completiond.Client(proxy.address)
             self.addCleanup(client.close)
             request = completiond.text_request(
@@ -181,7 +185,9 @@ class E2ETest(unittest.TestCase):
                 metadata={"sim.faults": "cut=60", "sim.words": "80", "sim.pace": "15ms"})
             stream = client.stream(request, timeout=60)
             with self.assertRaises(completiond.CompletionError) as ctx:
-                stream.wait()
+                for ev in stream:
+                    if ev.seq == 10:  # well before the upstream's cut at word 60
+                        proxy.drop()
             self.assertEqual(proxy.cut, 1)
             self.assertGreaterEqual(stream.reconnects, 1)
             err = ctx.exception
@@ -251,12 +257,14 @@ class E2ETest(unittest.TestCase):
 
     def test_drop_without_grace_is_an_error(self) -> None:
         host, port = address().rsplit(":", 1)
-        with CutProxy((host, int(port)), after=3000) as proxy:
+        with CutProxy((host, int(port))) as proxy:
             client = completiond.Client(proxy.address)
             self.addCleanup(client.close)
             stream = client.stream(ask(metadata={"sim.words": "80", "sim.pace": "15ms"}), timeout=60)
             with self.assertRaises(completiond.CompletionError) as ctx:
-                stream.wait()
+                for ev in stream:
+                    if ev.seq == 10:
+                        proxy.drop()
             self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAVAILABLE)
             self.assertEqual(stream.reconnects, 0)
             self.assertIsNone(ctx.exception.result)
