@@ -55,10 +55,10 @@ const (
 	cbLockWait = 250 * time.Millisecond
 	// cbLockPoll is how often a held lock is tried again.
 	cbLockPoll = 2 * time.Millisecond
-	// probeLease is how long a half-open probe's lease lasts unless its
-	// replica renews it (every probeLease/3): a dead replica's probe is
+	// defaultProbeLease is how long a half-open probe's lease lasts unless
+	// its replica renews it (every third of it): a dead replica's probe is
 	// replaced after this long.
-	probeLease = 15 * time.Second
+	defaultProbeLease = 15 * time.Second
 )
 
 // sharedBreakers are the routes' breakers in Redis.
@@ -66,6 +66,8 @@ type sharedBreakers struct {
 	g        *redisGate
 	store    *redisStore
 	settings func(route string) gobreaker.Settings
+	// probeLease is defaultProbeLease; tests shorten it.
+	probeLease time.Duration
 
 	mu     sync.Mutex
 	routes map[string]*sharedRoute
@@ -106,7 +108,8 @@ func newSharedBreakers(g *redisGate, settings func(string) gobreaker.Settings) *
 	if g == nil {
 		return nil
 	}
-	return &sharedBreakers{g: g, store: newRedisStore(g), settings: settings, routes: map[string]*sharedRoute{}}
+	return &sharedBreakers{g: g, store: newRedisStore(g), settings: settings,
+		probeLease: defaultProbeLease, routes: map[string]*sharedRoute{}}
 }
 
 func (s *sharedBreakers) route(name string) *sharedRoute {
@@ -259,7 +262,7 @@ func (s *sharedBreakers) takeProbe(route string) (*probeLeaseHolder, error) {
 	token := randomToken()
 	ctx, cancel := s.g.ctx()
 	defer cancel()
-	ok, err := s.g.rdb.SetNX(ctx, cbProbeKey(route), token, probeLease).Result()
+	ok, err := s.g.rdb.SetNX(ctx, cbProbeKey(route), token, s.probeLease).Result()
 	if s.g.observe("breaker probe", err) != nil || !ok {
 		return nil, err
 	}
@@ -278,7 +281,7 @@ return 0
 
 func (p *probeLeaseHolder) renew() {
 	defer close(p.done)
-	t := time.NewTicker(probeLease / 3)
+	t := time.NewTicker(p.s.probeLease / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -286,7 +289,7 @@ func (p *probeLeaseHolder) renew() {
 			return
 		case <-t.C:
 			ctx, cancel := p.s.g.ctx()
-			err := renewProbe.Run(ctx, p.s.g.rdb, []string{cbProbeKey(p.route)}, p.token, probeLease.Milliseconds()).Err()
+			err := renewProbe.Run(ctx, p.s.g.rdb, []string{cbProbeKey(p.route)}, p.token, p.s.probeLease.Milliseconds()).Err()
 			cancel()
 			p.s.g.observe("breaker probe renew", err)
 		}
