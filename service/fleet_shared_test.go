@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -292,5 +293,237 @@ func TestFleetCircuitOpensOnEveryReplica(t *testing.T) {
 	}
 	if got := up.calls.Load(); got != seen {
 		t.Errorf("B and C attempted the open primary %d times", got-seen)
+	}
+}
+
+// holdAll is an upstream that holds every attempt of a request with metaHold
+// until release is closed.
+func holdAll(up provider.Provider) *holdProvider {
+	return &holdProvider{Provider: up, entered: make(chan struct{}, 8), release: make(chan struct{})}
+}
+
+// holdStream starts a Stream with key whose attempt e's upstream holds, and
+// waits until it is held. wait ends it (once hold is released) and checks it
+// ended OK.
+func holdStream(t *testing.T, e *testEnv, hold *holdProvider, key string) (wait func()) {
+	t.Helper()
+	st, err := e.client.Stream(bearer(t.Context(), "Bearer "+key), prompt("hold", map[string]string{metaHold: "1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hold.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held stream never reached the upstream")
+	}
+	return func() {
+		t.Helper()
+		if _, s := recvAll(st.Recv); s.Code() != codes.OK {
+			t.Errorf("held stream: %v", s)
+		}
+	}
+}
+
+// refusal checks that err is RESOURCE_EXHAUSTED with ErrorInfo reason and
+// key ops, message msg, and returns its RetryInfo delay.
+func refusal(t *testing.T, err error, reason, msg string) time.Duration {
+	t.Helper()
+	st := statusOf(err)
+	if st.Code() != codes.ResourceExhausted || st.Message() != msg {
+		t.Fatalf("got %v, want RESOURCE_EXHAUSTED %q", err, msg)
+	}
+	if info := errorInfo(st); info.GetReason() != reason || info.GetDomain() != ErrorDomain || info.GetMetadata()["key"] != "ops" {
+		t.Errorf("ErrorInfo %v, want reason %s, key ops", info, reason)
+	}
+	return retryDelay(err)
+}
+
+func TestFleetKeyLimitsHoldAcrossReplicas(t *testing.T) {
+	noLeaks(t)
+	addr := redistest.Start(t)
+	rdb := redisClient(t, addr)
+	t.Run("concurrency", func(t *testing.T) {
+		hold := holdAll(sim.New(sim.Config{Words: 4}))
+		fleet := fleetEnvs(t, addr, 3, hold, func(c *Config) {
+			c.Auth = testKeys()
+			c.Limits.KeyMaxConcurrent, c.Limits.KeyRate = 2, 0
+			for _, r := range c.Routes {
+				r.Timeouts.Idle = 20 * time.Second
+			}
+		})
+		waitA := holdStream(t, fleet[0], hold, "ops-secret-key")
+		waitB := holdStream(t, fleet[1], hold, "ops-secret-key")
+		if n := rdb.ZCard(t.Context(), "completiond:inflight:ops").Val(); n != 2 {
+			t.Errorf("completiond:inflight:ops has %d slots, want 2", n)
+		}
+		err := complete(t.Context(), fleet[2], "ops-secret-key")
+		if d := refusal(t, err, "KEY_CONCURRENCY", `key "ops" runs 2 completions, its limit`); d != shedRetryDelay {
+			t.Errorf("RetryInfo %v, want %v", d, shedRetryDelay)
+		}
+		if err := complete(t.Context(), fleet[2], "narrow-secret-key"); err != nil {
+			t.Errorf("another key on C: %v", err)
+		}
+		close(hold.release)
+		waitA()
+		waitB()
+		if err := complete(t.Context(), fleet[2], "ops-secret-key"); err != nil {
+			t.Errorf("C once A's and B's completions ended: %v", err)
+		}
+		if n := rdb.ZCard(t.Context(), "completiond:inflight:ops").Val(); n != 0 {
+			t.Errorf("%d slots left once every completion ended", n)
+		}
+	})
+	t.Run("rate", func(t *testing.T) {
+		fleet := fleetEnvs(t, addr, 3, sim.New(sim.Config{Words: 4}), func(c *Config) {
+			c.Auth = testKeys()
+			c.Limits.KeyMaxConcurrent, c.Limits.KeyRate, c.Limits.KeyBurst = 0, 0.1, 2 // one per 10 s, two at once
+		})
+		for i, e := range fleet[:2] {
+			if err := complete(t.Context(), e, "ops-secret-key"); err != nil {
+				t.Fatalf("replica %d, within the burst: %v", i, err)
+			}
+		}
+		err := complete(t.Context(), fleet[2], "ops-secret-key")
+		if d := refusal(t, err, "KEY_RATE", `key "ops" exceeds its rate of 0.1 completions per second`); d <= 5*time.Second || d > 10*time.Second {
+			t.Errorf("RetryInfo %v, want about 10s", d)
+		}
+		if err := complete(t.Context(), fleet[2], "narrow-secret-key"); err != nil {
+			t.Errorf("another key on C: %v", err)
+		}
+		if rdb.Exists(t.Context(), "completiond:rate:ops").Val() != 1 {
+			t.Error("no completiond:rate:ops in Redis")
+		}
+	})
+}
+
+// TestSharedKeySlotsOfADeadReplicaLapse: a live replica's slot is renewed
+// past its TTL; a dead replica's slot lapses after it.
+func TestSharedKeySlotsOfADeadReplicaLapse(t *testing.T) {
+	noLeaks(t)
+	addr := redistest.Start(t)
+	const ttl = 300 * time.Millisecond
+	replica := func() *sharedLimits {
+		s := newSharedLimits(newRedisGate(redisClient(t, addr), slog.New(slog.DiscardHandler)))
+		s.slotTTL = ttl
+		return s
+	}
+	a, b := replica(), replica()
+	l := Limits{KeyMaxConcurrent: 1}
+	releaseA, shared, err := a.admit("ops", l)
+	if !shared || err != nil {
+		t.Fatalf("A: shared %v, %v", shared, err)
+	}
+	time.Sleep(3 * ttl)
+	if _, shared, err := b.admit("ops", l); !shared || statusOf(err).Code() != codes.ResourceExhausted {
+		t.Fatalf("B while A's renewed slot runs: shared %v, %v", shared, err)
+	}
+	_ = a.g.rdb.Close() // A dies: its slot is renewed no more
+	died := time.Now()
+	for {
+		release, shared, err := b.admit("ops", l)
+		if shared && err == nil {
+			t.Logf("A's slot lapsed %v after it died (TTL %v)", time.Since(died).Round(time.Millisecond), ttl)
+			release()
+			break
+		}
+		if time.Since(died) > 3*time.Second {
+			t.Fatal("the dead replica's slot never lapsed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if time.Since(died) < ttl/2 {
+		t.Errorf("A's slot went %v after A died, before its TTL", time.Since(died))
+	}
+	releaseA() // ends A's renewal
+}
+
+// TestFleetRedisDownFallsBackLocally: Redis stops while a completion runs;
+// the completion ends well, later completions work on every replica, the
+// limits and breakers hold locally, and the logs say so.
+func TestFleetRedisDownFallsBackLocally(t *testing.T) {
+	noLeaks(t)
+	addr := redistest.Start(t)
+	up := &flaky{Provider: sim.New(sim.Config{Words: 4})}
+	hold := holdAll(up)
+	var logs logBuffer
+	fleet := fleetEnvs(t, addr, 2, hold, func(c *Config) {
+		c.Auth = testKeys()
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c.Limits.KeyMaxConcurrent, c.Limits.KeyRate, c.Limits.KeyBurst = 1, 1000, 1000
+		c.Breaker = BreakerSettings{Failures: 3, Cooldown: time.Hour}
+		for _, r := range c.Routes {
+			r.Timeouts.Idle = 20 * time.Second
+		}
+	})
+	a, b := fleet[0], fleet[1]
+	wait := holdStream(t, a, hold, "ops-secret-key")
+	if err := complete(t.Context(), b, "ops-secret-key"); statusOf(err).Code() != codes.ResourceExhausted {
+		t.Fatalf("B while A runs ops's one completion: %v", err)
+	}
+	_ = redisClient(t, addr).ShutdownNoSave(context.Background()).Err()
+
+	close(hold.release) // the running completion ends after Redis is gone
+	wait()
+	var worst time.Duration
+	for i := range 5 {
+		for j, e := range fleet {
+			start := time.Now()
+			if err := complete(t.Context(), e, "ops-secret-key"); err != nil {
+				t.Fatalf("completion %d on replica %d with Redis down: %v", i, j, err)
+			}
+			worst = max(worst, time.Since(start))
+		}
+	}
+	t.Logf("slowest completion with Redis down: %v", worst)
+	if !strings.Contains(logs.String(), "redis unreachable") {
+		t.Errorf("no log says Redis is unreachable:\n%s", logs.String())
+	}
+
+	// The local breaker: A's failures open A's circuit, B knows nothing.
+	up.down.Store(true)
+	if err := complete(t.Context(), a, "ops-secret-key"); err != nil {
+		t.Fatalf("A with the primary down: %v", err)
+	}
+	if got := a.grpc.Completion.breakers.open([]recovery.Route{{Name: "sim"}}); len(got) != 1 {
+		t.Errorf("A's local circuit: open %v, want [sim]", got)
+	}
+	if got := b.grpc.Completion.breakers.open([]recovery.Route{{Name: "sim"}}); len(got) != 0 {
+		t.Errorf("B's local circuit: open %v, want none", got)
+	}
+	// The local concurrency limit.
+	hold.release = make(chan struct{})
+	wait = holdStream(t, a, hold, "ops-secret-key")
+	if err := complete(t.Context(), a, "ops-secret-key"); statusOf(err).Code() != codes.ResourceExhausted {
+		t.Errorf("A over ops's local concurrency: %v", err)
+	}
+	close(hold.release)
+	wait()
+}
+
+// TestSharedBreakerAfterRedisLostItsData: a Redis that restarts empty (here
+// FLUSHALL) leaves the breakers without a shared state; they seed a closed
+// one and count again.
+func TestSharedBreakerAfterRedisLostItsData(t *testing.T) {
+	noLeaks(t)
+	addr := redistest.Start(t)
+	fleet := fleetBreakers(t, addr, 2, BreakerSettings{Failures: 2, Cooldown: time.Hour})
+	routes := []recovery.Route{{Name: "r"}}
+	use(fleet[0], "r", failed(recovery.FailServer))
+	use(fleet[0], "r", failed(recovery.FailServer))
+	if got := fleet[1].open(routes); len(got) != 1 {
+		t.Fatalf("open %v, want [r]", got)
+	}
+	if err := redisClient(t, addr).FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range fleet {
+		if !use(r, "r", failed(recovery.FailServer)) {
+			t.Fatalf("replica %d refused a call once the shared state was gone", i)
+		}
+	}
+	for i, r := range fleet {
+		if got := r.open(routes); len(got) != 1 {
+			t.Errorf("replica %d: open %v after two failures on the new state, want [r]", i, got)
+		}
 	}
 }

@@ -22,10 +22,10 @@ const (
 	// sharedOpTimeout bounds one Redis operation of the shared breakers and
 	// limits, so that an unresponsive Redis delays a completion by this
 	// much at most before the local fallback answers.
-	sharedOpTimeout = 500 * time.Millisecond
+	sharedOpTimeout = 250 * time.Millisecond
 	// sharedRetryEvery is how long the shared state is left alone after a
 	// Redis failure; then one call tries Redis again.
-	sharedRetryEvery = time.Second
+	sharedRetryEvery = 2 * time.Second
 )
 
 // redisGate says whether the shared state in Redis is to be used, and logs
