@@ -194,6 +194,14 @@ buildah-installed:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null; \
 		else echo "buildah is needed: install it (apt-get install buildah)"; exit 1; fi; }
 
+.PHONY: redis-installed
+redis-installed: ## Install redis-server (Debian) if missing: the fleet tests start a real one.
+	@command -v redis-server >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing redis-server with apt-get"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		else echo "redis-server is needed: install it (apt-get install redis-server)"; exit 1; fi; }
+
 .PHONY: chart
 chart: $(BIN)/helm ## helm lint and helm template of the chart (default and every-feature values), and its Go test.
 	$(BIN)/helm lint --strict $(CHART)

@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,7 +44,10 @@ type breakers struct {
 	// default). gobreaker reads time.Now itself to end the cool-down.
 	now     func() time.Time
 	mu      sync.Mutex
-	byRoute map[string]*routeBreaker
+	byRoute map[string]*routeBreaker // the local breakers
+	// shared, with Config.Redis, are the fleet's breakers in Redis; the
+	// local ones answer whenever the shared ones cannot.
+	shared *sharedBreakers
 }
 
 // routeBreaker is one route's circuit breaker and when it last opened.
@@ -65,6 +69,39 @@ func newBreakers(s BreakerSettings) *breakers {
 	return &breakers{settings: s, now: time.Now, byRoute: map[string]*routeBreaker{}}
 }
 
+// newFleetBreakers are newBreakers shared through g's Redis (local-only
+// when g is nil).
+func newFleetBreakers(s BreakerSettings, g *redisGate) *breakers {
+	b := newBreakers(s)
+	b.shared = newSharedBreakers(g, b.gobreakerSettings)
+	return b
+}
+
+// gobreakerSettings are the settings of route's breaker, local or shared.
+func (b *breakers) gobreakerSettings(route string) gobreaker.Settings {
+	failures := uint32(b.settings.Failures)
+	return gobreaker.Settings{
+		Name:        route,
+		MaxRequests: 1,
+		Timeout:     b.settings.Cooldown,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		// An excluded outcome leaves the counts alone. In the half-open
+		// state gobreaker subtracts it from the requests in flight, so
+		// an excluded probe lets the next probe through. A shared
+		// breaker's admissions are excluded too (breaker_shared.go).
+		IsExcluded: func(err error) bool { return errors.Is(err, errNotTheRoute) || errors.Is(err, errAdmitted) },
+	}
+}
+
+// useShared reports whether to ask the shared breakers now.
+func (b *breakers) useShared() bool { return b.shared != nil && b.shared.g.usable() }
+
+// fallBack logs, at debug level, that the local breakers answered a call the
+// shared ones could not (a Redis failure is logged by the gate, once).
+func (b *breakers) fallBack(route string, err error) {
+	b.shared.g.log.Debug("circuit breaker: local state answers", "route", route, "error", err)
+}
+
 func (b *breakers) disabled() bool { return b == nil || b.settings.Failures < 0 }
 
 // lookup returns route's breaker, or nil if route has never been called.
@@ -80,24 +117,15 @@ func (b *breakers) get(route string) *gobreaker.TwoStepCircuitBreaker[struct{}] 
 	rb, ok := b.byRoute[route]
 	if !ok {
 		rb = &routeBreaker{}
-		failures := uint32(b.settings.Failures)
-		rb.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:        route,
-			MaxRequests: 1,
-			Timeout:     b.settings.Cooldown,
-			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-			// An excluded outcome leaves the counts alone. In the half-open
-			// state gobreaker subtracts it from the requests in flight, so
-			// an excluded probe lets the next probe through.
-			IsExcluded: func(err error) bool { return errors.Is(err, errNotTheRoute) },
-			OnStateChange: func(_ string, _, to gobreaker.State) {
-				if to == gobreaker.StateOpen {
-					rb.mu.Lock()
-					rb.openedAt = b.now()
-					rb.mu.Unlock()
-				}
-			},
-		})
+		st := b.gobreakerSettings(route)
+		st.OnStateChange = func(_ string, _, to gobreaker.State) {
+			if to == gobreaker.StateOpen {
+				rb.mu.Lock()
+				rb.openedAt = b.now()
+				rb.mu.Unlock()
+			}
+		}
+		rb.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](st)
 		b.byRoute[route] = rb
 	}
 	return rb.cb
@@ -110,6 +138,13 @@ func (b *breakers) get(route string) *gobreaker.TwoStepCircuitBreaker[struct{}] 
 func (b *breakers) allow(route string) (report func(recovery.Event), ok bool) {
 	if b.disabled() {
 		return func(recovery.Event) {}, true
+	}
+	if b.useShared() {
+		report, ok, err := b.shared.allow(route)
+		if err == nil {
+			return report, ok
+		}
+		b.fallBack(route, err)
 	}
 	done, err := b.get(route).Allow()
 	if err != nil {
@@ -127,9 +162,21 @@ func (b *breakers) allow(route string) (report func(recovery.Event), ok bool) {
 //     circuit closes or reopens as soon as the probe ends;
 //   - otherwise (closed, half-open awaiting a probe, unknown route, breakers
 //     disabled): 0, a call would be let through now.
+//
+// A shared breaker answers from the shared state: the cool-down of the
+// fleet's circuit, whichever replica opened it, measured with b.now against
+// the expiry that replica set; probeRetryAfter while any replica's probe
+// runs.
 func (b *breakers) retryAfter(route string) time.Duration {
 	if b.disabled() {
 		return 0
+	}
+	if b.useShared() {
+		d, err := b.shared.retryAfter(route, b.now())
+		if err == nil {
+			return d
+		}
+		b.fallBack(route, err)
 	}
 	rb := b.lookup(route)
 	if rb == nil {
@@ -203,6 +250,28 @@ func (b *breakers) states() map[string]int {
 	for name, rb := range rbs {
 		out[name] = int(rb.cb.State())
 	}
+	if b.disabled() || !b.useShared() {
+		return out
+	}
+	b.shared.mu.Lock()
+	for r := range b.shared.routes {
+		if _, ok := out[r]; !ok {
+			out[r] = 0
+		}
+	}
+	b.shared.mu.Unlock()
+	routes := slices.Sorted(maps.Keys(out))
+	if len(routes) == 0 {
+		return out
+	}
+	sts, err := b.shared.read(routes...)
+	if err != nil {
+		return out
+	}
+	now := b.now()
+	for i, r := range routes {
+		out[r] = int(effective(sts[i], now))
+	}
 	return out
 }
 
@@ -212,6 +281,23 @@ func (b *breakers) open(routes []recovery.Route) []string {
 		return nil
 	}
 	var out []string
+	if b.useShared() && len(routes) > 0 {
+		names := make([]string, len(routes))
+		for i, r := range routes {
+			names[i] = r.Name
+		}
+		sts, err := b.shared.read(names...)
+		if err == nil {
+			now := b.now()
+			for i, st := range sts {
+				if effective(st, now) == gobreaker.StateOpen {
+					out = append(out, names[i])
+				}
+			}
+			return out
+		}
+		b.fallBack("", err)
+	}
 	for _, r := range routes {
 		if b.get(r.Name).State() == gobreaker.StateOpen {
 			out = append(out, r.Name)

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
@@ -151,6 +153,10 @@ type Config struct {
 	// MaxResumeGrace bounds the resume_grace a request may ask for
 	// (default 10 min; see DefaultMaxResumeGrace).
 	MaxResumeGrace time.Duration
+	// Redis, when set, is the store the replicas of a fleet share: the event
+	// log, the ownership leases, the circuit breakers and the per-key limits.
+	// nil runs a single process with all of them in memory.
+	Redis redis.UniversalClient
 }
 
 // DefaultMaxResumeGrace is the default Config.MaxResumeGrace.

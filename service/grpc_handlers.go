@@ -27,10 +27,11 @@ type Server struct {
 	cfg      Config
 	obs      observer
 	breakers *breakers
-	log      EventLog // every completion's events, for Attach
-	holds    holds    // the completions kept running for a resume grace
-	sessions sessions // the resumable Sessions that run, by id, for Session resume
-	running  running  // the completions that run, which a drain waits for
+	shared   *redisGate // Config.Redis for the breakers and limits; nil without it
+	log      EventLog   // every completion's events, for Attach
+	holds    holds      // the completions kept running for a resume grace
+	sessions sessions   // the resumable Sessions that run, by id, for Session resume
+	running  running    // the completions that run, which a drain waits for
 
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
@@ -42,9 +43,10 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	b := newBreakers(cfg.Breaker)
+	shared := newRedisGate(cfg.Redis, cfg.Logger)
+	b := newFleetBreakers(cfg.Breaker, shared)
 	aborted, abort := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b,
+	return &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b, shared: shared,
 		log: newMemLog(cfg.EventLog, cfg.Now), aborted: aborted, abort: abort}, nil
 }
 

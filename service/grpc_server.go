@@ -41,7 +41,9 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	})}
 	authn := &authenticator{auth: s.cfg.Auth}
 	identify, identifyStream, enforce, enforceStream := authn.interceptors()
-	limit, limitStream := newLimiter(s.cfg.Limits, s.cfg.Now).interceptors()
+	limiter := newLimiter(s.cfg.Limits, s.cfg.Now)
+	limiter.shared = newSharedLimits(s.shared)
+	limit, limitStream := limiter.interceptors()
 	base := append(transportOptions(s.cfg.Limits),
 		grpc.ChainUnaryInterceptor(
 			identify, // first: the log line names the key

@@ -35,6 +35,10 @@ type limiter struct {
 
 	mu   sync.Mutex
 	keys map[string]*keyLimit // by caller name; as many as there are keys
+
+	// shared, with Config.Redis, are the per-key limits of the fleet; the
+	// local ones answer whenever Redis cannot.
+	shared *sharedLimits
 }
 
 // keyLimit is the state of one key.
@@ -50,7 +54,9 @@ func newLimiter(l Limits, now func() time.Time) *limiter {
 // acquire admits a call of method or refuses it: UNAVAILABLE when the server
 // runs MaxInFlight completions, RESOURCE_EXHAUSTED when the caller's key
 // runs KeyMaxConcurrent or started more than its rate allows; each with a
-// RetryInfo. An admitted call calls release when it ends.
+// RetryInfo. An admitted call calls release when it ends. With Config.Redis
+// the key's limits hold across the fleet (limits_shared.go), and fall back to
+// this replica's own counts while Redis cannot answer.
 func (l *limiter) acquire(ctx context.Context, method string) (release func(), err error) {
 	if !strings.HasPrefix(method, completionPrefix) {
 		return func() {}, nil
@@ -63,6 +69,19 @@ func (l *limiter) acquire(ctx context.Context, method string) (release func(), e
 	c, ok := callerFrom(ctx)
 	if !ok || (l.l.KeyMaxConcurrent <= 0 && l.l.KeyRate <= 0) {
 		return func() { l.inFlight.Add(-1) }, nil
+	}
+	if l.shared != nil && l.shared.g.usable() {
+		release, shared, err := l.shared.admit(c.Name, l.l)
+		if shared {
+			if err != nil {
+				l.inFlight.Add(-1)
+				return nil, err
+			}
+			return func() {
+				release()
+				l.inFlight.Add(-1)
+			}, nil
+		}
 	}
 	if err := l.admitKey(c.Name); err != nil {
 		l.inFlight.Add(-1)

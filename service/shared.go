@@ -1,0 +1,203 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The circuit breakers and the per-key limits are shared by the replicas of
+// a fleet through Config.Redis. Whatever Redis does, a completion never fails
+// because of it: when an operation on the shared state fails, the breakers
+// and the limits fall back to the replica's own local state, and Redis is
+// tried again after sharedRetryEvery.
+const (
+	// sharedOpTimeout bounds one Redis operation of the shared breakers and
+	// limits, so that an unresponsive Redis delays a completion by this
+	// much at most before the local fallback answers.
+	sharedOpTimeout = 250 * time.Millisecond
+	// sharedRetryEvery is how long the shared state is left alone after a
+	// Redis failure; then one call tries Redis again.
+	sharedRetryEvery = 2 * time.Second
+)
+
+// redisGate says whether the shared state in Redis is to be used, and logs
+// when it is lost and when it is back.
+type redisGate struct {
+	rdb redis.UniversalClient
+	log *slog.Logger
+
+	mu        sync.Mutex
+	down      bool
+	downUntil time.Time // while down: Redis is not tried before then
+}
+
+func newRedisGate(rdb redis.UniversalClient, log *slog.Logger) *redisGate {
+	if rdb == nil {
+		return nil
+	}
+	return &redisGate{rdb: rdb, log: log}
+}
+
+// usable reports whether to use the shared state now: Redis is up, or it is
+// down and the caller is the one that tries it again.
+func (g *redisGate) usable() bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.down {
+		return true
+	}
+	now := time.Now()
+	if now.Before(g.downUntil) {
+		return false
+	}
+	g.downUntil = now.Add(sharedRetryEvery) // the others stay local meanwhile
+	return true
+}
+
+// ctx is the context of one shared operation.
+func (g *redisGate) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), sharedOpTimeout)
+}
+
+// observe records the outcome of an operation on Redis: a failure makes the
+// breakers and limits local-only for sharedRetryEvery, a success after one
+// makes them shared again; each change is logged once. It returns err.
+func (g *redisGate) observe(what string, err error) error {
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case err != nil && !g.down:
+		g.down, g.downUntil = true, time.Now().Add(sharedRetryEvery)
+		g.log.Warn("redis unreachable: circuit breakers and per-key limits fall back to this replica's local state",
+			"op", what, "error", err)
+	case err != nil:
+		g.downUntil = time.Now().Add(sharedRetryEvery)
+	case g.down:
+		g.down = false
+		g.log.Info("redis reachable again: circuit breakers and per-key limits are shared by the fleet again", "op", what)
+	}
+	return err
+}
+
+// randomToken returns a random hex string: lock tokens, slot ids.
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// compareAndDelete deletes KEYS[1] if it still holds ARGV[1]: a lock or a
+// lease is released only by its holder, never after it lapsed and another
+// took it.
+var compareAndDelete = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("DEL", KEYS[1])
+end
+return 0
+`)
+
+// errLockHeld is what redisStore.Lock answers when another holds the lock.
+var errLockHeld = errors.New("lock held by another replica")
+
+// Key names of a route's shared breaker.
+func cbKey(route string) string      { return "completiond:cb:" + route }
+func cbLockKey(route string) string  { return cbKey(route) + ":lock" }
+func cbProbeKey(route string) string { return cbKey(route) + ":probe" }
+
+// cbLockTTL bounds how long a route's breaker lock outlives a replica that
+// died holding it; a holder keeps it for a few round trips.
+const cbLockTTL = 2 * time.Second
+
+// redisStore is the gobreaker SharedDataStore of the routes' breakers on
+// Redis: the state of route's breaker is the JSON at completiond:cb:{route},
+// its lock is completiond:cb:{route}:lock, taken with SET NX PX and a random
+// token and released by a compare-and-delete script. The names gobreaker
+// passes ("gobreaker:state:{route}", "gobreaker:mutex:{route}") or a bare
+// route name map to those keys.
+type redisStore struct {
+	g *redisGate
+
+	mu     sync.Mutex
+	tokens map[string]string // the token of each lock this process holds, by route
+}
+
+func newRedisStore(g *redisGate) *redisStore {
+	return &redisStore{g: g, tokens: map[string]string{}}
+}
+
+// storeRoute is the route a gobreaker store name is about.
+func storeRoute(name string) string {
+	for _, p := range []string{"gobreaker:state:", "gobreaker:mutex:"} {
+		if r, ok := strings.CutPrefix(name, p); ok {
+			return r
+		}
+	}
+	return name
+}
+
+// Lock takes the lock of name's route, or answers errLockHeld at once when
+// another holds it; any other error is Redis's.
+func (s *redisStore) Lock(name string) error {
+	route := storeRoute(name)
+	token := randomToken()
+	ctx, cancel := s.g.ctx()
+	defer cancel()
+	ok, err := s.g.rdb.SetNX(ctx, cbLockKey(route), token, cbLockTTL).Result()
+	if s.g.observe("breaker lock", err) != nil {
+		return err
+	}
+	if !ok {
+		return errLockHeld
+	}
+	s.mu.Lock()
+	s.tokens[route] = token
+	s.mu.Unlock()
+	return nil
+}
+
+// Unlock releases the lock of name's route if this process still holds it.
+func (s *redisStore) Unlock(name string) error {
+	route := storeRoute(name)
+	s.mu.Lock()
+	token, ok := s.tokens[route]
+	delete(s.tokens, route)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	ctx, cancel := s.g.ctx()
+	defer cancel()
+	return s.g.observe("breaker unlock", compareAndDelete.Run(ctx, s.g.rdb, []string{cbLockKey(route)}, token).Err())
+}
+
+// GetData returns the state of name's route's breaker, nil if there is none.
+func (s *redisStore) GetData(name string) ([]byte, error) {
+	ctx, cancel := s.g.ctx()
+	defer cancel()
+	b, err := s.g.rdb.Get(ctx, cbKey(storeRoute(name))).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, s.g.observe("breaker get", nil)
+	}
+	return b, s.g.observe("breaker get", err)
+}
+
+// SetData stores the state of name's route's breaker.
+func (s *redisStore) SetData(name string, data []byte) error {
+	ctx, cancel := s.g.ctx()
+	defer cancel()
+	return s.g.observe("breaker set", s.g.rdb.Set(ctx, cbKey(storeRoute(name)), data, 0).Err())
+}
