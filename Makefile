@@ -44,7 +44,7 @@ build: ## Build bin/completiond.
 	$(GO) build -buildvcs=auto -o $(BIN)/completiond ./cmd/completiond
 
 .PHONY: test
-test: ## Run every test with the race detector.
+test: redis-installed ## Run every test with the race detector (the fleet tests run a real redis-server: apt-get installs it when missing and root).
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 # make soak: the chaos soak of service/soak_test.go with SOAK_N completions
