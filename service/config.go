@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
@@ -151,6 +153,22 @@ type Config struct {
 	// MaxResumeGrace bounds the resume_grace a request may ask for
 	// (default 10 min; see DefaultMaxResumeGrace).
 	MaxResumeGrace time.Duration
+	// Redis, when set, is the Redis the replicas of a fleet share (see
+	// NewRedisClient); nil runs a single process, with everything in its
+	// memory. With it, every completion's events are logged in Redis too
+	// (RedisEventLog, with the bounds of EventLog), so that Attach and
+	// Session resume of an ended Session work on any replica; health is
+	// NOT_SERVING while Redis does not answer, and completions then keep
+	// their events in this replica's memory only. The caller closes it,
+	// after Server.Close.
+	Redis redis.UniversalClient
+	// RedisURL is the URL Redis was configured with, as the file or the
+	// flags gave it (a password in it included): what NewRedisClient
+	// builds Redis from. The server itself uses Redis only.
+	RedisURL string
+	// RedisPing is how often health PINGs Redis, each PING bounded by it
+	// (default 1 s; see DefaultRedisPing).
+	RedisPing time.Duration
 }
 
 // DefaultMaxResumeGrace is the default Config.MaxResumeGrace.
@@ -245,6 +263,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.MaxResumeGrace <= 0 {
 		c.MaxResumeGrace = DefaultMaxResumeGrace
+	}
+	if c.RedisPing <= 0 {
+		c.RedisPing = DefaultRedisPing
 	}
 	c.EventLog.fillDefaults()
 	if c.SessionStartWait <= 0 {

@@ -137,6 +137,12 @@ expire(tonumber(ARGV[1]), tonumber(ARGV[2]))
 return 'ok'
 `)
 
+// redisDropScript drops the log ARGV[1] and its accounting.
+var redisDropScript = redis.NewScript(redisLogLib + `
+drop(ARGV[1])
+return 'ok'
+`)
+
 // errLogUnavailable wraps the errors of a Redis that does not answer.
 var errLogUnavailable = errors.New("event log unavailable")
 
@@ -387,6 +393,13 @@ func entrySeq(entry string) uint64 {
 	_, n, _ := strings.Cut(entry, "-")
 	seq, _ := strconv.ParseUint(n, 10, 64)
 	return seq
+}
+
+// drop removes the log of id from Redis.
+func (l *RedisEventLog) drop(id string) error {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	return redisDropScript.Run(ctx, l.rdb, redisLogKeys, id).Err()
 }
 
 // Expire implements EventLog: it drops what the bounds of the time now

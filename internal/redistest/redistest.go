@@ -31,6 +31,7 @@ type Server struct {
 
 	tb   testing.TB
 	dir  string
+	args []string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -43,8 +44,9 @@ func Start(tb testing.TB) string {
 	return New(tb).Addr
 }
 
-// New runs a redis-server for tb; it is killed when tb ends.
-func New(tb testing.TB) *Server {
+// New runs a redis-server for tb, with args added to its command line
+// (e.g. "--requirepass", "secret"); it is killed when tb ends.
+func New(tb testing.TB, args ...string) *Server {
 	tb.Helper()
 	path, err := exec.LookPath(Binary)
 	if err != nil {
@@ -52,7 +54,7 @@ func New(tb testing.TB) *Server {
 			"install Debian's package: apt-get install redis-server (or make redis-installed)", Binary, err)
 	}
 	Binary = path
-	s := &Server{tb: tb, dir: tb.TempDir()}
+	s := &Server{tb: tb, dir: tb.TempDir(), args: args}
 	for try := 0; ; try++ {
 		s.Addr = freeAddr(tb)
 		err := s.start()
@@ -81,6 +83,7 @@ func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	cmd := exec.Command(Binary, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", s.dir, "--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning")
+	cmd.Args = append(cmd.Args, s.args...)
 	out := &tail{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -148,7 +151,8 @@ func ping(addr string) bool {
 		return false
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
+	// -NOAUTH: up, with a password
+	return err == nil && (strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH"))
 }
 
 // tail keeps the last bytes redis-server wrote, for an error message.
