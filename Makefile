@@ -44,7 +44,7 @@ build: ## Build bin/completiond.
 	$(GO) build -buildvcs=auto -o $(BIN)/completiond ./cmd/completiond
 
 .PHONY: test
-test: redis-installed ## Run every test with the race detector (the fleet tests run a real redis-server: apt-get installs it when missing and root).
+test: ## Run every test with the race detector.
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 # make soak: the chaos soak of service/soak_test.go with SOAK_N completions
@@ -194,13 +194,15 @@ buildah-installed:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null; \
 		else echo "buildah is needed: install it (apt-get install buildah)"; exit 1; fi; }
 
+# The tests of a fleet (the event log in Redis, health, the replicas) run
+# a real redis-server (internal/redistest), and fail without it.
 .PHONY: redis-installed
-redis-installed: ## Install redis-server (Debian) if missing: the fleet tests start a real one.
+redis-installed: ## Install Debian's redis-server with apt-get when missing (the fleet tests need it).
 	@command -v redis-server >/dev/null || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing redis-server with apt-get"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
-		else echo "redis-server is needed: install it (apt-get install redis-server)"; exit 1; fi; }
+		else echo "redis-server is needed by the fleet tests: apt-get install redis-server"; exit 1; fi; }
 
 .PHONY: chart
 chart: $(BIN)/helm ## helm lint and helm template of the chart (default and every-feature values), and its Go test.

@@ -153,10 +153,24 @@ type Config struct {
 	// MaxResumeGrace bounds the resume_grace a request may ask for
 	// (default 10 min; see DefaultMaxResumeGrace).
 	MaxResumeGrace time.Duration
-	// Redis, when set, is the store the replicas of a fleet share: the event
-	// log, the ownership leases, the circuit breakers and the per-key limits.
-	// nil runs a single process with all of them in memory.
+	// Redis, when set, is the Redis the replicas of a fleet share (see
+	// NewRedisClient); nil runs a single process, with everything in its
+	// memory. With it, the circuit breakers and the per-key limits are
+	// shared (local while Redis does not answer), and every completion's
+	// events are logged in Redis too
+	// (RedisEventLog, with the bounds of EventLog), so that Attach and
+	// Session resume of an ended Session work on any replica; health is
+	// NOT_SERVING while Redis does not answer, and completions then keep
+	// their events in this replica's memory only. The caller closes it,
+	// after Server.Close.
 	Redis redis.UniversalClient
+	// RedisURL is the URL Redis was configured with, as the file or the
+	// flags gave it (a password in it included): what NewRedisClient
+	// builds Redis from. The server itself uses Redis only.
+	RedisURL string
+	// RedisPing is how often health PINGs Redis, each PING bounded by it
+	// (default 1 s; see DefaultRedisPing).
+	RedisPing time.Duration
 }
 
 // DefaultMaxResumeGrace is the default Config.MaxResumeGrace.
@@ -251,6 +265,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.MaxResumeGrace <= 0 {
 		c.MaxResumeGrace = DefaultMaxResumeGrace
+	}
+	if c.RedisPing <= 0 {
+		c.RedisPing = DefaultRedisPing
 	}
 	c.EventLog.fillDefaults()
 	if c.SessionStartWait <= 0 {

@@ -1,12 +1,24 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/redistest"
 )
+
+// newTestRedisClient is a client of the Redis at addr, closed when t ends.
+func newTestRedisClient(t testing.TB, addr string) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
 
 // clock is a settable time for the log's retention.
 type clock struct{ t time.Time }
@@ -48,9 +60,52 @@ func seqs(evs []*completionv1.CompletionEvent) []uint64 {
 	return out
 }
 
+// logImpl is one implementation of EventLog under the contract tests.
+type logImpl struct {
+	name string
+	new  func(t *testing.T, limits EventLogLimits, now func() time.Time) EventLog
+}
+
+// logImpls are the implementations every contract test runs against: the
+// in-memory log, and the Redis log on a real redis-server (one per test,
+// emptied for each log).
+func logImpls(t *testing.T) []logImpl {
+	var addr string
+	return []logImpl{
+		{"memory", func(_ *testing.T, limits EventLogLimits, now func() time.Time) EventLog {
+			return newMemLog(limits, now)
+		}},
+		{"redis", func(t *testing.T, limits EventLogLimits, now func() time.Time) EventLog {
+			if addr == "" {
+				addr = redistest.Start(t)
+			}
+			rdb := newTestRedisClient(t, addr)
+			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			l := NewRedisEventLog(rdb, limits, now)
+			t.Cleanup(l.Close)
+			return l
+		}},
+	}
+}
+
+// forEachLog runs f as a subtest per implementation.
+func forEachLog(t *testing.T, f func(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog)) {
+	for _, impl := range logImpls(t) {
+		t.Run(impl.name, func(t *testing.T) {
+			f(t, func(limits EventLogLimits, now func() time.Time) EventLog { return impl.new(t, limits, now) })
+		})
+	}
+}
+
 func TestEventLogRead(t *testing.T) {
+	forEachLog(t, testEventLogRead)
+}
+
+func testEventLogRead(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog) {
 	clk := &clock{t: time.Unix(0, 0)}
-	l := newMemLog(EventLogLimits{}, clk.now)
+	l := newLog(EventLogLimits{}, clk.now)
 	open(t, l, "live", "k1")
 	appendRun(l, "live", 3, false)
 	open(t, l, "done", "")
@@ -102,7 +157,12 @@ func equalSeqs(a, b []uint64) bool {
 }
 
 func TestEventLogFollow(t *testing.T) {
-	l := newMemLog(EventLogLimits{}, time.Now)
+	forEachLog(t, func(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog) {
+		testEventLogFollow(t, newLog(EventLogLimits{}, time.Now))
+	})
+}
+
+func testEventLogFollow(t *testing.T, l EventLog) {
 	open(t, l, "c", "")
 	appendRun(l, "c", 1, false)
 	p, err := l.Read("c", 1)
@@ -130,7 +190,7 @@ func TestEventLogBounds(t *testing.T) {
 	tests := []struct {
 		name     string
 		limits   EventLogLimits
-		run      func(l *memLog, clk *clock)
+		run      func(l EventLog, clk *clock)
 		present  []string
 		absent   []string
 		firstSeq map[string]uint64
@@ -138,7 +198,7 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "completions: the oldest ended goes first, never a live one",
 			limits: EventLogLimits{MaxCompletions: 3},
-			run: func(l *memLog, clk *clock) {
+			run: func(l EventLog, clk *clock) {
 				for _, id := range []string{"live", "a", "b"} {
 					_ = l.Open(id, LogMeta{})
 					appendRun(l, id, 2, false)
@@ -153,7 +213,7 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "completions: all live, the new one is not logged",
 			limits: EventLogLimits{MaxCompletions: 2},
-			run: func(l *memLog, clk *clock) {
+			run: func(l EventLog, clk *clock) {
 				for _, id := range []string{"x", "y", "z"} {
 					_ = l.Open(id, LogMeta{})
 					appendRun(l, id, 1, false)
@@ -165,7 +225,7 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "events per completion: the oldest are dropped",
 			limits: EventLogLimits{MaxEvents: 3},
-			run: func(l *memLog, clk *clock) {
+			run: func(l EventLog, clk *clock) {
 				_ = l.Open("c", LogMeta{})
 				appendRun(l, "c", 5, false)
 			},
@@ -175,7 +235,7 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "bytes: ended logs evicted before a live log is trimmed",
 			limits: EventLogLimits{MaxBytes: 30},
-			run: func(l *memLog, clk *clock) {
+			run: func(l EventLog, clk *clock) {
 				_ = l.Open("old", LogMeta{})
 				appendRun(l, "old", 3, true)
 				_ = l.Open("live", LogMeta{})
@@ -187,7 +247,7 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "retention: ended logs expire, live ones stay",
 			limits: EventLogLimits{Retention: time.Minute},
-			run: func(l *memLog, clk *clock) {
+			run: func(l EventLog, clk *clock) {
 				open(t, l, "done", "")
 				appendRun(l, "done", 2, true)
 				_ = l.Open("live", LogMeta{})
@@ -199,38 +259,45 @@ func TestEventLogBounds(t *testing.T) {
 			absent:  []string{"done"},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			clk := &clock{t: time.Unix(0, 0)}
-			l := newMemLog(tt.limits, clk.now)
-			tt.run(l, clk)
-			for _, id := range tt.present {
-				p, err := l.Read(id, 0)
-				if errors.Is(err, errLogOutOfRange) {
-					p, err = l.Read(id, tt.firstSeq[id]-1)
+	forEachLog(t, func(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				clk := &clock{t: time.Unix(0, 0)}
+				l := newLog(tt.limits, clk.now)
+				tt.run(l, clk)
+				for _, id := range tt.present {
+					p, err := l.Read(id, 0)
+					if errors.Is(err, errLogOutOfRange) {
+						p, err = l.Read(id, tt.firstSeq[id]-1)
+					}
+					if err != nil {
+						t.Errorf("%s: %v", id, err)
+						continue
+					}
+					if want, ok := tt.firstSeq[id]; ok && (len(p.Events) == 0 || p.Events[0].GetSeq() != want) {
+						t.Errorf("%s: first kept seq %v, want %d", id, seqs(p.Events), want)
+					}
 				}
-				if err != nil {
-					t.Errorf("%s: %v", id, err)
-					continue
+				for _, id := range tt.absent {
+					if _, err := l.Read(id, 0); !errors.Is(err, errLogNotFound) {
+						t.Errorf("%s: err = %v, want not found", id, err)
+					}
 				}
-				if want, ok := tt.firstSeq[id]; ok && (len(p.Events) == 0 || p.Events[0].GetSeq() != want) {
-					t.Errorf("%s: first kept seq %v, want %d", id, seqs(p.Events), want)
-				}
-			}
-			for _, id := range tt.absent {
-				if _, err := l.Read(id, 0); !errors.Is(err, errLogNotFound) {
-					t.Errorf("%s: err = %v, want not found", id, err)
-				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestEventLogPages: a long log is read a page at a time; a page that does
 // not reach the end has More closed already and is not Done, the last page
 // is; every page of the ended log says so, with its status.
 func TestEventLogPages(t *testing.T) {
-	l := newMemLog(EventLogLimits{}, time.Now)
+	forEachLog(t, func(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog) {
+		testEventLogPages(t, newLog(EventLogLimits{}, time.Now))
+	})
+}
+
+func testEventLogPages(t *testing.T, l EventLog) {
 	open(t, l, "c", "")
 	n := 2*logPageSize + 10
 	for i := 1; i < n; i++ {

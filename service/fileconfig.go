@@ -72,6 +72,17 @@ type FileConfig struct {
 	// Policy overrides the server's recovery policy, field by field (see
 	// fileconfig_policy.go and recovery.Policy); requests may only tighten it.
 	Policy yaml.Node `yaml:"policy"`
+	// Redis is the Redis the replicas of a fleet share; without it the
+	// server runs as a single process.
+	Redis *FileRedis `yaml:"redis"`
+}
+
+// FileRedis configures the shared Redis.
+type FileRedis struct {
+	// URL is redis://[user[:password]@]host:port[/db], or rediss:// for
+	// TLS; ${ENV_VAR} references are expanded. Keep the password out of
+	// the file: in ${VAR}, or in COMPLETIOND_REDIS_PASSWORD.
+	URL string `yaml:"url"`
 }
 
 // FileProvider declares one upstream account.
@@ -195,6 +206,19 @@ func (fc *FileConfig) apply(base Config, getenv func(string) string, factories m
 	cfg.Policy = policy
 	if err := fc.applySafety(&cfg, getenv); err != nil {
 		return base, err
+	}
+	if fc.Redis != nil {
+		u, err := expandEnv(fc.Redis.URL, getenv)
+		if err != nil {
+			return base, fmt.Errorf("redis.url: %w", err)
+		}
+		if u == "" {
+			return base, fmt.Errorf("redis.url: required: redis://host:port or rediss://host:port")
+		}
+		if _, err := ParseRedisURL(u); err != nil {
+			return base, fmt.Errorf("redis.url: %w", err)
+		}
+		cfg.RedisURL = u
 	}
 	if err := cfg.check(); err != nil {
 		return base, err

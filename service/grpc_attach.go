@@ -87,6 +87,8 @@ func logStatus(err error, id string, after uint64) error {
 		return status.Error(codes.NotFound, "no completion "+quote(id)+" (unknown, or its log expired)")
 	case errors.Is(err, errLogOutOfRange):
 		return status.Errorf(codes.OutOfRange, "after_seq %d is not within the events kept of completion %s", after, quote(id))
+	case errors.Is(err, errLogUnavailable):
+		return status.Error(codes.Unavailable, "the shared event log (Redis) does not answer: retry")
 	}
 	return status.Error(codes.Internal, err.Error())
 }

@@ -35,6 +35,10 @@ type Server struct {
 
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
+
+	redis     *redisWatch // whether Config.Redis answers; nil without Redis
+	closeOnce sync.Once
+	closers   []func()
 }
 
 // New checks cfg and returns a Server.
@@ -46,8 +50,27 @@ func New(cfg Config) (*Server, error) {
 	shared := newRedisGate(cfg.Redis, cfg.Logger)
 	b := newFleetBreakers(cfg.Breaker, shared)
 	aborted, abort := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b, shared: shared,
-		log: newMemLog(cfg.EventLog, cfg.Now), aborted: aborted, abort: abort}, nil
+	s := &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b, shared: shared,
+		log: newMemLog(cfg.EventLog, cfg.Now), aborted: aborted, abort: abort}
+	if cfg.Redis != nil {
+		s.redis = newRedisWatch(cfg.Redis, cfg.RedisPing, cfg.Logger)
+		rl := NewRedisEventLog(cfg.Redis, cfg.EventLog, cfg.Now)
+		local := redisInstruments(cfg.Telemetry.MeterProvider, s.redis.up.Load)
+		s.log = newFleetLog(s.log.(*memLog), rl, s.redis, cfg.Logger, local)
+		s.closers = append(s.closers, rl.Close, s.redis.close)
+	}
+	return s, nil
+}
+
+// Close stops what the server runs in the background (with Config.Redis:
+// its PINGs and its subscription to the log's changes). Drain calls it
+// once the server has stopped; it may be called more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		for _, c := range s.closers {
+			c()
+		}
+	})
 }
 
 // Register registers the Completion service on g.

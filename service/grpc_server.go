@@ -66,6 +66,16 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	healthpb.RegisterHealthServer(g, h)
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(completionv1.Completion_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if s.redis != nil { // NOT_SERVING while Redis does not answer; Drain's Shutdown wins
+		s.redis.watch(func(up bool) {
+			st := healthpb.HealthCheckResponse_SERVING
+			if !up {
+				st = healthpb.HealthCheckResponse_NOT_SERVING
+			}
+			h.SetServingStatus("", st)
+			h.SetServingStatus(completionv1.Completion_ServiceDesc.ServiceName, st)
+		})
+	}
 	if !s.cfg.DisableReflection {
 		registerReflection(g, log) // with the proto's comments
 	}
@@ -86,6 +96,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 // provider) is left behind, its caller disconnected; it ends when its call
 // does, or with the process.
 func (g *GRPC) Drain(ctx context.Context) {
+	defer g.Completion.Close()
 	g.Health.Shutdown()
 	select {
 	case <-g.Completion.running.drain():

@@ -76,6 +76,7 @@ func grpcClient(t testing.TB, cfg Config, opts ...grpc.ServerOption) (completion
 		conn.Close()
 		g.Server.Stop()
 		srv.Abort() // completions that outlive their RPCs (a resume grace) end too
+		srv.Close()
 	})
 	return completionv1.NewCompletionClient(conn), g
 }

@@ -123,10 +123,11 @@ func printConfig(w io.Writer, path string, cfg service.Config, specs map[provide
 	}
 	printAuth(p, cfg.Auth)
 	printTLS(p, cfg.TLS)
+	p("redis\t%s", redisShown(cfg.RedisURL))
 	printLimits(p, cfg.Limits)
 	printPolicy(p, cfg.Policy)
 	p("")
-	p("Flags and %s* variables win over the auth, tls and limits above at run time;", envPrefix)
+	p("Flags and %s* variables win over the auth, tls, redis and limits above at run time;", envPrefix)
 	p("%s adds a key named default.", apiKeyEnv)
 	return tw.Flush()
 }

@@ -29,12 +29,16 @@ type options struct {
 	eventLog service.EventLogLimits
 	maxGrace time.Duration
 	metrics  string
+	redisURL string
 	safety   safety
 	version  bool
 }
 
 // envPrefix prefixes the environment variable of every flag.
 const envPrefix = "COMPLETIOND_"
+
+// redisPasswordEnv holds the Redis password; it has no flag.
+const redisPasswordEnv = envPrefix + "REDIS_PASSWORD"
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
@@ -55,6 +59,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.eventLog.Retention, "event-log-retention", d.Retention, "how long a completion's events are kept for Attach after its result")
 	fs.DurationVar(&o.maxGrace, "max-resume-grace", service.DefaultMaxResumeGrace, "the longest resume_grace a request may ask for")
 	fs.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. localhost:9464 (empty: off);\ntraces and OTLP metrics follow the standard OTEL_* variables, see docs/observability.md")
+	fs.StringVar(&o.redisURL, "redis-url", "", "the Redis the replicas of a fleet share: redis://host:port[/db], rediss:// for TLS (empty: redis.url\nof --config, else a single process); the password goes in "+redisPasswordEnv+",\nnot here, where a process list would show it")
 	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit (also: completiond version)")
 	o.safety.define(fs)
 	fs.Usage = func() {
@@ -137,17 +142,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer tel.close(log)
 	cfg.Telemetry = tel.Telemetry
+	if o.redisURL != "" {
+		cfg.RedisURL = o.redisURL
+	}
+	if cfg.RedisURL != "" {
+		service.SetRedisLogger(log)
+		if cfg.Redis, err = service.NewRedisClient(cfg.RedisURL, getenv(redisPasswordEnv)); err != nil {
+			return err
+		}
+		defer cfg.Redis.Close()
+	}
 	srv, err := service.New(cfg)
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	g := service.NewGRPC(srv, append(opts, tel.grpcOptions...)...)
 	lis, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
 	log.Info("serving", "addr", lis.Addr().String(), "default_route", cfg.DefaultRoute, "routes", routeNames(cfg),
-		"tls", cfg.TLS.On(), "auth_keys", keyNames(cfg), "client_certificates", cfg.Auth.ClientCertificates)
+		"tls", cfg.TLS.On(), "auth_keys", keyNames(cfg), "client_certificates", cfg.Auth.ClientCertificates,
+		"redis", redisShown(cfg.RedisURL))
 	errc := make(chan error, 1)
 	go func() { errc <- g.Server.Serve(lis) }()
 	select {
@@ -163,6 +180,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	g.Drain(dctx)
 	log.Info("stopped")
 	return nil
+}
+
+// redisShown is the Redis URL as logs and check-config show it: without
+// its password.
+func redisShown(url string) string {
+	if url == "" {
+		return "off (single process)"
+	}
+	return service.RedactRedisURL(url)
 }
 
 func routeNames(cfg service.Config) []string {

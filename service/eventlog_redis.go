@@ -1,0 +1,523 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+)
+
+// Keys of the Redis event log. Every key is prefixed completiond: and names
+// its kind; a completion's keys carry its id in braces.
+const (
+	// redisLogsLive is a sorted set of the live logs' ids, scored by the
+	// time (Unix ms) their log lapses unless an event comes: a replica that
+	// died leaves no live log behind for longer than RedisEventLog.LiveTTL.
+	redisLogsLive = "completiond:logs:live"
+	// redisLogsEnded is a sorted set of the ended logs' ids, scored by the
+	// time (Unix ms) they ended, times 1000, plus a counter of the ends
+	// modulo 1000 (completiond:logs:endseq), so that logs ended within the
+	// same millisecond keep their order: the oldest is evicted first.
+	redisLogsEnded = "completiond:logs:ended"
+	// redisLogSizes is a hash of each log's encoded bytes kept.
+	redisLogSizes = "completiond:logs:bytes"
+	// redisLogBytes is the encoded bytes kept by every log.
+	redisLogBytes = "completiond:logs:total"
+	// redisLogChanged is the Pub/Sub channel on which every change of a
+	// log publishes the log's id.
+	redisLogChanged = "completiond:logchanged"
+)
+
+// redisLogKey is the Redis Stream of completion id's events: entry 0-N is
+// the event of seq N, so that XRANGE from 0-(after+1) is exactly the events
+// after a seq.
+func redisLogKey(id string) string { return "completiond:log:{" + id + "}" }
+
+// redisMetaKey is the hash of completion id's log: m (the encoded LogMeta),
+// and once ended, ended (Unix ms) and status (a google.rpc.Status).
+func redisMetaKey(id string) string { return "completiond:meta:{" + id + "}" }
+
+// redisLogLib is the Lua shared by the scripts: drop removes a log and its
+// accounting and wakes its followers; expire drops the ended logs whose
+// retention has passed and the live logs that lapsed. KEYS[1..4] are
+// redisLogsLive, redisLogsEnded, redisLogSizes, redisLogBytes.
+const redisLogLib = `
+local function drop(id)
+  redis.call('DEL', 'completiond:log:{' .. id .. '}', 'completiond:meta:{' .. id .. '}')
+  local size = tonumber(redis.call('HGET', KEYS[3], id) or '0')
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('DECRBY', KEYS[4], size)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('PUBLISH', 'completiond:logchanged', id)
+end
+local function expire(now, retention)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', (now - retention) * 1000 + 999, 'LIMIT', 0, 100)) do drop(id) end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 100)) do drop(id) end
+end
+`
+
+// redisOpenScript opens a log. KEYS[5] is its meta; ARGV: id, encoded
+// meta, now (ms), retention (ms), max completions, live TTL (ms). It
+// answers ok, or full when every log kept is live.
+var redisOpenScript = redis.NewScript(redisLogLib + `
+local id, now, retention, maxc, ttl = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+expire(now, retention)
+if redis.call('EXISTS', KEYS[5]) == 1 then return 'ok' end
+while redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= maxc do
+  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if not oldest then return 'full' end
+  drop(oldest)
+end
+redis.call('HSET', KEYS[5], 'm', ARGV[2])
+redis.call('PEXPIRE', KEYS[5], ttl)
+redis.call('ZADD', KEYS[1], now + ttl, id)
+return 'ok'
+`)
+
+// redisAppendScript appends an event, and with end=1 ends the log. KEYS[5]
+// is its meta, KEYS[6] its stream; ARGV: id, seq, event, status, end, now
+// (ms), retention (ms), max events, max bytes, live TTL (ms). It answers
+// ok; missing when the log is not in Redis (never opened there, dropped,
+// or Redis lost it); ended; or order for a seq not above the last.
+var redisAppendScript = redis.NewScript(redisLogLib + `
+local id, seq, ev, status, fin = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local now, retention, maxe, maxb, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+expire(now, retention)
+if redis.call('EXISTS', KEYS[5]) == 0 then return 'missing' end
+if redis.call('HEXISTS', KEYS[5], 'ended') == 1 then return 'ended' end
+local added = redis.pcall('XADD', KEYS[6], '0-' .. seq, 'e', ev)
+if type(added) == 'table' and added.err then return 'order' end
+local size = #ev + #status
+redis.call('HINCRBY', KEYS[3], id, size)
+local total = redis.call('INCRBY', KEYS[4], size)
+while total > maxb do
+  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if not oldest then break end
+  drop(oldest)
+  total = tonumber(redis.call('GET', KEYS[4]) or '0')
+end
+local n = redis.call('XLEN', KEYS[6])
+while n > 1 and (n > maxe or total > maxb) do
+  local first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1]
+  local b = #first[2][2]
+  redis.call('XDEL', KEYS[6], first[1])
+  redis.call('HINCRBY', KEYS[3], id, -b)
+  total = redis.call('DECRBY', KEYS[4], b)
+  n = n - 1
+end
+if fin == '1' then
+  redis.call('HSET', KEYS[5], 'status', status, 'ended', now)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZADD', KEYS[2], now * 1000 + redis.call('INCR', 'completiond:logs:endseq') % 1000, id)
+  redis.call('PEXPIRE', KEYS[5], retention)
+  redis.call('PEXPIRE', KEYS[6], retention)
+else
+  redis.call('ZADD', KEYS[1], now + ttl, id)
+  redis.call('PEXPIRE', KEYS[5], ttl)
+  redis.call('PEXPIRE', KEYS[6], ttl)
+end
+redis.call('PUBLISH', 'completiond:logchanged', id .. ' ' .. seq)
+return 'ok'
+`)
+
+// redisExpireScript runs expire alone; ARGV: now (ms), retention (ms).
+var redisExpireScript = redis.NewScript(redisLogLib + `
+expire(tonumber(ARGV[1]), tonumber(ARGV[2]))
+return 'ok'
+`)
+
+// redisDropScript drops the log ARGV[1] and its accounting.
+var redisDropScript = redis.NewScript(redisLogLib + `
+drop(ARGV[1])
+return 'ok'
+`)
+
+// errLogUnavailable wraps the errors of a Redis that does not answer.
+var errLogUnavailable = errors.New("event log unavailable")
+
+// DefaultRedisLiveTTL is RedisEventLog.LiveTTL when unset.
+const DefaultRedisLiveTTL = time.Hour
+
+// DefaultRedisOpTimeout bounds each command of the Redis event log.
+const DefaultRedisOpTimeout = time.Second
+
+// redisWakeAll is how often, at most, the followers of a Redis log read
+// again without a notice: a notice lost while the subscription was down,
+// or a log dropped by its TTL rather than by a script, is seen by then.
+const redisWakeAll = 5 * time.Second
+
+// RedisEventLog is the EventLog in Redis, shared by every replica: one
+// Redis Stream per completion (completiond:log:{id}, entry 0-N for seq N),
+// its meta in a hash (completiond:meta:{id}), and the bounds of
+// EventLogLimits over the whole Redis (the completions and bytes kept,
+// counted in completiond:logs:*), enforced by Lua scripts so that each
+// Open and Append is one atomic round trip. Retention is kept both ways:
+// the scripts drop the logs that ended Retention ago (by the log's clock),
+// and every key also expires (PEXPIRE) on its own, so that nothing
+// outlives a fleet that stopped. A live log lapses after LiveTTL without
+// an event (its replica died).
+//
+// Following: one Pub/Sub subscription per process, on completiond:logchanged,
+// whose messages name the log that changed and the seq appended ("id seq",
+// or "id" for a log dropped); a Read's More is a channel of a per-id
+// registry, closed when a notice of the id above the last seq the Read saw
+// arrives (no goroutine and no Redis connection per follower; XREAD BLOCK
+// per follower would hold a connection of the pool each). Every
+// redisWakeAll, and on each resubscription, all of them are closed, so that
+// a notice lost while the subscription was down delays a follower by that
+// much at most.
+//
+// The scripts use keys they do not declare: a standalone Redis, or one
+// behind Sentinel, not Redis Cluster.
+type RedisEventLog struct {
+	rdb    redis.UniversalClient
+	limits EventLogLimits
+	now    func() time.Time
+	// LiveTTL is how long a live log is kept without an event.
+	LiveTTL time.Duration
+	// OpTimeout bounds each command.
+	OpTimeout time.Duration
+
+	wake   *wakeRegistry
+	ps     *redis.PubSub
+	stop   context.CancelFunc
+	closed chan struct{}
+}
+
+// NewRedisEventLog returns the EventLog in rdb with limits (zero fields
+// take their defaults) reading the time from now (nil: time.Now). It
+// subscribes to the change notices at once; Close ends that.
+func NewRedisEventLog(rdb redis.UniversalClient, limits EventLogLimits, now func() time.Time) *RedisEventLog {
+	limits.fillDefaults()
+	if now == nil {
+		now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &RedisEventLog{rdb: rdb, limits: limits, now: now, LiveTTL: DefaultRedisLiveTTL, OpTimeout: DefaultRedisOpTimeout,
+		wake: newWakeRegistry(), stop: cancel, closed: make(chan struct{})}
+	ps := rdb.Subscribe(ctx, redisLogChanged)
+	// The first confirmation is awaited here (within OpTimeout), so that a
+	// Read made after New is woken by the next change, not by it.
+	if _, err := ps.ReceiveTimeout(ctx, l.OpTimeout); err != nil {
+		l.wake.all(2 * redisWakeAll) // harmless: nobody waits yet
+	}
+	l.ps = ps
+	go l.listen(ctx, ps)
+	return l
+}
+
+// Close stops following the change notices and wakes every follower.
+func (l *RedisEventLog) Close() {
+	l.stop()
+	_ = l.ps.Close() // ends a Receive under way
+	<-l.closed
+}
+
+// listen closes the More of every log whose notice arrives, and all of
+// them on each (re)subscription and every redisWakeAll.
+func (l *RedisEventLog) listen(ctx context.Context, ps *redis.PubSub) {
+	defer close(l.closed)
+	defer l.wake.all(2 * redisWakeAll)
+	defer ps.Close()
+	last := time.Now()
+	for ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(ctx, redisWakeAll)
+		if testHookRedisReceive != nil {
+			testHookRedisReceive(msg, err)
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			l.wake.notice(parseNotice(m.Payload))
+		case *redis.Subscription:
+			l.wake.all(2 * redisWakeAll)
+			last = time.Now()
+		}
+		if err != nil && ctx.Err() == nil {
+			var nerr interface{ Timeout() bool }
+			if !errors.As(err, &nerr) || !nerr.Timeout() {
+				// Redis is away: the next Receive reconnects; do not spin.
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+		if time.Since(last) >= redisWakeAll {
+			l.wake.all(2 * redisWakeAll)
+			last = time.Now()
+		}
+	}
+}
+
+// testHookRedisReceive, when set, sees each Receive of the listener.
+var testHookRedisReceive func(any, error)
+
+func (l *RedisEventLog) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), l.OpTimeout)
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+var redisLogKeys = []string{redisLogsLive, redisLogsEnded, redisLogSizes, redisLogBytes}
+
+// Open implements EventLog.
+func (l *RedisEventLog) Open(id string, meta LogMeta) error { return l.open(id, meta) }
+
+// open is Open, with errLogFull or the error of a Redis that did not answer.
+func (l *RedisEventLog) open(id string, meta LogMeta) error {
+	m, err := encodeLogMeta(meta)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := l.ctx()
+	defer cancel()
+	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id))
+	res, err := redisOpenScript.Run(ctx, l.rdb, keys, id, m, ms(l.now()), l.limits.Retention.Milliseconds(),
+		l.limits.MaxCompletions, l.LiveTTL.Milliseconds()).Text()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errLogUnavailable, err)
+	}
+	if res == "full" {
+		return errLogFull
+	}
+	return nil
+}
+
+// Append implements EventLog.
+func (l *RedisEventLog) Append(id string, ev *completionv1.CompletionEvent) {
+	_, _ = l.add(id, ev, nil, false)
+}
+
+// End implements EventLog.
+func (l *RedisEventLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+	_, _ = l.add(id, result, status, true)
+}
+
+// add appends ev to the log of id, and with end ends it with status. It
+// answers what the script did (ok, missing, ended, order) or the error of
+// a Redis that did not answer.
+func (l *RedisEventLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) (string, error) {
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		return "", err // cannot happen: the service builds every event
+	}
+	fin := "0"
+	if end {
+		fin = "1"
+	}
+	ctx, cancel := l.ctx()
+	defer cancel()
+	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id))
+	res, err := redisAppendScript.Run(ctx, l.rdb, keys, id, ev.GetSeq(), b, status, fin, ms(l.now()),
+		l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds()).Text()
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errLogUnavailable, err)
+	}
+	return res, nil
+}
+
+// Read implements EventLog: the meta, the page and the first and last
+// entries kept are read in one MULTI, so that they agree.
+func (l *RedisEventLog) Read(id string, after uint64) (LogPage, error) {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	var meta *redis.SliceCmd
+	var page, first, last *redis.XMessageSliceCmd
+	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		meta = p.HMGet(ctx, redisMetaKey(id), "m", "ended", "status")
+		page = p.XRangeN(ctx, redisLogKey(id), "0-"+strconv.FormatUint(after+1, 10), "+", logPageSize+1)
+		first = p.XRangeN(ctx, redisLogKey(id), "-", "+", 1)
+		last = p.XRevRangeN(ctx, redisLogKey(id), "+", "-", 1)
+		return nil
+	})
+	if err != nil {
+		return LogPage{}, fmt.Errorf("%w: %w", errLogUnavailable, err)
+	}
+	f := meta.Val()
+	m, ok := f[0].(string)
+	if !ok {
+		return LogPage{}, errLogNotFound
+	}
+	var p LogPage
+	if p.Meta, err = decodeLogMeta(m); err != nil {
+		return LogPage{}, err
+	}
+	if e, ok := f[1].(string); ok {
+		ended, _ := strconv.ParseInt(e, 10, 64)
+		if l.now().Sub(time.UnixMilli(ended)) >= l.limits.Retention {
+			return LogPage{}, errLogNotFound // expired; the next script drops it
+		}
+		p.Ended = true
+		if s, ok := f[2].(string); ok && s != "" {
+			p.Status = []byte(s)
+		}
+	}
+	lo, hi := uint64(1), uint64(0)
+	if len(first.Val()) > 0 && len(last.Val()) > 0 {
+		lo, hi = entrySeq(first.Val()[0].ID), entrySeq(last.Val()[0].ID)
+	}
+	if after+1 < lo || after > hi {
+		return LogPage{}, errLogOutOfRange
+	}
+	msgs := page.Val()
+	// A notice above hi that came before wait is kept by the registry, so
+	// that none is lost between the read and the wait.
+	p.More = l.wake.wait(id, hi)
+	if len(msgs) > logPageSize {
+		msgs, p.More = msgs[:logPageSize], closed
+	}
+	p.Events = make([]*completionv1.CompletionEvent, len(msgs))
+	for i, msg := range msgs {
+		s, _ := msg.Values["e"].(string)
+		p.Events[i] = &completionv1.CompletionEvent{}
+		if err := proto.Unmarshal([]byte(s), p.Events[i]); err != nil {
+			return LogPage{}, fmt.Errorf("event %s of %s: %w", msg.ID, id, err)
+		}
+	}
+	return p, nil
+}
+
+// entrySeq is the seq of stream entry 0-N.
+func entrySeq(entry string) uint64 {
+	_, n, _ := strings.Cut(entry, "-")
+	seq, _ := strconv.ParseUint(n, 10, 64)
+	return seq
+}
+
+// drop removes the log of id from Redis.
+func (l *RedisEventLog) drop(id string) error {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	return redisDropScript.Run(ctx, l.rdb, redisLogKeys, id).Err()
+}
+
+// Expire implements EventLog: it drops what the bounds of the time now
+// no longer keep (each Open and Append does as well).
+func (l *RedisEventLog) Expire(now time.Time) { _ = l.expire(now) }
+
+func (l *RedisEventLog) expire(now time.Time) error {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	return redisExpireScript.Run(ctx, l.rdb, redisLogKeys, ms(now), l.limits.Retention.Milliseconds()).Err()
+}
+
+// encodeLogMeta is the blob a shared log keeps of a LogMeta: its JSON, so
+// that a field added to LogMeta travels without a change here. A field
+// that encoding/json cannot read back (a proto message with a oneof)
+// needs a type with MarshalJSON and UnmarshalJSON (protojson).
+func encodeLogMeta(m LogMeta) (string, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("encode log meta: %w", err)
+	}
+	return string(b), nil
+}
+
+func decodeLogMeta(s string) (LogMeta, error) {
+	var m LogMeta
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return m, fmt.Errorf("decode log meta: %w", err)
+	}
+	return m, nil
+}
+
+// wakeRegistry hands out, per log id, the channel that the next change of
+// that log closes. A change carries its version, the seq it appended (or
+// the largest one for a log dropped): a notice can arrive after a Read that
+// already saw its change, and only wakes the waiters that read less.
+type wakeRegistry struct {
+	mu      sync.Mutex
+	waiters map[string]map[uint64]chan struct{} // id → version read → channel
+	latest  map[string]noticed                  // the last notice of each id
+}
+
+type noticed struct {
+	version uint64
+	at      time.Time
+}
+
+func newWakeRegistry() *wakeRegistry {
+	return &wakeRegistry{waiters: map[string]map[uint64]chan struct{}{}, latest: map[string]noticed{}}
+}
+
+// wait returns the channel closed at the first notice of id above version:
+// closed already when one came.
+func (w *wakeRegistry) wait(id string, version uint64) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n, ok := w.latest[id]; ok && n.version > version {
+		return closed
+	}
+	byVersion := w.waiters[id]
+	if byVersion == nil {
+		byVersion = map[uint64]chan struct{}{}
+		w.waiters[id] = byVersion
+	}
+	c, ok := byVersion[version]
+	if !ok {
+		c = make(chan struct{})
+		byVersion[version] = c
+	}
+	return c
+}
+
+// notice closes the channels of id that wait for a version below version.
+func (w *wakeRegistry) notice(id string, version uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := w.latest[id]; version > n.version {
+		w.latest[id] = noticed{version: version, at: time.Now()}
+	}
+	for v, c := range w.waiters[id] {
+		if v < version {
+			close(c)
+			delete(w.waiters[id], v)
+		}
+	}
+	if len(w.waiters[id]) == 0 {
+		delete(w.waiters, id)
+	}
+}
+
+// all closes every channel, and forgets the notices older than keep: the
+// registry holds no more than the ids read or noticed since.
+func (w *wakeRegistry) all(keep time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, byVersion := range w.waiters {
+		for _, c := range byVersion {
+			close(c)
+		}
+		delete(w.waiters, id)
+	}
+	for id, n := range w.latest {
+		if time.Since(n.at) > keep {
+			delete(w.latest, id)
+		}
+	}
+}
+
+// parseNotice reads the payload of a change notice: "id seq" for an
+// append, "id" for a log dropped (every version is below it).
+func parseNotice(payload string) (string, uint64) {
+	i := strings.LastIndexByte(payload, ' ')
+	if i < 0 {
+		return payload, math.MaxUint64
+	}
+	v, err := strconv.ParseUint(payload[i+1:], 10, 64)
+	if err != nil {
+		return payload, math.MaxUint64
+	}
+	return payload[:i], v
+}

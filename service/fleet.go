@@ -1,0 +1,248 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+)
+
+// DefaultRedisPing is Config.RedisPing when unset.
+const DefaultRedisPing = time.Second
+
+// redisWatch follows whether Redis answers: a PING every interval, each
+// bounded by the interval. It starts up; a failed command of the event log
+// marks it down at once, and only a PING brings it back.
+type redisWatch struct {
+	rdb      redis.UniversalClient
+	interval time.Duration
+	log      *slog.Logger
+	up       atomic.Bool
+
+	mu       sync.Mutex
+	watchers []func(up bool)
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func newRedisWatch(rdb redis.UniversalClient, interval time.Duration, log *slog.Logger) *redisWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &redisWatch{rdb: rdb, interval: interval, log: log, stop: cancel, done: make(chan struct{})}
+	w.up.Store(true)
+	w.ping(ctx) // the state at start, before anybody asks
+	go w.run(ctx)
+	return w
+}
+
+func (w *redisWatch) run(ctx context.Context) {
+	defer close(w.done)
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.ping(ctx)
+		}
+	}
+}
+
+func (w *redisWatch) ping(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, w.interval)
+	defer cancel()
+	err := w.rdb.Ping(ctx).Err()
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return // closing
+	}
+	w.set(err == nil, err)
+}
+
+// set records whether Redis answers, and on a change logs it and tells
+// the watchers.
+func (w *redisWatch) set(up bool, err error) {
+	if w.up.Swap(up) == up {
+		return
+	}
+	if up {
+		w.log.Info("redis: reachable again: new completions log to Redis; health SERVING")
+	} else {
+		w.log.Warn("redis: unreachable: completions keep their events in this replica's memory only; health NOT_SERVING",
+			"error", err)
+	}
+	w.mu.Lock()
+	ws := append([]func(bool){}, w.watchers...)
+	w.mu.Unlock()
+	for _, f := range ws {
+		f(up)
+	}
+}
+
+// watch calls f with the state now, and on each change.
+func (w *redisWatch) watch(f func(up bool)) {
+	w.mu.Lock()
+	w.watchers = append(w.watchers, f)
+	w.mu.Unlock()
+	f(w.up.Load())
+}
+
+func (w *redisWatch) close() {
+	w.stop()
+	<-w.done
+}
+
+// fleetLog is the EventLog of a replica with Redis: every completion that
+// runs here is logged in this process's memory (its attachers here read
+// it there, and it is whole whatever Redis does) and, while Redis answers,
+// in the shared RedisEventLog, which the other replicas read. A read finds
+// a completion here first, then in Redis.
+//
+// Degrading: a completion opened while Redis is down, or whose Redis
+// append fails (Redis down, or restarted and its log gone), goes on in
+// memory only, from then to its end: no gap is ever written in Redis. A
+// log line and the completiond.redis.local_only counter say so. New
+// completions use Redis again once the watch sees it answer.
+type fleetLog struct {
+	mem   *memLog
+	redis *RedisEventLog
+	watch *redisWatch
+	log   *slog.Logger
+	local metric.Int64Counter
+
+	mu       sync.Mutex
+	shared   map[string]bool // the live completions of this replica logged in Redis too
+	degraded map[string]bool // the live ones that were, until Redis failed
+}
+
+func newFleetLog(mem *memLog, rl *RedisEventLog, watch *redisWatch, log *slog.Logger, local metric.Int64Counter) *fleetLog {
+	return &fleetLog{mem: mem, redis: rl, watch: watch, log: log, local: local, shared: map[string]bool{}, degraded: map[string]bool{}}
+}
+
+// Open implements EventLog.
+func (f *fleetLog) Open(id string, meta LogMeta) error {
+	if err := f.mem.Open(id, meta); err != nil {
+		return err
+	}
+	if !f.watch.up.Load() {
+		f.localOnly(id, "redis unreachable", nil)
+		return nil
+	}
+	switch err := f.redis.open(id, meta); {
+	case err == nil:
+		f.mu.Lock()
+		f.shared[id] = true
+		f.mu.Unlock()
+	case errors.Is(err, errLogFull):
+		f.localOnly(id, "the Redis log is full of running completions", nil)
+	default:
+		f.degrade(id, err)
+	}
+	return nil
+}
+
+// Append implements EventLog.
+func (f *fleetLog) Append(id string, ev *completionv1.CompletionEvent) {
+	f.mem.Append(id, ev)
+	f.share(id, ev, nil, false)
+}
+
+// End implements EventLog.
+func (f *fleetLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+	f.mem.End(id, result, status)
+	f.share(id, result, status, true)
+}
+
+// share adds ev to the Redis log of id, if it has one, and degrades id to
+// memory when that fails.
+func (f *fleetLog) share(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
+	f.mu.Lock()
+	shared, degraded := f.shared[id], f.degraded[id]
+	if end {
+		delete(f.shared, id)
+		delete(f.degraded, id)
+	}
+	f.mu.Unlock()
+	if degraded && end && f.watch.up.Load() {
+		// What Redis kept of it stops short and would never end: other
+		// replicas are better told NOT_FOUND than left following it.
+		_ = f.redis.drop(id)
+	}
+	if !shared {
+		return
+	}
+	res, err := f.redis.add(id, ev, status, end)
+	switch {
+	case err != nil:
+		f.degrade(id, err)
+	case res == "missing":
+		f.degrade(id, errors.New("its log is no longer in Redis (Redis restarted, or evicted it)"))
+	}
+}
+
+// degrade takes id off Redis for the rest of its run.
+func (f *fleetLog) degrade(id string, err error) {
+	f.mu.Lock()
+	delete(f.shared, id)
+	f.degraded[id] = true
+	f.mu.Unlock()
+	if errors.Is(err, errLogUnavailable) {
+		f.watch.set(false, err)
+	}
+	f.localOnly(id, "redis failed", err)
+}
+
+func (f *fleetLog) localOnly(id, why string, err error) {
+	attrs := []any{"completion_id", id, "reason", why}
+	if err != nil {
+		attrs = append(attrs, "error", err)
+	}
+	f.log.Warn("redis: completion logged in this replica's memory only: other replicas cannot attach to it", attrs...)
+	f.local.Add(context.Background(), 1)
+}
+
+// Read implements EventLog.
+func (f *fleetLog) Read(id string, after uint64) (LogPage, error) {
+	p, err := f.mem.Read(id, after)
+	if !errors.Is(err, errLogNotFound) {
+		return p, err
+	}
+	return f.redis.Read(id, after)
+}
+
+// Expire implements EventLog.
+func (f *fleetLog) Expire(now time.Time) {
+	f.mem.Expire(now)
+	f.redis.Expire(now)
+}
+
+// redisInstruments registers the Redis metrics on mp: the gauge
+// completiond.redis.degraded (1 while Redis does not answer) and the
+// counter completiond.redis.local_only, which it returns.
+func redisInstruments(mp metric.MeterProvider, up func() bool) metric.Int64Counter {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter(instrumentation)
+	local, _ := m.Int64Counter("completiond.redis.local_only", metric.WithUnit("{completion}"),
+		metric.WithDescription("Completions whose events this replica kept in its memory only, as Redis did not answer when they started or failed while they ran: other replicas cannot attach to them."))
+	_, _ = m.Int64ObservableGauge("completiond.redis.degraded", metric.WithUnit("1"),
+		metric.WithDescription("1 while Redis does not answer (completions are logged in this replica's memory only, health is NOT_SERVING), 0 when it does."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			v := int64(0)
+			if !up() {
+				v = 1
+			}
+			o.Observe(v)
+			return nil
+		}))
+	return local
+}

@@ -1,0 +1,163 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/redistest"
+)
+
+// withRedis is a Config mutation that shares the Redis at addr, with a
+// short PING interval, and logs into logs when it is not nil.
+func withRedis(t *testing.T, addr string, logs *lockedBuffer) func(*Config) {
+	return func(c *Config) {
+		c.Redis = newTestRedisClient(t, addr)
+		c.RedisPing = 50 * time.Millisecond
+		if logs != nil {
+			c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+		}
+	}
+}
+
+// healthOf is the serving status g's health service reports for the
+// Completion service.
+func healthOf(t *testing.T, g *GRPC) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	r, err := g.Health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: completionv1.Completion_ServiceDesc.ServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.GetStatus()
+}
+
+// waitHealth waits until g's health is want.
+func waitHealth(t *testing.T, g *GRPC, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for healthOf(t, g) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("health is %v after 10s, want %v", healthOf(t, g), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFleetAttachOnAnotherReplica: two servers share one Redis; a
+// completion streams through A with a resume grace and is cut; an Attach
+// through B after the last seq seen gets the rest, every seq once, to the
+// result; after its end, B replays the whole of it from the start.
+func TestFleetAttachOnAnotherReplica(t *testing.T) {
+	addr := redistest.Start(t)
+	a, gate := gatedEnv(t, withRedis(t, addr, nil))
+	b := newTestEnv(t, withRedis(t, addr, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sctx, cut := context.WithCancel(ctx)
+	st, err := a.client.Stream(sctx, resumable(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := recvUntilDelta(t, st)
+	cut()
+	id := seen[0].GetStarted().GetCompletionId()
+	last := seen[len(seen)-1].GetSeq()
+	done := make(chan struct{})
+	var rest []*completionv1.CompletionEvent
+	var ast *status.Status
+	go func() {
+		defer close(done)
+		rest, ast = attachAll(ctx, b.client, id, last)
+	}()
+	close(gate.open)
+	<-done
+	if ast.Code() != codes.OK {
+		t.Fatalf("attach through B: %v", ast)
+	}
+	all := append(seen, rest...)
+	if r := checkContract(t, all, status.New(codes.OK, "")); r == nil {
+		t.Fatal("no result")
+	}
+	replay, rst := attachAll(ctx, b.client, id, 0)
+	if rst.Code() != codes.OK || !equalSeqs(seqs(replay), seqs(all)) {
+		t.Fatalf("replay through B: %v, seqs %v, want %v", rst, seqs(replay), seqs(all))
+	}
+	if _, st := attachAll(ctx, b.client, "no-such-completion", 0); st.Code() != codes.NotFound {
+		t.Fatalf("unknown id through B: %v", st)
+	}
+}
+
+// TestFleetRedisRestartMidRun: Redis goes away while a completion runs on
+// A: health turns NOT_SERVING, the completion finishes whole (an attacher
+// on A gets all of it), a log line and the metrics say it was kept in
+// memory only; new completions run meanwhile. Once Redis is back (empty),
+// health is SERVING again and a new completion is shared with B.
+func TestFleetRedisRestartMidRun(t *testing.T) {
+	rs := redistest.New(t)
+	logs := &lockedBuffer{}
+	reader := sdkmetric.NewManualReader()
+	a, gate := gatedEnv(t, withRedis(t, rs.Addr, logs), func(c *Config) {
+		c.Telemetry.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	})
+	b := newTestEnv(t, withRedis(t, rs.Addr, nil))
+	waitHealth(t, a.grpc, healthpb.HealthCheckResponse_SERVING)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	st, err := a.client.Stream(ctx, resumable(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := recvUntilDelta(t, st)
+	id := seen[0].GetStarted().GetCompletionId()
+
+	rs.Stop()
+	waitHealth(t, a.grpc, healthpb.HealthCheckResponse_NOT_SERVING)
+	waitHealth(t, b.grpc, healthpb.HealthCheckResponse_NOT_SERVING)
+	close(gate.open) // the completion goes on, and appends while Redis is down
+	rest, sst := recvAll(st.Recv)
+	all := append(seen, rest...)
+	if r := checkContract(t, all, sst); r == nil || sst.Code() != codes.OK {
+		t.Fatalf("the running completion: %v", sst)
+	}
+	if replay, ast := attachAll(ctx, a.client, id, 0); ast.Code() != codes.OK || !equalSeqs(seqs(replay), seqs(all)) {
+		t.Fatalf("attach on A while Redis is down: %v, seqs %v, want %v", ast, seqs(replay), seqs(all))
+	}
+	if _, ast := attachAll(ctx, b.client, id, 0); ast.Code() != codes.Unavailable {
+		t.Fatalf("attach on B while Redis is down: %v, want UNAVAILABLE", ast)
+	}
+	// A new completion while Redis is down runs, logged in memory.
+	evs, nst := a.streamAll(t, prompt("while redis is down", nil))
+	checkContract(t, evs, nst)
+	if !strings.Contains(logs.String(), "memory only") || !strings.Contains(logs.String(), id) {
+		t.Errorf("no log line says %s was kept in memory only:\n%s", id, logs)
+	}
+	dump := metricDump(t, reader)
+	for _, want := range []string{`"Name":"completiond.redis.local_only"`, `"Name":"completiond.redis.degraded"`} {
+		if !strings.Contains(dump, want) {
+			t.Errorf("metrics lack %s:\n%s", want, dump)
+		}
+	}
+	if !strings.Contains(dump, `"Value":1`) {
+		t.Errorf("no metric reads 1 while Redis is down:\n%s", dump)
+	}
+
+	rs.Restart()
+	waitHealth(t, a.grpc, healthpb.HealthCheckResponse_SERVING)
+	waitHealth(t, b.grpc, healthpb.HealthCheckResponse_SERVING)
+	evs, nst = a.streamAll(t, prompt("redis is back", nil))
+	checkContract(t, evs, nst)
+	nid := evs[0].GetStarted().GetCompletionId()
+	replay, ast := attachAll(ctx, b.client, nid, 0)
+	if ast.Code() != codes.OK || !equalSeqs(seqs(replay), seqs(evs)) {
+		t.Fatalf("attach on B once Redis is back: %v, seqs %v, want %v", ast, seqs(replay), seqs(evs))
+	}
+}

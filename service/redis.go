@@ -1,0 +1,79 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisTimeout bounds the dial, each read and each write of the client
+// NewRedisClient builds, so that a Redis that stops answering is noticed
+// within it (health, and the event log's degrading to memory).
+const RedisTimeout = time.Second
+
+// NewRedisClient builds the client of Config.Redis from a redis:// or
+// rediss:// (TLS, the server's name checked against the system's roots)
+// URL: redis://[user[:password]@]host:port[/db]. A password that is not
+// empty replaces the URL's: it comes from the environment
+// (COMPLETIOND_REDIS_PASSWORD), so that it shows neither in a process list
+// nor in a file. Errors never hold the password.
+func NewRedisClient(rawURL, password string) (redis.UniversalClient, error) {
+	opt, err := ParseRedisURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if password != "" {
+		opt.Password = password
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = RedisTimeout, RedisTimeout, RedisTimeout
+	return redis.NewClient(opt), nil
+}
+
+// ParseRedisURL checks a Redis URL and returns its options; the error
+// names the URL without its password.
+func ParseRedisURL(rawURL string) (*redis.Options, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		return nil, fmt.Errorf("redis url %s: want redis://[user[:password]@]host:port[/db] or rediss://…", RedactRedisURL(rawURL))
+	}
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		msg := err.Error()
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+		return nil, fmt.Errorf("redis url %s: %s", RedactRedisURL(rawURL), msg)
+	}
+	return opt, nil
+}
+
+// RedactRedisURL is the URL with its password, if any, replaced by xxxxx:
+// what logs and check-config show. A string that is not a URL shows as
+// its scheme, if it has one.
+func RedactRedisURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		if scheme, _, ok := strings.Cut(rawURL, "://"); ok && !strings.ContainsAny(scheme, "@:/") {
+			return scheme + "://(not a valid URL)"
+		}
+		return "(not a valid URL)"
+	}
+	return u.Redacted()
+}
+
+// SetRedisLogger sends the Redis client's own messages (its reconnects)
+// to log at DEBUG: the server logs what they mean for it at WARN (Redis
+// unreachable, a completion kept in memory only).
+func SetRedisLogger(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client", "message", fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,117 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/completiond/completiond/internal/redistest"
+)
+
+// The go-redis client's own messages (reconnects while a test stops
+// Redis) are not the tests' output.
+func init() { SetRedisLogger(slog.New(slog.DiscardHandler)) }
+
+const redisSecret = "s3cret-LEAKCHECK-redis"
+
+func TestParseRedisURL(t *testing.T) {
+	tests := []struct {
+		url     string
+		addr    string
+		tls     bool
+		pass    string
+		db      int
+		wantErr bool
+	}{
+		{url: "redis://localhost:6379", addr: "localhost:6379"},
+		{url: "redis://:" + redisSecret + "@redis.internal:6380/2", addr: "redis.internal:6380", pass: redisSecret, db: 2},
+		{url: "rediss://user:" + redisSecret + "@redis.example.com:6380", addr: "redis.example.com:6380", tls: true, pass: redisSecret},
+		{url: "http://:" + redisSecret + "@localhost:6379", wantErr: true},
+		{url: "redis://:" + redisSecret + "@localhost:6379/notadb", wantErr: true},
+		{url: "localhost:6379", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(RedactRedisURL(tt.url), func(t *testing.T) {
+			opt, err := ParseRedisURL(tt.url)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				if strings.Contains(err.Error(), redisSecret) {
+					t.Fatalf("the error holds the password: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opt.Addr != tt.addr || (opt.TLSConfig != nil) != tt.tls || opt.Password != tt.pass || opt.DB != tt.db {
+				t.Fatalf("got addr %s tls %v password %q db %d", opt.Addr, opt.TLSConfig != nil, opt.Password, opt.DB)
+			}
+			if tt.tls && opt.TLSConfig.ServerName != "redis.example.com" {
+				t.Fatalf("TLS server name %q", opt.TLSConfig.ServerName)
+			}
+			if shown := RedactRedisURL(tt.url); strings.Contains(shown, redisSecret) {
+				t.Fatalf("RedactRedisURL shows the password: %s", shown)
+			}
+		})
+	}
+}
+
+// TestRedisPasswordFromTheEnvironment: a Redis that requires a password
+// answers the client built from a URL without one and the password given
+// apart; the password in the URL works as well.
+func TestRedisPasswordFromTheEnvironment(t *testing.T) {
+	rs := redistest.New(t, "--requirepass", redisSecret)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for name, build := range map[string]func() (redis.UniversalClient, error){
+		"apart":   func() (redis.UniversalClient, error) { return NewRedisClient("redis://"+rs.Addr, redisSecret) },
+		"in url":  func() (redis.UniversalClient, error) { return NewRedisClient("redis://:"+redisSecret+"@"+rs.Addr, "") },
+		"missing": func() (redis.UniversalClient, error) { return NewRedisClient("redis://"+rs.Addr, "") },
+	} {
+		rdb, err := build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = rdb.Ping(ctx).Err()
+		_ = rdb.Close()
+		if (err == nil) != (name != "missing") {
+			t.Errorf("%s: PING: %v", name, err)
+		}
+	}
+}
+
+// TestFileConfigRedis: redis.url of a file, with ${VAR} expanded, lands
+// in Config.RedisURL; a bad one is an error that names the field and not
+// the password.
+func TestFileConfigRedis(t *testing.T) {
+	env := map[string]string{"REDIS_PASSWORD": redisSecret}
+	getenv := func(k string) string { return env[k] }
+	load := func(body string) (Config, error) {
+		path := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return LoadFile(path, DefaultConfig(), getenv, nil)
+	}
+	cfg, err := load("redis:\n  url: rediss://:${REDIS_PASSWORD}@redis:6380/1\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RedisURL != "rediss://:"+redisSecret+"@redis:6380/1" {
+		t.Fatalf("RedisURL = %q", cfg.RedisURL)
+	}
+	for _, body := range []string{"redis:\n  url: ftp://:${REDIS_PASSWORD}@redis:6380\n", "redis:\n  url: \"\"\n", "redis:\n  url: ${NOT_SET}\n"} {
+		_, err := load(body)
+		if err == nil || !strings.Contains(err.Error(), "redis.url") || strings.Contains(err.Error(), redisSecret) {
+			t.Errorf("%q: err = %v", body, err)
+		}
+	}
+}
