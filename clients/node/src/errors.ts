@@ -275,7 +275,7 @@ export function errorFromResult(result: Result, completionId = ""): CompletiondE
   return new CompletiondError(code, message, status, { completionId, result });
 }
 
-/** kindCode: the code of a MODEL_ERROR; outages (and an open circuit) are UNAVAILABLE, the rest INTERNAL. */
+/** kindCode: the code of a MODEL_ERROR; outages (and an open circuit, a lost replica) are UNAVAILABLE, the rest INTERNAL. */
 function kindCode(kind: ErrorKind): GrpcStatus {
   const code = KIND_CODES[kind];
   if (code !== undefined) return code;
@@ -285,6 +285,7 @@ function kindCode(kind: ErrorKind): GrpcStatus {
     case ErrorKind.ERROR_KIND_SERVER:
     case ErrorKind.ERROR_KIND_STREAM_BROKEN:
     case ErrorKind.ERROR_KIND_CIRCUIT_OPEN:
+    case ErrorKind.ERROR_KIND_REPLICA_LOST:
       return GrpcStatus.UNAVAILABLE;
   }
   return GrpcStatus.INTERNAL;
