@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,9 @@ func (s *Server) lease(ctx context.Context, c *completion, cancel context.Cancel
 func (s *Server) hold(c *completion, l Lease, from time.Time, cancel context.CancelCauseFunc) *ownership {
 	o := own(s.cfg.Leases, l, from, func() { cancel(errLeaseLostCause) })
 	c.out.fence = o.valid
+	if fl, ok := s.log.(FencedLog); ok {
+		fl.Fence(c.id, l)
+	}
 	s.owned.add(c.id, o)
 	return o
 }
@@ -75,6 +79,9 @@ func (s *Server) unhold(id string, o *ownership) {
 	}
 	s.owned.remove(id)
 	o.end()
+	if fl, ok := s.log.(FencedLog); ok {
+		fl.Unfence(id)
+	}
 }
 
 // owned are the ownerships this replica holds, by completion id.
@@ -242,7 +249,7 @@ func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route) (rec
 	var p recovery.Prior
 	var last uint64
 	var started *completionv1.Started
-	text := map[int]string{}
+	text := map[int]*strings.Builder{}
 	usage := map[int]recovery.Usage{}
 	voided := map[int]bool{}
 	routeOf := map[int]string{} // the route each attempt was called on
@@ -259,7 +266,10 @@ func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route) (rec
 			started, p.Route = e.Started, e.Started.GetRoute()
 		case *completionv1.CompletionEvent_Delta:
 			if e.Delta.GetKind() == completionv1.DeltaKind_DELTA_KIND_TEXT {
-				text[a] += e.Delta.GetText()
+				if text[a] == nil {
+					text[a] = &strings.Builder{}
+				}
+				text[a].WriteString(e.Delta.GetText())
 			}
 		case *completionv1.CompletionEvent_Usage:
 			u := e.Usage
@@ -282,11 +292,13 @@ func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route) (rec
 	p.InFlight = p.Attempt > settledUpTo
 	for a := 1; a <= p.Attempt; a++ {
 		if p.InFlight && a == p.Attempt {
-			p.Streamed = text[a]
+			if text[a] != nil {
+				p.Streamed = text[a].String()
+			}
 			break
 		}
-		if text[a] != "" && !voided[a] {
-			p.Kept = append(p.Kept, recovery.Kept{Attempt: a, Text: text[a], OutputTokens: usage[a].OutputTokens})
+		if text[a] != nil && !voided[a] {
+			p.Kept = append(p.Kept, recovery.Kept{Attempt: a, Text: text[a].String(), OutputTokens: usage[a].OutputTokens})
 		}
 		r := recovery.Route{Name: routeOf[a]}
 		if rt := routes[routeOf[a]]; rt != nil {

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
 )
@@ -24,11 +26,11 @@ type replica struct {
 	kill   func()
 }
 
-// inProcessFleet starts n replicas sharing one event log and one set of
-// leases of length ttl, as a fleet shares Redis.
-func inProcessFleet(t *testing.T, n int, ttl time.Duration) []*replica {
+// inProcessFleet starts n replicas sharing one event log and leases, as a
+// fleet shares Redis.
+func inProcessFleet(t *testing.T, n int, leases Leases) []*replica {
 	t.Helper()
-	log, leases := newMemLog(EventLogLimits{}, time.Now), NewMemLeases(ttl)
+	log := newMemLog(EventLogLimits{}, time.Now)
 	var rs []*replica
 	for i := range n {
 		cfg := DefaultConfig()
@@ -75,14 +77,21 @@ func slowRequest(route string, words int, pace time.Duration) *completionv1.Comp
 func TestTakeoverInProcess(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	for _, tc := range []struct {
-		route  string
-		reason completionv1.TransitionReason
+		route, leases string
+		reason        completionv1.TransitionReason
 	}{
-		{"sim", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
-		{"sim-noprefill", completionv1.TransitionReason_TRANSITION_REASON_RETRY},
+		{"sim", "memory", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
+		{"sim-noprefill", "memory", completionv1.TransitionReason_TRANSITION_REASON_RETRY},
+		{"sim", "redis", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
 	} {
-		t.Run(tc.route, func(t *testing.T) {
-			fleet := inProcessFleet(t, 3, ttl)
+		t.Run(tc.route+"/"+tc.leases, func(t *testing.T) {
+			leases := NewMemLeases(ttl)
+			if tc.leases == "redis" {
+				rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+				t.Cleanup(func() { rdb.Close() })
+				leases = NewRedisLeases(rdb, ttl)
+			}
+			fleet := inProcessFleet(t, 3, leases)
 			a, b, c := fleet[0], fleet[1], fleet[2]
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -247,4 +256,19 @@ func priorEqual(a, b recovery.Prior) bool {
 	return a.Attempt == b.Attempt && a.Turn == b.Turn && a.Route == b.Route && a.MaxTokens == b.MaxTokens &&
 		slices.Equal(a.Kept, b.Kept) && a.InFlight == b.InFlight && a.Streamed == b.Streamed &&
 		slices.Equal(a.Attempts, b.Attempts) && a.Usage == b.Usage
+}
+
+// BenchmarkFoldLog measures the rebuild of a takeover: the fold of a log of
+// 1 000 deltas (the reading of the log is the store's).
+func BenchmarkFoldLog(b *testing.B) {
+	evs := []*completionv1.CompletionEvent{{Seq: 1, Turn: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{Route: "sim"}}}}
+	for i := range 1000 {
+		evs = append(evs, &completionv1.CompletionEvent{Seq: uint64(i + 2), Attempt: 1, Turn: 1,
+			Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: completionv1.DeltaKind_DELTA_KIND_TEXT, Text: " word"}}})
+	}
+	routes := SimRoutes(sim.New(sim.Config{}))
+	b.ReportAllocs()
+	for b.Loop() {
+		foldLog(evs, routes)
+	}
 }
