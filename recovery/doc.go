@@ -122,6 +122,12 @@
 //     image recovery, stop-hook blocks and the budget count per completion,
 //     and an escalated max_tokens stays for the later turns. In a Session,
 //     Result.Text holds the text of every turn, in order.
+//   - A completion whose replica died is continued by another one from its
+//     event log: Takeover builds a machine from the rebuilt Prior, and its
+//     Start decides as for a broken stream of the attempt in flight, with
+//     a failure of kind FailReplicaLost and no backoff (STREAM_RESUME by
+//     prefill, or a clean RETRY voiding the partial answer). It counts as
+//     a retry of the step, so replicas that keep dying end the completion.
 //   - A cancel while the caller runs tools or its stop hook ends
 //     ABORTED_TOOLS; while a call, a summary or a wait is in progress,
 //     ABORTED_STREAMING.

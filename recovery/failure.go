@@ -48,11 +48,16 @@ const (
 	// FailCircuitOpen means the driver did not call the route because its
 	// circuit breaker is open.
 	FailCircuitOpen
+	// FailReplicaLost: the replica that ran the attempt died (its ownership
+	// lease lapsed) and another replica took the completion over from its
+	// event log (see Takeover). No upstream failed: it is transient, and
+	// the takeover continues at once, without a backoff.
+	FailReplicaLost
 )
 
 var failureKindNames = [...]string{"unknown", "connection", "timeout", "rate_limit", "overloaded",
 	"server", "stream_broken", "invalid_request", "auth", "not_found", "quota", "content_filter",
-	"prompt_too_long", "context_limit", "media", "prefill_rejected", "circuit_open"}
+	"prompt_too_long", "context_limit", "media", "prefill_rejected", "circuit_open", "replica_lost"}
 
 // String returns the snake_case name used in transcripts.
 func (k FailureKind) String() string {
@@ -127,6 +132,9 @@ func (f *Failure) Error() string {
 // Transient reports whether the same request may succeed if tried again.
 // x-should-retry, when present, overrides the class.
 func (f *Failure) Transient() bool {
+	if f.Kind == FailReplicaLost {
+		return true // no upstream said anything: the request was never refused
+	}
 	switch f.ShouldRetry {
 	case 1:
 		return true

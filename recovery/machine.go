@@ -56,6 +56,7 @@ type Machine struct {
 	open map[string]bool // routes whose circuit is open, as of the last event
 
 	phase phase
+	prior *Prior // set by Takeover: Start continues from it
 	now   time.Time
 	trs   []Transition // transitions of the step being built
 	voids []int        // attempts voided since the last transition was emitted
@@ -153,6 +154,9 @@ func (m *Machine) Start(now time.Time) Step {
 			"no route to call"))
 	}
 	m.setOpen(m.cfg.OpenRoutes)
+	if m.prior != nil {
+		return m.out(m.takeover())
+	}
 	if j := m.closedFrom(0); j > 0 && m.p.Retry.Fallback {
 		// The first route's circuit is open: go where a call can succeed,
 		// and say why, rather than spend an attempt on a skipped route.

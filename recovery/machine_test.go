@@ -132,10 +132,48 @@ func (e *env) start(d *datadriven.TestData) string {
 		cfg.Deadline = epoch.Add(dl)
 	}
 	e.m, e.now, e.rand, e.shown, e.wire = New(cfg), epoch, 0, nil, &wire{}
+	if d.HasArg("takeover") {
+		e.m = Takeover(cfg, e.prior(d))
+	}
 	if d.HasArg("no-start") {
 		return "ok"
 	}
 	return e.show(e.m.Start(e.now))
+}
+
+// prior builds the Prior of start takeover=N [kept=(A:TEXT, ...)]
+// [streamed=T in-flight] [on=ROUTE] [turn=N] [out=N], and tells the wire
+// checker what the lost replica had sent: the kept attempts' text, the text
+// of the attempt in flight, every other attempt voided.
+func (e *env) prior(d *datadriven.TestData) Prior {
+	t := e.t
+	p := Prior{Attempt: intArg(t, d, "takeover", 0), Turn: intArg(t, d, "turn", 1), Route: strArg(t, d, "on", ""),
+		InFlight: d.HasArg("in-flight"), Streamed: strArg(t, d, "streamed", "")}
+	w := e.wire
+	w.init()
+	w.attempt, w.turn = p.Attempt, p.Turn
+	for _, v := range listArg(d, "kept") {
+		a, text, _ := strings.Cut(v, ":")
+		p.Kept = append(p.Kept, Kept{Attempt: atoi(t, a), Text: text, OutputTokens: 1})
+		w.streamed[atoi(t, a)] = text
+	}
+	route := Route{Name: "a", Provider: "sim", Model: "a"}
+	if rs := parseRoutes(t, d); len(rs) > 0 {
+		route = rs[0]
+	}
+	for a := 1; a <= p.Attempt; a++ {
+		if p.InFlight && a == p.Attempt {
+			w.streamed[a] = p.Streamed
+			break
+		}
+		u := Usage{OutputTokens: int64(intArg(t, d, "out", 0))}
+		p.Attempts = append(p.Attempts, AttemptRecord{Attempt: a, Route: route, Outcome: OutcomeFailed, Usage: u})
+		p.Usage = p.Usage.Add(u)
+		if !slices.ContainsFunc(p.Kept, func(k Kept) bool { return k.Attempt == a }) {
+			w.fate[a], w.voided[a] = "void", true
+		}
+	}
+	return p
 }
 
 // event builds the event of an event command.

@@ -56,6 +56,7 @@ func TestBreakerOutcome(t *testing.T) {
 		{"media", failed(recovery.FailMedia), errNotTheRoute},
 		{"prefill rejected", failed(recovery.FailPrefillRejected), errNotTheRoute},
 		{"circuit open", failed(recovery.FailCircuitOpen), errNotTheRoute},
+		{"replica lost (never reported: no call failed)", failed(recovery.FailReplicaLost), errNotTheRoute},
 	}
 	kinds := map[recovery.FailureKind]bool{}
 	for _, tt := range tests {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -171,6 +172,18 @@ type Config struct {
 	// RedisPing is how often health PINGs Redis, each PING bounded by it
 	// (default 1 s; see DefaultRedisPing).
 	RedisPing time.Duration
+	// Log, when set, is the event log instead of the in-memory one: the
+	// log the replicas of a fleet share (the Redis log), or one that
+	// in-process replicas share in tests.
+	Log EventLog
+	// Leases, when set, make the server a replica of a fleet that shares
+	// Log: each Stream with a resume grace runs under a lease its replica
+	// renews, and a replica serving an Attach of a completion whose lease
+	// lapsed (its replica died) takes it over (takeover.go). nil: a single
+	// process, no leases.
+	Leases Leases
+	// Replica names this replica in leases and logs (default host:pid).
+	Replica string
 }
 
 // DefaultMaxResumeGrace is the default Config.MaxResumeGrace.
@@ -270,6 +283,10 @@ func (c *Config) fillDefaults() {
 		c.RedisPing = DefaultRedisPing
 	}
 	c.EventLog.fillDefaults()
+	if c.Replica == "" {
+		host, _ := os.Hostname()
+		c.Replica = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
 	if c.SessionStartWait <= 0 {
 		c.SessionStartWait = DefaultSessionStartWait
 	}

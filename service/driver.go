@@ -40,6 +40,10 @@ type completion struct {
 	conclude func(*recovery.Result) *status.Status
 	status   *status.Status // the status concluded, once run has returned
 	release  func()         // called once run has returned: the server's count of running completions
+	// prior, when set, is what a lost replica had done: run continues the
+	// completion from there (recovery.Takeover) instead of starting it.
+	prior     *recovery.Prior
+	takenFrom string // the replica the completion was taken over from
 }
 
 // run drives the machine to its end and returns the result. The returned
@@ -48,10 +52,17 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 	defer c.release()
 	c.machine.OpenRoutes = c.breakers.open(c.machine.Routes)
 	m := recovery.New(c.machine)
-	first := c.machine.Routes[0]
-	c.started = &completionv1.Started{CompletionId: c.id, Route: first.Name, Model: first.Model, Provider: first.Provider}
+	if c.prior != nil {
+		m = recovery.Takeover(c.machine, *c.prior)
+	}
+	if c.started == nil {
+		first := c.machine.Routes[0]
+		c.started = &completionv1.Started{CompletionId: c.id, Route: first.Name, Model: first.Model, Provider: first.Provider}
+	}
 	c.observer.start(ctx, c)
-	c.out.event(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: c.started}})
+	if c.prior == nil {
+		c.out.event(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: c.started}})
+	}
 	step := m.Start(c.cfg.Now())
 	for {
 		c.forward(step)

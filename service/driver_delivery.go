@@ -30,6 +30,12 @@ type outbox struct {
 	// sent: a resumable Session registers there the calls and hook requests
 	// its caller may answer, before any caller can read them from the log.
 	observe func(*completionv1.CompletionEvent)
+	// fence, when set, says whether this replica still holds the
+	// completion's lease (Config.Leases). Once it does not, nothing more is
+	// numbered, logged or sent (fenced): another replica may own the
+	// completion, and the caller attaches there.
+	fence  func() bool
+	fenced bool
 }
 
 func newOutbox(send func(*completionv1.CompletionEvent) error, settled bool) *outbox {
@@ -81,6 +87,9 @@ func (o *outbox) event(attempt, turn int, ev *completionv1.CompletionEvent) {
 // unless the caller is gone. The log keeps the events a caller that left
 // did not receive, so that an attacher sees the completion to its end.
 func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
+	if o.stopped() {
+		return
+	}
 	o.number(ev)
 	if o.log != nil {
 		o.log.Append(o.id, ev)
@@ -92,11 +101,23 @@ func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
 // status the completion ends with, and sends it.
 func (o *outbox) end(attempt, turn int, result *completionv1.CompletionEvent, status []byte) {
 	result.Attempt, result.Turn = int32(attempt), int32(turn)
+	if o.stopped() {
+		return
+	}
 	o.number(result)
 	if o.log != nil {
 		o.log.End(o.id, result, status)
 	}
 	o.deliver(result)
+}
+
+// stopped reports whether the replica lost the completion's lease: it
+// stops writing, and the caller can no longer be served from here.
+func (o *outbox) stopped() bool {
+	if !o.fenced && o.fence != nil && !o.fence() {
+		o.fenced, o.unreachable = true, true
+	}
+	return o.fenced
 }
 
 func (o *outbox) number(ev *completionv1.CompletionEvent) {

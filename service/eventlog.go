@@ -61,6 +61,13 @@ type LogMeta struct {
 	// Resumable is set for a Session started with a resume grace: the only
 	// completions a Session resume may take control of.
 	Resumable bool
+	// Request is the encoded CompleteRequest of a Stream started with a
+	// resume grace by a replica of a fleet (Config.Leases): what another
+	// replica runs again when it takes the completion over. Empty for the
+	// others, which are never taken over.
+	Request []byte
+	// Replica names the replica that started the completion.
+	Replica string
 }
 
 // LogPage is one Read of an EventLog.

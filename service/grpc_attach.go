@@ -54,7 +54,13 @@ func (s *Server) readFor(ctx context.Context, id string, after uint64) (LogPage,
 // completion ended with, as the log keeps it. A follower whose ctx ends
 // first ends SESSION_TAKEN_OVER when a newer caller took its Session
 // over, and with the context's status otherwise.
+//
+// In a fleet (Config.Leases), a follower of a live completion whose
+// replica died takes it over (takeover.go): it looks at the lease at once
+// and then every half lease while the log is silent.
 func (s *Server) follow(ctx context.Context, id string, after uint64, page LogPage, send func(*completionv1.CompletionEvent) error) error {
+	first, leave := true, func() {}
+	defer func() { leave() }()
 	for {
 		for _, ev := range page.Events {
 			if err := send(ev); err != nil {
@@ -65,9 +71,21 @@ func (s *Server) follow(ctx context.Context, id string, after uint64, page LogPa
 		if page.Done() {
 			return loggedStatus(page.Status)
 		}
+		wake, stop := s.leaseCheck(page, first)
+		first = false
+		done := false
 		select {
 		case <-page.More:
+		case <-wake:
+			if l := s.takeOver(ctx, id); l != nil {
+				leave() // never set before: a completion is taken over once per follower
+				leave = l
+			}
 		case <-ctx.Done():
+			done = true
+		}
+		stop()
+		if done {
 			if errors.Is(context.Cause(ctx), errTakenOver) {
 				return takenOverStatus()
 			}

@@ -118,6 +118,7 @@ var errorKinds = map[recovery.FailureKind]completionv1.ErrorKind{
 	recovery.FailMedia:           completionv1.ErrorKind_ERROR_KIND_MEDIA,
 	recovery.FailPrefillRejected: completionv1.ErrorKind_ERROR_KIND_PREFILL_REJECTED,
 	recovery.FailCircuitOpen:     completionv1.ErrorKind_ERROR_KIND_CIRCUIT_OPEN,
+	recovery.FailReplicaLost:     completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST,
 }
 
 func fromFailure(f *recovery.Failure) *completionv1.UpstreamError {

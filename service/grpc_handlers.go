@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/recovery"
@@ -32,6 +33,7 @@ type Server struct {
 	holds    holds      // the completions kept running for a resume grace
 	sessions sessions   // the resumable Sessions that run, by id, for Session resume
 	running  running    // the completions that run, which a drain waits for
+	owned    owned      // the leases held (Config.Leases), by completion id
 
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
@@ -52,7 +54,10 @@ func New(cfg Config) (*Server, error) {
 	aborted, abort := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b, shared: shared,
 		log: newMemLog(cfg.EventLog, cfg.Now), aborted: aborted, abort: abort}
-	if cfg.Redis != nil {
+	switch {
+	case cfg.Log != nil:
+		s.log = cfg.Log
+	case cfg.Redis != nil:
 		s.redis = newRedisWatch(cfg.Redis, cfg.RedisPing, cfg.Logger)
 		rl := NewRedisEventLog(cfg.Redis, cfg.EventLog, cfg.Now)
 		local := redisInstruments(cfg.Telemetry.MeterProvider, s.redis.up.Load)
@@ -143,6 +148,13 @@ func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.
 	if err != nil {
 		return err
 	}
+	o, err := s.lease(ctx, c, cancel)
+	if err != nil { // Redis is unreachable: refused, and the log it opened ends
+		c.out.end(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: &completionv1.Result{}}}, encodeStatus(status.Convert(err)))
+		c.release()
+		return err
+	}
+	defer s.unhold(c.id, o)
 	leave, end := s.holds.start(c.id, grace, cancel)
 	defer end()
 	stop := context.AfterFunc(rpc, func() {
@@ -171,7 +183,11 @@ func (s *Server) detachedContext(rpc context.Context) (context.Context, context.
 
 // finish runs a prepared completion and returns the status it concluded.
 func (s *Server) finish(ctx context.Context, c *completion) error {
-	if _, err := c.run(ctx); err != nil {
+	_, err := c.run(ctx)
+	if c.out.fenced {
+		return lostLeaseStatus(c.id)
+	}
+	if err != nil {
 		return contextStatus(ctx.Err())
 	}
 	return c.status.Err()
@@ -216,6 +232,12 @@ func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest,
 // build assembles a completion for a request that passed validation, whose
 // output schema validation compiled; session says it is a Session's.
 func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, schema *jsonschema.Schema, maxTurns int32, session bool, send func(*completionv1.CompletionEvent) error) (*completion, error) {
+	return s.assemble(ctx, "", req, schema, maxTurns, session, send)
+}
+
+// assemble is build for completion id: a new one when id is "", else one
+// this replica takes over, whose log exists already.
+func (s *Server) assemble(ctx context.Context, id string, req *completionv1.CompleteRequest, schema *jsonschema.Schema, maxTurns int32, session bool, send func(*completionv1.CompletionEvent) error) (*completion, error) {
 	policy, v := s.cfg.tighten(req.GetPolicy(), maxTurns)
 	if len(v) > 0 {
 		return nil, invalidArgument(v)
@@ -240,8 +262,11 @@ func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, s
 		mc.Routes = append(mc.Routes, r.Spec)
 		byName[r.Spec.Name] = r
 	}
-	id := newID()
-	release, err := s.admit(ctx, id, req.GetResumeGrace().AsDuration() > 0, session)
+	takeover := id != ""
+	if !takeover {
+		id = newID()
+	}
+	release, err := s.admit(ctx, id, req, session, takeover)
 	if err != nil {
 		return nil, err
 	}
@@ -260,11 +285,20 @@ func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, s
 // UNAVAILABLE while the server drains, and when a resumable completion
 // finds no room in the event log (a completion without a grace runs
 // unlogged then). The returned function counts it out.
-func (s *Server) admit(ctx context.Context, id string, resumable, session bool) (func(), error) {
+func (s *Server) admit(ctx context.Context, id string, req *completionv1.CompleteRequest, session, takeover bool) (func(), error) {
 	if !s.running.enter() {
 		return nil, drainingStatus()
 	}
-	if err := s.log.Open(id, LogMeta{Owner: CallerName(ctx), Resumable: resumable && session}); err != nil && resumable {
+	if takeover { // its log is open already
+		var once sync.Once
+		return func() { once.Do(s.running.exit) }, nil
+	}
+	resumable := req.GetResumeGrace().AsDuration() > 0
+	meta := LogMeta{Owner: CallerName(ctx), Resumable: resumable && session, Replica: s.cfg.Replica}
+	if resumable && !session && s.cfg.Leases != nil {
+		meta.Request, _ = proto.Marshal(req) // what a takeover runs again
+	}
+	if err := s.log.Open(id, meta); err != nil && resumable {
 		s.running.exit()
 		return nil, logFullStatus()
 	}

@@ -391,6 +391,12 @@ const (
 	ErrorKind_ERROR_KIND_PREFILL_REJECTED ErrorKind = 15
 	// ERROR_KIND_CIRCUIT_OPEN is a route skipped because its circuit is open.
 	ErrorKind_ERROR_KIND_CIRCUIT_OPEN ErrorKind = 16
+	// ERROR_KIND_REPLICA_LOST is the death of the replica that ran the
+	// completion: another replica of the fleet took it over from the event
+	// log (its ownership lease had lapsed) and continues it, by prefill from
+	// the kept text (STREAM_RESUME) or with a clean restart (RETRY). No
+	// upstream failed.
+	ErrorKind_ERROR_KIND_REPLICA_LOST ErrorKind = 17
 )
 
 // Enum value maps for ErrorKind.
@@ -413,6 +419,7 @@ var (
 		14: "ERROR_KIND_MEDIA",
 		15: "ERROR_KIND_PREFILL_REJECTED",
 		16: "ERROR_KIND_CIRCUIT_OPEN",
+		17: "ERROR_KIND_REPLICA_LOST",
 	}
 	ErrorKind_value = map[string]int32{
 		"ERROR_KIND_UNSPECIFIED":      0,
@@ -432,6 +439,7 @@ var (
 		"ERROR_KIND_MEDIA":            14,
 		"ERROR_KIND_PREFILL_REJECTED": 15,
 		"ERROR_KIND_CIRCUIT_OPEN":     16,
+		"ERROR_KIND_REPLICA_LOST":     17,
 	}
 )
 
@@ -3252,7 +3260,7 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"$TRANSITION_REASON_STOP_HOOK_BLOCKING\x10\x13\x12)\n" +
 	"%TRANSITION_REASON_STOP_HOOK_PREVENTED\x10\x14\x12\"\n" +
 	"\x1eTRANSITION_REASON_HOOK_STOPPED\x10\x15\x12!\n" +
-	"\x1dTRANSITION_REASON_MODEL_ERROR\x10\x16*\xdb\x03\n" +
+	"\x1dTRANSITION_REASON_MODEL_ERROR\x10\x16*\xf8\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ERROR_KIND_CONNECTION\x10\x01\x12\x16\n" +
@@ -3271,7 +3279,8 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x18ERROR_KIND_CONTEXT_LIMIT\x10\r\x12\x14\n" +
 	"\x10ERROR_KIND_MEDIA\x10\x0e\x12\x1f\n" +
 	"\x1bERROR_KIND_PREFILL_REJECTED\x10\x0f\x12\x1b\n" +
-	"\x17ERROR_KIND_CIRCUIT_OPEN\x10\x10*\xed\x01\n" +
+	"\x17ERROR_KIND_CIRCUIT_OPEN\x10\x10\x12\x1b\n" +
+	"\x17ERROR_KIND_REPLICA_LOST\x10\x11*\xed\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +

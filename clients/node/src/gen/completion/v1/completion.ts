@@ -455,6 +455,14 @@ export enum ErrorKind {
   ERROR_KIND_PREFILL_REJECTED = 15,
   /** ERROR_KIND_CIRCUIT_OPEN - ERROR_KIND_CIRCUIT_OPEN is a route skipped because its circuit is open. */
   ERROR_KIND_CIRCUIT_OPEN = 16,
+  /**
+   * ERROR_KIND_REPLICA_LOST - ERROR_KIND_REPLICA_LOST is the death of the replica that ran the
+   * completion: another replica of the fleet took it over from the event
+   * log (its ownership lease had lapsed) and continues it, by prefill from
+   * the kept text (STREAM_RESUME) or with a clean restart (RETRY). No
+   * upstream failed.
+   */
+  ERROR_KIND_REPLICA_LOST = 17,
   UNRECOGNIZED = -1,
 }
 
@@ -511,6 +519,9 @@ export function errorKindFromJSON(object: any): ErrorKind {
     case 16:
     case "ERROR_KIND_CIRCUIT_OPEN":
       return ErrorKind.ERROR_KIND_CIRCUIT_OPEN;
+    case 17:
+    case "ERROR_KIND_REPLICA_LOST":
+      return ErrorKind.ERROR_KIND_REPLICA_LOST;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -554,6 +565,8 @@ export function errorKindToJSON(object: ErrorKind): string {
       return "ERROR_KIND_PREFILL_REJECTED";
     case ErrorKind.ERROR_KIND_CIRCUIT_OPEN:
       return "ERROR_KIND_CIRCUIT_OPEN";
+    case ErrorKind.ERROR_KIND_REPLICA_LOST:
+      return "ERROR_KIND_REPLICA_LOST";
     case ErrorKind.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";

@@ -1,0 +1,101 @@
+package recovery
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Prior is what a completion had done when the replica that ran it was
+// lost, as another replica rebuilds it from the completion's event log: the
+// numbering to continue, the answer kept so far, and the attempt that was
+// streaming, if one was. The driver folds the log's events into it; the
+// machine decides what follows (see Takeover).
+type Prior struct {
+	// Attempt is the last attempt number handed out (0 before the first
+	// call); the next call is Attempt+1.
+	Attempt int
+	// Turn is the turn in progress (1-based; 0 is taken as 1).
+	Turn int
+	// Route names the route of the last call, or the route a transition
+	// moved to since; "" or an unknown name is Config.Routes[0].
+	Route string
+	// MaxTokens is the max_tokens of the last transition or call; 0 keeps
+	// the configured one.
+	MaxTokens int
+	// Kept are the earlier attempts whose text is part of the answer so far
+	// (kept by STREAM_RESUME), in order. They are the partial answer a
+	// prefill continues.
+	Kept []Kept
+	// InFlight says that attempt Attempt was streaming when its replica was
+	// lost: no transition settled it. Streamed is the text it had streamed
+	// (what reached the log); it is continued or voided like the text of a
+	// broken stream.
+	InFlight bool
+	Streamed string
+	// Attempts are the attempts made so far, as the log reports them, the
+	// attempt in flight excluded (the takeover records it as failed).
+	Attempts []AttemptRecord
+	// Usage is the tokens the log reports so far.
+	Usage Usage
+}
+
+// Kept is the text of one attempt that is part of the answer.
+type Kept struct {
+	Attempt      int
+	Text         string
+	OutputTokens int64
+}
+
+// Takeover returns a machine that continues a completion whose replica was
+// lost, from what its event log kept. Its Start decides the takeover as a
+// failure of kind FailReplicaLost of the attempt in flight: on a route that
+// accepts a prefill the partial answer (Prior.Kept then Prior.Streamed)
+// continues, STREAM_RESUME, with no token repeated; otherwise the step
+// restarts cleanly, RETRY, voiding every attempt of the partial answer
+// (Transition.DiscardAttempts), exactly as after a broken stream. The next
+// call goes out at once: no upstream failed. The takeover counts as a retry
+// of the step, so a completion whose replicas keep dying ends like one whose
+// upstream keeps failing (a fallback, then MODEL_ERROR, retryable).
+//
+// A Session (Config.Session) is taken over only at its first turn, before
+// it awaits tools: later turns would need the conversation the log does not
+// keep as such.
+func Takeover(cfg Config, p Prior) *Machine {
+	m := New(cfg)
+	m.prior = &p
+	return m
+}
+
+// takeover is the Start of a machine built by Takeover.
+func (m *Machine) takeover() Action {
+	p := m.prior
+	m.attempt, m.turn = p.Attempt, max(p.Turn, 1)
+	if i := slices.IndexFunc(m.cfg.Routes, func(r Route) bool { return r.Name == p.Route }); i >= 0 {
+		m.route = i
+	}
+	if p.MaxTokens > 0 {
+		m.maxTokens = p.MaxTokens
+	}
+	m.records, m.usage = slices.Clone(p.Attempts), p.Usage
+	for a := 1; a <= m.attempt; a++ {
+		// What the lost replica voided is void already; the kept attempts
+		// and the one in flight are decided below.
+		m.decided[a] = !(p.InFlight && a == m.attempt) && !slices.ContainsFunc(p.Kept, func(k Kept) bool { return k.Attempt == a })
+	}
+	for _, k := range p.Kept {
+		m.parts = append(m.parts, part{attempt: k.Attempt, text: k.Text, tokens: k.OutputTokens, cut: true})
+	}
+	m.inflight = Call{Attempt: m.attempt, Route: m.cur(), MaxTokens: m.callMax()}
+	f := &Failure{Kind: FailReplicaLost, Message: "the replica running the completion was lost"}
+	ev := Event{Kind: EvAttemptFailed, Failure: f}
+	if p.InFlight && m.attempt > 0 {
+		m.ended = m.attempt
+		ev.Text = p.Streamed
+		m.record(OutcomeFailed, Usage{}) // its usage never reached the log
+	}
+	m.retries++
+	if budget, _ := m.p.Retry.Budget(m.canFallback()); m.retries > budget {
+		return m.giveUp(f, ev, 0, true, fmt.Sprintf("no retries left on %s (%d allowed)", m.cur().Name, budget))
+	}
+	return m.retry(f, ev, m.retries, 0)
+}

@@ -1,0 +1,355 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors of Leases.
+var (
+	// errLeaseHeld: another replica holds the lease.
+	errLeaseHeld = errors.New("lease held by another replica")
+	// errLeaseLost: the lease is no longer the caller's (it lapsed, and
+	// maybe another replica took it).
+	errLeaseLost = errors.New("lease lost")
+)
+
+// Lease is one replica's ownership of one completion. Token is its fencing
+// token: every lease granted for a completion has a larger token than the
+// ones granted before it, so that a store can refuse the writes of an
+// owner that was superseded.
+type Lease struct {
+	ID      string
+	Token   uint64
+	Replica string
+}
+
+// Value is the lease as its store keeps it: "token replica". A write is
+// fenced by comparing the stored value with the writer's (LeaseCheckLua).
+func (l Lease) Value() string { return strconv.FormatUint(l.Token, 10) + " " + l.Replica }
+
+// FencedLog is an EventLog that can make the writes of a completion
+// conditional on its lease, atomically with each write: the Redis event
+// log, whose append and end scripts start with LeaseCheckLua (KEYS[1] =
+// LeaseKey(id), ARGV[1] = the lease's Value). The server calls Fence once
+// it holds the lease of id (at the start, or at a takeover), and Unfence
+// when it lets it go; in between, a write of id whose lease is no longer
+// l is dropped by the store. The owner's own deadline (ownership.valid)
+// stops it before that in the normal course; the store's check is what
+// holds when the owner's clock or scheduling misleads it (a long pause).
+// An EventLog without it is fenced by the owner's deadline alone.
+type FencedLog interface {
+	EventLog
+	Fence(id string, l Lease)
+	Unfence(id string)
+}
+
+func parseLease(id, v string) (Lease, bool) {
+	tok, replica, ok := strings.Cut(v, " ")
+	n, err := strconv.ParseUint(tok, 10, 64)
+	if !ok || err != nil {
+		return Lease{}, false
+	}
+	return Lease{ID: id, Token: n, Replica: replica}, true
+}
+
+// Leases grant the ownership of completions to one replica at a time, for
+// a bounded time the owner renews: a completion of a fleet runs on the
+// replica that holds its lease, and when that replica dies its lease
+// lapses and another replica may take the completion over (takeover.go).
+// Implementations are safe for concurrent use.
+//
+// A replica that cannot renew in time must stop writing: the owner keeps
+// its own deadline (ownership.valid), measured from before each renewal
+// was sent, so that it stops before the store lets anybody else in; and a
+// log that can check the lease atomically with each write (FencedEventLog)
+// refuses a superseded owner's writes whatever its clock says.
+type Leases interface {
+	// Acquire takes the lease of completion id for replica, if nobody holds
+	// it (errLeaseHeld otherwise), with a token larger than any given
+	// for id before.
+	Acquire(ctx context.Context, id, replica string) (Lease, error)
+	// Renew extends l by the lease length if it is still held as l
+	// (errLeaseLost otherwise).
+	Renew(ctx context.Context, l Lease) error
+	// Release gives l up, if it is still held as l.
+	Release(ctx context.Context, l Lease) error
+	// Holder returns the lease of id, if somebody holds it.
+	Holder(ctx context.Context, id string) (Lease, bool, error)
+	// TTL is the lease length: how long a lease lasts without a renewal.
+	TTL() time.Duration
+}
+
+// DefaultLeaseTTL is the lease length when the configuration sets none:
+// a dead replica's completions are taken over about this long after its
+// death (its owner renews at a third of it).
+const DefaultLeaseTTL = 2 * time.Second
+
+// memLeases are Leases in this process's memory: for tests, and for
+// replicas in one process.
+type memLeases struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu     sync.Mutex
+	leases map[string]memLease
+	tokens map[string]uint64
+}
+
+type memLease struct {
+	Lease
+	until time.Time
+}
+
+// NewMemLeases returns in-memory Leases of length ttl.
+func NewMemLeases(ttl time.Duration) Leases {
+	return &memLeases{ttl: ttl, now: time.Now, leases: map[string]memLease{}, tokens: map[string]uint64{}}
+}
+
+func (m *memLeases) TTL() time.Duration { return m.ttl }
+
+func (m *memLeases) held(id string) (memLease, bool) {
+	l, ok := m.leases[id]
+	if ok && !m.now().Before(l.until) {
+		delete(m.leases, id)
+		return memLease{}, false
+	}
+	return l, ok
+}
+
+func (m *memLeases) Acquire(_ context.Context, id, replica string) (Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.held(id); ok {
+		return Lease{}, errLeaseHeld
+	}
+	m.tokens[id]++
+	l := Lease{ID: id, Token: m.tokens[id], Replica: replica}
+	m.leases[id] = memLease{Lease: l, until: m.now().Add(m.ttl)}
+	return l, nil
+}
+
+func (m *memLeases) Renew(_ context.Context, l Lease) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, ok := m.held(l.ID); !ok || cur.Lease != l {
+		return errLeaseLost
+	}
+	m.leases[l.ID] = memLease{Lease: l, until: m.now().Add(m.ttl)}
+	return nil
+}
+
+func (m *memLeases) Release(_ context.Context, l Lease) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, ok := m.held(l.ID); ok && cur.Lease == l {
+		delete(m.leases, l.ID)
+	}
+	return nil
+}
+
+func (m *memLeases) Holder(_ context.Context, id string) (Lease, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.held(id)
+	return l.Lease, ok, nil
+}
+
+// LeaseKey is the Redis key of completion id's lease. The id is a hash tag,
+// so that in a Redis Cluster the lease, its token counter and the
+// completion's other keys named this way (completiond:log:{id}) live in one
+// slot, and one script may check the lease and write the log atomically.
+func LeaseKey(id string) string { return "completiond:lease:{" + id + "}" }
+
+// leaseTokenKey counts the tokens granted for id. It outlives the lease by
+// far (leaseTokenTTL), so that tokens keep growing while the completion
+// may still be running or taken over.
+func leaseTokenKey(id string) string { return "completiond:lease:token:{" + id + "}" }
+
+const leaseTokenTTL = 24 * time.Hour
+
+// LeaseCheckLua is the fencing precondition of a Redis script that writes
+// for the owner of a completion: KEYS[1] is LeaseKey(id), ARGV[1] the
+// writer's lease value ("token replica", as Acquire stored it). A script
+// that starts with it writes only while the writer still holds the lease,
+// atomically with the write (the Redis event log's fenced append):
+//
+//	if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
+const LeaseCheckLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
+`
+
+var (
+	// acquireScript: KEYS lease, token counter; ARGV replica, ttl ms,
+	// counter ttl ms. Returns the token, or 0 when the lease is held.
+	acquireScript = redis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local t = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[1], t .. ' ' .. ARGV[1], 'PX', ARGV[2])
+return t`)
+	// renewScript: compare-and-pexpire. KEYS lease; ARGV value, ttl ms.
+	renewScript = redis.NewScript(LeaseCheckLua + `return redis.call('PEXPIRE', KEYS[1], ARGV[2])`)
+	// releaseScript: compare-and-delete. KEYS lease; ARGV value.
+	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+)
+
+// redisLeases are Leases in Redis: completiond:lease:{id} holds "token
+// replica" with a PX expiry (SET NX PX in a script that draws the token
+// from INCR completiond:lease:token:{id}); a renewal is a compare-and-
+// PEXPIRE, a release a compare-and-DEL.
+type redisLeases struct {
+	rdb redis.UniversalClient
+	ttl time.Duration
+}
+
+// NewRedisLeases returns Leases of length ttl kept in rdb.
+func NewRedisLeases(rdb redis.UniversalClient, ttl time.Duration) Leases {
+	return &redisLeases{rdb: rdb, ttl: ttl}
+}
+
+func (r *redisLeases) TTL() time.Duration { return r.ttl }
+
+func (r *redisLeases) Acquire(ctx context.Context, id, replica string) (Lease, error) {
+	n, err := acquireScript.Run(ctx, r.rdb, []string{LeaseKey(id), leaseTokenKey(id)},
+		replica, r.ttl.Milliseconds(), leaseTokenTTL.Milliseconds()).Int64()
+	if err != nil {
+		return Lease{}, fmt.Errorf("acquire lease: %w", err)
+	}
+	if n == 0 {
+		return Lease{}, errLeaseHeld
+	}
+	return Lease{ID: id, Token: uint64(n), Replica: replica}, nil
+}
+
+func (r *redisLeases) Renew(ctx context.Context, l Lease) error {
+	n, err := renewScript.Run(ctx, r.rdb, []string{LeaseKey(l.ID)}, l.Value(), r.ttl.Milliseconds()).Int64()
+	switch {
+	case err != nil && strings.HasPrefix(err.Error(), "FENCED"):
+		return errLeaseLost
+	case err != nil:
+		return fmt.Errorf("renew lease: %w", err)
+	case n == 0:
+		return errLeaseLost
+	}
+	return nil
+}
+
+func (r *redisLeases) Release(ctx context.Context, l Lease) error {
+	if err := releaseScript.Run(ctx, r.rdb, []string{LeaseKey(l.ID)}, l.Value()).Err(); err != nil {
+		return fmt.Errorf("release lease: %w", err)
+	}
+	return nil
+}
+
+func (r *redisLeases) Holder(ctx context.Context, id string) (Lease, bool, error) {
+	v, err := r.rdb.Get(ctx, LeaseKey(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return Lease{}, false, nil
+	}
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("lease holder: %w", err)
+	}
+	l, ok := parseLease(id, v)
+	return l, ok, nil
+}
+
+// ownership is a replica's hold on one completion's lease: it renews the
+// lease at a third of its length and knows until when it may write. Once
+// the lease is lost (a renewal refused, or none succeeded before the
+// deadline), valid is false for good and lost runs once: the completion
+// stops, and writes nothing more.
+type ownership struct {
+	leases Leases
+	lease  Lease
+	lost   func()
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu    sync.Mutex
+	until time.Time // the last renewal's start + TTL − margin
+	gone  bool
+}
+
+// leaseMargin is the part of the lease the owner gives up to clock drift:
+// it stops writing this much before the store could expire the lease.
+func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// own starts holding l, acquired at from (before the request was sent),
+// and calls lost if the lease is lost. Call end when the completion ends.
+func own(leases Leases, l Lease, from time.Time, lost func()) *ownership {
+	ttl := leases.TTL()
+	o := &ownership{leases: leases, lease: l, lost: lost, stop: make(chan struct{}), done: make(chan struct{}),
+		until: from.Add(ttl - leaseMargin(ttl))}
+	go o.renew()
+	return o
+}
+
+// valid reports whether the owner may still write.
+func (o *ownership) valid() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.gone && time.Now().Before(o.until)
+}
+
+func (o *ownership) renew() {
+	defer close(o.done)
+	ttl := o.leases.TTL()
+	t := time.NewTicker(ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+		}
+		o.mu.Lock()
+		halted := o.gone
+		o.mu.Unlock()
+		if halted {
+			o.lost()
+			return
+		}
+		from := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), ttl/3)
+		err := o.leases.Renew(ctx, o.lease)
+		cancel()
+		o.mu.Lock()
+		if err == nil {
+			o.until = from.Add(ttl - leaseMargin(ttl))
+		}
+		lost := errors.Is(err, errLeaseLost) || (err != nil && !time.Now().Before(o.until))
+		o.gone = o.gone || lost
+		o.mu.Unlock()
+		if lost {
+			o.lost()
+			return
+		}
+	}
+}
+
+// end stops renewing and releases the lease if it is still held, so that
+// nobody takes over a completion that has ended.
+func (o *ownership) end() {
+	close(o.stop)
+	<-o.done
+	if o.valid() {
+		ctx, cancel := context.WithTimeout(context.Background(), o.leases.TTL()/3)
+		defer cancel()
+		_ = o.leases.Release(ctx, o.lease)
+	}
+}
+
+// halt stops renewing without releasing and stops every write, as the
+// death of the replica would (tests kill replicas with it).
+func (o *ownership) halt() {
+	o.mu.Lock()
+	o.gone = true
+	o.mu.Unlock()
+}

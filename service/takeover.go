@@ -1,0 +1,311 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/recovery"
+)
+
+// Ownership and takeover in a fleet (Config.Leases, over a shared Log).
+//
+// The replica that starts a Stream with a resume grace acquires the
+// completion's lease, renews it at a third of its length (ownership), and
+// writes the completion's events only while it may (the outbox's fence).
+// The log's meta keeps what a takeover needs: the encoded request and the
+// replica's name.
+//
+// Takeover is lazy: it happens when a caller attaches. A replica serving an
+// Attach of a live completion with a request in its meta checks the lease
+// at once and then every half lease while the log is silent; when nobody
+// holds it (the owner died: it stopped renewing), the replica acquires it
+// (a larger fencing token), rebuilds the completion from the log
+// (foldLog), and runs it on from there with recovery.Takeover: the
+// transition that follows is STREAM_RESUME (a route that takes a prefill
+// continues the kept text, no token repeated) or RETRY (a clean restart,
+// the partial answer discarded), with ERROR_KIND_REPLICA_LOST; seq goes on
+// from the log's last. The attacher, following the log, sees it all. A
+// completion nobody attaches to is not taken over: with nobody attached
+// its resume grace would have ended it anyway, and the next Attach, on
+// any replica, takes it over then.
+//
+// Not taken over: completions without a resume grace (their caller, gone
+// with the replica, was all they had), and Sessions (a Session awaiting
+// tool results would need its conversation and its pending calls rebuilt;
+// it ends with its replica, and a Session resume elsewhere is UNAVAILABLE).
+
+// errLeaseLostCause cancels a completion whose replica lost its lease.
+var errLeaseLostCause = errors.New("this replica lost the completion's lease")
+
+// lease acquires the lease of a completion c starting on this replica and
+// fences its writes with it; nil without leases. cancel stops the
+// completion if the lease is lost.
+func (s *Server) lease(ctx context.Context, c *completion, cancel context.CancelCauseFunc) (*ownership, error) {
+	if s.cfg.Leases == nil {
+		return nil, nil
+	}
+	from := time.Now()
+	l, err := s.cfg.Leases.Acquire(ctx, c.id, s.cfg.Replica)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, "cannot take the completion's lease: "+err.Error())
+	}
+	return s.hold(c, l, from, cancel), nil
+}
+
+// hold runs c under lease l, acquired at from.
+func (s *Server) hold(c *completion, l Lease, from time.Time, cancel context.CancelCauseFunc) *ownership {
+	o := own(s.cfg.Leases, l, from, func() { cancel(errLeaseLostCause) })
+	c.out.fence = o.valid
+	if fl, ok := s.log.(FencedLog); ok {
+		fl.Fence(c.id, l)
+	}
+	s.owned.add(c.id, o)
+	return o
+}
+
+// unhold ends the ownership o of completion id, releasing its lease.
+func (s *Server) unhold(id string, o *ownership) {
+	if o == nil {
+		return
+	}
+	s.owned.remove(id)
+	o.end()
+	if fl, ok := s.log.(FencedLog); ok {
+		fl.Unfence(id)
+	}
+}
+
+// owned are the ownerships this replica holds, by completion id.
+type owned struct {
+	mu     sync.Mutex
+	m      map[string]*ownership
+	halted bool
+}
+
+func (w *owned) add(id string, o *ownership) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[string]*ownership{}
+	}
+	if w.halted {
+		o.halt()
+	}
+	w.m[id] = o
+}
+
+func (w *owned) remove(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.m, id)
+}
+
+// halt stops every ownership, as the replica's death would: no more
+// writes, no more renewals, no release.
+func (w *owned) halt() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.halted = true
+	for _, o := range w.m {
+		o.halt()
+	}
+}
+
+// halt makes the server behave as if its process had been killed: it writes
+// nothing more to the log, renews and releases no lease, and its
+// completions stop. Tests of in-process fleets kill a replica with it (and
+// stop its gRPC server); the fleet test kills a real process.
+func (s *Server) halt() {
+	s.owned.halt()
+	s.abort()
+}
+
+// lostLeaseStatus is the status of a Stream whose replica lost the lease:
+// UNAVAILABLE, so that the caller attaches again (another replica runs it).
+func lostLeaseStatus(id string) error {
+	return status.Error(codes.Unavailable, "this replica lost completion "+quote(id)+" to another one: attach to follow it")
+}
+
+// leaseCheck returns a channel that wakes a follower of page, read from
+// the log of a live completion that may be taken over, when the lease
+// should be looked at: at once the first time, then every half lease; nil
+// otherwise. stop releases the timer.
+func (s *Server) leaseCheck(page LogPage, first bool) (wake <-chan time.Time, stop func()) {
+	if s.cfg.Leases == nil || page.Ended || len(page.Meta.Request) == 0 {
+		return nil, func() {}
+	}
+	d := s.cfg.Leases.TTL() / 2
+	if first {
+		d = 0
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}
+
+// takeOver takes completion id over if its lease has lapsed: it acquires
+// the lease, rebuilds the completion from the log and runs it on, on this
+// replica, detached from any RPC. It returns the function that counts the
+// calling follower out of the completion's holders (nil when it did not
+// take the completion over).
+func (s *Server) takeOver(ctx context.Context, id string) (leave func()) {
+	ls := s.cfg.Leases
+	if _, held, err := ls.Holder(ctx, id); err != nil || held {
+		return nil
+	}
+	from := time.Now()
+	l, err := ls.Acquire(ctx, id, s.cfg.Replica)
+	if err != nil {
+		return nil
+	}
+	c, cctx, cancel, err := s.rebuild(id)
+	if err != nil {
+		_ = ls.Release(context.WithoutCancel(ctx), l)
+		if !errors.Is(err, errNothingToTake) {
+			s.cfg.Logger.WarnContext(ctx, "takeover failed", "completion_id", id, "error", err.Error())
+		}
+		return nil
+	}
+	o := s.hold(c, l, from, cancel)
+	s.cfg.Logger.InfoContext(ctx, "took a completion over", "completion_id", id, "from_replica", c.takenFrom,
+		"replica", s.cfg.Replica, "lease_token", l.Token, "after_seq", c.out.seq)
+	leave, end := s.holds.start(id, c.req.GetResumeGrace().AsDuration(), cancel)
+	go func() {
+		defer cancel(context.Canceled)
+		defer end()
+		defer s.unhold(id, o)
+		defer func() {
+			if p := recover(); p != nil {
+				s.cfg.Logger.ErrorContext(cctx, "panic in a completion taken over", "panic", p, "completion_id", id)
+			}
+		}()
+		_, _ = c.run(cctx)
+	}()
+	return leave
+}
+
+// errNothingToTake: the log ended (or is gone) by the time it was read.
+var errNothingToTake = errors.New("nothing to take over")
+
+// rebuild reads the whole log of id and builds the completion that
+// continues it, with its context.
+func (s *Server) rebuild(id string) (*completion, context.Context, context.CancelCauseFunc, error) {
+	var evs []*completionv1.CompletionEvent
+	var meta LogMeta
+	for after := uint64(0); ; {
+		page, err := s.log.Read(id, after)
+		if errors.Is(err, errLogNotFound) {
+			return nil, nil, nil, errNothingToTake
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("read the log: %w", err) // OUT_OF_RANGE: its first events were dropped
+		}
+		if page.Ended {
+			return nil, nil, nil, errNothingToTake
+		}
+		meta = page.Meta
+		if len(page.Events) == 0 {
+			break
+		}
+		evs = append(evs, page.Events...)
+		after = page.Events[len(page.Events)-1].GetSeq()
+	}
+	req := &completionv1.CompleteRequest{}
+	if err := proto.Unmarshal(meta.Request, req); err != nil {
+		return nil, nil, nil, fmt.Errorf("decode the request: %w", err)
+	}
+	v, schema := s.cfg.validate(req)
+	if len(v) > 0 {
+		return nil, nil, nil, fmt.Errorf("the logged request is no longer valid here: %v", v)
+	}
+	ctx, cancel := s.completionContextCause(context.Background())
+	c, err := s.assemble(ctx, id, req, schema, 0, false, func(*completionv1.CompletionEvent) error { return nil })
+	if err != nil {
+		cancel(err)
+		return nil, nil, nil, err
+	}
+	prior, last, started := foldLog(evs, c.routes)
+	c.prior, c.out.seq, c.takenFrom = &prior, last, meta.Replica
+	if started != nil {
+		c.started = started
+	}
+	return c, ctx, cancel, nil
+}
+
+// foldLog rebuilds from the events of a live completion what the machine
+// needs to continue it (recovery.Prior), the last seq, and the started
+// event. The attempt in flight is the last one if no transition followed
+// it; the answer kept so far is the text of the attempts no transition
+// voided.
+func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route) (recovery.Prior, uint64, *completionv1.Started) {
+	var p recovery.Prior
+	var last uint64
+	var started *completionv1.Started
+	text := map[int]*strings.Builder{}
+	usage := map[int]recovery.Usage{}
+	voided := map[int]bool{}
+	routeOf := map[int]string{} // the route each attempt was called on
+	settledUpTo := 0            // the attempt the last transition followed
+	for _, ev := range evs {
+		last = ev.GetSeq()
+		a := int(ev.GetAttempt())
+		p.Attempt, p.Turn = max(p.Attempt, a), max(p.Turn, int(ev.GetTurn()))
+		if a > 0 && routeOf[a] == "" {
+			routeOf[a] = p.Route
+		}
+		switch e := ev.GetEvent().(type) {
+		case *completionv1.CompletionEvent_Started:
+			started, p.Route = e.Started, e.Started.GetRoute()
+		case *completionv1.CompletionEvent_Delta:
+			if e.Delta.GetKind() == completionv1.DeltaKind_DELTA_KIND_TEXT {
+				if text[a] == nil {
+					text[a] = &strings.Builder{}
+				}
+				text[a].WriteString(e.Delta.GetText())
+			}
+		case *completionv1.CompletionEvent_Usage:
+			u := e.Usage
+			usage[a] = recovery.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
+				CacheReadInputTokens: u.GetCacheReadInputTokens(), CacheCreationInputTokens: u.GetCacheCreationInputTokens()}
+		case *completionv1.CompletionEvent_Transition:
+			t := e.Transition
+			for _, d := range t.GetDiscardedAttempts() {
+				voided[int(d)] = true
+			}
+			if t.GetToRoute() != "" {
+				p.Route = t.GetToRoute()
+			}
+			if t.GetMaxTokens() > 0 {
+				p.MaxTokens = int(t.GetMaxTokens())
+			}
+			settledUpTo = a
+		}
+	}
+	p.InFlight = p.Attempt > settledUpTo
+	for a := 1; a <= p.Attempt; a++ {
+		if p.InFlight && a == p.Attempt {
+			if text[a] != nil {
+				p.Streamed = text[a].String()
+			}
+			break
+		}
+		if text[a] != nil && !voided[a] {
+			p.Kept = append(p.Kept, recovery.Kept{Attempt: a, Text: text[a].String(), OutputTokens: usage[a].OutputTokens})
+		}
+		r := recovery.Route{Name: routeOf[a]}
+		if rt := routes[routeOf[a]]; rt != nil {
+			r = rt.Spec
+		}
+		p.Attempts = append(p.Attempts, recovery.AttemptRecord{Attempt: a, Route: r, Outcome: recovery.OutcomeFailed, Usage: usage[a]})
+		p.Usage = p.Usage.Add(usage[a])
+	}
+	return p, last, started
+}

@@ -1,0 +1,274 @@
+package service
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/provider/sim"
+	"github.com/completiond/completiond/recovery"
+)
+
+// replica is one in-process replica of a fleet.
+type replica struct {
+	srv    *Server
+	g      *GRPC
+	client completionv1.CompletionClient
+	kill   func()
+}
+
+// inProcessFleet starts n replicas sharing one event log and leases, as a
+// fleet shares Redis.
+func inProcessFleet(t *testing.T, n int, leases Leases) []*replica {
+	t.Helper()
+	log := newMemLog(EventLogLimits{}, time.Now)
+	var rs []*replica
+	for i := range n {
+		cfg := DefaultConfig()
+		cfg.Routes = SimRoutes(sim.New(sim.Config{}))
+		cfg.Policy.Retry.BackoffBase, cfg.Policy.Retry.BackoffMax = time.Millisecond, 8*time.Millisecond
+		cfg.Log, cfg.Leases, cfg.Replica = log, leases, string(rune('A'+i))
+		srv, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := NewGRPC(srv)
+		conn := serveBufconn(t, g)
+		r := &replica{srv: srv, g: g, client: completionv1.NewCompletionClient(conn)}
+		r.kill = func() { // as SIGKILL would: nothing more written, no lease released, connections cut
+			srv.halt()
+			g.Server.Stop()
+		}
+		t.Cleanup(func() {
+			conn.Close()
+			g.Server.Stop()
+			srv.Abort()
+		})
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// slowRequest is a Stream request on route with a resume grace whose sim
+// answer streams words tokens at pace.
+func slowRequest(route string, words int, pace time.Duration) *completionv1.CompleteRequest {
+	req := prompt("Tell me about fleets.", map[string]string{"sim.words": strconv.Itoa(words), "sim.pace": pace.String()})
+	req.Route = route
+	req.ResumeGrace = durationpb.New(30 * time.Second)
+	return req
+}
+
+// TestTakeoverInProcess: a client streams through replica A with a resume
+// grace; A dies mid-stream (it writes nothing more and its lease lapses);
+// the client attaches through B after the last seq it saw. It receives
+// every seq exactly once, the takeover transition (REPLICA_LOST) is there,
+// and the answer is whole: on a prefill route the kept text is continued
+// (no token repeated: the deltas concatenate to the answer), on
+// sim-noprefill the partial answer is discarded and restarted cleanly.
+func TestTakeoverInProcess(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	for _, tc := range []struct {
+		route, leases string
+		reason        completionv1.TransitionReason
+	}{
+		{"sim", "memory", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
+		{"sim-noprefill", "memory", completionv1.TransitionReason_TRANSITION_REASON_RETRY},
+		{"sim", "redis", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
+	} {
+		t.Run(tc.route+"/"+tc.leases, func(t *testing.T) {
+			leases := NewMemLeases(ttl)
+			if tc.leases == "redis" {
+				rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+				t.Cleanup(func() { rdb.Close() })
+				leases = NewRedisLeases(rdb, ttl)
+			}
+			fleet := inProcessFleet(t, 3, leases)
+			a, b, c := fleet[0], fleet[1], fleet[2]
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			req := slowRequest(tc.route, 40, 10*time.Millisecond)
+
+			want := wholeAnswer(t, ctx, c.client, req)
+			st, err := a.client.Stream(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []*completionv1.CompletionEvent
+			for deltas := 0; deltas < 8; {
+				ev, err := st.Recv()
+				if err != nil {
+					t.Fatalf("before the kill: %v", err)
+				}
+				got = append(got, ev)
+				if ev.GetDelta() != nil {
+					deltas++
+				}
+			}
+			id := got[0].GetStarted().GetCompletionId()
+			killed := time.Now()
+			a.kill()
+
+			at, err := b.client.Attach(ctx, &completionv1.AttachRequest{CompletionId: id, AfterSeq: got[len(got)-1].GetSeq()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tookOver time.Duration
+			rest, s := recvAll(func() (*completionv1.CompletionEvent, error) {
+				ev, err := at.Recv()
+				if tr := ev.GetTransition(); tr.GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST {
+					tookOver = time.Since(killed)
+					t.Logf("%s: %s", tr.GetReason(), tr.GetMessage())
+					if tr.GetReason() != tc.reason {
+						t.Errorf("takeover transition %s, want %s", tr.GetReason(), tc.reason)
+					}
+				}
+				return ev, err
+			})
+			if s.Code() != codes.OK {
+				t.Fatalf("attach through B: %v", s)
+			}
+			if tookOver == 0 {
+				t.Fatalf("no REPLICA_LOST transition in %v", rest)
+			}
+			all := append(got, rest...)
+			checkSeqs(t, all)
+			res := all[len(all)-1].GetResult()
+			if resultText(res) != want {
+				t.Errorf("answer %q, want %q", resultText(res), want)
+			}
+			if kept := liveText(all); kept != want {
+				t.Errorf("the deltas kept assemble %q, want %q", kept, want)
+			}
+			if tc.route == "sim" && deltaText(all) != want {
+				t.Errorf("a token repeated: the deltas concatenate to %q", deltaText(all))
+			}
+			t.Logf("takeover of %s by B: the transition arrived %v after the kill (lease %s)", tc.route, tookOver.Round(time.Millisecond), ttl)
+		})
+	}
+}
+
+// wholeAnswer is the answer of req when nothing goes wrong.
+func wholeAnswer(t *testing.T, ctx context.Context, client completionv1.CompletionClient, req *completionv1.CompleteRequest) string {
+	t.Helper()
+	r := &completionv1.CompleteRequest{}
+	*r = completionv1.CompleteRequest{Messages: req.Messages, Route: req.Route, Metadata: map[string]string{"sim.words": req.Metadata["sim.words"]}}
+	resp, err := client.Complete(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resultText(resp.GetResult())
+}
+
+// checkSeqs: seq 1, 2, 3 … each once, the result last.
+func checkSeqs(t *testing.T, evs []*completionv1.CompletionEvent) {
+	t.Helper()
+	for i, ev := range evs {
+		if ev.GetSeq() != uint64(i+1) {
+			t.Fatalf("event %d has seq %d: %v", i, ev.GetSeq(), evs)
+		}
+	}
+	if evs[len(evs)-1].GetResult() == nil {
+		t.Fatal("the last event is not the result")
+	}
+}
+
+// liveText is what a live caller assembles: the text deltas of the
+// attempts no transition discarded.
+func liveText(evs []*completionv1.CompletionEvent) string {
+	var discarded []int32
+	for _, ev := range evs {
+		discarded = append(discarded, ev.GetTransition().GetDiscardedAttempts()...)
+	}
+	var sb strings.Builder
+	for _, ev := range evs {
+		if d := ev.GetDelta(); d != nil && d.GetKind() == completionv1.DeltaKind_DELTA_KIND_TEXT && !slices.Contains(discarded, ev.GetAttempt()) {
+			sb.WriteString(d.GetText())
+		}
+	}
+	return sb.String()
+}
+
+// deltaText is every text delta, in order.
+func deltaText(evs []*completionv1.CompletionEvent) string {
+	var sb strings.Builder
+	for _, ev := range evs {
+		if d := ev.GetDelta(); d != nil && d.GetKind() == completionv1.DeltaKind_DELTA_KIND_TEXT {
+			sb.WriteString(d.GetText())
+		}
+	}
+	return sb.String()
+}
+
+// TestFoldLog: the rebuild of a log cut during attempt 2, which continued
+// attempt 1 by prefill after a RETRY on the fallback route.
+func TestFoldLog(t *testing.T) {
+	n := uint64(0)
+	ev := func(attempt int32, e *completionv1.CompletionEvent) *completionv1.CompletionEvent {
+		n++
+		e.Seq, e.Attempt, e.Turn = n, attempt, 1
+		return e
+	}
+	delta := func(a int32, s string) *completionv1.CompletionEvent {
+		return ev(a, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: completionv1.DeltaKind_DELTA_KIND_TEXT, Text: s}}})
+	}
+	usage := func(a int32, out int64) *completionv1.CompletionEvent {
+		return ev(a, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Usage{Usage: &completionv1.Usage{OutputTokens: out}}})
+	}
+	transition := func(a int32, tr *completionv1.Transition) *completionv1.CompletionEvent {
+		return ev(a, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Transition{Transition: tr}})
+	}
+	evs := []*completionv1.CompletionEvent{
+		ev(0, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{Route: "sim"}}}),
+		delta(1, "Roses"), delta(1, " are"), usage(1, 2),
+		transition(1, &completionv1.Transition{Reason: completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME, ToRoute: "sim-fallback", MaxTokens: 900}),
+		delta(2, " red"),
+	}
+	routes := SimRoutes(sim.New(sim.Config{}))
+	p, last, started := foldLog(evs, routes)
+	if last != 6 || started.GetRoute() != "sim" {
+		t.Fatalf("last %d, started %v", last, started)
+	}
+	want := recovery.Prior{Attempt: 2, Turn: 1, Route: "sim-fallback", MaxTokens: 900,
+		Kept: []recovery.Kept{{Attempt: 1, Text: "Roses are", OutputTokens: 2}}, InFlight: true, Streamed: " red",
+		Attempts: []recovery.AttemptRecord{{Attempt: 1, Route: routes["sim"].Spec, Outcome: recovery.OutcomeFailed, Usage: recovery.Usage{OutputTokens: 2}}},
+		Usage:    recovery.Usage{OutputTokens: 2}}
+	if !priorEqual(p, want) {
+		t.Fatalf("prior\n%+v\nwant\n%+v", p, want)
+	}
+	// A RETRY that voided attempt 2 settles it: nothing is in flight.
+	evs = append(evs, usage(2, 1), transition(2, &completionv1.Transition{Reason: completionv1.TransitionReason_TRANSITION_REASON_RETRY, ToRoute: "sim-fallback", DiscardedAttempts: []int32{1, 2}}))
+	p, _, _ = foldLog(evs, routes)
+	if p.InFlight || len(p.Kept) != 0 || p.Attempt != 2 || len(p.Attempts) != 2 || p.Usage.OutputTokens != 3 {
+		t.Fatalf("after a clean restart: %+v", p)
+	}
+}
+
+func priorEqual(a, b recovery.Prior) bool {
+	return a.Attempt == b.Attempt && a.Turn == b.Turn && a.Route == b.Route && a.MaxTokens == b.MaxTokens &&
+		slices.Equal(a.Kept, b.Kept) && a.InFlight == b.InFlight && a.Streamed == b.Streamed &&
+		slices.Equal(a.Attempts, b.Attempts) && a.Usage == b.Usage
+}
+
+// BenchmarkFoldLog measures the rebuild of a takeover: the fold of a log of
+// 1 000 deltas (the reading of the log is the store's).
+func BenchmarkFoldLog(b *testing.B) {
+	evs := []*completionv1.CompletionEvent{{Seq: 1, Turn: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{Route: "sim"}}}}
+	for i := range 1000 {
+		evs = append(evs, &completionv1.CompletionEvent{Seq: uint64(i + 2), Attempt: 1, Turn: 1,
+			Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: completionv1.DeltaKind_DELTA_KIND_TEXT, Text: " word"}}})
+	}
+	routes := SimRoutes(sim.New(sim.Config{}))
+	b.ReportAllocs()
+	for b.Loop() {
+		foldLog(evs, routes)
+	}
+}
