@@ -19,7 +19,9 @@ import (
 type Config struct {
 	// BaseURL is the upstream's Chat Completions base, with its /v1.
 	BaseURL string
-	// Model is the upstream model of every request: the relay has no routes.
+	// Model is the upstream model of a request that names no route; a
+	// request's route, when set, is its upstream model (the relay has no
+	// route table).
 	Model string
 	// APIKey is sent as the bearer token.
 	APIKey string
@@ -51,11 +53,15 @@ func New(cfg Config) *Server {
 func (s *Server) Stream(req *completionv1.CompleteRequest, st grpc.ServerStreamingServer[completionv1.CompletionEvent]) error {
 	e := &emitter{st: st}
 	id := "relay_" + strconv.FormatUint(s.ids.Add(1), 10)
+	model := s.model
+	if req.GetRoute() != "" {
+		model = req.GetRoute()
+	}
 	if err := e.send(&completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{
-		CompletionId: id, Route: req.GetRoute(), Model: s.model, Provider: "openai"}}}); err != nil {
+		CompletionId: id, Route: req.GetRoute(), Model: model, Provider: "openai"}}}); err != nil {
 		return err
 	}
-	stream := s.chat.NewStreaming(st.Context(), s.params(req))
+	stream := s.chat.NewStreaming(st.Context(), s.params(req, model))
 	defer stream.Close()
 	a := answer{stop: completionv1.StopReason_STOP_REASON_END_TURN}
 	for stream.Next() {
@@ -66,12 +72,12 @@ func (s *Server) Stream(req *completionv1.CompleteRequest, st grpc.ServerStreami
 	if err := stream.Err(); err != nil {
 		return status.Error(codes.Unavailable, "upstream: "+err.Error())
 	}
-	return a.finish(e, req.GetRoute(), s.model)
+	return a.finish(e, req.GetRoute(), model)
 }
 
 // params maps the request's system prompt and text blocks to Chat
 // Completions: all the benchmark sends.
-func (s *Server) params(req *completionv1.CompleteRequest) sdk.ChatCompletionNewParams {
+func (s *Server) params(req *completionv1.CompleteRequest, model string) sdk.ChatCompletionNewParams {
 	msgs := make([]sdk.ChatCompletionMessageParamUnion, 0, len(req.GetMessages())+1)
 	if req.GetSystem() != "" {
 		msgs = append(msgs, sdk.SystemMessage(req.GetSystem()))
@@ -88,7 +94,7 @@ func (s *Server) params(req *completionv1.CompleteRequest) sdk.ChatCompletionNew
 		}
 	}
 	p := sdk.ChatCompletionNewParams{
-		Model:         s.model,
+		Model:         model,
 		Messages:      msgs,
 		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)},
 	}
