@@ -160,23 +160,23 @@ func (r *Report) Markdown() string {
 		for _, mt := range Metrics {
 			c := r.cellsOf(mt, level)
 			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", level, mt.Name,
-				cell(c.direct, num), cell(c.relay, num), cell(c.completiond, num), cell(c.ratio, ratio))
+				cell(c.direct, ""), cell(c.relay, ""), cell(c.completiond, ""), cell(c.ratio, "×"))
 		}
 	}
 	r.footer(&b)
 	return b.String()
 }
 
-// cell is the median of v with its min–max, or "—".
-func cell(v []float64, format func(float64) string) string {
+// cell is the median of v and its unit, with its min–max, or "—".
+func cell(v []float64, unit string) string {
 	s := spreadOf(v)
 	if !s.ok {
 		return "—"
 	}
 	if len(v) == 1 || s.lo == s.hi {
-		return format(s.med)
+		return num(s.med) + unit
 	}
-	return fmt.Sprintf("%s (%s–%s)", format(s.med), format(s.lo), format(s.hi))
+	return fmt.Sprintf("%s%s (%s–%s)", num(s.med), unit, num(s.lo), num(s.hi))
 }
 
 // num shows three significant digits, or whole numbers from 100.
@@ -192,13 +192,11 @@ func num(v float64) string {
 	return fmt.Sprintf("%.3f", v)
 }
 
-func ratio(v float64) string { return fmt.Sprintf("%.2f×", v) }
-
 func (r *Report) header(b *strings.Builder) {
 	c := r.cfg
 	fmt.Fprintf(b, "### completiond load benchmark, %s\n\n", r.Start.UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(b, "- %s · %s · %s concurrent streams · %d repetition(s), interleaved (relay and completiond swap order every repetition) · %v in all\n",
-		goVersion(), cpuModel(), joinInts(c.Levels), c.Reps, r.End.Sub(r.Start).Round(time.Second))
+		goVersion(), cpuModel(), joinInts(c.Levels), c.Reps, max(0, r.End.Sub(r.Start)).Round(time.Second))
 	var pacing []string
 	for _, l := range c.Levels {
 		pacing = append(pacing, fmt.Sprintf("%v at %d streams", c.streamSpec(l).TokenDelay, l))
