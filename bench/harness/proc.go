@@ -33,7 +33,7 @@ type proc struct {
 	addr  string // what it serves on (host:port, or the mock's URL)
 	debug string // its debugserver address, "" if none
 
-	exited chan struct{} // closed when it exited
+	exited  chan struct{} // closed when it exited
 	waitErr error
 
 	mu      sync.Mutex
