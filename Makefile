@@ -90,7 +90,7 @@ bench: ## Run the benchmarks.
 # LOADBENCH_REPS repetitions; the markdown table goes to stdout and to
 # LOADBENCH_OUT. Not part of make test (its smoke test is). LOADBENCH_FLAGS
 # adds flags: go run ./bench/loadbench -h lists them (durations, pacing,
-# the quiet-machine wait, -cpuprofile-dir).
+# the quiet-machine wait, -profile-dir).
 LOADBENCH_LEVELS ?= 1,100,1000
 LOADBENCH_REPS   ?= 3
 LOADBENCH_OUT    ?= loadbench.md

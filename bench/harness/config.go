@@ -47,8 +47,11 @@ type Config struct {
 	// LogLevel is completiond's --log-level (INFO, its default).
 	LogLevel string
 	// ProfileDir, when set, receives CPU profiles of both servers under the
-	// top level's streaming and short-answer load, taken after measuring.
+	// top level's streaming and short-answer load, and heap profiles with
+	// its streams held idle, taken after measuring.
 	ProfileDir string
+	// ProfileFor is how long each profile's load lasts.
+	ProfileFor time.Duration
 	// Self is the command that runs a role (see RunRole); empty is this
 	// executable.
 	Self []string
@@ -72,8 +75,8 @@ type Quiet struct {
 func Defaults() Config {
 	return Config{
 		Levels: []int{1, 100, 1000}, Reps: 3,
-		Tokens: 20, TokenRate: 2000,
-		StreamFor: 10 * time.Second, ShortFor: 5 * time.Second, IdleSettle: time.Second,
+		Tokens: 50, TokenRate: 2500,
+		StreamFor: 10 * time.Second, ShortFor: 5 * time.Second, IdleSettle: time.Second, ProfileFor: 20 * time.Second,
 		Quiet:    Quiet{MaxBusy: 0.10, Window: time.Second, Timeout: 2 * time.Minute},
 		Go:       "go",
 		LogLevel: "INFO",
@@ -92,6 +95,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.StreamFor = or(c.StreamFor, d.StreamFor)
 	c.ShortFor = or(c.ShortFor, d.ShortFor)
 	c.IdleSettle = or(c.IdleSettle, d.IdleSettle)
+	c.ProfileFor = or(c.ProfileFor, d.ProfileFor)
 	c.Quiet.MaxBusy = or(c.Quiet.MaxBusy, d.Quiet.MaxBusy)
 	c.Quiet.Window = or(c.Quiet.Window, d.Quiet.Window)
 	c.Quiet.Timeout = or(c.Quiet.Timeout, d.Quiet.Timeout)

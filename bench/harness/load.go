@@ -120,7 +120,7 @@ type directCaller struct {
 // can be.
 func newDirect(baseURL, model string, streams int) *directCaller {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = streams
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = streams, streams
 	return &directCaller{model: model, chat: sdk.NewChatCompletionService(
 		option.WithBaseURL(baseURL), option.WithHTTPClient(&http.Client{Transport: tr}),
 		option.WithMaxRetries(0), option.WithAPIKey("sk-loadbench"))}

@@ -134,7 +134,9 @@ func (r *Report) cellsOf(mt metric, level int) cells {
 		if cok {
 			c.completiond = append(c.completiond, cv)
 		}
-		if rok && cok && rv > 0 && !math.IsInf(cv/rv, 0) {
+		// A ratio of values that are not both positive (an added TTFT
+		// under the noise) says nothing.
+		if rok && cok && rv > 0 && cv > 0 {
 			c.ratio = append(c.ratio, cv/rv)
 		}
 	}

@@ -59,8 +59,8 @@ func TestTableRatiosWithinRepetitions(t *testing.T) {
 // given.
 func TestStreamPacing(t *testing.T) {
 	c := Defaults()
-	if d := c.streamSpec(1000).TokenDelay; d != 500*time.Millisecond {
-		t.Errorf("1000 streams at 2000 tokens/s: %v between tokens, want 500ms", d)
+	if d := c.streamSpec(1000).TokenDelay; d != 400*time.Millisecond {
+		t.Errorf("1000 streams at 2500 tokens/s: %v between tokens, want 400ms", d)
 	}
 	c.TokenDelay = time.Millisecond
 	if d := c.streamSpec(1000).TokenDelay; d != time.Millisecond {

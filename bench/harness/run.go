@@ -190,6 +190,10 @@ func (r *runner) measureIdle(ctx context.Context, srv *server, level int) (*meas
 	if err := r.waitHeld(ctx, func(n int64) bool { return n == 0 }); err != nil {
 		return nil, err
 	}
+	// The baseline is read at rest too: the warm-up's goroutines gone.
+	if !sleep(ctx, r.cfg.IdleSettle) {
+		return nil, ctx.Err()
+	}
 	rss0, g0, err := srv.memory(ctx)
 	if err != nil {
 		return nil, err

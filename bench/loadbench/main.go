@@ -82,7 +82,8 @@ func parse(args []string, stderr io.Writer) (harness.Config, string, error) {
 	fs.Float64Var(&cfg.Quiet.MaxBusy, "quiet-busy", cfg.Quiet.MaxBusy, "the machine is quiet at or under this busy share of all CPUs (0-1)")
 	fs.DurationVar(&cfg.Quiet.Timeout, "quiet-timeout", cfg.Quiet.Timeout, "wait this long for a quiet machine, then measure with a warning (negative: never wait)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "completiond's --log-level")
-	fs.StringVar(&cfg.ProfileDir, "cpuprofile-dir", "", "after measuring, write CPU profiles of both servers at the top level here")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "after measuring, write CPU profiles (streaming, short answers) and heap profiles (idle streams) of both servers at the top level here")
+	fs.DurationVar(&cfg.ProfileFor, "profile-for", cfg.ProfileFor, "length of each profile's load (with -profile-dir)")
 	out := fs.String("out", "", "also write the table to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, "", err
