@@ -113,6 +113,7 @@ func (g *grpcCaller) call(ctx context.Context, worker int) call {
 type directCaller struct {
 	chat  sdk.ChatCompletionService
 	model string
+	tr    *http.Transport
 }
 
 // newDirect calls baseURL (with /v1) for model; its transport keeps a
@@ -121,10 +122,14 @@ type directCaller struct {
 func newDirect(baseURL, model string, streams int) *directCaller {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = streams, streams
-	return &directCaller{model: model, chat: sdk.NewChatCompletionService(
+	return &directCaller{model: model, tr: tr, chat: sdk.NewChatCompletionService(
 		option.WithBaseURL(baseURL), option.WithHTTPClient(&http.Client{Transport: tr}),
 		option.WithMaxRetries(0), option.WithAPIKey("sk-loadbench"))}
 }
+
+// close closes the idle connections, which would otherwise stay open in
+// the mock for the rest of the run.
+func (d *directCaller) close() { d.tr.CloseIdleConnections() }
 
 func (d *directCaller) call(ctx context.Context, _ int) call {
 	start := time.Now()

@@ -17,7 +17,7 @@ type snap struct {
 
 // snapshot reads the CPU of the machine, the harness, the mock and srv
 // (nil for the direct calls).
-func (r *runner) snapshot(srv *server) (snap, error) {
+func (r *runner) snapshot(ctx context.Context, srv *server) (snap, error) {
 	var s snap
 	var err error
 	if s.machine, err = readMachineCPU(); err != nil {
@@ -34,7 +34,7 @@ func (r *runner) snapshot(srv *server) (snap, error) {
 			return s, err
 		}
 	}
-	st, err := mockStats(context.Background(), r.mockURL())
+	st, err := mockStats(ctx, r.mockURL())
 	s.conns = st.Conns
 	return s, err
 }

@@ -76,10 +76,17 @@ func startProc(ctx context.Context, s procSpec) (*proc, error) {
 		return nil, fmt.Errorf("%s: %w", s.name, err)
 	}
 	p.pid = p.cmd.Process.Pid
+	// Wait closes the pipes: it must come after their last read, so that
+	// the output of a process that failed is all there to report.
+	var readers sync.WaitGroup
 	for _, r := range pipes {
-		go p.read(r)
+		readers.Go(func() { p.read(r) })
 	}
-	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
+	go func() {
+		readers.Wait()
+		p.waitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
 	return p, p.awaitReady(ctx)
 }
 

@@ -145,7 +145,9 @@ func (r *runner) spec(level int, ph phase) mock.Spec {
 func (r *runner) measure(ctx context.Context, level int, t target, ph phase) (*measurement, error) {
 	spec := r.spec(level, ph)
 	if t == direct {
-		return r.measureLoad(ctx, nil, newDirect(r.mockURL()+"/v1", spec.Model(), level), level, ph)
+		d := newDirect(r.mockURL()+"/v1", spec.Model(), level)
+		defer d.close()
+		return r.measureLoad(ctx, nil, d, level, ph)
 	}
 	srv, err := r.startServer(ctx, t, spec.Model(), level)
 	if err != nil {
@@ -165,12 +167,12 @@ func (r *runner) measureLoad(ctx context.Context, srv *server, c caller, level i
 	if ph == streaming {
 		until, stagger = r.cfg.StreamFor, min(answerTime(r.spec(level, ph)), r.cfg.StreamFor)
 	}
-	before, err := r.snapshot(srv)
+	before, err := r.snapshot(ctx, srv)
 	if err != nil {
 		return nil, err
 	}
 	l := runLoad(ctx, c, level, time.Now().Add(until), stagger)
-	after, err := r.snapshot(srv)
+	after, err := r.snapshot(ctx, srv)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +200,7 @@ func (r *runner) measureIdle(ctx context.Context, srv *server, level int) (*meas
 	if err != nil {
 		return nil, err
 	}
-	before, err := r.snapshot(srv)
+	before, err := r.snapshot(ctx, srv)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +210,7 @@ func (r *runner) measureIdle(ctx context.Context, srv *server, level int) (*meas
 		heldErr = srv.alive()
 	}
 	rss1, g1, memErr := srv.memory(ctx)
-	after, snapErr := r.snapshot(srv)
+	after, snapErr := r.snapshot(ctx, srv)
 	l := release()
 	if err := firstErr(heldErr, memErr, snapErr, l.firstErr, ctx.Err()); err != nil {
 		return nil, err

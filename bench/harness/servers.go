@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -84,8 +85,19 @@ func get(ctx context.Context, url string) ([]byte, error) {
 }
 
 // startServer starts t for model (the phase's spec) and answers one
-// request through it, with a client sized for streams.
+// request through it, with a client sized for streams. completiond, which
+// is given a port that was free a moment before, is started again if
+// another process took it meanwhile.
 func (r *runner) startServer(ctx context.Context, t target, model string, streams int) (*server, error) {
+	for try := 1; ; try++ {
+		s, err := r.tryServer(ctx, t, model, streams)
+		if err == nil || !errAddrInUse(err) || try == 3 {
+			return s, err
+		}
+	}
+}
+
+func (r *runner) tryServer(ctx context.Context, t target, model string, streams int) (*server, error) {
 	var (
 		p     *proc
 		err   error
@@ -105,8 +117,10 @@ func (r *runner) startServer(ctx context.Context, t target, model string, stream
 		return nil, err
 	}
 	s := &server{proc: p}
-	if s.client, err = dialServer(p.addr, streams, ""); err == nil {
-		err = s.warm(ctx, route)
+	if err = s.listening(ctx); err == nil {
+		if s.client, err = dialServer(p.addr, streams, ""); err == nil {
+			err = s.warm(ctx, route)
+		}
 	}
 	if err != nil {
 		s.stop()
@@ -115,8 +129,29 @@ func (r *runner) startServer(ctx context.Context, t target, model string, stream
 	return s, nil
 }
 
-// warm answers one request, retrying while the server starts listening
-// (completiond says its debug address before it listens).
+// listening waits until the server accepts connections (completiond says
+// its debug address before it listens): a gRPC client that found nobody
+// there would back off for a second before it tried again.
+func (s *server) listening(ctx context.Context) error {
+	deadline := time.Now().Add(warmTimeout)
+	for {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", s.addr)
+		if err == nil {
+			return conn.Close()
+		}
+		if err := s.alive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not listen on %s after %v: %w", s.name, s.addr, warmTimeout, err)
+		}
+		if !sleep(ctx, 5*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// warm answers one request, retrying while the server gets ready.
 func (s *server) warm(ctx context.Context, route string) error {
 	c := s.client.withRoute(route)
 	deadline := time.Now().Add(warmTimeout)
@@ -154,35 +189,30 @@ func (r *runner) startRelay(ctx context.Context, model string) (*proc, error) {
 
 // startCompletiond starts completiond with one route to the mock for
 // model, and the warm-up route. Its stdout (the JSON log) goes to
-// /dev/null, so it cannot say its port: it gets a free one, and another
-// if something took that one first.
+// /dev/null, so it cannot say its port: it gets one that is free now.
 func (r *runner) startCompletiond(ctx context.Context, model string) (*proc, error) {
 	r.servers++
 	cfgPath := filepath.Join(r.dir, "completiond-"+strconv.Itoa(r.servers)+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(completiondConfig(r.mockURL()+"/v1", model)), 0o644); err != nil {
 		return nil, err
 	}
-	for try := 0; ; try++ {
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		p, err := startProc(ctx, procSpec{
-			name: "completiond",
-			argv: []string{r.completiond, "--addr", addr, "--config", cfgPath, "--log-level", r.cfg.LogLevel,
-				"--max-in-flight", "0", "--drain-timeout", "1s", "--shutdown-grace", "1s"},
-			env:     childEnv(debugserver.EnvAddr + "=127.0.0.1:0"),
-			parse:   parseDebug,
-			isReady: func(p *proc) bool { return p.debug != "" },
-		})
-		if err == nil {
-			p.addr = addr
-			return p, nil
-		}
-		if !errAddrInUse(err) || try == 2 {
-			return nil, err
-		}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
 	}
+	p, err := startProc(ctx, procSpec{
+		name: "completiond",
+		argv: []string{r.completiond, "--addr", addr, "--config", cfgPath, "--log-level", r.cfg.LogLevel,
+			"--max-in-flight", "0", "--drain-timeout", "1s", "--shutdown-grace", "1s"},
+		env:     childEnv(debugserver.EnvAddr + "=127.0.0.1:0"),
+		parse:   parseDebug,
+		isReady: func(p *proc) bool { return p.debug != "" },
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.addr = addr
+	return p, nil
 }
 
 // completiondConfig routes "bench" (the default) to model at upstream, and
