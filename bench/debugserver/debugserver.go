@@ -1,6 +1,7 @@
 package debugserver
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -21,12 +22,31 @@ const ReadyPrefix = "loadbench-debug addr="
 // GoroutinesPath answers with runtime.NumGoroutine() as a decimal number.
 const GoroutinesPath = "/debug/goroutines"
 
-// Handler serves GoroutinesPath and net/http/pprof under /debug/pprof/.
+// MemPath answers with Mem as JSON.
+const MemPath = "/debug/mem"
+
+// Mem is where a process's memory is, from runtime.ReadMemStats: what the
+// resident set size does not break down.
+type Mem struct {
+	// HeapInuse is the bytes in in-use heap spans.
+	HeapInuse uint64 `json:"heap_inuse"`
+	// StackInuse is the bytes of goroutine stacks.
+	StackInuse uint64 `json:"stack_inuse"`
+}
+
+// Handler serves GoroutinesPath, MemPath and net/http/pprof under
+// /debug/pprof/.
 func Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(GoroutinesPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, strconv.Itoa(runtime.NumGoroutine()))
+	})
+	mux.HandleFunc(MemPath, func(w http.ResponseWriter, _ *http.Request) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(Mem{HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse})
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -61,6 +61,10 @@ var Metrics = []metric{
 		direct: func(d *measurement) (float64, bool) { return d.dialsPerCall(), d.completed() > 0 }},
 	{Name: "RSS per idle stream, KiB", phase: idle,
 		value: func(m, _ *measurement) (float64, bool) { return m.rssPerStream / 1024, true }},
+	{Name: "of which Go heap, KiB", phase: idle,
+		value: func(m, _ *measurement) (float64, bool) { return m.heapPerStream / 1024, true }},
+	{Name: "of which goroutine stacks, KiB", phase: idle,
+		value: func(m, _ *measurement) (float64, bool) { return m.stackPerStream / 1024, true }},
 	{Name: "goroutines per idle stream", phase: idle,
 		value: func(m, _ *measurement) (float64, bool) { return m.goroutinesPerStream, true }},
 }
@@ -100,7 +104,8 @@ func (m *measurement) summary(ph phase) string {
 	case short:
 		s += fmt.Sprintf(", %.0f/s", m.rate())
 	case idle:
-		s += fmt.Sprintf(", %.1f KiB and %.2f goroutines per stream", m.rssPerStream/1024, m.goroutinesPerStream)
+		s += fmt.Sprintf(", per stream %.1f KiB RSS (heap %.1f, stacks %.1f) and %.2f goroutines",
+			m.rssPerStream/1024, m.heapPerStream/1024, m.stackPerStream/1024, m.goroutinesPerStream)
 	}
 	if m.serverCPU > 0 {
 		s += fmt.Sprintf(", server CPU %v", m.serverCPU)
@@ -212,7 +217,8 @@ func (r *Report) header(b *strings.Builder) {
 	fmt.Fprintf(b, "- short: 1-token answers back to back on every stream for %v · idle: every stream held open by a silent upstream, read %v after the last one is held\n",
 		c.ShortFor, c.IdleSettle)
 	fmt.Fprintf(b, "- upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness; each server is a fresh process per measurement, completiond at --log-level %s --max-in-flight 0\n", c.LogLevel)
-	b.WriteString("- cells: median of the repetitions (min–max); the ratio is taken within each repetition; CPU from /proc/<pid>/stat, RSS from /proc/<pid>/status\n")
+	b.WriteString("- cells: median of the repetitions (min–max); the ratio is taken within each repetition; CPU from /proc/<pid>/stat, RSS from /proc/<pid>/status, " +
+		"heap and stacks from runtime.ReadMemStats; memory per stream is the process's growth over the streams, mostly noise below 100 streams\n")
 	r.machineLine(b)
 }
 
@@ -254,8 +260,8 @@ func (r *Report) footer(b *strings.Builder) {
 				k.level, k.rep, k.phase, k.target, m.errors, m.calls, m.firstErr)
 		}
 	}
-	for _, p := range r.Profiles {
-		fmt.Fprintf(b, "\nCPU profile: %s\n", p)
+	if len(r.Profiles) > 0 {
+		fmt.Fprintf(b, "\nProfiles (CPU under the streaming and short loads, heap with the streams idle): %s\n", strings.Join(r.Profiles, ", "))
 	}
 }
 

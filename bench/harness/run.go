@@ -47,9 +47,10 @@ type measurement struct {
 	// serverCPU is the server process's CPU time over the phase (0 for
 	// the direct calls, which have no server).
 	serverCPU time.Duration
-	// rssPerStream (bytes) and goroutinesPerStream are the idle phase's
-	// growth of the server divided by the streams held.
-	rssPerStream, goroutinesPerStream float64
+	// rssPerStream, heapPerStream, stackPerStream (bytes) and
+	// goroutinesPerStream are the idle phase's growth of the server
+	// divided by the streams held.
+	rssPerStream, heapPerStream, stackPerStream, goroutinesPerStream float64
 	// dials is the number of connections the mock accepted meanwhile.
 	dials int64
 	// foreign is the share of the machine other processes used meanwhile.
@@ -196,7 +197,7 @@ func (r *runner) measureIdle(ctx context.Context, srv *server, level int) (*meas
 	if !sleep(ctx, r.cfg.IdleSettle) {
 		return nil, ctx.Err()
 	}
-	rss0, g0, err := srv.memory(ctx)
+	mem0, err := srv.memory(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -209,15 +210,14 @@ func (r *runner) measureIdle(ctx context.Context, srv *server, level int) (*meas
 	if heldErr == nil && sleep(ctx, r.cfg.IdleSettle) {
 		heldErr = srv.alive()
 	}
-	rss1, g1, memErr := srv.memory(ctx)
+	mem1, memErr := srv.memory(ctx)
 	after, snapErr := r.snapshot(ctx, srv)
 	l := release()
 	if err := firstErr(heldErr, memErr, snapErr, l.firstErr, ctx.Err()); err != nil {
 		return nil, err
 	}
-	m := &measurement{load: l,
-		rssPerStream:        float64(rss1-rss0) / float64(level),
-		goroutinesPerStream: float64(g1-g0) / float64(level)}
+	m := &measurement{load: l}
+	mem1.perStream(mem0, level, m)
 	after.since(before, m)
 	return m, nil
 }

@@ -228,15 +228,37 @@ func completiondConfig(upstream, model string) string {
 		"routes:\n" + route("bench", model) + route(warmRoute, mock.Spec{Tokens: 1}.Model())
 }
 
-// memory is the server's RSS (bytes) and goroutines now.
-func (s *server) memory(ctx context.Context) (rssBytes, goroutines int64, err error) {
-	if rssBytes, err = rss(s.pid); err != nil {
-		return 0, 0, err
+// memReading is what a server holds at one moment.
+type memReading struct {
+	rss, goroutines int64
+	debugserver.Mem
+}
+
+// memory reads the server's RSS, goroutines, heap and stacks.
+func (s *server) memory(ctx context.Context) (memReading, error) {
+	var m memReading
+	var err error
+	if m.rss, err = rss(s.pid); err != nil {
+		return m, err
 	}
 	body, err := get(ctx, "http://"+s.debug+debugserver.GoroutinesPath)
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
-	goroutines, err = strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64)
-	return rssBytes, goroutines, err
+	if m.goroutines, err = strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64); err != nil {
+		return m, err
+	}
+	if body, err = get(ctx, "http://"+s.debug+debugserver.MemPath); err != nil {
+		return m, err
+	}
+	return m, json.Unmarshal(body, &m.Mem)
+}
+
+// perStream is what each of n streams added between m0 and m, into meas.
+func (m memReading) perStream(m0 memReading, n int, meas *measurement) {
+	per := func(a, b int64) float64 { return float64(a-b) / float64(n) }
+	meas.rssPerStream = per(m.rss, m0.rss)
+	meas.goroutinesPerStream = per(m.goroutines, m0.goroutines)
+	meas.heapPerStream = per(int64(m.HeapInuse), int64(m0.HeapInuse))
+	meas.stackPerStream = per(int64(m.StackInuse), int64(m0.StackInuse))
 }
