@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/completiond/completiond/bench/mock"
@@ -17,6 +18,8 @@ type Config struct {
 	Levels []int
 	// Reps is the number of interleaved repetitions at each level.
 	Reps int
+	// Phases are the phases measured, of Phases (all when empty).
+	Phases []string
 
 	// Tokens is the answer length of the streaming phase.
 	Tokens int
@@ -125,10 +128,26 @@ func (c Config) validate() error {
 			return fmt.Errorf("levels must be positive, got %d", l)
 		}
 	}
+	for _, p := range c.Phases {
+		if !slices.Contains(Phases, p) {
+			return fmt.Errorf("unknown phase %q (want some of %v)", p, Phases)
+		}
+	}
 	if c.Reps < 1 || c.Tokens < 1 || c.TokenRate <= 0 || c.TokenDelay < 0 || c.FirstToken < 0 {
 		return fmt.Errorf("reps, tokens and token rate must be positive, delays not negative")
 	}
 	return nil
+}
+
+// phases are the phases to measure, in the order of Phases.
+func (c Config) phases() []phase {
+	var out []phase
+	for _, p := range Phases {
+		if len(c.Phases) == 0 || slices.Contains(c.Phases, p) {
+			out = append(out, phase(p))
+		}
+	}
+	return out
 }
 
 // streamSpec is the streaming phase's answer at level: Tokens paced so that

@@ -18,7 +18,7 @@ func (r *runner) profileAll(ctx context.Context) error {
 		return err
 	}
 	level := slices.Max(r.cfg.Levels)
-	for _, ph := range phases {
+	for _, ph := range r.cfg.phases() {
 		for _, t := range []target{bareRelay, completiond} {
 			path := filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("%s-%s-%d.pprof", t, ph, level))
 			do := r.profile

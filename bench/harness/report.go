@@ -165,6 +165,9 @@ func (r *Report) Markdown() string {
 	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: |\n")
 	for _, level := range r.cfg.Levels {
 		for _, mt := range Metrics {
+			if !slices.Contains(r.cfg.phases(), mt.phase) {
+				continue
+			}
 			c := r.cellsOf(mt, level)
 			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", level, mt.Name,
 				cell(c.direct, ""), cell(c.relay, ""), cell(c.completiond, ""), cell(c.ratio, "×"))

@@ -31,7 +31,8 @@ const (
 	idle phase = "idle"
 )
 
-var phases = []phase{streaming, short, idle}
+// Phases are the phases a run measures by default, in order.
+var Phases = []string{string(streaming), string(short), string(idle)}
 
 // key names one measurement.
 type key struct {
@@ -110,7 +111,7 @@ func (r *runner) measureAll(ctx context.Context) error {
 			if rep%2 == 0 {
 				order = []target{direct, completiond, bareRelay}
 			}
-			for _, ph := range phases {
+			for _, ph := range r.cfg.phases() {
 				if err := r.waitQuiet(ctx, fmt.Sprintf("level %d, rep %d, %s", level, rep, ph)); err != nil {
 					return err
 				}

@@ -71,6 +71,7 @@ func parse(args []string, stderr io.Writer) (harness.Config, string, error) {
 	fs := flag.NewFlagSet("loadbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	levels := fs.String("levels", joinInts(cfg.Levels), "concurrent streams to measure, comma-separated")
+	phases := fs.String("phases", strings.Join(harness.Phases, ","), "phases to measure, comma-separated: stream (paced answers), short (1-token answers), idle (held streams)")
 	fs.IntVar(&cfg.Reps, "reps", cfg.Reps, "interleaved repetitions per level")
 	fs.IntVar(&cfg.Tokens, "tokens", cfg.Tokens, "tokens per answer in the streaming phase")
 	fs.Float64Var(&cfg.TokenRate, "token-rate", cfg.TokenRate, "streaming phase: tokens per second over all streams together (paces each stream)")
@@ -88,6 +89,7 @@ func parse(args []string, stderr io.Writer) (harness.Config, string, error) {
 	if err := fs.Parse(args); err != nil {
 		return cfg, "", err
 	}
+	cfg.Phases = strings.Split(*phases, ",")
 	var err error
 	cfg.Levels, err = parseInts(*levels)
 	return cfg, *out, err
