@@ -31,7 +31,8 @@ help: ## Show this help, with the values the variables have now.
 	@$(foreach v,$(TOOL_VERSIONS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
 
 # The variables make help shows, with their current values.
-HELP_VARS     = ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BREAKING_REF IMAGE IMAGE_MODE
+HELP_VARS     = ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BREAKING_REF IMAGE IMAGE_MODE \
+	LOADBENCH_LEVELS LOADBENCH_REPS LOADBENCH_OUT LOADBENCH_FLAGS
 TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION HELM_VERSION \
 	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
 
@@ -82,6 +83,22 @@ cover: ## Statement coverage of the recovery core.
 .PHONY: bench
 bench: ## Run the benchmarks.
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# make loadbench: bench/loadbench (README, "Performance") — the mock upstream,
+# direct openai-go calls, the bare gRPC relay and completiond, each server a
+# process of its own, interleaved at LOADBENCH_LEVELS concurrent streams ×
+# LOADBENCH_REPS repetitions; the markdown table goes to stdout and to
+# LOADBENCH_OUT. Not part of make test (its smoke test is). LOADBENCH_FLAGS
+# adds flags: go run ./bench/loadbench -h lists them (durations, pacing,
+# the quiet-machine wait, -profile-dir).
+LOADBENCH_LEVELS ?= 1,100,1000
+LOADBENCH_REPS   ?= 3
+LOADBENCH_OUT    ?= loadbench.md
+LOADBENCH_FLAGS  ?=
+
+.PHONY: loadbench
+loadbench: ## Load benchmark vs a bare gRPC relay: LOADBENCH_LEVELS streams × LOADBENCH_REPS; table to stdout and LOADBENCH_OUT.
+	$(GO) run ./bench/loadbench -levels '$(LOADBENCH_LEVELS)' -reps '$(LOADBENCH_REPS)' -out '$(LOADBENCH_OUT)' $(LOADBENCH_FLAGS)
 
 .PHONY: tools
 tools: $(TOOLS) ## Install the pinned buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl and staticcheck into ./bin.

@@ -1,0 +1,166 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/completiond/completiond/bench/mock"
+)
+
+// Config is one benchmark run. The zero value of a field means its default
+// (Defaults).
+type Config struct {
+	// Levels are the numbers of concurrent streams measured, in order.
+	Levels []int
+	// Reps is the number of interleaved repetitions at each level.
+	Reps int
+	// Phases are the phases measured, of Phases (all when empty).
+	Phases []string
+
+	// Tokens is the answer length of the streaming phase.
+	Tokens int
+	// TokenRate paces the streaming phase: tokens per second over all the
+	// streams together, so that each stream waits level/TokenRate between
+	// two tokens and the machine stays far from saturation at every level.
+	TokenRate float64
+	// TokenDelay, when set, is the wait between two tokens instead.
+	TokenDelay time.Duration
+	// FirstToken is the upstream's time to first token (the mock's ttft);
+	// the added TTFT is measured against a direct call with the same.
+	FirstToken time.Duration
+	// StreamFor is the streaming phase's length: no answer starts after it,
+	// and each stream runs at least one.
+	StreamFor time.Duration
+	// ShortFor is the length of the short-answer phase (1-token answers
+	// back to back on every stream).
+	ShortFor time.Duration
+	// IdleSettle is the wait between the last idle stream being held and
+	// the reading of RSS and goroutines.
+	IdleSettle time.Duration
+
+	// Quiet says when the machine is quiet enough to measure.
+	Quiet Quiet
+
+	// Go is the go command that builds completiond ("go").
+	Go string
+	// LogLevel is completiond's --log-level (INFO, its default).
+	LogLevel string
+	// ProfileDir, when set, receives CPU profiles of both servers under the
+	// top level's streaming and short-answer load, and heap profiles with
+	// its streams held idle, taken after measuring.
+	ProfileDir string
+	// ProfileFor is how long each profile's load lasts.
+	ProfileFor time.Duration
+	// Self is the command that runs a role (see RunRole); empty is this
+	// executable.
+	Self []string
+	// Progress receives a line per measurement (nil: none).
+	Progress io.Writer
+}
+
+// Quiet says when the machine counts as quiet.
+type Quiet struct {
+	// MaxBusy is the busy share of all CPUs (0 to 1) at or under which
+	// the machine is quiet.
+	MaxBusy float64
+	// Window is how long each sample of /proc/stat lasts.
+	Window time.Duration
+	// Timeout is how long to wait for quiet before measuring anyway, with
+	// a warning in the report. Negative never waits: one sample only.
+	Timeout time.Duration
+}
+
+// Defaults is the configuration `make loadbench` runs.
+func Defaults() Config {
+	return Config{
+		Levels: []int{1, 100, 1000}, Reps: 3,
+		Tokens: 50, TokenRate: 2500,
+		StreamFor: 10 * time.Second, ShortFor: 5 * time.Second, IdleSettle: time.Second, ProfileFor: 20 * time.Second,
+		Quiet:    Quiet{MaxBusy: 0.10, Window: time.Second, Timeout: 2 * time.Minute},
+		Go:       "go",
+		LogLevel: "INFO",
+	}
+}
+
+// withDefaults fills the zero fields from Defaults.
+func (c Config) withDefaults() (Config, error) {
+	d := Defaults()
+	if len(c.Levels) == 0 {
+		c.Levels = d.Levels
+	}
+	c.Reps = or(c.Reps, d.Reps)
+	c.Tokens = or(c.Tokens, d.Tokens)
+	c.TokenRate = or(c.TokenRate, d.TokenRate)
+	c.StreamFor = or(c.StreamFor, d.StreamFor)
+	c.ShortFor = or(c.ShortFor, d.ShortFor)
+	c.IdleSettle = or(c.IdleSettle, d.IdleSettle)
+	c.ProfileFor = or(c.ProfileFor, d.ProfileFor)
+	c.Quiet.MaxBusy = or(c.Quiet.MaxBusy, d.Quiet.MaxBusy)
+	c.Quiet.Window = or(c.Quiet.Window, d.Quiet.Window)
+	c.Quiet.Timeout = or(c.Quiet.Timeout, d.Quiet.Timeout)
+	c.Go = or(c.Go, d.Go)
+	c.LogLevel = or(c.LogLevel, d.LogLevel)
+	if len(c.Self) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, err
+		}
+		c.Self = []string{exe}
+	}
+	return c, c.validate()
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func (c Config) validate() error {
+	for _, l := range c.Levels {
+		if l < 1 {
+			return fmt.Errorf("levels must be positive, got %d", l)
+		}
+	}
+	for _, p := range c.Phases {
+		if !slices.Contains(Phases, p) {
+			return fmt.Errorf("unknown phase %q (want some of %v)", p, Phases)
+		}
+	}
+	if c.Reps < 1 || c.Tokens < 1 || c.TokenRate <= 0 || c.TokenDelay < 0 || c.FirstToken < 0 {
+		return fmt.Errorf("reps, tokens and token rate must be positive, delays not negative")
+	}
+	return nil
+}
+
+// phases are the phases to measure, in the order of Phases.
+func (c Config) phases() []phase {
+	var out []phase
+	for _, p := range Phases {
+		if len(c.Phases) == 0 || slices.Contains(c.Phases, p) {
+			out = append(out, phase(p))
+		}
+	}
+	return out
+}
+
+// streamSpec is the streaming phase's answer at level: Tokens paced so that
+// all the streams together send about TokenRate tokens per second.
+func (c Config) streamSpec(level int) mock.Spec {
+	d := c.TokenDelay
+	if d == 0 {
+		d = time.Duration(math.Round(float64(level) / c.TokenRate * float64(time.Second)))
+	}
+	return mock.Spec{Tokens: c.Tokens, FirstToken: c.FirstToken, TokenDelay: d}
+}
+
+// answerTime is how long one answer of spec lasts at the upstream.
+func answerTime(s mock.Spec) time.Duration {
+	return s.FirstToken + time.Duration(s.Tokens-1)*s.TokenDelay
+}

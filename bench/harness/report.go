@@ -1,0 +1,299 @@
+package harness
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is what a run measured; Markdown renders it.
+type Report struct {
+	cfg        Config
+	Start, End time.Time
+	results    map[key]*measurement
+	quiet      []quietCheck
+	// Profiles are the CPU profiles written (Config.ProfileDir).
+	Profiles []string
+}
+
+func newReport(cfg Config) *Report {
+	return &Report{cfg: cfg, Start: time.Now(), results: map[key]*measurement{}}
+}
+
+func (r *Report) add(k key, m *measurement) { r.results[k] = m }
+
+// metric is one row of the table at each level.
+type metric struct {
+	// Name is the row's label.
+	Name  string
+	phase phase
+	// value is a server's measurement m in one repetition, beside the
+	// direct calls' d of the same repetition and phase (nil in the idle
+	// phase); ok is false when there is nothing to say.
+	value func(m, d *measurement) (v float64, ok bool)
+	// direct is what the direct column shows (nil: nothing).
+	direct func(d *measurement) (v float64, ok bool)
+}
+
+// Metrics are the rows of the table, in order.
+var Metrics = []metric{
+	{Name: "TTFT p50 added, ms (direct: absolute)", phase: streaming,
+		value:  func(m, d *measurement) (float64, bool) { return added(m, d, 50) },
+		direct: func(d *measurement) (float64, bool) { return ms(d.ttftP50), d.ok() }},
+	{Name: "TTFT p99 added, ms (direct: absolute)", phase: streaming,
+		value:  func(m, d *measurement) (float64, bool) { return added(m, d, 99) },
+		direct: func(d *measurement) (float64, bool) { return ms(d.ttftP99), d.ok() }},
+	{Name: "server CPU per 1 000 tokens, ms", phase: streaming,
+		value: func(m, _ *measurement) (float64, bool) {
+			return ms(m.serverCPU) * 1000 / float64(m.tokens), m.tokens > 0
+		}},
+	{Name: "short answers (1 token) per second", phase: short,
+		value:  func(m, _ *measurement) (float64, bool) { return m.rate(), m.ok() },
+		direct: func(d *measurement) (float64, bool) { return d.rate(), d.ok() }},
+	{Name: "server CPU per short answer, µs", phase: short,
+		value: func(m, _ *measurement) (float64, bool) {
+			return float64(m.serverCPU.Microseconds()) / float64(m.completed()), m.completed() > 0
+		}},
+	{Name: "upstream dials per short answer", phase: short,
+		value:  func(m, _ *measurement) (float64, bool) { return m.dialsPerCall(), m.completed() > 0 },
+		direct: func(d *measurement) (float64, bool) { return d.dialsPerCall(), d.completed() > 0 }},
+	{Name: "RSS per idle stream, KiB", phase: idle,
+		value: func(m, _ *measurement) (float64, bool) { return m.rssPerStream / 1024, true }},
+	{Name: "of which Go heap, KiB", phase: idle,
+		value: func(m, _ *measurement) (float64, bool) { return m.heapPerStream / 1024, true }},
+	{Name: "of which goroutine stacks, KiB", phase: idle,
+		value: func(m, _ *measurement) (float64, bool) { return m.stackPerStream / 1024, true }},
+	{Name: "goroutines per idle stream", phase: idle,
+		value: func(m, _ *measurement) (float64, bool) { return m.goroutinesPerStream, true }},
+}
+
+// added is the TTFT percentile p (50 or 99) of m over that of the direct
+// calls d.
+func added(m, d *measurement, p int) (float64, bool) {
+	if !m.ok() || !d.ok() {
+		return 0, false
+	}
+	if p == 50 {
+		return ms(m.ttftP50 - d.ttftP50), true
+	}
+	return ms(m.ttftP99 - d.ttftP99), true
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (m *measurement) completed() int64 { return m.calls - m.errors }
+func (m *measurement) ok() bool         { return m != nil && m.completed() > 0 }
+
+func (m *measurement) rate() float64 {
+	if m.elapsed <= 0 {
+		return 0
+	}
+	return float64(m.completed()) / m.elapsed.Seconds()
+}
+
+func (m *measurement) dialsPerCall() float64 { return float64(m.dials) / float64(m.completed()) }
+
+// summary is the progress line of a measurement.
+func (m *measurement) summary(ph phase) string {
+	s := fmt.Sprintf("%d calls, %d errors", m.calls, m.errors)
+	switch ph {
+	case streaming:
+		s += fmt.Sprintf(", %d tokens, TTFT p50 %.2f ms p99 %.2f ms", m.tokens, ms(m.ttftP50), ms(m.ttftP99))
+	case short:
+		s += fmt.Sprintf(", %.0f/s", m.rate())
+	case idle:
+		s += fmt.Sprintf(", per stream %.1f KiB RSS (heap %.1f, stacks %.1f) and %.2f goroutines",
+			m.rssPerStream/1024, m.heapPerStream/1024, m.stackPerStream/1024, m.goroutinesPerStream)
+	}
+	if m.serverCPU > 0 {
+		s += fmt.Sprintf(", server CPU %v", m.serverCPU)
+	}
+	if m.firstErr != nil {
+		s += fmt.Sprintf(" (first error: %v)", m.firstErr)
+	}
+	return s + fmt.Sprintf(", others used %.0f%% of the machine", 100*m.foreign)
+}
+
+// cells are one row's values at one level over the repetitions.
+type cells struct {
+	direct, relay, completiond, ratio []float64
+}
+
+// cellsOf gathers metric mt at level over the repetitions.
+func (r *Report) cellsOf(mt metric, level int) cells {
+	var c cells
+	for rep := 1; rep <= r.cfg.Reps; rep++ {
+		d := r.results[key{level, rep, direct, mt.phase}]
+		if mt.direct != nil && d != nil {
+			if v, ok := mt.direct(d); ok {
+				c.direct = append(c.direct, v)
+			}
+		}
+		rv, rok := r.value(mt, key{level, rep, bareRelay, mt.phase}, d)
+		cv, cok := r.value(mt, key{level, rep, completiond, mt.phase}, d)
+		if rok {
+			c.relay = append(c.relay, rv)
+		}
+		if cok {
+			c.completiond = append(c.completiond, cv)
+		}
+		// A ratio of values that are not both positive (an added TTFT
+		// under the noise) says nothing.
+		if rok && cok && rv > 0 && cv > 0 {
+			c.ratio = append(c.ratio, cv/rv)
+		}
+	}
+	return c
+}
+
+func (r *Report) value(mt metric, k key, d *measurement) (float64, bool) {
+	m := r.results[k]
+	if m == nil {
+		return 0, false
+	}
+	return mt.value(m, d)
+}
+
+// Markdown renders the report: what was run and on what, the table, and
+// the errors and warnings.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	r.header(&b)
+	b.WriteString("\n| streams | metric | direct | bare relay | completiond | completiond ÷ relay |\n")
+	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: |\n")
+	for _, level := range r.cfg.Levels {
+		for _, mt := range Metrics {
+			if !slices.Contains(r.cfg.phases(), mt.phase) {
+				continue
+			}
+			c := r.cellsOf(mt, level)
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", level, mt.Name,
+				cell(c.direct, ""), cell(c.relay, ""), cell(c.completiond, ""), cell(c.ratio, "×"))
+		}
+	}
+	r.footer(&b)
+	return b.String()
+}
+
+// cell is the median of v and its unit, with its min–max, or "—".
+func cell(v []float64, unit string) string {
+	s := spreadOf(v)
+	if !s.ok {
+		return "—"
+	}
+	if len(v) == 1 || s.lo == s.hi {
+		return num(s.med) + unit
+	}
+	return fmt.Sprintf("%s%s (%s–%s)", num(s.med), unit, num(s.lo), num(s.hi))
+}
+
+// num shows three significant digits, or whole numbers from 100.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3f", v)
+}
+
+func (r *Report) header(b *strings.Builder) {
+	c := r.cfg
+	fmt.Fprintf(b, "### completiond load benchmark, %s\n\n", r.Start.UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(b, "- %s · %s · %s concurrent streams · %d repetition(s), interleaved (relay and completiond swap order every repetition) · %v in all\n",
+		goVersion(), cpuModel(), joinInts(c.Levels), c.Reps, max(0, r.End.Sub(r.Start)).Round(time.Second))
+	var pacing []string
+	for _, l := range c.Levels {
+		pacing = append(pacing, fmt.Sprintf("%v at %d streams", c.streamSpec(l).TokenDelay, l))
+	}
+	paced := fmt.Sprintf("%g tokens/s over all streams", c.TokenRate)
+	if c.TokenDelay > 0 {
+		paced = "a fixed delay"
+	}
+	fmt.Fprintf(b, "- streaming: %d-token answers, the first %v after the headers, paced at %s (%s between tokens), answers begun for %v\n",
+		c.Tokens, c.FirstToken, paced, strings.Join(pacing, ", "), c.StreamFor)
+	fmt.Fprintf(b, "- short: 1-token answers back to back on every stream for %v · idle: every stream held open by a silent upstream, read %v after the last one is held\n",
+		c.ShortFor, c.IdleSettle)
+	fmt.Fprintf(b, "- upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness; each server is a fresh process per measurement, completiond at --log-level %s --max-in-flight 0\n", c.LogLevel)
+	b.WriteString("- cells: median of the repetitions (min–max); the ratio is taken within each repetition; CPU from /proc/<pid>/stat, RSS from /proc/<pid>/status, " +
+		"heap and stacks from runtime.ReadMemStats; memory per stream is the process's growth over the streams, mostly noise below 100 streams\n")
+	r.machineLine(b)
+}
+
+// machineLine says how quiet the machine was, loudly when it was not.
+func (r *Report) machineLine(b *strings.Builder) {
+	var noisy []quietCheck
+	maxBusy := 0.0
+	for _, q := range r.quiet {
+		maxBusy = max(maxBusy, q.busy)
+		if !q.quiet {
+			noisy = append(noisy, q)
+		}
+	}
+	var foreign []float64
+	for _, m := range r.results {
+		foreign = append(foreign, m.foreign)
+	}
+	f := spreadOf(foreign)
+	fmt.Fprintf(b, "- machine: %d of %d checks quiet (≤ %.0f%% busy; the busiest %.0f%%); other processes used %.0f%% of it during a measurement at the median, %.0f%% at most\n",
+		len(r.quiet)-len(noisy), len(r.quiet), 100*r.cfg.Quiet.MaxBusy, 100*maxBusy, 100*f.med, 100*f.hi)
+	if len(noisy) > 0 {
+		fmt.Fprintf(b, "\n**WARNING: the machine was not quiet before %d of %d measurement groups (first: %s, %.0f%% busy after waiting %v). These numbers are noisy: do not quote them as results.**\n",
+			len(noisy), len(r.quiet), noisy[0].what, 100*noisy[0].busy, noisy[0].waited.Round(time.Second))
+	}
+}
+
+// footer lists the measurements that had errors, and the profiles.
+func (r *Report) footer(b *strings.Builder) {
+	keys := make([]key, 0, len(r.results))
+	for k := range r.results {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y key) int {
+		return cmpKeys(x, y)
+	})
+	for _, k := range keys {
+		if m := r.results[k]; m.errors > 0 {
+			fmt.Fprintf(b, "\n**errors**: level %d, rep %d, %s, %s: %d of %d calls failed; the first: %v\n",
+				k.level, k.rep, k.phase, k.target, m.errors, m.calls, m.firstErr)
+		}
+	}
+	if len(r.Profiles) > 0 {
+		fmt.Fprintf(b, "\nProfiles (CPU under the streaming and short loads, heap with the streams idle): %s\n", strings.Join(r.Profiles, ", "))
+	}
+}
+
+func cmpKeys(x, y key) int {
+	if x.level != y.level {
+		return x.level - y.level
+	}
+	if x.rep != y.rep {
+		return x.rep - y.rep
+	}
+	if x.phase != y.phase {
+		return strings.Compare(string(x.phase), string(y.phase))
+	}
+	return strings.Compare(string(x.target), string(y.target))
+}
+
+// Errors is the number of calls that failed in the whole run.
+func (r *Report) Errors() int64 {
+	var n int64
+	for _, m := range r.results {
+		n += m.errors
+	}
+	return n
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,69 @@
+package harness
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPercentileAndSpread: nearest-rank percentiles; the median of an even
+// number of values is the mean of the middle two.
+func TestPercentileAndSpread(t *testing.T) {
+	d := make([]time.Duration, 100)
+	for i := range d {
+		d[i] = time.Duration(100-i) * time.Millisecond
+	}
+	if p50, p99, p100 := percentile(d, 50), percentile(d, 99), percentile(d, 100); p50 != 50*time.Millisecond || p99 != 99*time.Millisecond || p100 != 100*time.Millisecond {
+		t.Errorf("p50 %v p99 %v p100 %v", p50, p99, p100)
+	}
+	if p := percentile([]time.Duration{7}, 99); p != 7 {
+		t.Errorf("p99 of one sample = %v", p)
+	}
+	if s := spreadOf([]float64{4, 1, 3, 2}); s != (spread{med: 2.5, lo: 1, hi: 4, ok: true}) {
+		t.Errorf("spread %+v", s)
+	}
+}
+
+// TestTableRatiosWithinRepetitions: each cell is the median of the
+// repetitions with their range, and the ratio is the median of the ratios
+// taken within each repetition, not the ratio of the medians.
+func TestTableRatiosWithinRepetitions(t *testing.T) {
+	cfg, err := Config{Levels: []int{10}, Reps: 3, Self: []string{"x"}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReport(cfg)
+	for rep, cpu := range [][2]time.Duration{{100, 120}, {200, 220}, {50, 80}} {
+		ttfts := []time.Duration{time.Millisecond, 2 * time.Millisecond}
+		r.add(key{10, rep + 1, direct, streaming}, &measurement{load: load{calls: 2, tokens: 40, ttfts: ttfts}, ttftP50: time.Millisecond, ttftP99: 2 * time.Millisecond})
+		r.add(key{10, rep + 1, bareRelay, streaming}, &measurement{load: load{calls: 50, tokens: 1000}, serverCPU: cpu[0] * time.Millisecond,
+			ttftP50: 1500 * time.Microsecond, ttftP99: 3 * time.Millisecond})
+		r.add(key{10, rep + 1, completiond, streaming}, &measurement{load: load{calls: 50, tokens: 1000}, serverCPU: cpu[1] * time.Millisecond,
+			ttftP50: 2 * time.Millisecond, ttftP99: 4 * time.Millisecond})
+	}
+	md := r.Markdown()
+	for _, want := range []string{
+		"| 10 | server CPU per 1 000 tokens, ms | — | 100 (50.0–200) | 120 (80.0–220) | 1.20× (1.10–1.60) |",
+		"| 10 | TTFT p50 added, ms (direct: absolute) | 1.00 | 0.500 | 1.00 | 2.00× |",
+		"| 10 | TTFT p99 added, ms (direct: absolute) | 2.00 | 1.00 | 2.00 | 2.00× |",
+		"| 10 | RSS per idle stream, KiB | — | — | — | — |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the table has no row\n%s\n%s", want, md)
+		}
+	}
+}
+
+// TestStreamPacing: the streaming phase's tokens are paced so that all
+// streams together send TokenRate tokens per second, unless a delay is
+// given.
+func TestStreamPacing(t *testing.T) {
+	c := Defaults()
+	if d := c.streamSpec(1000).TokenDelay; d != 400*time.Millisecond {
+		t.Errorf("1000 streams at 2500 tokens/s: %v between tokens, want 400ms", d)
+	}
+	c.TokenDelay = time.Millisecond
+	if d := c.streamSpec(1000).TokenDelay; d != time.Millisecond {
+		t.Errorf("a given delay: %v", d)
+	}
+}

@@ -1,0 +1,267 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/completiond/completiond/bench/mock"
+)
+
+// target is what a measurement calls.
+type target string
+
+const (
+	direct      target = "direct"
+	bareRelay   target = "relay"
+	completiond target = "completiond"
+)
+
+// phase is one kind of load.
+type phase string
+
+const (
+	// streaming: paced answers of Config.Tokens on every stream.
+	streaming phase = "stream"
+	// short: 1-token answers back to back on every stream.
+	short phase = "short"
+	// idle: every stream held open, silent.
+	idle phase = "idle"
+)
+
+// Phases are the phases a run measures by default, in order.
+var Phases = []string{string(streaming), string(short), string(idle)}
+
+// key names one measurement.
+type key struct {
+	level, rep int
+	target     target
+	phase      phase
+}
+
+// measurement is one target's phase at one level in one repetition.
+type measurement struct {
+	load
+	ttftP50, ttftP99 time.Duration
+	// serverCPU is the server process's CPU time over the phase (0 for
+	// the direct calls, which have no server).
+	serverCPU time.Duration
+	// rssPerStream, heapPerStream, stackPerStream (bytes) and
+	// goroutinesPerStream are the idle phase's growth of the server
+	// divided by the streams held.
+	rssPerStream, heapPerStream, stackPerStream, goroutinesPerStream float64
+	// dials is the number of connections the mock accepted meanwhile.
+	dials int64
+	// foreign is the share of the machine other processes used meanwhile.
+	foreign float64
+}
+
+// runner is one run under way.
+type runner struct {
+	cfg         Config
+	dir         string
+	completiond string
+	mock        *proc
+	report      *Report
+	gaveUp      bool // a wait for quiet timed out: later ones sample once
+	servers     int  // servers started, to name their config files
+}
+
+// Run runs the benchmark cfg describes and returns its report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "loadbench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	r := &runner{cfg: cfg, dir: dir, report: newReport(cfg)}
+	r.progress("building completiond with the benchmark's debug listener")
+	if r.completiond, err = buildCompletiond(ctx, cfg.Go, dir); err != nil {
+		return nil, err
+	}
+	if r.mock, err = r.startMock(ctx); err != nil {
+		return nil, err
+	}
+	defer r.mock.stop()
+	if err := r.measureAll(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.ProfileDir != "" {
+		if err := r.profileAll(ctx); err != nil {
+			return nil, err
+		}
+	}
+	r.report.End = time.Now()
+	return r.report, nil
+}
+
+// measureAll measures every level, repetition and phase, the servers
+// interleaved: relay then completiond in odd repetitions, the other way
+// round in even ones, so that a drift of the machine favours neither.
+func (r *runner) measureAll(ctx context.Context) error {
+	for _, level := range r.cfg.Levels {
+		for rep := 1; rep <= r.cfg.Reps; rep++ {
+			order := []target{direct, bareRelay, completiond}
+			if rep%2 == 0 {
+				order = []target{direct, completiond, bareRelay}
+			}
+			for _, ph := range r.cfg.phases() {
+				if err := r.waitQuiet(ctx, fmt.Sprintf("level %d, rep %d, %s", level, rep, ph)); err != nil {
+					return err
+				}
+				for _, t := range order {
+					if t == direct && ph == idle {
+						continue // the direct calls have no server to hold streams in
+					}
+					m, err := r.measure(ctx, level, t, ph)
+					if err != nil {
+						return fmt.Errorf("level %d, rep %d, %s, %s: %w", level, rep, ph, t, err)
+					}
+					r.report.add(key{level, rep, t, ph}, m)
+					r.progress("level %d · rep %d/%d · %s · %s: %s", level, rep, r.cfg.Reps, ph, t, m.summary(ph))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// spec is the mock's answer in phase ph at level.
+func (r *runner) spec(level int, ph phase) mock.Spec {
+	switch ph {
+	case streaming:
+		return r.cfg.streamSpec(level)
+	case idle:
+		return mock.Spec{Hold: true}
+	}
+	return mock.Spec{Tokens: 1}
+}
+
+// measure runs one phase against one target: for a server, a fresh process.
+func (r *runner) measure(ctx context.Context, level int, t target, ph phase) (*measurement, error) {
+	spec := r.spec(level, ph)
+	if t == direct {
+		d := newDirect(r.mockURL()+"/v1", spec.Model(), level)
+		defer d.close()
+		return r.measureLoad(ctx, nil, d, level, ph)
+	}
+	srv, err := r.startServer(ctx, t, spec.Model(), level)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	if ph == idle {
+		return r.measureIdle(ctx, srv, level)
+	}
+	return r.measureLoad(ctx, srv, srv.client, level, ph)
+}
+
+// measureLoad runs the streaming or short-answer load on c (srv's client,
+// or the direct calls with srv nil).
+func (r *runner) measureLoad(ctx context.Context, srv *server, c caller, level int, ph phase) (*measurement, error) {
+	until, stagger := r.cfg.ShortFor, time.Duration(0)
+	if ph == streaming {
+		until, stagger = r.cfg.StreamFor, min(answerTime(r.spec(level, ph)), r.cfg.StreamFor)
+	}
+	before, err := r.snapshot(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	l := runLoad(ctx, c, level, time.Now().Add(until), stagger)
+	after, err := r.snapshot(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	if srv != nil {
+		if err := srv.alive(); err != nil {
+			return nil, err
+		}
+	}
+	m := &measurement{load: l, ttftP50: percentile(l.ttfts, 50), ttftP99: percentile(l.ttfts, 99)}
+	after.since(before, m)
+	return m, ctx.Err()
+}
+
+// measureIdle holds level silent streams open in srv and measures what
+// each costs it.
+func (r *runner) measureIdle(ctx context.Context, srv *server, level int) (*measurement, error) {
+	if err := r.waitHeld(ctx, func(n int64) bool { return n == 0 }); err != nil {
+		return nil, err
+	}
+	// The baseline is read at rest too: the warm-up's goroutines gone.
+	if !sleep(ctx, r.cfg.IdleSettle) {
+		return nil, ctx.Err()
+	}
+	mem0, err := srv.memory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	before, err := r.snapshot(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	release := hold(ctx, srv.client, level)
+	heldErr := r.waitHeld(ctx, func(n int64) bool { return n >= int64(level) })
+	if heldErr == nil && sleep(ctx, r.cfg.IdleSettle) {
+		heldErr = srv.alive()
+	}
+	mem1, memErr := srv.memory(ctx)
+	after, snapErr := r.snapshot(ctx, srv)
+	l := release()
+	if err := firstErr(heldErr, memErr, snapErr, l.firstErr, ctx.Err()); err != nil {
+		return nil, err
+	}
+	m := &measurement{load: l}
+	mem1.perStream(mem0, level, m)
+	after.since(before, m)
+	return m, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitHeld waits until the mock holds a number of streams that ok accepts.
+func (r *runner) waitHeld(ctx context.Context, ok func(int64) bool) error {
+	deadline := time.Now().Add(heldTimeout)
+	for {
+		st, err := mockStats(ctx, r.mockURL())
+		if err != nil {
+			return err
+		}
+		if ok(st.Held) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the mock holds %d streams after %v", st.Held, heldTimeout)
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// heldTimeout bounds the wait for the idle streams to reach the upstream.
+const heldTimeout = time.Minute
+
+// progress writes one line to cfg.Progress.
+func (r *runner) progress(format string, args ...any) {
+	if r.cfg.Progress != nil {
+		fmt.Fprintf(r.cfg.Progress, "loadbench: "+format+"\n", args...)
+	}
+}
+
+// goVersion is the toolchain of the harness; completiond is built with the
+// go command on the PATH (Config.Go), normally the same.
+func goVersion() string { return runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH }

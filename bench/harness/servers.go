@@ -1,0 +1,264 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/completiond/completiond/bench/debugserver"
+	"github.com/completiond/completiond/bench/mock"
+	"github.com/completiond/completiond/bench/relay"
+)
+
+// warmTimeout bounds the wait for a new server's first answer.
+const warmTimeout = 15 * time.Second
+
+// warmRoute is the route of completiond's config that answers one token
+// whatever the phase: a server answers it once before it is measured, so
+// that what it does once per process (lazy setup, first connection) is
+// not counted.
+const warmRoute = "warmup"
+
+// server is a relay or completiond process and the harness's client of it.
+type server struct {
+	*proc
+	client *grpcCaller
+}
+
+func (s *server) stop() {
+	if s.client != nil {
+		s.client.close()
+	}
+	s.proc.stop()
+}
+
+// startMock starts the mock upstream from the harness's own binary.
+func (r *runner) startMock(ctx context.Context) (*proc, error) {
+	return startProc(ctx, procSpec{
+		name: "mock", argv: slices.Concat(r.cfg.Self, []string{RoleArg, "mock"}), env: childEnv(), stdout: true,
+		parse: func(p *proc, line string) {
+			if u, ok := strings.CutPrefix(line, mock.ReadyPrefix); ok {
+				p.addr = u
+			}
+		},
+		isReady: func(p *proc) bool { return p.addr != "" },
+	})
+}
+
+func (r *runner) mockURL() string { return r.mock.addr }
+
+// mockStats reads the mock's counters.
+func mockStats(ctx context.Context, url string) (mock.Stats, error) {
+	var st mock.Stats
+	body, err := get(ctx, url+"/stats")
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(body, &st)
+}
+
+// get is the body of a GET of url, which must answer 200.
+func get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return body, err
+}
+
+// startServer starts t for model (the phase's spec) and answers one
+// request through it, with a client sized for streams. completiond, which
+// is given a port that was free a moment before, is started again if
+// another process took it meanwhile.
+func (r *runner) startServer(ctx context.Context, t target, model string, streams int) (*server, error) {
+	for try := 1; ; try++ {
+		s, err := r.tryServer(ctx, t, model, streams)
+		if err == nil || !errAddrInUse(err) || try == 3 {
+			return s, err
+		}
+	}
+}
+
+func (r *runner) tryServer(ctx context.Context, t target, model string, streams int) (*server, error) {
+	var (
+		p     *proc
+		err   error
+		route string
+	)
+	switch t {
+	case bareRelay:
+		p, err = r.startRelay(ctx, model)
+		route = mock.Spec{Tokens: 1}.Model() // the relay's route is the upstream model
+	case completiond:
+		p, err = r.startCompletiond(ctx, model)
+		route = warmRoute
+	default:
+		return nil, fmt.Errorf("no server for %s", t)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &server{proc: p}
+	if err = s.listening(ctx); err == nil {
+		if s.client, err = dialServer(p.addr, streams, ""); err == nil {
+			err = s.warm(ctx, route)
+		}
+	}
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// listening waits until the server accepts connections (completiond says
+// its debug address before it listens): a gRPC client that found nobody
+// there would back off for a second before it tried again.
+func (s *server) listening(ctx context.Context) error {
+	deadline := time.Now().Add(warmTimeout)
+	for {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", s.addr)
+		if err == nil {
+			return conn.Close()
+		}
+		if err := s.alive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not listen on %s after %v: %w", s.name, s.addr, warmTimeout, err)
+		}
+		if !sleep(ctx, 5*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// warm answers one request, retrying while the server gets ready.
+func (s *server) warm(ctx context.Context, route string) error {
+	c := s.client.withRoute(route)
+	deadline := time.Now().Add(warmTimeout)
+	for {
+		res := c.call(ctx, 0)
+		if res.err == nil {
+			return nil
+		}
+		if err := s.alive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within %v: %w%s", s.name, warmTimeout, res.err, s.outputTail())
+		}
+		if !sleep(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+func (r *runner) startRelay(ctx context.Context, model string) (*proc, error) {
+	return startProc(ctx, procSpec{
+		name: "relay",
+		argv: slices.Concat(r.cfg.Self, []string{RoleArg, "relay", "-upstream", r.mockURL() + "/v1", "-model", model}),
+		env:  childEnv(debugserver.EnvAddr + "=127.0.0.1:0"), stdout: true,
+		parse: func(p *proc, line string) {
+			parseDebug(p, line)
+			if a, ok := strings.CutPrefix(line, relay.ReadyPrefix); ok {
+				p.addr = a
+			}
+		},
+		isReady: func(p *proc) bool { return p.addr != "" && p.debug != "" },
+	})
+}
+
+// startCompletiond starts completiond with one route to the mock for
+// model, and the warm-up route. Its stdout (the JSON log) goes to
+// /dev/null, so it cannot say its port: it gets one that is free now.
+func (r *runner) startCompletiond(ctx context.Context, model string) (*proc, error) {
+	r.servers++
+	cfgPath := filepath.Join(r.dir, "completiond-"+strconv.Itoa(r.servers)+".yaml")
+	if err := os.WriteFile(cfgPath, []byte(completiondConfig(r.mockURL()+"/v1", model)), 0o644); err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProc(ctx, procSpec{
+		name: "completiond",
+		argv: []string{r.completiond, "--addr", addr, "--config", cfgPath, "--log-level", r.cfg.LogLevel,
+			"--max-in-flight", "0", "--drain-timeout", "1s", "--shutdown-grace", "1s"},
+		env:     childEnv(debugserver.EnvAddr + "=127.0.0.1:0"),
+		parse:   parseDebug,
+		isReady: func(p *proc) bool { return p.debug != "" },
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.addr = addr
+	return p, nil
+}
+
+// completiondConfig routes "bench" (the default) to model at upstream, and
+// warmRoute to a one-token answer. The timeouts are long: a held stream
+// must stay open, and a paced one may wait long between tokens.
+func completiondConfig(upstream, model string) string {
+	route := func(name, model string) string {
+		return fmt.Sprintf("  %s:\n    provider: mock\n    model: %q\n    context_window: 128000\n    max_output_tokens: 4096\n"+
+			"    timeouts: {headers: 1m, first_token: 1h, idle: 1h, total: 1h}\n", name, model)
+	}
+	return "default_route: bench\nproviders:\n  mock:\n    kind: openai\n" +
+		fmt.Sprintf("    base_url: %q\n    api_key: sk-loadbench\n", upstream) +
+		"routes:\n" + route("bench", model) + route(warmRoute, mock.Spec{Tokens: 1}.Model())
+}
+
+// memReading is what a server holds at one moment.
+type memReading struct {
+	rss, goroutines int64
+	debugserver.Mem
+}
+
+// memory reads the server's RSS, goroutines, heap and stacks.
+func (s *server) memory(ctx context.Context) (memReading, error) {
+	var m memReading
+	var err error
+	if m.rss, err = rss(s.pid); err != nil {
+		return m, err
+	}
+	body, err := get(ctx, "http://"+s.debug+debugserver.GoroutinesPath)
+	if err != nil {
+		return m, err
+	}
+	if m.goroutines, err = strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64); err != nil {
+		return m, err
+	}
+	if body, err = get(ctx, "http://"+s.debug+debugserver.MemPath); err != nil {
+		return m, err
+	}
+	return m, json.Unmarshal(body, &m.Mem)
+}
+
+// perStream is what each of n streams added between m0 and m, into meas.
+func (m memReading) perStream(m0 memReading, n int, meas *measurement) {
+	per := func(a, b int64) float64 { return float64(a-b) / float64(n) }
+	meas.rssPerStream = per(m.rss, m0.rss)
+	meas.goroutinesPerStream = per(m.goroutines, m0.goroutines)
+	meas.heapPerStream = per(int64(m.HeapInuse), int64(m0.HeapInuse))
+	meas.stackPerStream = per(int64(m.StackInuse), int64(m0.StackInuse))
+}

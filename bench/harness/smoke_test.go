@@ -1,0 +1,114 @@
+package harness
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs the whole harness in a tiny configuration — the mock, the
+// relay and a freshly built completiond as processes, 2 streams of 5-token
+// answers, one repetition of each phase — and checks that the table has
+// every row with sane numbers. It proves the tool works, not how fast
+// anything is. Building completiond takes a while the first time (the
+// build cache makes it seconds after).
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs completiond: not in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	report, err := Run(ctx, Config{
+		Levels: []int{2}, Reps: 1, Tokens: 5, TokenDelay: time.Millisecond,
+		StreamFor: 400 * time.Millisecond, ShortFor: 300 * time.Millisecond, IdleSettle: 100 * time.Millisecond,
+		Quiet:    Quiet{Window: 100 * time.Millisecond, Timeout: -1},
+		Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	md := report.Markdown()
+	t.Log("\n" + md)
+	if n := report.Errors(); n != 0 {
+		t.Errorf("%d calls failed", n)
+	}
+	rows := tableRows(t, md, 2)
+	for _, mt := range Metrics {
+		row, ok := rows[mt.Name]
+		if !ok {
+			t.Errorf("no row %q", mt.Name)
+			continue
+		}
+		checkRow(t, mt, row)
+	}
+	for _, want := range []string{"go1.", "× ", "1 repetition(s)", "| streams | metric | direct | bare relay | completiond | completiond ÷ relay |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+}
+
+// tableRows are the table's rows at level, by metric name: the cells after
+// the name.
+func tableRows(t *testing.T, md string, level int) map[string][]string {
+	t.Helper()
+	rows := map[string][]string{}
+	prefix := "| " + strconv.Itoa(level) + " | "
+	for line := range strings.Lines(md) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			f := strings.Split(strings.TrimSuffix(rest, " |"), " | ")
+			rows[f[0]] = f[1:]
+		}
+	}
+	return rows
+}
+
+// checkRow checks the cells of one metric: a number for both servers and
+// their ratio, one for the direct calls when the metric has it, and
+// values in the range they must be in whatever the machine's load.
+func checkRow(t *testing.T, mt metric, cells []string) {
+	t.Helper()
+	if len(cells) != 4 {
+		t.Fatalf("%s: %d cells, want 4: %q", mt.Name, len(cells), cells)
+	}
+	direct, relay, completiond := cellValue(t, mt.Name, cells[0], mt.direct != nil),
+		cellValue(t, mt.Name, cells[1], true), cellValue(t, mt.Name, cells[2], true)
+	// A ratio is shown of positive values only (an added TTFT may be
+	// negative under the noise).
+	both := relay > 0 && completiond > 0
+	if r := cellValue(t, mt.Name, strings.TrimSuffix(cells[3], "×"), both); both && r <= 0 {
+		t.Errorf("%s: ratio %v", mt.Name, r)
+	}
+	switch {
+	case strings.HasPrefix(mt.Name, "TTFT") && direct <= 0:
+		t.Errorf("%s: the direct calls' TTFT is %v", mt.Name, direct)
+	case strings.Contains(mt.Name, "CPU") && (relay <= 0 || completiond <= 0):
+		t.Errorf("%s: relay %v, completiond %v: a server that relayed answers used no CPU", mt.Name, relay, completiond)
+	case strings.HasPrefix(mt.Name, "short answers") && (direct <= 0 || relay <= 0 || completiond <= 0):
+		t.Errorf("%s: direct %v, relay %v, completiond %v", mt.Name, direct, relay, completiond)
+	case strings.HasPrefix(mt.Name, "goroutines") && (relay < 1 || completiond < 1):
+		// Each held stream has at least its RPC's goroutine.
+		t.Errorf("%s: relay %v, completiond %v, want at least 1", mt.Name, relay, completiond)
+	}
+}
+
+// cellValue is the median a cell shows; a cell that should be empty must
+// be "—".
+func cellValue(t *testing.T, name, cell string, want bool) float64 {
+	t.Helper()
+	if !want {
+		if cell != "—" {
+			t.Errorf("%s: cell %q, want —", name, cell)
+		}
+		return 0
+	}
+	med, _, _ := strings.Cut(cell, " ")
+	v, err := strconv.ParseFloat(med, 64)
+	if err != nil {
+		t.Errorf("%s: cell %q is not a number", name, cell)
+	}
+	return v
+}

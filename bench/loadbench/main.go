@@ -1,0 +1,116 @@
+// Command loadbench measures completiond against a bare gRPC relay and a
+// direct openai-go call, each server in a process of its own, under a mock
+// OpenAI upstream, at several numbers of concurrent streams, and prints a
+// markdown table: added time to first token, CPU per 1 000 tokens, RSS and
+// goroutines per idle stream, and short answers per second, each also as a
+// ratio to the relay measured in the same run. See bench/harness and the
+// README's "Performance".
+//
+// Run it from the repository (it builds cmd/completiond): make loadbench,
+// or go run ./bench/loadbench -h.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/completiond/completiond/bench/harness"
+)
+
+func main() {
+	if ran, err := harness.RunRole(os.Args[1:]); ran {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "loadbench:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, runs the benchmark, and writes the table to stdout and
+// to the -out file.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, out, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	report, err := harness.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	md := report.Markdown()
+	fmt.Fprint(stdout, md)
+	if out != "" {
+		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "loadbench: wrote %s\n", out)
+	}
+	if n := report.Errors(); n > 0 {
+		return fmt.Errorf("%d calls failed: see the table's notes", n)
+	}
+	return nil
+}
+
+func parse(args []string, stderr io.Writer) (harness.Config, string, error) {
+	cfg := harness.Defaults()
+	cfg.Progress = stderr
+	fs := flag.NewFlagSet("loadbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	levels := fs.String("levels", joinInts(cfg.Levels), "concurrent streams to measure, comma-separated")
+	phases := fs.String("phases", strings.Join(harness.Phases, ","), "phases to measure, comma-separated: stream (paced answers), short (1-token answers), idle (held streams)")
+	fs.IntVar(&cfg.Reps, "reps", cfg.Reps, "interleaved repetitions per level")
+	fs.IntVar(&cfg.Tokens, "tokens", cfg.Tokens, "tokens per answer in the streaming phase")
+	fs.Float64Var(&cfg.TokenRate, "token-rate", cfg.TokenRate, "streaming phase: tokens per second over all streams together (paces each stream)")
+	fs.DurationVar(&cfg.TokenDelay, "token-delay", 0, "streaming phase: wait between two tokens of a stream, instead of -token-rate's")
+	fs.DurationVar(&cfg.FirstToken, "ttft", cfg.FirstToken, "the upstream's time to first token")
+	fs.DurationVar(&cfg.StreamFor, "stream-for", cfg.StreamFor, "streaming phase length (answers begun)")
+	fs.DurationVar(&cfg.ShortFor, "short-for", cfg.ShortFor, "short-answer phase length")
+	fs.DurationVar(&cfg.IdleSettle, "idle-settle", cfg.IdleSettle, "idle phase: wait after the last stream is held before reading RSS and goroutines")
+	fs.Float64Var(&cfg.Quiet.MaxBusy, "quiet-busy", cfg.Quiet.MaxBusy, "the machine is quiet at or under this busy share of all CPUs (0-1)")
+	fs.DurationVar(&cfg.Quiet.Timeout, "quiet-timeout", cfg.Quiet.Timeout, "wait this long for a quiet machine, then measure with a warning (negative: never wait)")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "completiond's --log-level")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "after measuring, write CPU profiles (streaming, short answers) and heap profiles (idle streams) of both servers at the top level here")
+	fs.DurationVar(&cfg.ProfileFor, "profile-for", cfg.ProfileFor, "length of each profile's load (with -profile-dir)")
+	out := fs.String("out", "", "also write the table to this file")
+	if err := fs.Parse(args); err != nil {
+		return cfg, "", err
+	}
+	cfg.Phases = strings.Split(*phases, ",")
+	var err error
+	cfg.Levels, err = parseInts(*levels)
+	return cfg, *out, err
+}
+
+func parseInts(s string) ([]int, error) {
+	var v []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("-levels %q: %w", s, err)
+		}
+		v = append(v, n)
+	}
+	return v, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
