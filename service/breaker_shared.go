@@ -280,20 +280,12 @@ return 0
 `)
 
 func (p *probeLeaseHolder) renew() {
-	defer close(p.done)
-	t := time.NewTicker(p.s.probeLease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-			ctx, cancel := p.s.g.ctx()
-			err := renewProbe.Run(ctx, p.s.g.rdb, []string{cbProbeKey(p.route)}, p.token, p.s.probeLease.Milliseconds()).Err()
-			cancel()
-			p.s.g.observe("breaker probe renew", err)
-		}
-	}
+	renewLoop(p.s.probeLease/3, p.stop, p.done, func() {
+		ctx, cancel := p.s.g.ctx()
+		err := renewProbe.Run(ctx, p.s.g.rdb, []string{cbProbeKey(p.route)}, p.token, p.s.probeLease.Milliseconds()).Err()
+		cancel()
+		p.s.g.observe("breaker probe renew", err)
+	})
 }
 
 // release ends the probe: the next call may probe.

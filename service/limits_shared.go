@@ -155,20 +155,12 @@ type heldSlot struct {
 
 // renew keeps the slot alive while its RPC runs.
 func (h *heldSlot) renew() {
-	defer close(h.done)
-	t := time.NewTicker(h.s.slotTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-t.C:
-			ctx, cancel := h.s.g.ctx()
-			err := renewSlot.Run(ctx, h.s.g.rdb, []string{inflightKey(h.key)}, h.id, h.s.slotTTL.Milliseconds()).Err()
-			cancel()
-			h.s.g.observe("key concurrency renew", err)
-		}
-	}
+	renewLoop(h.s.slotTTL/3, h.stop, h.done, func() {
+		ctx, cancel := h.s.g.ctx()
+		err := renewSlot.Run(ctx, h.s.g.rdb, []string{inflightKey(h.key)}, h.id, h.s.slotTTL.Milliseconds()).Err()
+		cancel()
+		h.s.g.observe("key concurrency renew", err)
+	})
 }
 
 // release stops the renewal and gives the slot back.

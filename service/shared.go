@@ -201,3 +201,21 @@ func (s *redisStore) SetData(name string, data []byte) error {
 	defer cancel()
 	return s.g.observe("breaker set", s.g.rdb.Set(ctx, cbKey(storeRoute(name)), data, 0).Err())
 }
+
+// renewLoop calls renew every period until stop is closed, then closes
+// done: the keep-alive of a Redis key with an expiry (a breaker's probe,
+// a key's concurrency slot) while its holder runs, so that a dead
+// replica's keys lapse by themselves.
+func renewLoop(period time.Duration, stop <-chan struct{}, done chan<- struct{}, renew func()) {
+	defer close(done)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			renew()
+		}
+	}
+}
