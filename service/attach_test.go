@@ -120,31 +120,7 @@ func TestStreamCutThenAttach(t *testing.T) {
 	e, g := gatedEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sctx, cut := context.WithCancel(ctx)
-	st, err := e.client.Stream(sctx, resumable(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := recvUntilDelta(t, st)
-	cut()
-	id := seen[0].GetStarted().GetCompletionId()
-	last := seen[len(seen)-1].GetSeq()
-	done := make(chan struct{})
-	var rest []*completionv1.CompletionEvent
-	var ast *status.Status
-	go func() {
-		defer close(done)
-		rest, ast = attachAll(ctx, e.client, id, last)
-	}()
-	close(g.open)
-	<-done
-	if ast.Code() != codes.OK {
-		t.Fatalf("attach: %v", ast)
-	}
-	all := append(seen, rest...)
-	if r := checkContract(t, all, status.New(codes.OK, "")); r == nil {
-		t.Fatal("no result")
-	}
+	cutThenAttach(ctx, t, e.client, e.client, g.open)
 	if n := e.upstream.calls.Load(); n != 1 {
 		t.Fatalf("upstream calls = %d, want 1", n)
 	}
@@ -288,4 +264,38 @@ func TestResumeGraceValidation(t *testing.T) {
 	if _, err := e.client.Complete(ctx, resumable(time.Second)); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("Complete with a grace: %v, want INVALID_ARGUMENT", err)
 	}
+}
+
+// cutThenAttach streams a resumable completion through from, cuts the
+// stream after its first delta, attaches through to after the last seq
+// seen, lets the upstream go on (open), and checks the contract of the
+// whole: every seq once, to the result. It returns every event.
+func cutThenAttach(ctx context.Context, t *testing.T, from, to completionv1.CompletionClient, open chan struct{}) []*completionv1.CompletionEvent {
+	t.Helper()
+	sctx, cut := context.WithCancel(ctx)
+	st, err := from.Stream(sctx, resumable(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := recvUntilDelta(t, st)
+	cut()
+	id := seen[0].GetStarted().GetCompletionId()
+	last := seen[len(seen)-1].GetSeq()
+	done := make(chan struct{})
+	var rest []*completionv1.CompletionEvent
+	var ast *status.Status
+	go func() {
+		defer close(done)
+		rest, ast = attachAll(ctx, to, id, last)
+	}()
+	close(open)
+	<-done
+	if ast.Code() != codes.OK {
+		t.Fatalf("attach: %v", ast)
+	}
+	all := append(seen, rest...)
+	if r := checkContract(t, all, status.New(codes.OK, "")); r == nil {
+		t.Fatal("no result")
+	}
+	return all
 }

@@ -10,7 +10,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
@@ -61,31 +60,8 @@ func TestFleetAttachOnAnotherReplica(t *testing.T) {
 	b := newTestEnv(t, withRedis(t, addr, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sctx, cut := context.WithCancel(ctx)
-	st, err := a.client.Stream(sctx, resumable(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := recvUntilDelta(t, st)
-	cut()
-	id := seen[0].GetStarted().GetCompletionId()
-	last := seen[len(seen)-1].GetSeq()
-	done := make(chan struct{})
-	var rest []*completionv1.CompletionEvent
-	var ast *status.Status
-	go func() {
-		defer close(done)
-		rest, ast = attachAll(ctx, b.client, id, last)
-	}()
-	close(gate.open)
-	<-done
-	if ast.Code() != codes.OK {
-		t.Fatalf("attach through B: %v", ast)
-	}
-	all := append(seen, rest...)
-	if r := checkContract(t, all, status.New(codes.OK, "")); r == nil {
-		t.Fatal("no result")
-	}
+	all := cutThenAttach(ctx, t, a.client, b.client, gate.open)
+	id := all[0].GetStarted().GetCompletionId()
 	replay, rst := attachAll(ctx, b.client, id, 0)
 	if rst.Code() != codes.OK || !equalSeqs(seqs(replay), seqs(all)) {
 		t.Fatalf("replay through B: %v, seqs %v, want %v", rst, seqs(replay), seqs(all))
