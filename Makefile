@@ -12,8 +12,9 @@ PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 GRPCURL_VERSION            ?= v1.9.4
 STATICCHECK_VERSION        ?= v0.8.2
+BENCHSTAT_VERSION          ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/staticcheck
+TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/staticcheck $(BIN)/benchstat
 
 .DEFAULT_GOAL := help
 
@@ -31,9 +32,9 @@ help: ## Show this help, with the values the variables have now.
 	@$(foreach v,$(TOOL_VERSIONS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
 
 # The variables make help shows, with their current values.
-HELP_VARS     = ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BREAKING_REF IMAGE IMAGE_MODE \
+HELP_VARS     = ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BENCH BENCH_PKGS BENCH_COUNT BREAKING_REF IMAGE IMAGE_MODE \
 	LOADBENCH_LEVELS LOADBENCH_REPS LOADBENCH_OUT LOADBENCH_FLAGS
-TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION HELM_VERSION \
+TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION BENCHSTAT_VERSION HELM_VERSION \
 	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
 
 .PHONY: run
@@ -80,9 +81,20 @@ transcripts: ## Record clients/testdata/transcripts (the client libraries' golde
 cover: ## Statement coverage of the recovery core.
 	$(GO) test -cover ./recovery/...
 
+# make bench: every benchmark BENCH_COUNT times, interleaved by go test's
+# -count within each package, then benchstat: the median of each metric
+# (the x-direct ratios included) with its spread (± the 95 % confidence
+# interval), which is what the README quotes, with the date. BENCH narrows
+# the benchmarks (a -bench regexp), BENCH_PKGS the packages.
+BENCH       ?= .
+BENCH_PKGS  ?= ./...
+BENCH_COUNT ?= 6
+BENCH_OUT   ?= bench.txt
+
 .PHONY: bench
-bench: ## Run the benchmarks.
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: $(BIN)/benchstat ## Run the benchmarks BENCH_COUNT (6) times and print their medians and spread with benchstat (raw runs in BENCH_OUT).
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) $(BENCH_PKGS) | tee $(BENCH_OUT)
+	$(BIN)/benchstat $(BENCH_OUT)
 
 # make loadbench: bench/loadbench (README, "Performance") — the mock upstream,
 # direct openai-go calls, the bare gRPC relay and completiond, each server a
@@ -101,7 +113,7 @@ loadbench: ## Load benchmark vs a bare gRPC relay: LOADBENCH_LEVELS streams × L
 	$(GO) run ./bench/loadbench -levels '$(LOADBENCH_LEVELS)' -reps '$(LOADBENCH_REPS)' -out '$(LOADBENCH_OUT)' $(LOADBENCH_FLAGS)
 
 .PHONY: tools
-tools: $(TOOLS) ## Install the pinned buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl and staticcheck into ./bin.
+tools: $(TOOLS) ## Install the pinned buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl, staticcheck and benchstat into ./bin.
 
 $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -113,6 +125,8 @@ $(BIN)/grpcurl:
 	GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 $(BIN)/staticcheck:
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+$(BIN)/benchstat:
+	GOBIN=$(BIN) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
 .PHONY: generate
 generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc protoc-installed $(NODE_MODULES) ## Regenerate gen/ (Go), the Python and the TypeScript stubs from proto/ and third_party/googleapis.
