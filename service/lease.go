@@ -179,11 +179,18 @@ const leaseTokenTTL = 24 * time.Hour
 // LeaseCheckLua is the fencing precondition of a Redis script that writes
 // for the owner of a completion: KEYS[1] is LeaseKey(id), ARGV[1] the
 // writer's lease value ("token replica", as Acquire stored it). A script
-// that starts with it writes only while the writer still holds the lease,
+// that starts with it does not write once another replica holds the lease,
 // atomically with the write (the Redis event log's fenced append):
 //
-//	if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
-const LeaseCheckLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
+//	local v = redis.call('GET', KEYS[1])
+//	if v and v ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
+//
+// A lease that is gone (it lapsed, or Redis restarted empty) does not
+// refuse the write: nobody else can have written since without taking the
+// lease, and the writer's next renewal takes it back or finds it lost
+// (Leases.Renew), which stops the writer.
+const LeaseCheckLua = `local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
 `
 
 var (

@@ -94,11 +94,11 @@ func (l *procLogs) String() string {
 // startReplica starts completiond as replica name of the fleet on Redis
 // at redisAddr, on a free loopback port, and waits until its health says
 // SERVING. It is killed when t ends.
-func startReplica(t *testing.T, bin, name, redisAddr string) *proc {
+func startReplica(t *testing.T, bin, name, redisAddr string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, logs: &procLogs{addr: make(chan string, 1)}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "--addr", "127.0.0.1:0", "--redis-url", "redis://"+redisAddr,
-		"--lease-ttl", fleetLeaseTTL.String(), "--replica", name)
+	p.cmd = exec.Command(bin, append([]string{"--addr", "127.0.0.1:0", "--redis-url", "redis://" + redisAddr,
+		"--lease-ttl", fleetLeaseTTL.String(), "--replica", name}, args...)...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envPrefix) {
@@ -275,6 +275,79 @@ func TestFleetReplicaKilled(t *testing.T) {
 			t.Logf("process fleet, %s: the REPLICA_LOST transition reached the client %v after SIGKILL (lease %s)",
 				tc.route, tookOver.Round(time.Millisecond), fleetLeaseTTL)
 		})
+	}
+}
+
+// TestFleetRedisRestarted: Redis is killed and restarted empty while a
+// resumable Stream runs through A: the Stream finishes whole (its events in
+// A's memory meanwhile; its lease, lost with Redis's data, taken back by
+// A's renewal), and once Redis is back a new completion through A can be
+// attached through B. The lease here is longer than Redis's restart: a
+// Redis away for longer than the lease stops the completions holding
+// leases (see the README, "Running a fleet").
+func TestFleetRedisRestarted(t *testing.T) {
+	bin := buildCompletiond(t)
+	rs := redistest.New(t)
+	a := startReplica(t, bin, "A", rs.Addr, "--lease-ttl", "3s")
+	b := startReplica(t, bin, "B", rs.Addr, "--lease-ttl", "3s")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ca, cb := connect(t, a), connect(t, b)
+	req := func(text string) *completionv1.CompleteRequest {
+		return &completionv1.CompleteRequest{
+			Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: text}}}}}},
+			Metadata:    map[string]string{"sim.pace": "20ms", "sim.words": "60"},
+			ResumeGrace: durationpb.New(30 * time.Second),
+		}
+	}
+	st, err := ca.Stream(ctx, req("through a Redis restart"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deltas := 0; deltas < 5; {
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.GetDelta() != nil {
+			deltas++
+		}
+	}
+	rs.Restart() // killed, and started again empty
+	fold, err := st.Wait()
+	if err != nil {
+		t.Fatalf("the Stream running while Redis restarted: %v", err)
+	}
+	if fold.Reason() != completionv1.TransitionReason_TRANSITION_REASON_COMPLETED || fold.Text() != resultText(fold.Result()) {
+		t.Fatalf("the Stream running while Redis restarted ended %s with %q, result %q", fold.Reason(), fold.Text(), resultText(fold.Result()))
+	}
+	if replay, err := ca.Attach(ctx, fold.CompletionID(), 0); err != nil {
+		t.Fatal(err)
+	} else if f, err := replay.Wait(); err != nil || f.Text() != fold.Text() {
+		t.Fatalf("attach through A to the completion that ran while Redis restarted: %v %q", err, f.Text())
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := ca.Stream(ctx, req("redis is back"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fold, err := st.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := cb.Attach(ctx, fold.CompletionID(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replay, err := at.Wait()
+		if err == nil && replay.Text() == fold.Text() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a completion through A cannot be attached through B 15s after Redis came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
