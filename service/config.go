@@ -182,6 +182,10 @@ type Config struct {
 	// lapsed (its replica died) takes it over (takeover.go). nil: a single
 	// process, no leases.
 	Leases Leases
+	// LeaseTTL is the lease length the file configuration asks for
+	// (redis.lease_ttl), for whoever builds Leases (completiond: with
+	// NewRedisLeases); 0: DefaultLeaseTTL. The server itself uses Leases.
+	LeaseTTL time.Duration
 	// Replica names this replica in leases and logs (default host:pid).
 	Replica string
 }

@@ -44,6 +44,10 @@ type completion struct {
 	// completion from there (recovery.Takeover) instead of starting it.
 	prior     *recovery.Prior
 	takenFrom string // the replica the completion was taken over from
+	// lease, when set, is the lease admit acquired for the completion
+	// (a resumable Stream of a fleet replica), at leaseFrom.
+	lease     *Lease
+	leaseFrom time.Time
 }
 
 // run drives the machine to its end and returns the result. The returned

@@ -301,7 +301,22 @@ func (m *memLog) expire(now time.Time) {
 	}
 }
 
-// drop removes an ended log and wakes its followers.
+// forgetLive drops the log of id if it is live, and wakes its followers
+// (a fleet replica's copy of a completion another replica owns now). It
+// reports whether it did.
+func (m *memLog) forgetLive(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.logs[id]
+	if !ok || !l.ended.IsZero() {
+		return false
+	}
+	m.drop(l)
+	return true
+}
+
+// drop removes a log (an ended one, or one forgetLive gives up) and wakes
+// its followers.
 func (m *memLog) drop(l *completionLog) {
 	delete(m.logs, l.id)
 	for i, e := range m.ended {

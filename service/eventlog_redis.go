@@ -90,7 +90,9 @@ return 'ok'
 // (ms), retention (ms), max events, max bytes, live TTL (ms). It answers
 // ok; missing when the log is not in Redis (never opened there, dropped,
 // or Redis lost it); ended; or order for a seq not above the last.
-var redisAppendScript = redis.NewScript(redisLogLib + `
+var redisAppendScript = redis.NewScript(redisAppendBody)
+
+const redisAppendBody = redisLogLib + `
 local id, seq, ev, status, fin = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local now, retention, maxe, maxb, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 expire(now, retention)
@@ -129,7 +131,16 @@ else
 end
 redis.call('PUBLISH', 'completiond:logchanged', id .. ' ' .. seq)
 return 'ok'
-`)
+`
+
+// redisFencedAppendScript is redisAppendScript for the owner of a fenced
+// completion: KEYS[1] is its LeaseKey and ARGV[1] its lease value, before
+// the append's own keys and arguments; the append happens only while the
+// writer still holds the lease, atomically with the check (LeaseCheckLua),
+// which otherwise answers the error FENCED.
+var redisFencedAppendScript = redis.NewScript(LeaseCheckLua + `table.remove(KEYS, 1)
+table.remove(ARGV, 1)
+` + redisAppendBody)
 
 // redisExpireScript runs expire alone; ARGV: now (ms), retention (ms).
 var redisExpireScript = redis.NewScript(redisLogLib + `
@@ -188,6 +199,8 @@ type RedisEventLog struct {
 	LiveTTL time.Duration
 	// OpTimeout bounds each command.
 	OpTimeout time.Duration
+
+	fences sync.Map // id → the lease value its writes need (Fence)
 
 	wake   *wakeRegistry
 	ps     *redis.PubSub
@@ -304,9 +317,18 @@ func (l *RedisEventLog) End(id string, result *completionv1.CompletionEvent, sta
 	_, _ = l.add(id, result, status, true)
 }
 
+// Fence implements FencedLog: from now on, the writes of id happen only
+// while l is its lease, checked by the append script atomically with each
+// write; a write refused is dropped (add answers fenced).
+func (l *RedisEventLog) Fence(id string, lease Lease) { l.fences.Store(id, lease.Value()) }
+
+// Unfence implements FencedLog.
+func (l *RedisEventLog) Unfence(id string) { l.fences.Delete(id) }
+
 // add appends ev to the log of id, and with end ends it with status. It
-// answers what the script did (ok, missing, ended, order) or the error of
-// a Redis that did not answer.
+// answers what the script did (ok, missing, ended, order, or fenced when
+// id is fenced and its lease is no longer the writer's) or the error of a
+// Redis that did not answer.
 func (l *RedisEventLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) (string, error) {
 	b, err := proto.Marshal(ev)
 	if err != nil {
@@ -319,8 +341,18 @@ func (l *RedisEventLog) add(id string, ev *completionv1.CompletionEvent, status 
 	ctx, cancel := l.ctx()
 	defer cancel()
 	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id))
-	res, err := redisAppendScript.Run(ctx, l.rdb, keys, id, ev.GetSeq(), b, status, fin, ms(l.now()),
-		l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds()).Text()
+	args := []any{id, ev.GetSeq(), b, status, fin, ms(l.now()),
+		l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds()}
+	script := redisAppendScript
+	if v, ok := l.fences.Load(id); ok {
+		script = redisFencedAppendScript
+		keys = append([]string{LeaseKey(id)}, keys...)
+		args = append([]any{v}, args...)
+	}
+	res, err := script.Run(ctx, l.rdb, keys, args...).Text()
+	if err != nil && strings.HasPrefix(err.Error(), "FENCED") {
+		return "fenced", nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", errLogUnavailable, err)
 	}

@@ -83,6 +83,10 @@ type FileRedis struct {
 	// TLS; ${ENV_VAR} references are expanded. Keep the password out of
 	// the file: in ${VAR}, or in COMPLETIOND_REDIS_PASSWORD.
 	URL string `yaml:"url"`
+	// LeaseTTL is the length of a completion's lease (a Go duration, e.g.
+	// 2s; default DefaultLeaseTTL): a dead replica's resumable Streams are
+	// taken over by another replica about this long after its death.
+	LeaseTTL string `yaml:"lease_ttl"`
 }
 
 // FileProvider declares one upstream account.
@@ -219,6 +223,13 @@ func (fc *FileConfig) apply(base Config, getenv func(string) string, factories m
 			return base, fmt.Errorf("redis.url: %w", err)
 		}
 		cfg.RedisURL = u
+		if fc.Redis.LeaseTTL != "" {
+			d, err := time.ParseDuration(fc.Redis.LeaseTTL)
+			if err != nil || d <= 0 {
+				return base, fmt.Errorf("redis.lease_ttl: %q is not a positive duration (e.g. 2s)", fc.Redis.LeaseTTL)
+			}
+			cfg.LeaseTTL = d
+		}
 	}
 	if err := cfg.check(); err != nil {
 		return base, err

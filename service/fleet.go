@@ -183,9 +183,58 @@ func (f *fleetLog) share(id string, ev *completionv1.CompletionEvent, status []b
 	switch {
 	case err != nil:
 		f.degrade(id, err)
+	case res == "fenced":
+		f.fencedOut(id)
 	case res == "missing":
 		f.degrade(id, errors.New("its log is no longer in Redis (Redis restarted, or evicted it)"))
 	}
+}
+
+// Fence implements FencedLog: the Redis writes of id check its lease.
+func (f *fleetLog) Fence(id string, l Lease) { f.redis.Fence(id, l) }
+
+// Unfence implements FencedLog. A completion whose run is over while its
+// log in memory is still live was fenced (this replica lost its lease
+// and wrote nothing more): its copy here is dropped, so that the readers
+// on this replica read the log of the replica that took it over, in Redis.
+func (f *fleetLog) Unfence(id string) {
+	f.redis.Unfence(id)
+	if f.mem.forgetLive(id) {
+		f.mu.Lock()
+		delete(f.shared, id)
+		delete(f.degraded, id)
+		f.mu.Unlock()
+	}
+}
+
+// fencedOut: Redis refused a write of id, whose lease another replica
+// holds now. Nothing more of id is written here (the owner's renewal
+// finds the lease lost and stops the completion), and this replica's
+// readers read the new owner's log in Redis.
+func (f *fleetLog) fencedOut(id string) {
+	f.mu.Lock()
+	delete(f.shared, id)
+	f.mu.Unlock()
+	f.mem.forgetLive(id)
+	f.log.Warn("redis: a write refused, the completion's lease is another replica's: this replica stops writing it", "completion_id", id)
+}
+
+// adopt starts logging here completion id, which this replica takes over:
+// its log in Redis goes on (shared), and this replica's memory gets a copy
+// of what Redis kept (meta and evs, read for the rebuild), so that its
+// readers read it here first as for the completions it started, and so
+// that the log stays whole if Redis fails from now on.
+func (f *fleetLog) adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent) {
+	f.mem.forgetLive(id) // a stale copy: this replica owned it before
+	if err := f.mem.Open(id, meta); err == nil {
+		for _, ev := range evs {
+			f.mem.Append(id, ev)
+		}
+	}
+	f.mu.Lock()
+	f.shared[id] = true
+	delete(f.degraded, id)
+	f.mu.Unlock()
 }
 
 // degrade takes id off Redis for the rest of its run.

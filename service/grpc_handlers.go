@@ -148,12 +148,7 @@ func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.
 	if err != nil {
 		return err
 	}
-	o, err := s.lease(ctx, c, cancel)
-	if err != nil { // Redis is unreachable: refused, and the log it opened ends
-		c.out.end(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: &completionv1.Result{}}}, encodeStatus(status.Convert(err)))
-		c.release()
-		return err
-	}
+	o := s.lease(c, cancel)
 	defer s.unhold(c.id, o)
 	leave, end := s.holds.start(c.id, grace, cancel)
 	defer end()
@@ -266,7 +261,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	if !takeover {
 		id = newID()
 	}
-	release, err := s.admit(ctx, id, req, session, takeover)
+	release, lease, err := s.admit(ctx, id, req, session, takeover)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +272,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 		caller: statelessCaller{}, out: out,
 		observer: s.obs, breakers: s.breakers, models: map[int32]string{},
 		conclude: func(r *recovery.Result) *status.Status { return endStatus(s.ending(ctx, r)) },
-		release:  release,
+		release:  release, lease: lease.lease, leaseFrom: lease.from,
 	}, nil
 }
 
@@ -285,25 +280,60 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 // UNAVAILABLE while the server drains, and when a resumable completion
 // finds no room in the event log (a completion without a grace runs
 // unlogged then). The returned function counts it out.
-func (s *Server) admit(ctx context.Context, id string, req *completionv1.CompleteRequest, session, takeover bool) (func(), error) {
+//
+// A resumable Stream of a fleet replica (Config.Leases) first acquires
+// the completion's lease, and only then logs its request, which is what
+// makes it a completion another replica may take over: when the lease
+// cannot be had (Redis does not answer), it runs as on a single replica,
+// without a lease and never taken over (as its log degrades to memory).
+func (s *Server) admit(ctx context.Context, id string, req *completionv1.CompleteRequest, session, takeover bool) (func(), acquired, error) {
 	if !s.running.enter() {
-		return nil, drainingStatus()
+		return nil, acquired{}, drainingStatus()
 	}
+	var once sync.Once
+	release := func() { once.Do(s.running.exit) }
 	if takeover { // its log is open already
-		var once sync.Once
-		return func() { once.Do(s.running.exit) }, nil
+		return release, acquired{}, nil
 	}
 	resumable := req.GetResumeGrace().AsDuration() > 0
 	meta := LogMeta{Owner: CallerName(ctx), Resumable: resumable && session, Replica: s.cfg.Replica}
+	var a acquired
 	if resumable && !session && s.cfg.Leases != nil {
-		meta.Request, _ = proto.Marshal(req) // what a takeover runs again
+		a = s.acquire(ctx, id)
+		if a.lease != nil {
+			meta.Request, _ = proto.Marshal(req) // what a takeover runs again
+		}
 	}
 	if err := s.log.Open(id, meta); err != nil && resumable {
+		if a.lease != nil {
+			_ = s.cfg.Leases.Release(context.WithoutCancel(ctx), *a.lease)
+		}
 		s.running.exit()
-		return nil, logFullStatus()
+		return nil, acquired{}, logFullStatus()
 	}
-	var once sync.Once
-	return func() { once.Do(s.running.exit) }, nil
+	return release, a, nil
+}
+
+// acquired is the lease admit acquired, at from (before it was asked).
+type acquired struct {
+	lease *Lease
+	from  time.Time
+}
+
+// acquire takes the lease of a new completion id, bounded by a third of
+// the lease length; it logs and returns none when that fails.
+func (s *Server) acquire(ctx context.Context, id string) acquired {
+	ls := s.cfg.Leases
+	from := time.Now()
+	actx, cancel := context.WithTimeout(ctx, ls.TTL()/3)
+	defer cancel()
+	l, err := ls.Acquire(actx, id, s.cfg.Replica)
+	if err != nil {
+		s.cfg.Logger.WarnContext(ctx, "no lease for a resumable completion (redis unreachable?): it runs on this replica alone, and no other replica can take it over if this one dies",
+			"completion_id", id, "error", err.Error())
+		return acquired{}
+	}
+	return acquired{lease: &l, from: from}
 }
 
 // running counts the completions that run, so that a drain can refuse new

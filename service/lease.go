@@ -76,8 +76,9 @@ type Leases interface {
 	// it (errLeaseHeld otherwise), with a token larger than any given
 	// for id before.
 	Acquire(ctx context.Context, id, replica string) (Lease, error)
-	// Renew extends l by the lease length if it is still held as l
-	// (errLeaseLost otherwise).
+	// Renew extends l by the lease length if it is still held as l, or
+	// takes it again if it lapsed and nobody was granted it since (a
+	// Redis that lost its keys); errLeaseLost otherwise.
 	Renew(ctx context.Context, l Lease) error
 	// Release gives l up, if it is still held as l.
 	Release(ctx context.Context, l Lease) error
@@ -139,7 +140,7 @@ func (m *memLeases) Acquire(_ context.Context, id, replica string) (Lease, error
 func (m *memLeases) Renew(_ context.Context, l Lease) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cur, ok := m.held(l.ID); !ok || cur.Lease != l {
+	if cur, ok := m.held(l.ID); ok && cur.Lease != l || !ok && m.tokens[l.ID] != l.Token {
 		return errLeaseLost
 	}
 	m.leases[l.ID] = memLease{Lease: l, until: m.now().Add(m.ttl)}
@@ -178,11 +179,18 @@ const leaseTokenTTL = 24 * time.Hour
 // LeaseCheckLua is the fencing precondition of a Redis script that writes
 // for the owner of a completion: KEYS[1] is LeaseKey(id), ARGV[1] the
 // writer's lease value ("token replica", as Acquire stored it). A script
-// that starts with it writes only while the writer still holds the lease,
+// that starts with it does not write once another replica holds the lease,
 // atomically with the write (the Redis event log's fenced append):
 //
-//	if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
-const LeaseCheckLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
+//	local v = redis.call('GET', KEYS[1])
+//	if v and v ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
+//
+// A lease that is gone (it lapsed, or Redis restarted empty) does not
+// refuse the write: nobody else can have written since without taking the
+// lease, and the writer's next renewal takes it back or finds it lost
+// (Leases.Renew), which stops the writer.
+const LeaseCheckLua = `local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
 `
 
 var (
@@ -193,8 +201,19 @@ local t = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], t .. ' ' .. ARGV[1], 'PX', ARGV[2])
 return t`)
-	// renewScript: compare-and-pexpire. KEYS lease; ARGV value, ttl ms.
-	renewScript = redis.NewScript(LeaseCheckLua + `return redis.call('PEXPIRE', KEYS[1], ARGV[2])`)
+	// renewScript: compare-and-pexpire, or take the lease again when it
+	// is gone and nobody was granted one since (the token counter is ours,
+	// or gone too: Redis restarted empty, or lost the keys). KEYS lease,
+	// token counter; ARGV value, ttl ms, token, counter ttl ms. Returns 1
+	// when the lease is the caller's for ttl, 0 when it is lost.
+	renewScript = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if v then return 0 end
+local t = redis.call('GET', KEYS[2])
+if t and t ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1`)
 	// releaseScript: compare-and-delete. KEYS lease; ARGV value.
 	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
@@ -229,10 +248,9 @@ func (r *redisLeases) Acquire(ctx context.Context, id, replica string) (Lease, e
 }
 
 func (r *redisLeases) Renew(ctx context.Context, l Lease) error {
-	n, err := renewScript.Run(ctx, r.rdb, []string{LeaseKey(l.ID)}, l.Value(), r.ttl.Milliseconds()).Int64()
+	n, err := renewScript.Run(ctx, r.rdb, []string{LeaseKey(l.ID), leaseTokenKey(l.ID)}, l.Value(), r.ttl.Milliseconds(),
+		l.Token, leaseTokenTTL.Milliseconds()).Int64()
 	switch {
-	case err != nil && strings.HasPrefix(err.Error(), "FENCED"):
-		return errLeaseLost
 	case err != nil:
 		return fmt.Errorf("renew lease: %w", err)
 	case n == 0:

@@ -99,3 +99,43 @@ func TestOwnershipRenewsAndStops(t *testing.T) {
 		t.Fatalf("the dead owner's lease did not lapse: %v", err)
 	}
 }
+
+// TestLeaseRenewTakesBackALapsedLease: a lease that lapsed with nobody
+// granted it since is taken back by its owner's renewal (a Redis that
+// restarted empty lost it), but not once another replica was granted one.
+func TestLeaseRenewTakesBackALapsedLease(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	ls := NewRedisLeases(rdb, time.Second)
+	a, err := ls.Acquire(ctx, "c1", "A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.FlushAll(ctx).Err(); err != nil { // Redis lost everything
+		t.Fatal(err)
+	}
+	if err := ls.Renew(ctx, a); err != nil {
+		t.Fatalf("renew after Redis lost the lease: %v", err)
+	}
+	if h, ok, _ := ls.Holder(ctx, "c1"); !ok || h != a {
+		t.Fatalf("holder %+v %t, want %+v", h, ok, a)
+	}
+	if b, err := ls.Acquire(ctx, "c1", "B"); !errors.Is(err, errLeaseHeld) {
+		t.Fatalf("B acquired a lease A holds again: %+v %v", b, err)
+	}
+	// Gone, and B was granted it since: A's renewal is refused.
+	if err := rdb.Del(ctx, LeaseKey("c1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ls.Acquire(ctx, "c1", "B")
+	if err != nil || b.Token <= a.Token {
+		t.Fatalf("B: %+v %v", b, err)
+	}
+	if err := rdb.Del(ctx, LeaseKey("c1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Renew(ctx, a); !errors.Is(err, errLeaseLost) {
+		t.Fatalf("A took back a lease B was granted after it: %v", err)
+	}
+}

@@ -108,6 +108,17 @@ func TestFileConfigRedis(t *testing.T) {
 	if cfg.RedisURL != "rediss://:"+redisSecret+"@redis:6380/1" {
 		t.Fatalf("RedisURL = %q", cfg.RedisURL)
 	}
+	if cfg.LeaseTTL != 0 {
+		t.Fatalf("LeaseTTL = %v without redis.lease_ttl", cfg.LeaseTTL)
+	}
+	if cfg, err = load("redis:\n  url: redis://redis:6379\n  lease_ttl: 750ms\n"); err != nil || cfg.LeaseTTL != 750*time.Millisecond {
+		t.Fatalf("redis.lease_ttl: %v %v", cfg.LeaseTTL, err)
+	}
+	for _, body := range []string{"redis:\n  url: redis://redis:6379\n  lease_ttl: soon\n", "redis:\n  url: redis://redis:6379\n  lease_ttl: -1s\n"} {
+		if _, err := load(body); err == nil || !strings.Contains(err.Error(), "redis.lease_ttl") {
+			t.Errorf("%q: err = %v", body, err)
+		}
+	}
 	for _, body := range []string{"redis:\n  url: ftp://:${REDIS_PASSWORD}@redis:6380\n", "redis:\n  url: \"\"\n", "redis:\n  url: ${NOT_SET}\n"} {
 		_, err := load(body)
 		if err == nil || !strings.Contains(err.Error(), "redis.url") || strings.Contains(err.Error(), redisSecret) {

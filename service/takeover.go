@@ -46,19 +46,15 @@ import (
 // errLeaseLostCause cancels a completion whose replica lost its lease.
 var errLeaseLostCause = errors.New("this replica lost the completion's lease")
 
-// lease acquires the lease of a completion c starting on this replica and
-// fences its writes with it; nil without leases. cancel stops the
-// completion if the lease is lost.
-func (s *Server) lease(ctx context.Context, c *completion, cancel context.CancelCauseFunc) (*ownership, error) {
-	if s.cfg.Leases == nil {
-		return nil, nil
+// lease holds the lease admit acquired for a completion c starting on
+// this replica and fences its writes with it; nil when it has none (no
+// leases, or they did not answer). cancel stops the completion if the
+// lease is lost.
+func (s *Server) lease(c *completion, cancel context.CancelCauseFunc) *ownership {
+	if c.lease == nil {
+		return nil
 	}
-	from := time.Now()
-	l, err := s.cfg.Leases.Acquire(ctx, c.id, s.cfg.Replica)
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, "cannot take the completion's lease: "+err.Error())
-	}
-	return s.hold(c, l, from, cancel), nil
+	return s.hold(c, *c.lease, c.leaseFrom, cancel)
 }
 
 // hold runs c under lease l, acquired at from.
@@ -192,6 +188,13 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func()) {
 	return leave
 }
 
+// adopter is a log that keeps a local copy of what this replica writes
+// (fleetLog): a completion taken over must be adopted before it runs on,
+// so that its writes reach the shared log and its copy here is whole.
+type adopter interface {
+	adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent)
+}
+
 // errNothingToTake: the log ended (or is gone) by the time it was read.
 var errNothingToTake = errors.New("nothing to take over")
 
@@ -236,6 +239,9 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 	c.prior, c.out.seq, c.takenFrom = &prior, last, meta.Replica
 	if started != nil {
 		c.started = started
+	}
+	if a, ok := s.log.(adopter); ok {
+		a.adopt(id, meta, evs)
 	}
 	return c, ctx, cancel, nil
 }

@@ -27,8 +27,9 @@ type replica struct {
 }
 
 // inProcessFleet starts n replicas sharing one event log and leases, as a
-// fleet shares Redis.
-func inProcessFleet(t *testing.T, n int, leases Leases) []*replica {
+// fleet shares Redis: with redisAddr, each replica's own Redis event log
+// (fleetLog, as completiond --redis-url builds it); else one in-memory log.
+func inProcessFleet(t *testing.T, n int, leases Leases, redisAddr string) []*replica {
 	t.Helper()
 	log := newMemLog(EventLogLimits{}, time.Now)
 	var rs []*replica
@@ -37,6 +38,10 @@ func inProcessFleet(t *testing.T, n int, leases Leases) []*replica {
 		cfg.Routes = SimRoutes(sim.New(sim.Config{}))
 		cfg.Policy.Retry.BackoffBase, cfg.Policy.Retry.BackoffMax = time.Millisecond, 8*time.Millisecond
 		cfg.Log, cfg.Leases, cfg.Replica = log, leases, string(rune('A'+i))
+		if redisAddr != "" {
+			cfg.Log = nil
+			withRedis(t, redisAddr, nil)(&cfg)
+		}
 		srv, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -52,6 +57,7 @@ func inProcessFleet(t *testing.T, n int, leases Leases) []*replica {
 			conn.Close()
 			g.Server.Stop()
 			srv.Abort()
+			srv.Close()
 		})
 		rs = append(rs, r)
 	}
@@ -83,15 +89,21 @@ func TestTakeoverInProcess(t *testing.T) {
 		{"sim", "memory", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
 		{"sim-noprefill", "memory", completionv1.TransitionReason_TRANSITION_REASON_RETRY},
 		{"sim", "redis", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
+		{"sim", "redis-log", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
+		{"sim-noprefill", "redis-log", completionv1.TransitionReason_TRANSITION_REASON_RETRY},
 	} {
 		t.Run(tc.route+"/"+tc.leases, func(t *testing.T) {
-			leases := NewMemLeases(ttl)
-			if tc.leases == "redis" {
-				rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+			leases, addr := NewMemLeases(ttl), ""
+			if tc.leases != "memory" {
+				addr = redistest.Start(t)
+				rdb := redis.NewClient(&redis.Options{Addr: addr})
 				t.Cleanup(func() { rdb.Close() })
 				leases = NewRedisLeases(rdb, ttl)
 			}
-			fleet := inProcessFleet(t, 3, leases)
+			if tc.leases != "redis-log" {
+				addr = ""
+			}
+			fleet := inProcessFleet(t, 3, leases, addr)
 			a, b, c := fleet[0], fleet[1], fleet[2]
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -124,6 +125,9 @@ func printConfig(w io.Writer, path string, cfg service.Config, specs map[provide
 	printAuth(p, cfg.Auth)
 	printTLS(p, cfg.TLS)
 	p("redis\t%s", redisShown(cfg.RedisURL))
+	if cfg.RedisURL != "" {
+		p("lease ttl\t%s", cmp.Or(cfg.LeaseTTL, service.DefaultLeaseTTL))
+	}
 	printLimits(p, cfg.Limits)
 	printPolicy(p, cfg.Policy)
 	p("")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -30,6 +32,8 @@ type options struct {
 	maxGrace time.Duration
 	metrics  string
 	redisURL string
+	leaseTTL time.Duration
+	replica  string
 	safety   safety
 	version  bool
 }
@@ -60,6 +64,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.maxGrace, "max-resume-grace", service.DefaultMaxResumeGrace, "the longest resume_grace a request may ask for")
 	fs.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. localhost:9464 (empty: off);\ntraces and OTLP metrics follow the standard OTEL_* variables, see docs/observability.md")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the Redis the replicas of a fleet share: redis://host:port[/db], rediss:// for TLS (empty: redis.url\nof --config, else a single process); the password goes in "+redisPasswordEnv+",\nnot here, where a process list would show it")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 0, "with Redis, the length of a resumable Stream's lease, which its replica renews at a third\nof it: a dead replica's completions are taken over by another replica about this long\nafter its death (0: redis.lease_ttl of --config, else "+service.DefaultLeaseTTL.String()+")")
+	fs.StringVar(&o.replica, "replica", "", "this replica's name in leases and logs (default: hostname:pid)")
 	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit (also: completiond version)")
 	o.safety.define(fs)
 	fs.Usage = func() {
@@ -151,6 +157,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		defer cfg.Redis.Close()
+		ttl := cmp.Or(o.leaseTTL, cfg.LeaseTTL, service.DefaultLeaseTTL)
+		if ttl < 0 {
+			return fmt.Errorf("--lease-ttl %s: must be positive", ttl)
+		}
+		cfg.Leases = service.NewRedisLeases(cfg.Redis, ttl)
+	}
+	if cfg.Replica = o.replica; cfg.Replica == "" {
+		host, _ := os.Hostname()
+		cfg.Replica = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
 	srv, err := service.New(cfg)
 	if err != nil {
@@ -164,7 +179,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("serving", "addr", lis.Addr().String(), "default_route", cfg.DefaultRoute, "routes", routeNames(cfg),
 		"tls", cfg.TLS.On(), "auth_keys", keyNames(cfg), "client_certificates", cfg.Auth.ClientCertificates,
-		"redis", redisShown(cfg.RedisURL))
+		"redis", redisShown(cfg.RedisURL), "replica", cfg.Replica, "lease_ttl", leaseTTL(cfg))
 	errc := make(chan error, 1)
 	go func() { errc <- g.Server.Serve(lis) }()
 	select {
@@ -180,6 +195,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	g.Drain(dctx)
 	log.Info("stopped")
 	return nil
+}
+
+// leaseTTL is the lease length cfg runs with, "" without leases.
+func leaseTTL(cfg service.Config) string {
+	if cfg.Leases == nil {
+		return ""
+	}
+	return cfg.Leases.TTL().String()
 }
 
 // redisShown is the Redis URL as logs and check-config show it: without

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/completiond/completiond/client"
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/redistest"
+)
+
+// The fleet test of issue 14, at the level of processes: completiond built
+// once, three replicas of it sharing one real redis-server on loopback, a
+// replica killed with SIGKILL mid-stream. The in-process versions of the
+// fleet's other properties (service/takeover_test.go, fleet_test.go,
+// fleet_shared_test.go) test the same code with replicas in one process.
+
+// fleetLeaseTTL keeps the takeover quick: a dead replica's completions
+// are taken over about a lease after its death.
+const fleetLeaseTTL = 500 * time.Millisecond
+
+// buildCompletiond builds the server into a temporary directory.
+func buildCompletiond(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir() + "/completiond"
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// proc is one completiond process of the fleet.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	addr string
+	logs *procLogs
+	done chan struct{} // closed once it has exited and its output is read
+}
+
+// procLogs keeps a process's output and finds its serving line.
+type procLogs struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	partial []byte
+	addr    chan string
+}
+
+func (l *procLogs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Write(p)
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		var line struct{ Msg, Addr string }
+		if json.Unmarshal(l.partial[:i], &line) == nil && line.Msg == "serving" {
+			select {
+			case l.addr <- line.Addr:
+			default:
+			}
+		}
+		l.partial = l.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *procLogs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startReplica starts completiond as replica name of the fleet on Redis
+// at redisAddr, on a free loopback port, and waits until its health says
+// SERVING. It is killed when t ends.
+func startReplica(t *testing.T, bin, name, redisAddr string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, logs: &procLogs{addr: make(chan string, 1)}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, append([]string{"--addr", "127.0.0.1:0", "--redis-url", "redis://" + redisAddr,
+		"--lease-ttl", fleetLeaseTTL.String(), "--replica", name}, args...)...)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envPrefix) {
+			env = append(env, kv)
+		}
+	}
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("replica %s logs:\n%s", name, p.logs.String())
+		}
+	})
+	select {
+	case p.addr = <-p.logs.addr:
+	case <-p.done:
+		t.Fatalf("replica %s exited: %s", name, p.logs.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("replica %s: no serving line after 30s: %s", name, p.logs.String())
+	}
+	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s: health %v %v after 15s", name, h.GetStatus(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// connect is a client of p, closed when t ends.
+func connect(t *testing.T, p *proc) *client.Client {
+	t.Helper()
+	c, err := client.Connect(p.addr, client.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestFleetReplicaKilled: three completiond processes share a
+// redis-server; a client streams through A with a resume grace; A is
+// killed with SIGKILL mid-stream; the client attaches through B after the
+// last seq it saw. It receives every seq exactly once, the REPLICA_LOST
+// transition is there (STREAM_RESUME on the prefill route sim, RETRY with
+// the partial discarded on sim-noprefill), and the answer is whole: the
+// same as an uninterrupted run of the request on C.
+func TestFleetReplicaKilled(t *testing.T) {
+	bin := buildCompletiond(t)
+	rs := redistest.Start(t)
+	for _, tc := range []struct {
+		route  string
+		reason completionv1.TransitionReason
+	}{
+		{"sim", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
+		{"sim-noprefill", completionv1.TransitionReason_TRANSITION_REASON_RETRY},
+	} {
+		t.Run(tc.route, func(t *testing.T) {
+			a, b, c := startReplica(t, bin, "A", rs), startReplica(t, bin, "B", rs), startReplica(t, bin, "C", rs)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			req := &completionv1.CompleteRequest{
+				Route:       tc.route,
+				Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "Tell me about fleets."}}}}}},
+				Metadata:    map[string]string{"sim.pace": "20ms", "sim.words": "60"},
+				ResumeGrace: durationpb.New(30 * time.Second),
+			}
+
+			whole, err := connect(t, c).Complete(ctx, &completionv1.CompleteRequest{Route: req.Route, Messages: req.Messages,
+				Metadata: map[string]string{"sim.words": "60", "sim.pace": "1ms"}})
+			if err != nil {
+				t.Fatalf("uninterrupted run on C: %v", err)
+			}
+			want := resultText(whole.GetResult())
+
+			actx, acancel := context.WithCancel(ctx)
+			defer acancel()
+			st, err := connect(t, a).Stream(actx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []*completionv1.CompletionEvent
+			for deltas := 0; deltas < 8; {
+				ev, err := st.Recv()
+				if err != nil {
+					t.Fatalf("through A, before the kill: %v", err)
+				}
+				got = append(got, ev)
+				if ev.GetDelta() != nil {
+					deltas++
+				}
+			}
+			id, cut := got[0].GetStarted().GetCompletionId(), got[len(got)-1].GetAttempt()
+			killed := time.Now()
+			a.kill()
+			acancel() // the stream through A would try A again: the client goes to B instead
+
+			at, err := connect(t, b).Attach(ctx, id, got[len(got)-1].GetSeq())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tookOver time.Duration
+			var transition *completionv1.Transition
+			for {
+				ev, err := at.Recv()
+				if err != nil {
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					t.Fatalf("attach through B: %v", err)
+				}
+				if tr := ev.GetTransition(); tr.GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST && transition == nil {
+					tookOver, transition = time.Since(killed), tr
+				}
+				got = append(got, ev)
+			}
+			if transition == nil {
+				t.Fatalf("no REPLICA_LOST transition in %v", got)
+			}
+			t.Logf("%s: %s %s; discarded %v", tc.route, transition.GetReason(), transition.GetMessage(), transition.GetDiscardedAttempts())
+			if transition.GetReason() != tc.reason {
+				t.Errorf("takeover transition %s, want %s", transition.GetReason(), tc.reason)
+			}
+			for i, ev := range got {
+				if ev.GetSeq() != uint64(i+1) {
+					t.Fatalf("event %d has seq %d: every seq exactly once is broken: %v", i, ev.GetSeq(), got)
+				}
+			}
+			res := got[len(got)-1].GetResult()
+			if res == nil {
+				t.Fatal("the last event is not the result")
+			}
+			if resultText(res) != want {
+				t.Errorf("answer %q, want %q (uninterrupted, on C)", resultText(res), want)
+			}
+			if kept := keptText(got); kept != want {
+				t.Errorf("the deltas kept assemble %q, want %q", kept, want)
+			}
+			switch tc.route {
+			case "sim":
+				if all := allText(got); all != want {
+					t.Errorf("a token repeated: the deltas concatenate to %q", all)
+				}
+			default:
+				if !slices.Contains(transition.GetDiscardedAttempts(), cut) {
+					t.Errorf("the partial answer (attempt %d) is not discarded: discarded %v", cut, transition.GetDiscardedAttempts())
+				}
+			}
+			t.Logf("process fleet, %s: the REPLICA_LOST transition reached the client %v after SIGKILL (lease %s)",
+				tc.route, tookOver.Round(time.Millisecond), fleetLeaseTTL)
+		})
+	}
+}
+
+// TestFleetRedisRestarted: Redis is killed and restarted empty while a
+// resumable Stream runs through A: the Stream finishes whole (its events in
+// A's memory meanwhile; its lease, lost with Redis's data, taken back by
+// A's renewal), and once Redis is back a new completion through A can be
+// attached through B. The lease here is longer than Redis's restart: a
+// Redis away for longer than the lease stops the completions holding
+// leases (see the README, "Running a fleet").
+func TestFleetRedisRestarted(t *testing.T) {
+	bin := buildCompletiond(t)
+	rs := redistest.New(t)
+	a := startReplica(t, bin, "A", rs.Addr, "--lease-ttl", "3s")
+	b := startReplica(t, bin, "B", rs.Addr, "--lease-ttl", "3s")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ca, cb := connect(t, a), connect(t, b)
+	req := func(text string) *completionv1.CompleteRequest {
+		return &completionv1.CompleteRequest{
+			Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: text}}}}}},
+			Metadata:    map[string]string{"sim.pace": "20ms", "sim.words": "60"},
+			ResumeGrace: durationpb.New(30 * time.Second),
+		}
+	}
+	st, err := ca.Stream(ctx, req("through a Redis restart"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deltas := 0; deltas < 5; {
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.GetDelta() != nil {
+			deltas++
+		}
+	}
+	rs.Restart() // killed, and started again empty
+	fold, err := st.Wait()
+	if err != nil {
+		t.Fatalf("the Stream running while Redis restarted: %v", err)
+	}
+	if fold.Reason() != completionv1.TransitionReason_TRANSITION_REASON_COMPLETED || fold.Text() != resultText(fold.Result()) {
+		t.Fatalf("the Stream running while Redis restarted ended %s with %q, result %q", fold.Reason(), fold.Text(), resultText(fold.Result()))
+	}
+	if replay, err := ca.Attach(ctx, fold.CompletionID(), 0); err != nil {
+		t.Fatal(err)
+	} else if f, err := replay.Wait(); err != nil || f.Text() != fold.Text() {
+		t.Fatalf("attach through A to the completion that ran while Redis restarted: %v %q", err, f.Text())
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := ca.Stream(ctx, req("redis is back"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fold, err := st.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := cb.Attach(ctx, fold.CompletionID(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replay, err := at.Wait()
+		if err == nil && replay.Text() == fold.Text() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a completion through A cannot be attached through B 15s after Redis came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func resultText(r *completionv1.Result) string {
+	var b strings.Builder
+	for _, c := range r.GetMessage().GetContent() {
+		b.WriteString(c.GetText().GetText())
+	}
+	return b.String()
+}
+
+// keptText is what a live caller assembles: the text deltas of the
+// attempts no transition discarded.
+func keptText(evs []*completionv1.CompletionEvent) string {
+	var discarded []int32
+	for _, ev := range evs {
+		discarded = append(discarded, ev.GetTransition().GetDiscardedAttempts()...)
+	}
+	var sb strings.Builder
+	for _, ev := range evs {
+		if d := ev.GetDelta(); d != nil && d.GetKind() == completionv1.DeltaKind_DELTA_KIND_TEXT && !slices.Contains(discarded, ev.GetAttempt()) {
+			sb.WriteString(d.GetText())
+		}
+	}
+	return sb.String()
+}
+
+// allText is every text delta, in order.
+func allText(evs []*completionv1.CompletionEvent) string {
+	var sb strings.Builder
+	for _, ev := range evs {
+		if d := ev.GetDelta(); d != nil && d.GetKind() == completionv1.DeltaKind_DELTA_KIND_TEXT {
+			sb.WriteString(d.GetText())
+		}
+	}
+	return sb.String()
+}
