@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -96,4 +97,25 @@ func compare(b *testing.B, name string, base, subject func()) {
 	b.ReportMetric(float64(subjectTime)/float64(baseTime), "x-"+name)
 	b.ReportMetric(float64(subjectTime.Microseconds())/float64(b.N), "µs-subject/op")
 	b.ReportMetric(float64(baseTime.Microseconds())/float64(b.N), "µs-"+name+"/op")
+}
+
+// BenchmarkLogging streams 1-word answers from the sim through the service
+// with the server's JSON log at INFO (to io.Discard, through
+// TraceLogHandler as the binary sets it up) and with logging off (ERROR):
+// the difference is what logging costs a short answer, in time and in
+// allocations.
+func BenchmarkLogging(b *testing.B) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelError} {
+		b.Run("level="+level.String(), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Routes, cfg.DefaultRoute = SimRoutes(sim.New(sim.Config{})), "sim"
+			cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: level})))
+			client, _ := grpcClient(b, cfg)
+			req := prompt("Benchmark logging.", map[string]string{sim.MetaWords: "1"})
+			b.ReportAllocs()
+			for b.Loop() {
+				grpcCall(b, client, req)
+			}
+		})
+	}
 }
