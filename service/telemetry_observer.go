@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/completiond/completiond/provider"
-	"github.com/completiond/completiond/provider/classify"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -211,10 +210,7 @@ func (s *attemptSpan) chunk() {
 func (s *attemptSpan) end(ev recovery.Event, fin provider.Finish) {
 	s.ended = time.Now()
 	s.outcome = eventOutcome(ev)
-	model := ""
-	if fin.Model != "" {
-		model = classify.ScrubModel(fin.Model)
-	}
+	model := fin.Model // scrubbed by completion.call
 	if s.chunks > 0 && s.o.m.on {
 		s.o.m.firstChunk.Record(s.ctx, s.first.Sub(s.begun).Seconds(), metric.WithAttributes(
 			keyOperation.String("chat"), keyProvider.String(s.call.Route.Provider), keyRequestModel.String(s.call.Route.Model),
