@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -189,14 +188,6 @@ func (a *authenticator) enforce(ctx context.Context) (context.Context, error) {
 		return nil, o.err
 	}
 	return ctx, nil
-}
-
-// logFields are the log fields of the caller of ctx: the key's name.
-func logFields(ctx context.Context) logging.Fields {
-	if name := CallerName(ctx); name != "" {
-		return logging.Fields{"auth.key", name}
-	}
-	return nil
 }
 
 // interceptors returns the identify and enforce interceptors, unary and

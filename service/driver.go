@@ -121,7 +121,7 @@ func (c *completion) result(r *recovery.Result) *completionv1.Result {
 	out.Model = ""
 	for _, a := range out.GetAttempts() {
 		if m := c.models[a.GetAttempt()]; m != "" {
-			a.Model = classify.ScrubModel(m)
+			a.Model = m // scrubbed by call
 		}
 		if a.GetOutcome() == completionv1.AttemptOutcome_ATTEMPT_OUTCOME_ANSWERED {
 			out.Model = a.GetModel()
@@ -198,6 +198,9 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 		return nil
 	})
 	c.out.event(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Usage{Usage: fromUsage(fin.Usage)}})
+	// The model and id an upstream names are its own words: scrubbed here,
+	// once, where they enter, for the result, the span and the metrics.
+	fin.Model, fin.ID = scrubName(fin.Model), scrubName(fin.ID)
 	if fin.Model != "" {
 		c.models[int32(call.Attempt)] = fin.Model
 	}
@@ -211,6 +214,14 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 	report(ev)
 	span.end(ev, fin)
 	return ev
+}
+
+// scrubName is classify.ScrubModel, of which an empty name costs nothing.
+func scrubName(s string) string {
+	if s == "" {
+		return ""
+	}
+	return classify.ScrubModel(s)
 }
 
 func attemptEvent(fin provider.Finish, err error, text string, calls []recovery.ToolCall) recovery.Event {

@@ -170,6 +170,10 @@ type completionLog struct {
 	status []byte    // set by End
 	ended  time.Time // zero while live
 	more   chan struct{}
+	// watched is whether a page handed out more since it was made: only
+	// then does the next event close it (and make a new one) to wake the
+	// reader — an event nobody waits for costs no channel.
+	watched bool
 }
 
 // newMemLog returns an in-memory EventLog with limits (zero fields take
@@ -242,8 +246,10 @@ func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte,
 		l.ended = m.now()
 		m.ended = append(m.ended, l)
 	}
-	close(l.more)
-	l.more = make(chan struct{})
+	if l.watched {
+		close(l.more)
+		l.more, l.watched = make(chan struct{}), false
+	}
 }
 
 // Read implements EventLog: the page is copied under the lock and decoded
@@ -284,6 +290,8 @@ func (m *memLog) read(id string, after uint64) (LogPage, [][]byte, error) {
 	page := LogPage{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: l.more}
 	if i+n < len(l.events) {
 		page.More = closed
+	} else {
+		l.watched = true
 	}
 	return page, append([][]byte(nil), l.events[i:i+n]...), nil
 }

@@ -2,10 +2,8 @@ package service
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	grpcrecovery "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,7 +32,7 @@ type GRPC struct {
 // ServerTLS) are appended.
 func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	log := s.cfg.Logger
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithFieldsFromContext(logFields)}
+	rpcLine := rpcLog{log: log}
 	recOpts := []grpcrecovery.Option{grpcrecovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Error(codes.Internal, "internal error")
@@ -47,14 +45,14 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	base := append(transportOptions(s.cfg.Limits),
 		grpc.ChainUnaryInterceptor(
 			identify, // first: the log line names the key
-			logging.UnaryServerInterceptor(interceptorLogger(log), logOpts...),
+			rpcLine.unary,
 			grpcrecovery.UnaryServerInterceptor(recOpts...),
 			enforce,
 			limit,
 		),
 		grpc.ChainStreamInterceptor(
 			identifyStream,
-			logging.StreamServerInterceptor(interceptorLogger(log), logOpts...),
+			rpcLine.stream,
 			grpcrecovery.StreamServerInterceptor(recOpts...),
 			enforceStream,
 			limitStream,
@@ -122,11 +120,4 @@ func (g *GRPC) Drain(ctx context.Context) {
 	}
 	g.Completion.cfg.Logger.Warn("handlers still running after the abort grace: stopping hard", "grace", g.Completion.cfg.AbortGrace)
 	g.Server.Stop()
-}
-
-// interceptorLogger adapts slog to go-grpc-middleware's logger.
-func interceptorLogger(l *slog.Logger) logging.Logger {
-	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		l.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
 }

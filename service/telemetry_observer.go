@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/completiond/completiond/provider"
-	"github.com/completiond/completiond/provider/classify"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -211,10 +210,7 @@ func (s *attemptSpan) chunk() {
 func (s *attemptSpan) end(ev recovery.Event, fin provider.Finish) {
 	s.ended = time.Now()
 	s.outcome = eventOutcome(ev)
-	model := ""
-	if fin.Model != "" {
-		model = classify.ScrubModel(fin.Model)
-	}
+	model := fin.Model // scrubbed by completion.call
 	if s.chunks > 0 && s.o.m.on {
 		s.o.m.firstChunk.Record(s.ctx, s.first.Sub(s.begun).Seconds(), metric.WithAttributes(
 			keyOperation.String("chat"), keyProvider.String(s.call.Route.Provider), keyRequestModel.String(s.call.Route.Model),
@@ -408,21 +404,28 @@ func (o *observer) countTransition(ctx context.Context, t recovery.Transition) {
 }
 
 func (o *observer) logTransition(ctx context.Context, c *completion, t recovery.Transition) {
-	if !o.log.Enabled(ctx, slog.LevelInfo) {
+	// A terminal transition without a failure (COMPLETED, a caller's
+	// cancel) says nothing the completion's own line does not: DEBUG.
+	level := slog.LevelInfo
+	if t.Terminal && t.Failure == nil {
+		level = slog.LevelDebug
+	}
+	if !o.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := []any{"completion_id", c.id, "attempt", t.Attempt, "turn", t.Turn, "reason", t.Reason.String(),
-		"terminal", t.Terminal, "discard_output", t.DiscardOutput}
+	attrs := make([]slog.Attr, 0, 11)
+	attrs = append(attrs, slog.String("completion_id", c.id), slog.Int("attempt", t.Attempt), slog.Int("turn", t.Turn),
+		slog.String("reason", t.Reason.String()), slog.Bool("terminal", t.Terminal), slog.Bool("discard_output", t.DiscardOutput))
 	if t.Backoff > 0 {
-		attrs = append(attrs, "backoff", t.Backoff.String())
+		attrs = append(attrs, slog.String("backoff", t.Backoff.String()))
 	}
 	if t.To.Name != "" {
-		attrs = append(attrs, "to_route", t.To.Name)
+		attrs = append(attrs, slog.String("to_route", t.To.Name))
 	}
 	if t.Failure != nil {
-		attrs = append(attrs, "error_kind", t.Failure.Kind.String(), "http_status", t.Failure.HTTPStatus)
+		attrs = append(attrs, slog.String("error_kind", t.Failure.Kind.String()), slog.Int("http_status", t.Failure.HTTPStatus))
 	}
-	o.log.InfoContext(ctx, "transition", attrs...)
+	logAttrs(ctx, o.log, level, "transition", attrs...)
 }
 
 // finish ends the completion span with the result, and records the
@@ -434,13 +437,9 @@ func (o *observer) finish(c *completion, r *recovery.Result) {
 		ctx = o.trail.ctx
 	}
 	// Logged first: the line carries the ids of the span still recording.
-	attrs := []any{"completion_id", c.id, "reason", r.Reason.String(),
-		"stop_reason", r.StopReason.String(), "truncated", r.Truncated, "route", r.Route.Name,
-		"attempts", len(r.Attempts), "input_tokens", r.Usage.InputTokens, "output_tokens", r.Usage.OutputTokens}
-	if o.trail != nil && o.trail.key != "" {
-		attrs = append(attrs, "auth_key", o.trail.key)
+	if o.log.Enabled(ctx, slog.LevelInfo) {
+		o.logFinish(ctx, c, r)
 	}
-	o.log.InfoContext(ctx, "completion finished", attrs...)
 	if o.m.on {
 		o.countFinish(ctx, c, r)
 	}
@@ -451,6 +450,22 @@ func (o *observer) finish(c *completion, r *recovery.Result) {
 		}
 		tr.span.End()
 	}
+}
+
+// logFinish writes the completion's line, "completion finished".
+func (o *observer) logFinish(ctx context.Context, c *completion, r *recovery.Result) {
+	attrs := [10]slog.Attr{
+		slog.String("completion_id", c.id), slog.String("reason", r.Reason.String()),
+		slog.String("stop_reason", r.StopReason.String()), slog.Bool("truncated", r.Truncated),
+		slog.String("route", r.Route.Name), slog.Int("attempts", len(r.Attempts)),
+		slog.Int64("input_tokens", int64(r.Usage.InputTokens)), slog.Int64("output_tokens", int64(r.Usage.OutputTokens)),
+	}
+	n := 8
+	if o.trail != nil && o.trail.key != "" {
+		attrs[n] = slog.String("auth_key", o.trail.key)
+		n++
+	}
+	logAttrs(ctx, o.log, slog.LevelInfo, "completion finished", attrs[:n]...)
 }
 
 // endSpan sets the response attributes of the completion span: the model

@@ -25,10 +25,15 @@ type Config struct {
 	BaseURL string
 	// APIKey is sent as x-api-key. It never appears in a failure.
 	APIKey string
-	// HTTPClient makes the calls; nil means a client on http.DefaultTransport.
+	// HTTPClient makes the calls; nil means classify.NewClient's, a transport
+	// of the provider's own keeping MaxIdleConnsPerHost idle connections.
 	// Its Timeout should be zero: a stream lasts as long as the answer, and
 	// Request.Timeouts bound each attempt.
 	HTTPClient *http.Client
+	// MaxIdleConnsPerHost is how many idle connections to the upstream the
+	// provider's own client keeps for the next calls
+	// (classify.DefaultIdleConnsPerHost when zero). Unused with HTTPClient.
+	MaxIdleConnsPerHost int
 }
 
 // Provider streams attempts to Anthropic's Messages API.
@@ -48,7 +53,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{}
+		hc = classify.NewClient(cfg.MaxIdleConnsPerHost)
 	}
 	opts := []option.RequestOption{
 		// The route's config is the only source of address and key, never
@@ -95,6 +100,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			return s.finish, err
 		}
 		if s.stopped {
+			a.Drain() // the body's end: the connection is kept
 			return s.finish, s.end()
 		}
 	}

@@ -3,8 +3,10 @@ package classify
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/recovery"
@@ -28,6 +30,7 @@ type Attempt struct {
 	status  int         // response status; 0 until the headers came
 	header  http.Header // response headers
 	errBody []byte      // body of a response with status >= 400
+	body    io.Reader   // body of a response with status < 400, for Drain
 }
 
 // Begin starts an attempt under ctx, bounded by limits. End must be called.
@@ -113,7 +116,36 @@ func (a *Attempt) Middleware(req *http.Request, next func(*http.Request) (*http.
 	if a.dog != nil {
 		res.Body = &activityBody{ReadCloser: res.Body, dog: a.dog}
 	}
+	a.body = res.Body
 	return res, nil
+}
+
+// drainLimit and drainWait bound Drain: what normally follows the end of an
+// answer is a terminator of a few bytes ([DONE], the chunked encoding's last
+// chunk), sent at once.
+const (
+	drainLimit = 4 << 10
+	drainWait  = 50 * time.Millisecond
+)
+
+// errDrained is the cause of an attempt's context cancelled because Drain
+// waited too long.
+var errDrained = errors.New("classify: the body did not end after the answer")
+
+// Drain reads what is left of a complete answer's body — the terminator the
+// reader did not wait for — up to drainLimit bytes and for at most
+// drainWait, so that net/http sees the body's end and keeps the connection
+// for the next call instead of closing it. A body that goes on longer or
+// stays silent is abandoned (its connection closed, as before); the answer
+// is whole either way. Call it only once the answer is complete, before the
+// stream is closed.
+func (a *Attempt) Drain() {
+	if a.body == nil || a.ctx.Err() != nil {
+		return
+	}
+	t := time.AfterFunc(drainWait, func() { a.cancel(errDrained) })
+	defer t.Stop()
+	_, _ = io.CopyN(io.Discard, a.body, drainLimit)
 }
 
 // CallerErr is the caller's context error, nil while the caller waits.

@@ -54,10 +54,37 @@ func Scrub(s string, secrets ...string) string {
 		}
 		s = scrubFragments(s, secret)
 	}
-	for _, p := range secretPatterns {
-		s = p.re.ReplaceAllString(s, p.with)
+	if mayHoldCredential(s) {
+		for _, p := range secretPatterns {
+			s = p.re.ReplaceAllString(s, p.with)
+		}
 	}
 	return truncate(strings.TrimSpace(s), maxMessage)
+}
+
+// mayHoldCredential reports whether s contains a word every one of
+// secretPatterns needs — bearer, sk-, key (x-api-key, api_key, apikey)
+// or authorization, in any case — so that the patterns run only on the
+// strings they could change: a model name or an id, scrubbed on every
+// answer, has none of them.
+func mayHoldCredential(s string) bool {
+	return strings.Contains(s, "sk-") || containsFold(s, "bearer") || containsFold(s, "key") ||
+		containsFold(s, "authorization")
+}
+
+// containsFold reports whether s contains word, an ASCII lower-case word,
+// in any case, without allocating.
+func containsFold(s, word string) bool {
+	for i := 0; i+len(word) <= len(s); i++ {
+		j := 0
+		for j < len(word) && s[i+j]|0x20 == word[j] {
+			j++
+		}
+		if j == len(word) {
+			return true
+		}
+	}
+	return false
 }
 
 // ScrubModel is Scrub for a model name an upstream reports, which the
@@ -80,7 +107,7 @@ func (c *Classifier) Model(s string) string {
 // by the secret's substrings of exactly minFragment bytes, so s is scanned
 // once against the set of those.
 func scrubFragments(s, secret string) string {
-	if len(secret) < minFragment || len(s) < minFragment {
+	if len(secret) < minFragment || len(s) < minFragment || !hasFragment(s, secret) {
 		return s
 	}
 	grams := make(map[string]struct{}, len(secret)-minFragment+1)
@@ -108,6 +135,17 @@ func scrubFragments(s, secret string) string {
 	}
 	b.WriteString(s[copied:])
 	return b.String()
+}
+
+// hasFragment reports whether s contains a piece of secret of minFragment
+// bytes: the common case, none, costs no allocation.
+func hasFragment(s, secret string) bool {
+	for i := 0; i+minFragment <= len(secret); i++ {
+		if strings.Contains(s, secret[i:i+minFragment]) {
+			return true
+		}
+	}
+	return false
 }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.

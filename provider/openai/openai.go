@@ -32,10 +32,15 @@ type Config struct {
 	// APIKey is sent as a bearer token; empty sends none (a local server).
 	// It never appears in a failure.
 	APIKey string
-	// HTTPClient makes the calls; nil means a client on http.DefaultTransport.
+	// HTTPClient makes the calls; nil means classify.NewClient's, a transport
+	// of the provider's own keeping MaxIdleConnsPerHost idle connections.
 	// Its Timeout should be zero: a stream lasts as long as the answer, and
 	// Request.Timeouts bound each attempt.
 	HTTPClient *http.Client
+	// MaxIdleConnsPerHost is how many idle connections to the upstream the
+	// provider's own client keeps for the next calls
+	// (classify.DefaultIdleConnsPerHost when zero). Unused with HTTPClient.
+	MaxIdleConnsPerHost int
 	// LegacyMaxTokens sends max_tokens instead of max_completion_tokens, for
 	// servers that predate the newer field.
 	LegacyMaxTokens bool
@@ -106,7 +111,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{}
+		hc = classify.NewClient(cfg.MaxIdleConnsPerHost)
 	}
 	// The service is built without sdk.NewClient, which would read the
 	// OPENAI_* variables: the route's config is the only source.
@@ -158,10 +163,15 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			return r.finish, err
 		}
 		if r.complete() {
+			a.Drain() // [DONE] and the body's end: the connection is kept
 			return r.finish, nil
 		}
 	}
-	return r.finish, p.end(a, r, stream.Err())
+	err = p.end(a, r, stream.Err())
+	if err == nil {
+		a.Drain()
+	}
+	return r.finish, err
 }
 
 // end decides how a stream that stopped before it was complete ended.

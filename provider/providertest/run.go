@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,5 +108,34 @@ func AssertJSON(t testing.TB, got []byte, want string) {
 	}
 	if !reflect.DeepEqual(g, w) {
 		t.Errorf("JSON differs\n got: %s\nwant: %s", got, want)
+	}
+}
+
+// RunMany streams requests through p from workers goroutines, each making
+// each calls one after the other (req builds each request), and fails t if
+// any of them fails. With the server's Conns it shows whether p reuses its
+// connections.
+func RunMany(t testing.TB, p provider.Provider, req func() *provider.Request, workers, each int) {
+	t.Helper()
+	errs := make(chan error, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				ctx, cancel := context.WithTimeout(context.Background(), runLimit)
+				_, err := p.Stream(ctx, req(), func(provider.Chunk) error { return nil })
+				cancel()
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

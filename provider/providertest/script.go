@@ -105,6 +105,11 @@ type Reply struct {
 	// HeadersDelay delays the response headers; FirstTokenDelay the first
 	// token after them; TokenDelay every later token.
 	HeadersDelay, FirstTokenDelay, TokenDelay time.Duration
+	// TailDelay delays the terminator ([DONE], message_stop) and then the
+	// body's end each by as much, as a real upstream's may come a moment
+	// after the usage: a client that stops reading at the usage or the
+	// terminator then closes the body before its end.
+	TailDelay time.Duration
 }
 
 // Answer is a streamed answer in provider-neutral terms; each wire renders

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -26,6 +27,7 @@ type Server struct {
 	script Script
 	srv    *httptest.Server
 	quit   chan struct{}
+	conns  atomic.Int64 // connections accepted
 
 	mu    sync.Mutex
 	reqs  []*Request
@@ -63,7 +65,13 @@ func NewOpenAI(t testing.TB, script Script) *Server {
 func start(t testing.TB, w wire, script Script, basePath string) *Server {
 	t.Helper()
 	s := &Server{wire: w, script: script, quit: make(chan struct{})}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.srv.Start()
 	s.URL = s.srv.URL + basePath
 	t.Cleanup(func() {
 		// Waits end first, so that Close, which waits for the handlers, returns.
@@ -77,6 +85,10 @@ func start(t testing.TB, w wire, script Script, basePath string) *Server {
 // Client is an HTTP client for the server; its idle connections are closed
 // with the server.
 func (s *Server) Client() *http.Client { return s.srv.Client() }
+
+// Conns is the number of connections the server accepted so far: a client
+// that reuses its connections opens fewer than it makes requests.
+func (s *Server) Conns() int { return int(s.conns.Load()) }
 
 // Requests is every request seen so far, in order.
 func (s *Server) Requests() []*Request {
@@ -308,6 +320,9 @@ func (x *exchange) stream() {
 		if f.token && !x.pace(tokens) {
 			return
 		}
+		if f.end && !x.wait(x.reply.TailDelay) {
+			return
+		}
 		if !x.write(f.data) {
 			return
 		}
@@ -315,6 +330,7 @@ func (x *exchange) stream() {
 			tokens++
 		}
 	}
+	x.wait(x.reply.TailDelay)
 }
 
 // breaksAt reports whether a mid-stream fault strikes before frame f: at the
