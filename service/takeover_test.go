@@ -196,17 +196,11 @@ func checkSeqs(t *testing.T, evs []*completionv1.CompletionEvent) {
 // liveText is what a live caller assembles: the text deltas of the
 // attempts no transition discarded.
 func liveText(evs []*completionv1.CompletionEvent) string {
-	var discarded []int32
-	for _, ev := range evs {
-		discarded = append(discarded, ev.GetTransition().GetDiscardedAttempts()...)
+	discarded := map[int32]bool{}
+	for _, a := range discardedAttempts(evs) {
+		discarded[a] = true
 	}
-	var sb strings.Builder
-	for _, ev := range evs {
-		if d := ev.GetDelta(); d != nil && d.GetKind() == completionv1.DeltaKind_DELTA_KIND_TEXT && !slices.Contains(discarded, ev.GetAttempt()) {
-			sb.WriteString(d.GetText())
-		}
-	}
-	return sb.String()
+	return keptText(evs, discarded)
 }
 
 // deltaText is every text delta, in order.

@@ -359,20 +359,14 @@ func resultText(r *completionv1.Result) string {
 	return b.String()
 }
 
-// keptText is what a live caller assembles: the text deltas of the
-// attempts no transition discarded.
+// keptText is what a live caller assembles: the client library's fold of
+// the events (the text deltas of the attempts no transition discarded).
 func keptText(evs []*completionv1.CompletionEvent) string {
-	var discarded []int32
+	var f client.Fold
 	for _, ev := range evs {
-		discarded = append(discarded, ev.GetTransition().GetDiscardedAttempts()...)
+		f.Add(ev)
 	}
-	var sb strings.Builder
-	for _, ev := range evs {
-		if d := ev.GetDelta(); d != nil && d.GetKind() == completionv1.DeltaKind_DELTA_KIND_TEXT && !slices.Contains(discarded, ev.GetAttempt()) {
-			sb.WriteString(d.GetText())
-		}
-	}
-	return sb.String()
+	return f.Text()
 }
 
 // allText is every text delta, in order.
