@@ -518,37 +518,8 @@ func TestAddress(t *testing.T) {
 	}
 }
 
-// TestConnectionsAreReused: a provider built without an HTTP client keeps
-// its connection between answers — it reads the answer's body to its end
-// ([DONE] and the chunked terminator) instead of closing it after the usage,
-// and keeps more idle connections than net/http's default two — so that
-// answers one after the other need one connection, and answers from 16
-// goroutines not many more than 16.
+// TestConnectionsAreReused: built without an HTTP client, the provider
+// reuses its upstream connections (providertest.CheckConnectionsReused).
 func TestConnectionsAreReused(t *testing.T) {
-	answer := pt.OK(pt.Answer{Text: []string{"a", "b"}, Usage: pt.Usage{Input: 3, Output: 2}})
-	answer.TailDelay = 2 * time.Millisecond
-	for _, tc := range []struct {
-		name            string
-		workers, each   int
-		maxConns, calls int
-	}{
-		{"sequential", 1, 20, 1, 20},
-		{"concurrent", 16, 10, 20, 160}, // a dial an idle connection overtook still adds one
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			srv := pt.NewOpenAI(t, pt.Always(answer))
-			p, err := openai.New(openai.Config{BaseURL: srv.URL, APIKey: apiKey})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pt.RunMany(t, p, newRequest, tc.workers, tc.each)
-			if n := srv.Count(); n != tc.calls {
-				t.Fatalf("server saw %d requests, want %d", n, tc.calls)
-			}
-			t.Logf("%d answers, %d connections", tc.calls, srv.Conns())
-			if n := srv.Conns(); n > tc.maxConns {
-				t.Errorf("%d answers took %d connections, want at most %d", tc.calls, n, tc.maxConns)
-			}
-		})
-	}
+	pt.CheckConnectionsReused(t, pt.NewOpenAI, func(url string) (provider.Provider, error) { return openai.New(openai.Config{BaseURL: url, APIKey: apiKey}) }, newRequest)
 }

@@ -139,3 +139,39 @@ func RunMany(t testing.TB, p provider.Provider, req func() *provider.Request, wo
 		t.Error(err)
 	}
 }
+
+// CheckConnectionsReused is the connection-reuse test of a provider built
+// without an HTTP client: serve starts a wire-faithful server for a
+// script, build makes the provider for its URL. Answers one after the
+// other must need one connection, and answers from 16 goroutines not many
+// more than 16 (a dial an idle connection overtook still adds one): the
+// provider reads each body to its end and keeps more idle connections
+// than net/http's default two.
+func CheckConnectionsReused(t *testing.T, serve func(testing.TB, Script) *Server, build func(url string) (provider.Provider, error), req func() *provider.Request) {
+	answer := OK(Answer{Text: []string{"a", "b"}, Usage: Usage{Input: 3, Output: 2}})
+	answer.TailDelay = 2 * time.Millisecond // the stream's end comes after the usage, as a real upstream's may
+	for _, tc := range []struct {
+		name            string
+		workers, each   int
+		maxConns, calls int
+	}{
+		{"sequential", 1, 20, 1, 20},
+		{"concurrent", 16, 10, 20, 160},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := serve(t, Always(answer))
+			p, err := build(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			RunMany(t, p, req, tc.workers, tc.each)
+			if n := srv.Count(); n != tc.calls {
+				t.Fatalf("server saw %d requests, want %d", n, tc.calls)
+			}
+			t.Logf("%d answers, %d connections", tc.calls, srv.Conns())
+			if n := srv.Conns(); n > tc.maxConns {
+				t.Errorf("%d answers took %d connections, want at most %d", tc.calls, n, tc.maxConns)
+			}
+		})
+	}
+}
