@@ -572,5 +572,7 @@ func TestAddress(t *testing.T) {
 // TestConnectionsAreReused: built without an HTTP client, the provider
 // reuses its upstream connections (providertest.CheckConnectionsReused).
 func TestConnectionsAreReused(t *testing.T) {
-	pt.CheckConnectionsReused(t, pt.NewAnthropic, func(url string) (provider.Provider, error) { return anthropic.New(anthropic.Config{BaseURL: url, APIKey: apiKey}) }, newRequest)
+	pt.CheckConnectionsReused(t, pt.NewAnthropic, func(url string) (provider.Provider, error) {
+		return anthropic.New(anthropic.Config{BaseURL: url, APIKey: apiKey})
+	}, newRequest)
 }

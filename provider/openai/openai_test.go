@@ -521,5 +521,7 @@ func TestAddress(t *testing.T) {
 // TestConnectionsAreReused: built without an HTTP client, the provider
 // reuses its upstream connections (providertest.CheckConnectionsReused).
 func TestConnectionsAreReused(t *testing.T) {
-	pt.CheckConnectionsReused(t, pt.NewOpenAI, func(url string) (provider.Provider, error) { return openai.New(openai.Config{BaseURL: url, APIKey: apiKey}) }, newRequest)
+	pt.CheckConnectionsReused(t, pt.NewOpenAI, func(url string) (provider.Provider, error) {
+		return openai.New(openai.Config{BaseURL: url, APIKey: apiKey})
+	}, newRequest)
 }
