@@ -13,14 +13,21 @@
 //     that a Session resume takes control of (grpc_resume.go), request
 //     validation (grpc_validate.go), the one mapping from a completion's end
 //     to a status (grpc_status.go), the wire conversions (grpc_convert.go),
-//     and the server's assembly with health, reflection, logging, panic
-//     recovery and the drain (grpc_server.go).
+//     the server's assembly with health, reflection, panic recovery and the
+//     drain (grpc_server.go), and the one log line per RPC (grpc_log.go).
 //   - config*.go, fileconfig.go — configuration: routes, limits, the policy a
 //     request may only tighten (config_policy.go), the YAML file.
 //   - telemetry*.go — logs, spans and metrics of every completion and attempt.
 //   - eventlog.go — the log of every completion's events, which Attach
-//     reads: an interface a shared store can implement, in memory by default.
+//     reads: an interface a shared store can implement, in memory by default;
+//     eventlog_redis.go is that store in Redis Streams.
 //   - breaker.go — the circuit breaker of every route, shared by completions.
+//   - the fleet, with Config.Redis: redis.go (the connection, its URL and
+//     health), fleet.go (each replica's log in memory and in Redis, degrading
+//     to memory), lease.go and takeover.go (ownership leases with fencing,
+//     and the takeover of a completion whose replica died), shared.go,
+//     breaker_shared.go and limits_shared.go (breakers and per-key limits
+//     shared by the replicas, local while Redis is away).
 //   - auth.go, tls.go, limits.go — who may call (API keys with allowed
 //     routes, mTLS), TLS with certificate reload, and the limits that keep
 //     one caller from hurting the others.
