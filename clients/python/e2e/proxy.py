@@ -5,19 +5,15 @@ from __future__ import annotations
 import socket
 import struct
 import threading
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 
 class CutProxy:
-    """Forwards 127.0.0.1:<port> to target.
+    """Forwards 127.0.0.1:<port> to target; :meth:`drop` cuts every connection carried at the
+    moment (tests call it on a chosen event, so that the cut never races the stream's end)."""
 
-    With after set, the first `cuts` connections are closed after `after`
-    bytes from the server, the ones after that are left alone; :meth:`drop`
-    cuts every connection carried at the moment, at any time.
-    """
-
-    def __init__(self, target: Tuple[str, int], after: Optional[int] = None, cuts: int = 1) -> None:
-        self.target, self.after, self.cuts = target, after, cuts
+    def __init__(self, target: Tuple[str, int]) -> None:
+        self.target = target
         self.connections = 0
         self.cut = 0  # connections cut so far
         self._lock = threading.Lock()
@@ -72,27 +68,19 @@ class CutProxy:
             server.settimeout(None)
             with self._lock:
                 self.connections += 1
-                limit = self.after if self.after is not None and self.connections <= self.cuts else -1
                 self._socks += [client, server]
                 self._links.append((client, server))
-            threading.Thread(target=self._pump, args=(client, server, -1), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, limit), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, limit: int) -> None:
-        """Copies src to dst; with limit ≥ 0, closes both once limit bytes went through."""
-        sent = 0
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        """Copies src to dst until either side closes."""
         try:
             while True:
                 data = src.recv(4096)
                 if not data:
                     break
-                if 0 <= limit < sent + len(data):
-                    dst.sendall(data[: limit - sent])
-                    with self._lock:
-                        self.cut += 1
-                    break
                 dst.sendall(data)
-                sent += len(data)
         except OSError:
             pass
         with self._lock:
