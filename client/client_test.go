@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -92,6 +93,9 @@ func TestStreamTypedErrors(t *testing.T) {
 			}
 			if status.Code(err) != tt.code {
 				t.Errorf("status.Code = %v", status.Code(err))
+			}
+			if st, _ := status.FromError(err); !reflect.DeepEqual(FromStatus(st).FieldViolations, e.FieldViolations) || FromStatus(st).Retryable != e.Retryable {
+				t.Errorf("status.FromError lost the details: %v", st.Details())
 			}
 		})
 	}

@@ -44,6 +44,8 @@ type Error struct {
 	CompletionID string
 	// Result is the completion's result, when the stream carried one.
 	Result *completionv1.Result
+
+	st *status.Status // the status typed, details included
 }
 
 // FieldViolation is one field of a refused request and what is wrong with it.
@@ -59,7 +61,7 @@ func FromStatus(st *status.Status) *Error {
 	if st == nil || st.Code() == codes.OK {
 		return nil
 	}
-	e := &Error{Code: st.Code(), Message: st.Message(), Metadata: map[string]string{}}
+	e := &Error{Code: st.Code(), Message: st.Message(), Metadata: map[string]string{}, st: st}
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
@@ -107,6 +109,11 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// GRPCStatus is the status the error stands for (without its details), so
-// that status.Code and status.FromError work on it.
-func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
+// GRPCStatus is the status the error stands for, with its details, so that
+// status.Code and status.FromError work on it.
+func (e *Error) GRPCStatus() *status.Status {
+	if e.st != nil {
+		return e.st
+	}
+	return status.New(e.Code, e.Message)
+}
