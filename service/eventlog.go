@@ -309,6 +309,33 @@ func (m *memLog) expire(now time.Time) {
 	}
 }
 
+// logCopy is the whole of one completion's log as memLog keeps it: what
+// a replica publishes again to the shared log (fleetLog.reshare).
+type logCopy struct {
+	meta   LogMeta
+	events [][]byte // encoded, from the first kept, in seq order
+	seqs   []uint64 // the seq of each event
+	ended  bool
+	status []byte
+}
+
+// copyOf copies the log of id: its meta, its encoded events and their
+// seqs, and its end.
+func (m *memLog) copyOf(id string) (logCopy, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.logs[id]
+	if !ok {
+		return logCopy{}, false
+	}
+	c := logCopy{meta: l.meta, events: append([][]byte(nil), l.events...), ended: !l.ended.IsZero(), status: l.status}
+	c.seqs = make([]uint64, len(l.events))
+	for i := range c.seqs {
+		c.seqs[i] = l.first + uint64(i)
+	}
+	return c, true
+}
+
 // forgetLive drops the log of id if it is live, and wakes its followers
 // (a fleet replica's copy of a completion another replica owns now). It
 // reports whether it did.

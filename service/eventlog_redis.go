@@ -154,6 +154,54 @@ drop(ARGV[1])
 return 'ok'
 `)
 
+// redisReshareScript prepares the log of a completion that ran on logged
+// in its replica's memory only for a while, for the replica to append
+// what Redis lacks (RedisEventLog.reshare). KEYS[1..4] redisLogKeys,
+// KEYS[5] its meta, KEYS[6] its stream, KEYS[7] its LeaseKey, KEYS[8] the
+// lease's token counter; ARGV: id, encoded meta, now (ms), retention
+// (ms), max completions, live TTL (ms), the writer's lease value (empty:
+// not fenced), its token, the lease TTL (ms), the counter's TTL (ms).
+//
+// Fenced, it answers fenced when another replica holds the lease, or was
+// granted it since the writer's (the counter moved on), and takes the
+// lease again when it is gone (as Leases.Renew does), so that nobody takes
+// the completion over while the writer appends. It opens the log when
+// Redis no longer has it, and answers "ok N" with N the last seq the log
+// keeps (0: none), "ended" when it ended, or "full".
+var redisReshareScript = redis.NewScript(redisLogLib + `
+local id, now, retention, maxc, ttl = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if ARGV[7] ~= '' then
+  local v = redis.call('GET', KEYS[7])
+  if v and v ~= ARGV[7] then return 'fenced' end
+  if not v then
+    local t = redis.call('GET', KEYS[8])
+    if t and t ~= ARGV[8] then return 'fenced' end
+    redis.call('SET', KEYS[8], ARGV[8], 'PX', ARGV[10])
+    redis.call('SET', KEYS[7], ARGV[7], 'PX', ARGV[9])
+  end
+end
+expire(now, retention)
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  while redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= maxc do
+    local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not oldest then return 'full' end
+    drop(oldest)
+  end
+  redis.call('DEL', KEYS[6])
+  redis.call('HSET', KEYS[5], 'm', ARGV[2])
+  redis.call('PEXPIRE', KEYS[5], ttl)
+  redis.call('ZADD', KEYS[1], now + ttl, id)
+end
+if redis.call('HEXISTS', KEYS[5], 'ended') == 1 then return 'ended' end
+local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)[1]
+if not last then return 'ok 0' end
+return 'ok ' .. string.match(last[1], '%d+$')
+`)
+
+// errLogFenced: another replica holds the completion's lease, or was
+// granted it since the writer's.
+var errLogFenced = errors.New("the completion's lease is another replica's")
+
 // errLogUnavailable wraps the errors of a Redis that does not answer.
 var errLogUnavailable = errors.New("event log unavailable")
 
@@ -199,6 +247,10 @@ type RedisEventLog struct {
 	LiveTTL time.Duration
 	// OpTimeout bounds each command.
 	OpTimeout time.Duration
+	// LeaseTTL is the length of the leases that fence the writes (Fence):
+	// a replica publishing again a log it kept alone for a while takes its
+	// lapsed lease back for this long (DefaultLeaseTTL when zero).
+	LeaseTTL time.Duration
 
 	fences sync.Map // id → the lease value its writes need (Fence)
 
@@ -420,6 +472,111 @@ func (l *RedisEventLog) Read(id string, after uint64) (LogPage, error) {
 	return p, nil
 }
 
+// reshare publishes again to Redis the log of id that this replica kept
+// in its memory alone for a while (Redis did not answer, or lost it),
+// from c, its copy: Redis gets the events it lacks, after the last it
+// kept (those it kept are the same events: the writer is the same, and
+// the fence below refuses it when another replica wrote since), and the
+// end. A fenced id is refused (errLogFenced) once another replica was
+// granted its lease; its lease is taken again if it lapsed. The appends
+// are pipelined, in batches.
+func (l *RedisEventLog) reshare(id string, c logCopy) error {
+	meta := c.meta
+	if c.ended {
+		meta.Request = nil // an ended completion is never taken over
+	}
+	m, err := encodeLogMeta(meta)
+	if err != nil {
+		return err
+	}
+	var value, token any = "", ""
+	fence, fenced := l.fences.Load(id)
+	if fenced {
+		value = fence
+		if lease, ok := parseLease(id, fence.(string)); ok {
+			token = lease.Token
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.OpTimeout+time.Duration(len(c.events)/redisReshareBatch+1)*l.OpTimeout)
+	defer cancel()
+	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id), LeaseKey(id), leaseTokenKey(id))
+	res, err := redisReshareScript.Run(ctx, l.rdb, keys, id, m, ms(l.now()), l.limits.Retention.Milliseconds(),
+		l.limits.MaxCompletions, l.LiveTTL.Milliseconds(), value, token, l.leaseTTL().Milliseconds(), leaseTokenTTL.Milliseconds()).Text()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errLogUnavailable, err)
+	}
+	var kept uint64
+	switch {
+	case res == "fenced":
+		return errLogFenced
+	case res == "full":
+		return errLogFull
+	case res == "ended":
+		return nil
+	default:
+		kept, _ = strconv.ParseUint(strings.TrimPrefix(res, "ok "), 10, 64)
+	}
+	return l.appendAll(ctx, id, c, kept, fence, fenced)
+}
+
+// redisReshareBatch is how many appends a reshare pipelines at once.
+const redisReshareBatch = 128
+
+// appendAll appends the events of c after seq kept, pipelined.
+func (l *RedisEventLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence any, fenced bool) error {
+	script := redisAppendScript
+	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id))
+	if fenced {
+		script, keys = redisFencedAppendScript, append([]string{LeaseKey(id)}, keys...)
+	}
+	if err := script.Load(ctx, l.rdb).Err(); err != nil {
+		return fmt.Errorf("%w: %w", errLogUnavailable, err)
+	}
+	for i := 0; i < len(c.events); {
+		pipe := l.rdb.Pipeline()
+		var cmds []*redis.Cmd
+		for ; i < len(c.events) && len(cmds) < redisReshareBatch; i++ {
+			if c.seqs[i] <= kept {
+				continue
+			}
+			fin, status := "0", []byte(nil)
+			if c.ended && i == len(c.events)-1 {
+				fin, status = "1", c.status
+			}
+			args := []any{id, c.seqs[i], c.events[i], status, fin, ms(l.now()),
+				l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds()}
+			if fenced {
+				args = append([]any{fence}, args...)
+			}
+			cmds = append(cmds, pipe.EvalSha(ctx, script.Hash(), keys, args...))
+		}
+		if len(cmds) == 0 {
+			continue
+		}
+		_, _ = pipe.Exec(ctx)
+		for _, cmd := range cmds {
+			res, err := cmd.Text()
+			switch {
+			case err != nil && strings.HasPrefix(err.Error(), "FENCED"):
+				return errLogFenced
+			case err != nil:
+				return fmt.Errorf("%w: %w", errLogUnavailable, err)
+			case res == "missing" || res == "ended":
+				return fmt.Errorf("%w: the log went while it was published again (%s)", errLogUnavailable, res)
+			}
+		}
+	}
+	return nil
+}
+
+// leaseTTL is LeaseTTL, or DefaultLeaseTTL when unset.
+func (l *RedisEventLog) leaseTTL() time.Duration {
+	if l.LeaseTTL > 0 {
+		return l.LeaseTTL
+	}
+	return DefaultLeaseTTL
+}
+
 // entrySeq is the seq of stream entry 0-N.
 func entrySeq(entry string) uint64 {
 	_, n, _ := strings.Cut(entry, "-")
@@ -432,6 +589,29 @@ func (l *RedisEventLog) drop(id string) error {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	return redisDropScript.Run(ctx, l.rdb, redisLogKeys, id).Err()
+}
+
+// redisFencedDropScript is redisDropScript for the owner of a fenced
+// completion (KEYS[5] its LeaseKey, ARGV[2] its lease value): a log whose
+// lease another replica holds is left alone.
+var redisFencedDropScript = redis.NewScript(redisLogLib + `
+local v = redis.call('GET', KEYS[5])
+if v and v ~= ARGV[2] then return 'fenced' end
+drop(ARGV[1])
+return 'ok'
+`)
+
+// dropUnlessFenced removes the log of id from Redis, unless id is fenced
+// and another replica holds its lease.
+func (l *RedisEventLog) dropUnlessFenced(id string) error {
+	v, ok := l.fences.Load(id)
+	if !ok {
+		return l.drop(id)
+	}
+	ctx, cancel := l.ctx()
+	defer cancel()
+	keys := append(append([]string(nil), redisLogKeys...), LeaseKey(id))
+	return redisFencedDropScript.Run(ctx, l.rdb, keys, id, v).Err()
 }
 
 // Expire implements EventLog: it drops what the bounds of the time now

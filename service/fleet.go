@@ -107,24 +107,47 @@ func (w *redisWatch) close() {
 // a completion here first, then in Redis.
 //
 // Degrading: a completion opened while Redis is down, or whose Redis
-// append fails (Redis down, or restarted and its log gone), goes on in
-// memory only, from then to its end: no gap is ever written in Redis. A
-// log line and the completiond.redis.local_only counter say so. New
-// completions use Redis again once the watch sees it answer.
+// append fails (Redis down, or restarted and its log gone), goes on
+// logged in memory only (apart): no gap is ever written in Redis. A log
+// line and the completiond.redis.local_only counter say so; the
+// completion is not stopped, whatever its lease says (ownership).
+//
+// Reconciling: once Redis answers again, the next event of a completion
+// apart (at most one try per reshareEvery, and always its end) publishes
+// its log again — Redis gets the events it lacks and the end
+// (RedisEventLog.reshare), and the completion is shared from then on: an
+// Attach through any replica, or a takeover, sees all of it. A completion
+// with a lease is published again only while no other replica was granted
+// the lease meanwhile (the fence); if one was — it took the completion
+// over from the stale shared log while this replica ran on alone —, this
+// replica finishes it for its own callers and never writes it to Redis
+// again (orphan): the two never mix in one log.
 type fleetLog struct {
 	mem   *memLog
 	redis *RedisEventLog
 	watch *redisWatch
 	log   *slog.Logger
 	local metric.Int64Counter
+	now   func() time.Time
 
-	mu       sync.Mutex
-	shared   map[string]bool // the live completions of this replica logged in Redis too
-	degraded map[string]bool // the live ones that were, until Redis failed
+	mu     sync.Mutex
+	shared map[string]bool        // the live completions of this replica logged in Redis too
+	apart  map[string]*apartState // the live ones logged here only, for now or for good
 }
 
+// apartState is what fleetLog knows of a completion logged here only.
+type apartState struct {
+	retry  time.Time // when to try to publish it again
+	orphan bool      // another replica was granted its lease meanwhile: never again
+}
+
+// reshareEvery is how often, at most, a completion logged here only tries
+// to publish its log again while it runs.
+const reshareEvery = time.Second
+
 func newFleetLog(mem *memLog, rl *RedisEventLog, watch *redisWatch, log *slog.Logger, local metric.Int64Counter) *fleetLog {
-	return &fleetLog{mem: mem, redis: rl, watch: watch, log: log, local: local, shared: map[string]bool{}, degraded: map[string]bool{}}
+	return &fleetLog{mem: mem, redis: rl, watch: watch, log: log, local: local, now: time.Now,
+		shared: map[string]bool{}, apart: map[string]*apartState{}}
 }
 
 // Open implements EventLog.
@@ -133,7 +156,7 @@ func (f *fleetLog) Open(id string, meta LogMeta) error {
 		return err
 	}
 	if !f.watch.up.Load() {
-		f.localOnly(id, "redis unreachable", nil)
+		f.setApart(id, "redis unreachable", nil)
 		return nil
 	}
 	switch err := f.redis.open(id, meta); {
@@ -142,7 +165,7 @@ func (f *fleetLog) Open(id string, meta LogMeta) error {
 		f.shared[id] = true
 		f.mu.Unlock()
 	case errors.Is(err, errLogFull):
-		f.localOnly(id, "the Redis log is full of running completions", nil)
+		f.setApart(id, "the Redis log is full of running completions", nil)
 	default:
 		f.degrade(id, err)
 	}
@@ -162,19 +185,23 @@ func (f *fleetLog) End(id string, result *completionv1.CompletionEvent, status [
 }
 
 // share adds ev to the Redis log of id, if it has one, and degrades id to
-// memory when that fails.
+// memory when that fails; a completion apart is published again when the
+// time comes. The events of one completion come from one goroutine, its
+// driver's, so that share never races with itself for an id.
 func (f *fleetLog) share(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
 	f.mu.Lock()
-	shared, degraded := f.shared[id], f.degraded[id]
+	shared, apart := f.shared[id], f.apart[id]
 	if end {
 		delete(f.shared, id)
-		delete(f.degraded, id)
+		delete(f.apart, id)
 	}
+	try := apart != nil && !apart.orphan && (end || !f.now().Before(apart.retry))
 	f.mu.Unlock()
-	if degraded && end && f.watch.up.Load() {
-		// What Redis kept of it stops short and would never end: other
-		// replicas are better told NOT_FOUND than left following it.
-		_ = f.redis.drop(id)
+	if apart != nil {
+		if try && f.watch.up.Load() {
+			f.reshare(id, apart, end)
+		}
+		return
 	}
 	if !shared {
 		return
@@ -190,6 +217,53 @@ func (f *fleetLog) share(id string, ev *completionv1.CompletionEvent, status []b
 	}
 }
 
+// reshare publishes again the log of id, apart until now; ended is
+// whether it just ended (it is off the maps already).
+func (f *fleetLog) reshare(id string, apart *apartState, ended bool) {
+	c, ok := f.mem.copyOf(id)
+	if !ok {
+		return
+	}
+	err := f.redis.reshare(id, c)
+	f.mu.Lock()
+	switch {
+	case err == nil && !ended:
+		delete(f.apart, id)
+		f.shared[id] = true
+	case errors.Is(err, errLogFenced):
+		apart.orphan = true
+	case err != nil:
+		apart.retry = f.now().Add(reshareEvery)
+	}
+	f.mu.Unlock()
+	switch {
+	case err == nil:
+		f.log.Info("redis: a completion logged in this replica's memory only is shared again: other replicas can attach to it",
+			"completion_id", id, "events", len(c.events), "ended", ended)
+	case errors.Is(err, errLogFenced):
+		f.log.Warn("redis: another replica took the completion over while it ran here alone: this replica finishes it for its own callers and never shares it",
+			"completion_id", id)
+	default:
+		if ended {
+			// What Redis kept of it stops short and would never end: other
+			// replicas are better told NOT_FOUND than left following it.
+			_ = f.redis.dropUnlessFenced(id)
+		}
+		if errors.Is(err, errLogUnavailable) {
+			f.watch.set(false, err)
+		}
+	}
+}
+
+// keptHere implements localKeeper: whether id runs logged in this
+// replica's memory only (its shared log lacks events its callers here
+// may have seen).
+func (f *fleetLog) keptHere(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.apart[id] != nil
+}
+
 // Fence implements FencedLog: the Redis writes of id check its lease.
 func (f *fleetLog) Fence(id string, l Lease) { f.redis.Fence(id, l) }
 
@@ -202,7 +276,7 @@ func (f *fleetLog) Unfence(id string) {
 	if f.mem.forgetLive(id) {
 		f.mu.Lock()
 		delete(f.shared, id)
-		delete(f.degraded, id)
+		delete(f.apart, id)
 		f.mu.Unlock()
 	}
 }
@@ -233,28 +307,30 @@ func (f *fleetLog) adopt(id string, meta LogMeta, evs []*completionv1.Completion
 	}
 	f.mu.Lock()
 	f.shared[id] = true
-	delete(f.degraded, id)
+	delete(f.apart, id)
 	f.mu.Unlock()
 }
 
-// degrade takes id off Redis for the rest of its run.
+// degrade takes id off Redis until it is published again.
 func (f *fleetLog) degrade(id string, err error) {
-	f.mu.Lock()
-	delete(f.shared, id)
-	f.degraded[id] = true
-	f.mu.Unlock()
 	if errors.Is(err, errLogUnavailable) {
 		f.watch.set(false, err)
 	}
-	f.localOnly(id, "redis failed", err)
+	f.setApart(id, "redis failed", err)
 }
 
-func (f *fleetLog) localOnly(id, why string, err error) {
+// setApart logs id in memory only, until it is published again.
+func (f *fleetLog) setApart(id, why string, err error) {
+	f.mu.Lock()
+	delete(f.shared, id)
+	f.apart[id] = &apartState{retry: f.now().Add(reshareEvery)}
+	f.mu.Unlock()
 	attrs := []any{"completion_id", id, "reason", why}
 	if err != nil {
 		attrs = append(attrs, "error", err)
 	}
-	f.log.Warn("redis: completion logged in this replica's memory only: other replicas cannot attach to it", attrs...)
+	f.log.Warn("redis: completion logged in this replica's memory only: other replicas cannot attach to it until Redis answers again",
+		attrs...)
 	f.local.Add(context.Background(), 1)
 }
 

@@ -60,6 +60,9 @@ func New(cfg Config) (*Server, error) {
 	case cfg.Redis != nil:
 		s.redis = newRedisWatch(cfg.Redis, cfg.RedisPing, cfg.Logger)
 		rl := NewRedisEventLog(cfg.Redis, cfg.EventLog, cfg.Now)
+		if cfg.Leases != nil {
+			rl.LeaseTTL = cfg.Leases.TTL()
+		}
 		local := redisInstruments(cfg.Telemetry.MeterProvider, s.redis.up.Load)
 		s.log = newFleetLog(s.log.(*memLog), rl, s.redis, cfg.Logger, local)
 		s.closers = append(s.closers, rl.Close, s.redis.close)

@@ -279,41 +279,73 @@ func (r *redisLeases) Holder(ctx context.Context, id string) (Lease, bool, error
 }
 
 // ownership is a replica's hold on one completion's lease: it renews the
-// lease at a third of its length and knows until when it may write. Once
-// the lease is lost (a renewal refused, or none succeeded before the
-// deadline), valid is false for good and lost runs once: the completion
-// stops, and writes nothing more.
+// lease at a third of its length and knows until when it may write.
+//
+// Losing the lease: a renewal refused means another replica holds it now
+// (it took the completion over); lost runs once and says whether the
+// completion stops here (valid is false for good from then on) or goes on
+// for the callers of this replica (its log never reached the shared log
+// whole: see fleetLog). Halting (the death of the replica, in tests) stops
+// it too.
+//
+// A renewal that fails because the store does not answer is not a loss.
+// Without a store that fences each write (storeFenced false: the owner's
+// deadline is the only fence), passing the deadline is: the completion
+// stops, as another replica may take it over once the store answers it.
+// With one (a FencedLog), the completion goes on: nobody can take it over
+// without the store, the store refuses a superseded owner's writes, and
+// when the store answers again the renewal takes the lease back unless
+// another replica was granted it meanwhile (Leases.Renew).
 type ownership struct {
-	leases Leases
-	lease  Lease
-	lost   func()
-	stop   chan struct{}
-	done   chan struct{}
+	leases      Leases
+	lease       Lease
+	lost        func() (stop bool)
+	stale       func() // the deadline passed without a renewal (storeFenced only)
+	storeFenced bool
+	stop        chan struct{}
+	done        chan struct{}
 
 	mu    sync.Mutex
 	until time.Time // the last renewal's start + TTL − margin
-	gone  bool
+	gone  bool      // the completion stops here: lost, or halted
+	late  bool      // stale was told, and no renewal succeeded since
 }
 
 // leaseMargin is the part of the lease the owner gives up to clock drift:
 // it stops writing this much before the store could expire the lease.
 func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 
-// own starts holding l, acquired at from (before the request was sent),
-// and calls lost if the lease is lost. Call end when the completion ends.
-func own(leases Leases, l Lease, from time.Time, lost func()) *ownership {
+// own starts holding l, acquired at from (before the request was sent):
+// lost is called if another replica is granted the lease, stale (when the
+// log fences its writes itself: storeFenced) when the lease lapses for
+// want of a store that answers. Call end when the completion ends.
+func own(leases Leases, l Lease, from time.Time, storeFenced bool, lost func() (stop bool), stale func()) *ownership {
 	ttl := leases.TTL()
-	o := &ownership{leases: leases, lease: l, lost: lost, stop: make(chan struct{}), done: make(chan struct{}),
-		until: from.Add(ttl - leaseMargin(ttl))}
+	o := &ownership{leases: leases, lease: l, lost: lost, stale: stale, storeFenced: storeFenced,
+		stop: make(chan struct{}), done: make(chan struct{}), until: from.Add(ttl - leaseMargin(ttl))}
 	go o.renew()
 	return o
 }
 
-// valid reports whether the owner may still write.
+// valid reports whether the owner holds the lease: it may write to a log
+// fenced by the deadline alone.
 func (o *ownership) valid() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return !o.gone && time.Now().Before(o.until)
+}
+
+// running reports whether the completion goes on here: the lease was
+// neither lost to another replica (with stop) nor was the owner halted.
+// With a store that fences each write, that is what the outbox checks; a
+// lapse for want of a store goes on.
+func (o *ownership) running() bool {
+	if !o.storeFenced {
+		return o.valid()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.gone
 }
 
 func (o *ownership) renew() {
@@ -338,14 +370,27 @@ func (o *ownership) renew() {
 		ctx, cancel := context.WithTimeout(context.Background(), ttl/3)
 		err := o.leases.Renew(ctx, o.lease)
 		cancel()
+		if errors.Is(err, errLeaseLost) {
+			stop := o.lost()
+			o.mu.Lock()
+			o.gone = o.gone || stop
+			o.mu.Unlock()
+			return
+		}
 		o.mu.Lock()
 		if err == nil {
-			o.until = from.Add(ttl - leaseMargin(ttl))
+			o.until, o.late = from.Add(ttl-leaseMargin(ttl)), false
 		}
-		lost := errors.Is(err, errLeaseLost) || (err != nil && !time.Now().Before(o.until))
-		o.gone = o.gone || lost
+		lapsed := err != nil && !time.Now().Before(o.until)
+		tell := lapsed && o.storeFenced && !o.late
+		o.late = o.late || tell
+		stop := lapsed && !o.storeFenced
+		o.gone = o.gone || stop
 		o.mu.Unlock()
-		if lost {
+		if tell && o.stale != nil {
+			o.stale()
+		}
+		if stop {
 			o.lost()
 			return
 		}

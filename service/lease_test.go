@@ -79,7 +79,7 @@ func TestOwnershipRenewsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := make(chan struct{})
-	o := own(ls, l, from, func() { close(lost) })
+	o := own(ls, l, from, false, func() bool { close(lost); return true }, nil)
 	time.Sleep(3 * ttl)
 	if !o.valid() {
 		t.Fatal("the owner lost a lease it renews")

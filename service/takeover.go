@@ -38,6 +38,13 @@ import (
 // its resume grace would have ended it anyway, and the next Attach, on
 // any replica, takes it over then.
 //
+// A Redis outage is not a death: the owner's lease lapses for want of a
+// store, but nobody can take the completion over without one, so it goes
+// on (ownership.running), its log apart in memory; once Redis answers its
+// log is published again and its lease taken back (fleetLog.reshare). If
+// another replica was granted the lease meanwhile (a partition), the owner
+// finishes the completion for its own callers and never shares it.
+//
 // Not taken over: completions without a resume grace (their caller, gone
 // with the replica, was all they had), and Sessions (a Session awaiting
 // tool results would need its conversation and its pending calls rebuilt;
@@ -59,9 +66,26 @@ func (s *Server) lease(c *completion, cancel context.CancelCauseFunc) *ownership
 
 // hold runs c under lease l, acquired at from.
 func (s *Server) hold(c *completion, l Lease, from time.Time, cancel context.CancelCauseFunc) *ownership {
-	o := own(s.cfg.Leases, l, from, func() { cancel(errLeaseLostCause) })
-	c.out.fence = o.valid
-	if fl, ok := s.log.(FencedLog); ok {
+	fl, storeFenced := s.log.(FencedLog)
+	lost := func() bool {
+		if lo, ok := s.log.(localKeeper); ok && lo.keptHere(c.id) {
+			// The shared log lacks what this replica ran on its own while
+			// the store was away: its callers here are served to the end,
+			// and the replica that took the lease runs its own.
+			s.cfg.Logger.Warn("lease lost while the completion was logged here only: it goes on for this replica's callers",
+				"completion_id", c.id, "replica", s.cfg.Replica)
+			return false
+		}
+		cancel(errLeaseLostCause)
+		return true
+	}
+	stale := func() {
+		s.cfg.Logger.Warn("lease not renewed in time, the store does not answer: the completion goes on here, and is taken back or handed over when the store answers",
+			"completion_id", c.id, "replica", s.cfg.Replica)
+	}
+	o := own(s.cfg.Leases, l, from, storeFenced, lost, stale)
+	c.out.fence = o.running
+	if storeFenced {
 		fl.Fence(c.id, l)
 	}
 	s.owned.add(c.id, o)
@@ -186,6 +210,13 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func()) {
 		_, _ = c.run(cctx)
 	}()
 	return leave
+}
+
+// localKeeper is a log that can say whether completion id ran on logged
+// in this replica only for a while (fleetLog): its shared log lacks events
+// its callers here may have seen.
+type localKeeper interface {
+	keptHere(id string) bool
 }
 
 // adopter is a log that keeps a local copy of what this replica writes

@@ -81,7 +81,7 @@ func slowRequest(route string, words int, pace time.Duration) *completionv1.Comp
 // (no token repeated: the deltas concatenate to the answer), on
 // sim-noprefill the partial answer is discarded and restarted cleanly.
 func TestTakeoverInProcess(t *testing.T) {
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Second // long enough for a busy CI machine to renew in time
 	for _, tc := range []struct {
 		route, leases string
 		reason        completionv1.TransitionReason
