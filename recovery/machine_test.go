@@ -142,13 +142,13 @@ func (e *env) start(d *datadriven.TestData) string {
 }
 
 // prior builds the Prior of start takeover=N [kept=(A:TEXT, ...)]
-// [streamed=T in-flight] [on=ROUTE] [turn=N] [out=N], and tells the wire
+// [streamed=T in-flight] [on=ROUTE] [turn=N] [out=N] [incomplete], and tells the wire
 // checker what the lost replica had sent: the kept attempts' text, the text
 // of the attempt in flight, every other attempt voided.
 func (e *env) prior(d *datadriven.TestData) Prior {
 	t := e.t
 	p := Prior{Attempt: intArg(t, d, "takeover", 0), Turn: intArg(t, d, "turn", 1), Route: strArg(t, d, "on", ""),
-		InFlight: d.HasArg("in-flight"), Streamed: strArg(t, d, "streamed", "")}
+		InFlight: d.HasArg("in-flight"), Streamed: strArg(t, d, "streamed", ""), Incomplete: d.HasArg("incomplete")}
 	w := e.wire
 	w.init()
 	w.attempt, w.turn = p.Attempt, p.Turn

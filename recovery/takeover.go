@@ -37,6 +37,11 @@ type Prior struct {
 	Attempts []AttemptRecord
 	// Usage is the tokens the log reports so far.
 	Usage Usage
+	// Incomplete says that the log no longer holds the answer's beginning
+	// (its oldest events were dropped): Kept and Streamed are not the whole
+	// partial answer, so it cannot be continued; the takeover restarts the
+	// step cleanly on any route, voiding every attempt made so far.
+	Incomplete bool
 }
 
 // Kept is the text of one attempt that is part of the answer.
@@ -81,6 +86,16 @@ func (m *Machine) takeover() Action {
 		// What the lost replica voided is void already; the kept attempts
 		// and the one in flight are decided below.
 		m.decided[a] = !(p.InFlight && a == m.attempt) && !slices.ContainsFunc(p.Kept, func(k Kept) bool { return k.Attempt == a })
+	}
+	if p.Incomplete {
+		// Whatever of the answer the callers saw is voided: attempts the
+		// lost replica voided already may be named again, which changes
+		// nothing for a caller.
+		for a := 1; a <= m.attempt; a++ {
+			m.decided[a] = false
+			m.void(a)
+		}
+		p.Kept, p.Streamed = nil, ""
 	}
 	for _, k := range p.Kept {
 		m.parts = append(m.parts, part{attempt: k.Attempt, text: k.Text, tokens: k.OutputTokens, cut: true})

@@ -283,7 +283,7 @@ func (m *memLog) read(id string, after uint64) (LogPage, [][]byte, error) {
 		first, last = 1, 0
 	}
 	if after+1 < first || after > last {
-		return LogPage{}, nil, errLogOutOfRange
+		return LogPage{}, nil, &logRangeError{first: first}
 	}
 	i := int(after + 1 - first)
 	n := min(len(l.events)-i, logPageSize)
@@ -308,6 +308,13 @@ func (m *memLog) expire(now time.Time) {
 		m.drop(m.ended[0])
 	}
 }
+
+// logRangeError is errLogOutOfRange with the first seq the log keeps (a
+// takeover of a log whose oldest events were dropped starts there).
+type logRangeError struct{ first uint64 }
+
+func (e *logRangeError) Error() string        { return errLogOutOfRange.Error() }
+func (e *logRangeError) Is(target error) bool { return target == errLogOutOfRange }
 
 // logCopy is the whole of one completion's log as memLog keeps it: what
 // a replica publishes again to the shared log (fleetLog.reshare).

@@ -452,7 +452,7 @@ func (l *RedisEventLog) Read(id string, after uint64) (LogPage, error) {
 		lo, hi = entrySeq(first.Val()[0].ID), entrySeq(last.Val()[0].ID)
 	}
 	if after+1 < lo || after > hi {
-		return LogPage{}, errLogOutOfRange
+		return LogPage{}, &logRangeError{first: lo}
 	}
 	msgs := page.Val()
 	// A notice above hi that came before wait is kept by the registry, so

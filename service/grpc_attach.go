@@ -77,7 +77,11 @@ func (s *Server) follow(ctx context.Context, id string, after uint64, page LogPa
 		select {
 		case <-page.More:
 		case <-wake:
-			if l := s.takeOver(ctx, id); l != nil {
+			l, err := s.takeOver(ctx, id)
+			if err != nil {
+				return takeoverFailedStatus(id, err)
+			}
+			if l != nil {
 				leave() // never set before: a completion is taken over once per follower
 				leave = l
 			}

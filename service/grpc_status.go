@@ -243,6 +243,10 @@ const (
 	// reasonTakenOver: a newer caller resumed the Session this stream
 	// controlled, and controls it now.
 	reasonTakenOver = "SESSION_TAKEN_OVER"
+	// reasonTakeoverFailed: the replica serving an Attach found the
+	// completion's replica dead but cannot continue it itself (its log or
+	// request does not make sense with this replica's configuration).
+	reasonTakeoverFailed = "TAKEOVER_FAILED"
 	// reasonLogFull: the event log had no room for a completion that
 	// asked to be resumable.
 	reasonLogFull = "EVENT_LOG_FULL"
@@ -274,3 +278,16 @@ func logFullStatus() error {
 		&errdetails.ErrorInfo{Reason: reasonLogFull, Domain: ErrorDomain},
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(shedRetryDelay)}).Err()
 }
+
+// takeoverFailedStatus ends an Attach whose replica could not take over
+// completion id, whose own replica died: FAILED_PRECONDITION, ErrorInfo
+// TAKEOVER_FAILED, the reason clipped. The completion's log stays as it
+// was: a replica configured differently may still continue it.
+func takeoverFailedStatus(id string, why error) error {
+	return withDetails(codes.FailedPrecondition,
+		"the replica running completion "+quote(id)+" was lost and this replica cannot continue it: "+clip(why.Error(), maxTakeoverError),
+		&errdetails.ErrorInfo{Reason: reasonTakeoverFailed, Domain: ErrorDomain}).Err()
+}
+
+// maxTakeoverError bounds the reason a takeover failure quotes.
+const maxTakeoverError = 256

@@ -175,24 +175,32 @@ func (s *Server) leaseCheck(page LogPage, first bool) (wake <-chan time.Time, st
 // the lease, rebuilds the completion from the log and runs it on, on this
 // replica, detached from any RPC. It returns the function that counts the
 // calling follower out of the completion's holders (nil when it did not
-// take the completion over).
-func (s *Server) takeOver(ctx context.Context, id string) (leave func()) {
+// take the completion over), or the error that makes this replica unable
+// to continue it (its log or request does not make sense here): the
+// follower ends with it rather than wait for an end that will not come.
+// A store that does not answer is not such an error: the follower looks
+// again at its next check.
+func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err error) {
 	ls := s.cfg.Leases
 	if _, held, err := ls.Holder(ctx, id); err != nil || held {
-		return nil
+		return nil, nil
 	}
 	from := time.Now()
 	l, err := ls.Acquire(ctx, id, s.cfg.Replica)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	c, cctx, cancel, err := s.rebuild(id)
 	if err != nil {
 		_ = ls.Release(context.WithoutCancel(ctx), l)
-		if !errors.Is(err, errNothingToTake) {
-			s.cfg.Logger.WarnContext(ctx, "takeover failed", "completion_id", id, "error", err.Error())
+		if errors.Is(err, errNothingToTake) {
+			return nil, nil
 		}
-		return nil
+		s.cfg.Logger.WarnContext(ctx, "takeover failed", "completion_id", id, "error", err.Error())
+		if errors.Is(err, errLogUnavailable) {
+			return nil, nil
+		}
+		return nil, err
 	}
 	o := s.hold(c, l, from, cancel)
 	s.cfg.Logger.InfoContext(ctx, "took a completion over", "completion_id", id, "from_replica", c.takenFrom,
@@ -209,7 +217,7 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func()) {
 		}()
 		_, _ = c.run(cctx)
 	}()
-	return leave
+	return leave, nil
 }
 
 // localKeeper is a log that can say whether completion id ran on logged
@@ -234,13 +242,22 @@ var errNothingToTake = errors.New("nothing to take over")
 func (s *Server) rebuild(id string) (*completion, context.Context, context.CancelCauseFunc, error) {
 	var evs []*completionv1.CompletionEvent
 	var meta LogMeta
+	incomplete := false
 	for after := uint64(0); ; {
 		page, err := s.log.Read(id, after)
 		if errors.Is(err, errLogNotFound) {
 			return nil, nil, nil, errNothingToTake
 		}
+		var head *logRangeError
+		if errors.As(err, &head) && after == 0 && head.first > 1 {
+			// Its oldest events were dropped (--event-log-events): what
+			// is left numbers the attempts, but the answer's beginning is
+			// gone, so the machine restarts it cleanly (Prior.Incomplete).
+			after, incomplete = head.first-1, true
+			continue
+		}
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("read the log: %w", err) // OUT_OF_RANGE: its first events were dropped
+			return nil, nil, nil, fmt.Errorf("read the log: %w", err)
 		}
 		if page.Ended {
 			return nil, nil, nil, errNothingToTake
@@ -267,6 +284,7 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 		return nil, nil, nil, err
 	}
 	prior, last, started := foldLog(evs, c.routes)
+	prior.Incomplete = incomplete
 	c.prior, c.out.seq, c.takenFrom = &prior, last, meta.Replica
 	if started != nil {
 		c.started = started

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -31,7 +32,14 @@ type replica struct {
 // (fleetLog, as completiond --redis-url builds it); else one in-memory log.
 func inProcessFleet(t *testing.T, n int, leases Leases, redisAddr string) []*replica {
 	t.Helper()
-	log := newMemLog(EventLogLimits{}, time.Now)
+	return inProcessFleetLimited(t, n, leases, redisAddr, EventLogLimits{})
+}
+
+// inProcessFleetLimited is inProcessFleet with the shared in-memory log's
+// limits.
+func inProcessFleetLimited(t *testing.T, n int, leases Leases, redisAddr string, limits EventLogLimits) []*replica {
+	t.Helper()
+	log := newMemLog(limits, time.Now)
 	var rs []*replica
 	for i := range n {
 		cfg := DefaultConfig()
@@ -276,5 +284,100 @@ func BenchmarkFoldLog(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		foldLog(evs, routes)
+	}
+}
+
+// TestTakeoverOfATrimmedLog: the log keeps only the last 10 events of a
+// completion (--event-log-events), so that its beginning is gone when its
+// replica dies. The takeover cannot continue the partial answer even on a
+// prefill route: it restarts cleanly (RETRY, every attempt discarded), and
+// the attacher, which had the whole beginning, still ends with the whole
+// answer and every seq once.
+func TestTakeoverOfATrimmedLog(t *testing.T) {
+	fleet := inProcessFleetLimited(t, 2, NewMemLeases(time.Second), "", EventLogLimits{MaxEvents: 10})
+	a, b := fleet[0], fleet[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := slowRequest("sim", 60, 10*time.Millisecond)
+	want := wholeAnswer(t, ctx, b.client, req)
+	st, err := a.client.Stream(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*completionv1.CompletionEvent
+	for deltas := 0; deltas < 20; {
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatalf("before the kill: %v", err)
+		}
+		got = append(got, ev)
+		if ev.GetDelta() != nil {
+			deltas++
+		}
+	}
+	id := got[0].GetStarted().GetCompletionId()
+	a.kill()
+	at, err := b.client.Attach(ctx, &completionv1.AttachRequest{CompletionId: id, AfterSeq: got[len(got)-1].GetSeq()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, s := recvAll(at.Recv)
+	if s.Code() != codes.OK {
+		t.Fatalf("attach through B: %v", s)
+	}
+	all := append(got, rest...)
+	checkSeqs(t, all)
+	var takeover *completionv1.Transition
+	for _, ev := range rest {
+		if tr := ev.GetTransition(); tr.GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST {
+			takeover = tr
+		}
+	}
+	if takeover.GetReason() != completionv1.TransitionReason_TRANSITION_REASON_RETRY || len(takeover.GetDiscardedAttempts()) == 0 {
+		t.Fatalf("the takeover of a trimmed log: %v, want a RETRY that discards the partial answer", takeover)
+	}
+	if res := all[len(all)-1].GetResult(); resultText(res) != want {
+		t.Errorf("answer %q, want %q", resultText(res), want)
+	}
+	if kept := liveText(all); kept != want {
+		t.Errorf("the deltas kept assemble %q, want %q", kept, want)
+	}
+}
+
+// TestTakeoverFailsTyped: a replica that finds a completion's replica dead
+// but cannot continue it — its logged request does not decode, or is no
+// longer valid here — ends the Attach FAILED_PRECONDITION with ErrorInfo
+// TAKEOVER_FAILED at once, instead of leaving it to wait for an end that
+// will not come; the lease it took is released.
+func TestTakeoverFailsTyped(t *testing.T) {
+	valid, err := proto.Marshal(&completionv1.CompleteRequest{}) // no messages: invalid
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, request := range map[string][]byte{"undecodable": {0xff, 0xff, 0xff}, "invalid": append(valid, 0x0a, 0x00)} {
+		t.Run(name, func(t *testing.T) {
+			leases := NewMemLeases(time.Second)
+			b := inProcessFleet(t, 1, leases, "")[0]
+			id := "cmpl_dead_" + name
+			if err := b.srv.log.Open(id, LogMeta{Request: request, Replica: "A"}); err != nil {
+				t.Fatal(err)
+			}
+			b.srv.log.Append(id, &completionv1.CompletionEvent{Seq: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{CompletionId: id, Route: "sim"}}})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			evs, s := attachAll(ctx, b.client, id, 0)
+			if s.Code() != codes.FailedPrecondition || len(evs) != 1 {
+				t.Fatalf("attach: %v after %d events, want FAILED_PRECONDITION after the one logged", s, len(evs))
+			}
+			if info := errorInfo(s); info.GetReason() != reasonTakeoverFailed {
+				t.Fatalf("ErrorInfo %v, want %s", info, reasonTakeoverFailed)
+			}
+			if len(s.Message()) > 512 {
+				t.Errorf("status message of %d bytes", len(s.Message()))
+			}
+			if _, held, _ := leases.Holder(ctx, id); held {
+				t.Error("the lease of a failed takeover is still held")
+			}
+		})
 	}
 }
