@@ -96,16 +96,23 @@ func (l *procLogs) String() string {
 // SERVING. It is killed when t ends.
 func startReplica(t *testing.T, bin, name, redisAddr string, args ...string) *proc {
 	t.Helper()
+	return startReplicaOn(t, bin, name, "redis://"+redisAddr, nil, args...)
+}
+
+// startReplicaOn is startReplica on the Redis at redisURL, with env added
+// to the process's environment.
+func startReplicaOn(t *testing.T, bin, name, redisURL string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, logs: &procLogs{addr: make(chan string, 1)}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"--addr", "127.0.0.1:0", "--redis-url", "redis://" + redisAddr,
+	p.cmd = exec.Command(bin, append([]string{"--addr", "127.0.0.1:0", "--redis-url", redisURL,
 		"--lease-ttl", fleetLeaseTTL.String(), "--replica", name}, args...)...)
-	var env []string
+	var base []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envPrefix) {
-			env = append(env, kv)
+			base = append(base, kv)
 		}
 	}
-	p.cmd.Env = env
+	p.cmd.Env = append(base, env...) // the last of a name wins
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -348,6 +355,48 @@ func TestFleetRedisRestarted(t *testing.T) {
 			t.Fatalf("a completion through A cannot be attached through B 15s after Redis came back: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestFleetOverTLSRedis: two replicas share a redis-server that speaks TLS
+// only and wants a password: rediss:// in --redis-url, the password from
+// COMPLETIOND_REDIS_PASSWORD, the server's certificate checked against the
+// system's roots (SSL_CERT_FILE names the test's authority). Both serve
+// (health SERVING needs Redis's PING), a completion through A is read
+// whole through B, and the password shows in no log line.
+func TestFleetOverTLSRedis(t *testing.T) {
+	bin := buildCompletiond(t)
+	const password = "tls-fleet-secret-6f1c"
+	rs := redistest.NewTLS(t, "--requirepass", password)
+	env := []string{"COMPLETIOND_REDIS_PASSWORD=" + password, "SSL_CERT_FILE=" + rs.CAFile}
+	a := startReplicaOn(t, bin, "A", "rediss://"+rs.Addr, env)
+	b := startReplicaOn(t, bin, "B", "rediss://"+rs.Addr, env)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := connect(t, a).Stream(ctx, &completionv1.CompleteRequest{
+		Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "over TLS"}}}}}},
+		Metadata:    map[string]string{"sim.words": "20"},
+		ResumeGrace: durationpb.New(30 * time.Second),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fold, err := st.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := connect(t, b).Attach(ctx, fold.CompletionID(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay, err := at.Wait()
+	if err != nil || replay.Text() != fold.Text() || fold.Text() == "" {
+		t.Fatalf("attach through B: %v, %q, want %q", err, replay.Text(), fold.Text())
+	}
+	for _, p := range []*proc{a, b} {
+		if strings.Contains(p.logs.String(), password) {
+			t.Errorf("replica %s logged the Redis password", p.name)
+		}
 	}
 }
 

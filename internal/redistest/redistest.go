@@ -6,6 +6,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os/exec"
@@ -29,9 +30,14 @@ type Server struct {
 	// Addr is the server's host:port on loopback.
 	Addr string
 
+	// CAFile is the PEM certificate of the authority that signed a TLS
+	// server's certificate (NewTLS); empty otherwise.
+	CAFile string
+
 	tb   testing.TB
 	dir  string
 	args []string
+	tls  *tls.Config // NewTLS: how ping connects
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -48,13 +54,29 @@ func Start(tb testing.TB) string {
 // (e.g. "--requirepass", "secret"); it is killed when tb ends.
 func New(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	path, err := exec.LookPath(Binary)
+	return run(tb, &Server{tb: tb, dir: tb.TempDir(), args: args})
+}
+
+// NewTLS is New for a redis-server that speaks TLS only (rediss://), with
+// a certificate for 127.0.0.1 signed by a fresh authority whose
+// certificate is in CAFile; clients need no certificate of their own.
+func NewTLS(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	s := &Server{tb: tb, dir: tb.TempDir()}
+	ca, cert, key, pool, err := writeCertificates(s.dir)
 	if err != nil {
-		tb.Fatalf("redistest: %s is not installed (%v): these tests need a real Redis; "+
-			"install Debian's package: apt-get install redis-server (or make redis-installed)", Binary, err)
+		tb.Fatalf("redistest: %v", err)
 	}
-	Binary = path
-	s := &Server{tb: tb, dir: tb.TempDir(), args: args}
+	s.CAFile, s.tls = ca, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+	s.args = append([]string{"--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca,
+		"--tls-auth-clients", "no"}, args...)
+	return run(tb, s)
+}
+
+// run starts s on a free port, trying another one if it was taken.
+func run(tb testing.TB, s *Server) *Server {
+	tb.Helper()
+	Binary = lookPath(tb)
 	for try := 0; ; try++ {
 		s.Addr = freeAddr(tb)
 		err := s.start()
@@ -69,6 +91,17 @@ func New(tb testing.TB, args ...string) *Server {
 	return s
 }
 
+// lookPath finds redis-server, or fails tb loudly.
+func lookPath(tb testing.TB) string {
+	tb.Helper()
+	path, err := exec.LookPath(Binary)
+	if err != nil {
+		tb.Fatalf("redistest: %s is not installed (%v): these tests need a real Redis; "+
+			"install Debian's package: apt-get install redis-server (or make redis-installed)", Binary, err)
+	}
+	return path
+}
+
 // freeAddr returns a loopback address whose port was free a moment ago.
 func freeAddr(tb testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,8 +114,12 @@ func freeAddr(tb testing.TB) string {
 
 func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(Binary, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning")
+	ports := []string{"--port", port}
+	if s.tls != nil {
+		ports = []string{"--port", "0", "--tls-port", port}
+	}
+	cmd := exec.Command(Binary, append(ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning")...)
 	cmd.Args = append(cmd.Args, s.args...)
 	out := &tail{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -92,7 +129,7 @@ func (s *Server) start() error {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(startWait)
-	for !ping(s.Addr) {
+	for !ping(s.Addr, s.tls) {
 		select {
 		case <-done:
 			return fmt.Errorf("%s on %s exited: %s", Binary, s.Addr, out)
@@ -138,10 +175,16 @@ func (s *Server) Restart() {
 	s.tb.Fatalf("redistest: restart: %v", err)
 }
 
-// ping reports whether a Redis answers PING on addr: the inline command
-// of the protocol, enough to know the server is up.
-func ping(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+// ping reports whether a Redis answers PING on addr (over TLS with cfg):
+// the inline command of the protocol, enough to know the server is up.
+func ping(addr string, cfg *tls.Config) bool {
+	var c net.Conn
+	var err error
+	if cfg != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, cfg)
+	} else {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return false
 	}

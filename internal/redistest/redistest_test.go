@@ -10,21 +10,37 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestStartStopRestart(t *testing.T) {
 	s := New(t)
-	if !ping(s.Addr) {
+	if !ping(s.Addr, nil) {
 		t.Fatal("no PONG from a started server")
 	}
 	s.Stop()
-	if ping(s.Addr) {
+	if ping(s.Addr, nil) {
 		t.Fatal("PONG from a stopped server")
 	}
 	s.Restart()
-	if !ping(s.Addr) {
+	if !ping(s.Addr, nil) {
 		t.Fatal("no PONG after the restart")
 	}
 }
 
 func TestStartReturnsAnAddress(t *testing.T) {
-	if addr := Start(t); !ping(addr) {
+	if addr := Start(t); !ping(addr, nil) {
 		t.Fatalf("no PONG on %s", addr)
+	}
+}
+
+// TestTLS: a TLS redis-server answers over TLS with its authority trusted,
+// and not in clear text.
+func TestTLS(t *testing.T) {
+	s := NewTLS(t, "--requirepass", "secret")
+	if s.CAFile == "" || !ping(s.Addr, s.tls) {
+		t.Fatalf("no TLS PING answer on %s", s.Addr)
+	}
+	if ping(s.Addr, nil) {
+		t.Fatal("a TLS server answered in clear text")
+	}
+	s.Restart()
+	if !ping(s.Addr, s.tls) {
+		t.Fatal("no TLS answer after a restart")
 	}
 }
