@@ -481,6 +481,14 @@ func (l *RedisEventLog) Read(id string, after uint64) (LogPage, error) {
 // granted its lease; its lease is taken again if it lapsed. The appends
 // are pipelined, in batches.
 func (l *RedisEventLog) reshare(id string, c logCopy) error {
+	fence, _ := l.fences.Load(id)
+	v, _ := fence.(string)
+	return l.reshareFenced(id, c, v)
+}
+
+// reshareFenced is reshare with the writer's lease value given (empty:
+// not fenced), for a completion whose run is over (its fence is gone).
+func (l *RedisEventLog) reshareFenced(id string, c logCopy, fence string) error {
 	meta := c.meta
 	if c.ended {
 		meta.Request = nil // an ended completion is never taken over
@@ -489,19 +497,16 @@ func (l *RedisEventLog) reshare(id string, c logCopy) error {
 	if err != nil {
 		return err
 	}
-	var value, token any = "", ""
-	fence, fenced := l.fences.Load(id)
-	if fenced {
-		value = fence
-		if lease, ok := parseLease(id, fence.(string)); ok {
-			token = lease.Token
-		}
+	var token any = ""
+	fenced := fence != ""
+	if lease, ok := parseLease(id, fence); ok {
+		token = lease.Token
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.OpTimeout+time.Duration(len(c.events)/redisReshareBatch+1)*l.OpTimeout)
 	defer cancel()
 	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id), LeaseKey(id), leaseTokenKey(id))
 	res, err := redisReshareScript.Run(ctx, l.rdb, keys, id, m, ms(l.now()), l.limits.Retention.Milliseconds(),
-		l.limits.MaxCompletions, l.LiveTTL.Milliseconds(), value, token, l.leaseTTL().Milliseconds(), leaseTokenTTL.Milliseconds()).Text()
+		l.limits.MaxCompletions, l.LiveTTL.Milliseconds(), fence, token, l.leaseTTL().Milliseconds(), leaseTokenTTL.Milliseconds()).Text()
 	if err != nil {
 		return fmt.Errorf("%w: %w", errLogUnavailable, err)
 	}
@@ -523,7 +528,7 @@ func (l *RedisEventLog) reshare(id string, c logCopy) error {
 const redisReshareBatch = 128
 
 // appendAll appends the events of c after seq kept, pipelined.
-func (l *RedisEventLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence any, fenced bool) error {
+func (l *RedisEventLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence string, fenced bool) error {
 	script := redisAppendScript
 	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id))
 	if fenced {

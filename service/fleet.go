@@ -133,7 +133,16 @@ type fleetLog struct {
 	mu     sync.Mutex
 	shared map[string]bool        // the live completions of this replica logged in Redis too
 	apart  map[string]*apartState // the live ones logged here only, for now or for good
+	// unpublished are the completions that ended apart while Redis did
+	// not answer, with the lease value that fences them ("" for none):
+	// they are published once it answers again, so that no replica finds
+	// their stale log live and takes over a completion that has ended.
+	unpublished map[string]string
 }
+
+// maxUnpublished bounds fleetLog.unpublished; past it the oldest are
+// forgotten (their stale logs in Redis lapse with LiveTTL).
+const maxUnpublished = 10_000
 
 // apartState is what fleetLog knows of a completion logged here only.
 type apartState struct {
@@ -146,8 +155,43 @@ type apartState struct {
 const reshareEvery = time.Second
 
 func newFleetLog(mem *memLog, rl *RedisEventLog, watch *redisWatch, log *slog.Logger, local metric.Int64Counter) *fleetLog {
-	return &fleetLog{mem: mem, redis: rl, watch: watch, log: log, local: local, now: time.Now,
-		shared: map[string]bool{}, apart: map[string]*apartState{}}
+	f := &fleetLog{mem: mem, redis: rl, watch: watch, log: log, local: local, now: time.Now,
+		shared: map[string]bool{}, apart: map[string]*apartState{}, unpublished: map[string]string{}}
+	watch.watch(func(up bool) {
+		if up {
+			f.publishEnded()
+		}
+	})
+	return f
+}
+
+// publishEnded publishes the completions that ended apart while Redis was
+// away. It runs on the watch's goroutine when Redis answers again.
+func (f *fleetLog) publishEnded() {
+	f.mu.Lock()
+	pending := f.unpublished
+	f.unpublished = map[string]string{}
+	f.mu.Unlock()
+	for id, fence := range pending {
+		c, ok := f.mem.copyOf(id)
+		if !ok || !c.ended {
+			continue // expired here meanwhile
+		}
+		switch err := f.redis.reshareFenced(id, c, fence); {
+		case err == nil:
+			f.log.Info("redis: a completion that ended in this replica's memory only is shared: other replicas can attach to it",
+				"completion_id", id, "events", len(c.events))
+		case errors.Is(err, errLogFenced):
+			f.log.Warn("redis: another replica took over a completion that ended here alone: this replica never shares it", "completion_id", id)
+		default:
+			f.mu.Lock()
+			if len(f.unpublished) < maxUnpublished {
+				f.unpublished[id] = fence
+			}
+			f.mu.Unlock()
+			return // Redis failed again: the next up tries the rest
+		}
+	}
 }
 
 // Open implements EventLog.
@@ -198,8 +242,11 @@ func (f *fleetLog) share(id string, ev *completionv1.CompletionEvent, status []b
 	try := apart != nil && !apart.orphan && (end || !f.now().Before(apart.retry))
 	f.mu.Unlock()
 	if apart != nil {
-		if try && f.watch.up.Load() {
+		switch {
+		case try && f.watch.up.Load():
 			f.reshare(id, apart, end)
+		case end && !apart.orphan:
+			f.keepUnpublished(id)
 		}
 		return
 	}
@@ -244,7 +291,9 @@ func (f *fleetLog) reshare(id string, apart *apartState, ended bool) {
 		f.log.Warn("redis: another replica took the completion over while it ran here alone: this replica finishes it for its own callers and never shares it",
 			"completion_id", id)
 	default:
-		if ended {
+		if ended && errors.Is(err, errLogUnavailable) {
+			f.keepUnpublished(id)
+		} else if ended {
 			// What Redis kept of it stops short and would never end: other
 			// replicas are better told NOT_FOUND than left following it.
 			_ = f.redis.dropUnlessFenced(id)
@@ -253,6 +302,22 @@ func (f *fleetLog) reshare(id string, apart *apartState, ended bool) {
 			f.watch.set(false, err)
 		}
 	}
+}
+
+// keepUnpublished remembers that id ended apart while Redis did not
+// answer, with its fence, for publishEnded.
+func (f *fleetLog) keepUnpublished(id string) {
+	fence, _ := f.redis.fences.Load(id)
+	v, _ := fence.(string)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.unpublished) >= maxUnpublished {
+		for old := range f.unpublished { // any: they are all as old as an outage
+			delete(f.unpublished, old)
+			break
+		}
+	}
+	f.unpublished[id] = v
 }
 
 // keptHere implements localKeeper: whether id runs logged in this

@@ -75,7 +75,8 @@ func TestFleetAttachOnAnotherReplica(t *testing.T) {
 // A: health turns NOT_SERVING, the completion finishes whole (an attacher
 // on A gets all of it), a log line and the metrics say it was kept in
 // memory only; new completions run meanwhile. Once Redis is back (empty),
-// health is SERVING again and a new completion is shared with B.
+// health is SERVING again, A publishes the completion that ended while it
+// was away (B replays it whole), and a new completion is shared with B.
 func TestFleetRedisRestartMidRun(t *testing.T) {
 	rs := redistest.New(t)
 	logs := &lockedBuffer{}
@@ -129,6 +130,16 @@ func TestFleetRedisRestartMidRun(t *testing.T) {
 	rs.Restart()
 	waitHealth(t, a.grpc, healthpb.HealthCheckResponse_SERVING)
 	waitHealth(t, b.grpc, healthpb.HealthCheckResponse_SERVING)
+	// A publishes what ended while Redis was away: B replays it whole.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		replay, ast := attachAll(ctx, b.client, id, 0)
+		if ast.Code() == codes.OK && equalSeqs(seqs(replay), seqs(all)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("attach on B to the completion that ended while Redis was down, once it is back: %v, seqs %v, want %v", ast, seqs(replay), seqs(all))
+		}
+	}
 	evs, nst = a.streamAll(t, prompt("redis is back", nil))
 	checkContract(t, evs, nst)
 	nid := evs[0].GetStarted().GetCompletionId()
