@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -209,22 +208,8 @@ func TestFleetRedisOutageKeepsLeasedCompletions(t *testing.T) {
 
 	a.kill()
 	<-recvDone
-	got = seen()
-	at, err := b.client.Attach(ctx, &completionv1.AttachRequest{CompletionId: id, AfterSeq: got[len(got)-1].GetSeq()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rest, s := recvAll(at.Recv)
-	if s.Code() != codes.OK {
-		t.Fatalf("attach through B: %v", s)
-	}
-	all := append(got, rest...)
-	checkSeqs(t, all)
-	lost := false
-	for _, ev := range rest {
-		lost = lost || ev.GetTransition().GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST
-	}
-	if !lost {
+	rest, all := attachRest(t, ctx, b.client, seen())
+	if replicaLost(rest) == nil {
 		t.Fatal("no REPLICA_LOST transition after A died")
 	}
 	if res := all[len(all)-1].GetResult(); resultText(res) != want {

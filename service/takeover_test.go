@@ -304,35 +304,10 @@ func TestTakeoverOfATrimmedLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []*completionv1.CompletionEvent
-	for deltas := 0; deltas < 20; {
-		ev, err := st.Recv()
-		if err != nil {
-			t.Fatalf("before the kill: %v", err)
-		}
-		got = append(got, ev)
-		if ev.GetDelta() != nil {
-			deltas++
-		}
-	}
-	id := got[0].GetStarted().GetCompletionId()
+	got := recvDeltas(t, st, 20)
 	a.kill()
-	at, err := b.client.Attach(ctx, &completionv1.AttachRequest{CompletionId: id, AfterSeq: got[len(got)-1].GetSeq()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rest, s := recvAll(at.Recv)
-	if s.Code() != codes.OK {
-		t.Fatalf("attach through B: %v", s)
-	}
-	all := append(got, rest...)
-	checkSeqs(t, all)
-	var takeover *completionv1.Transition
-	for _, ev := range rest {
-		if tr := ev.GetTransition(); tr.GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST {
-			takeover = tr
-		}
-	}
+	rest, all := attachRest(t, ctx, b.client, got)
+	takeover := replicaLost(rest)
 	if takeover.GetReason() != completionv1.TransitionReason_TRANSITION_REASON_RETRY || len(takeover.GetDiscardedAttempts()) == 0 {
 		t.Fatalf("the takeover of a trimmed log: %v, want a RETRY that discards the partial answer", takeover)
 	}
@@ -380,4 +355,53 @@ func TestTakeoverFailsTyped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recvDeltas receives from st until n deltas have come, and returns every
+// event received.
+func recvDeltas(t *testing.T, st interface {
+	Recv() (*completionv1.CompletionEvent, error)
+}, n int) []*completionv1.CompletionEvent {
+	t.Helper()
+	var got []*completionv1.CompletionEvent
+	for deltas := 0; deltas < n; {
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatalf("after %d deltas: %v", deltas, err)
+		}
+		got = append(got, ev)
+		if ev.GetDelta() != nil {
+			deltas++
+		}
+	}
+	return got
+}
+
+// attachRest attaches through client to the completion of got after its
+// last seq and returns what followed, which must end OK, and all of it,
+// whose seqs must be 1, 2, 3 … to the result.
+func attachRest(t *testing.T, ctx context.Context, client completionv1.CompletionClient, got []*completionv1.CompletionEvent) (rest, all []*completionv1.CompletionEvent) {
+	t.Helper()
+	id := got[0].GetStarted().GetCompletionId()
+	at, err := client.Attach(ctx, &completionv1.AttachRequest{CompletionId: id, AfterSeq: got[len(got)-1].GetSeq()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, s := recvAll(at.Recv)
+	if s.Code() != codes.OK {
+		t.Fatalf("attach: %v", s)
+	}
+	all = append(append([]*completionv1.CompletionEvent(nil), got...), rest...)
+	checkSeqs(t, all)
+	return rest, all
+}
+
+// replicaLost is the takeover transition (REPLICA_LOST) among evs, or nil.
+func replicaLost(evs []*completionv1.CompletionEvent) *completionv1.Transition {
+	for _, ev := range evs {
+		if tr := ev.GetTransition(); tr.GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST {
+			return tr
+		}
+	}
+	return nil
 }
