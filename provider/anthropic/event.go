@@ -54,154 +54,33 @@ func (e *event) decode(data []byte) error {
 	if !root.IsObject() {
 		return nil
 	}
-	var seen sse.Fields
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "type":
-			if seen.First(0) {
-				e.Type = v.String()
-			}
-		case "index":
-			if seen.First(1) {
-				e.Index = v.Int()
-			}
-		case "message":
-			if seen.First(2) && v.IsObject() {
-				e.decodeMessage(v)
-			}
-		case "content_block":
-			if seen.First(3) && v.IsObject() {
-				e.decodeContentBlock(v)
-			}
-		case "delta":
-			if seen.First(4) && v.IsObject() {
-				e.decodeDelta(v)
-			}
-		case "usage":
-			if seen.First(5) && v.IsObject() {
-				e.Usage.decode(v)
-			}
-		}
-		return true
-	})
+	m, b, d := &e.Message, &e.ContentBlock, &e.Delta
+	sse.Decode(root,
+		sse.String("type", &e.Type),
+		sse.Int("index", &e.Index),
+		sse.Object("message", func(v gjson.Result) {
+			sse.Decode(v, sse.String("id", &m.ID), sse.String("model", &m.Model), sse.Object("usage", m.Usage.decode))
+		}),
+		sse.Object("content_block", func(v gjson.Result) {
+			sse.Decode(v, sse.String("type", &b.Type), sse.String("id", &b.ID), sse.String("name", &b.Name),
+				sse.String("text", &b.Text), sse.String("thinking", &b.Thinking), sse.String("signature", &b.Signature),
+				sse.String("data", &b.Data))
+		}),
+		sse.Object("delta", func(v gjson.Result) {
+			sse.Decode(v, sse.String("type", &d.Type), sse.String("text", &d.Text), sse.String("thinking", &d.Thinking),
+				sse.String("signature", &d.Signature), sse.String("partial_json", &d.PartialJSON),
+				sse.String("stop_reason", &d.StopReason))
+		}),
+		sse.Object("usage", e.Usage.decode),
+	)
 	return nil
 }
 
-func (e *event) decodeMessage(v gjson.Result) {
-	m := &e.Message
-	var seen sse.Fields
-	v.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "id":
-			if seen.First(0) {
-				m.ID = v.String()
-			}
-		case "model":
-			if seen.First(1) {
-				m.Model = v.String()
-			}
-		case "usage":
-			if seen.First(2) && v.IsObject() {
-				m.Usage.decode(v)
-			}
-		}
-		return true
-	})
-}
-
-func (e *event) decodeContentBlock(v gjson.Result) {
-	b := &e.ContentBlock
-	var seen sse.Fields
-	v.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "type":
-			if seen.First(0) {
-				b.Type = v.String()
-			}
-		case "id":
-			if seen.First(1) {
-				b.ID = v.String()
-			}
-		case "name":
-			if seen.First(2) {
-				b.Name = v.String()
-			}
-		case "text":
-			if seen.First(3) {
-				b.Text = v.String()
-			}
-		case "thinking":
-			if seen.First(4) {
-				b.Thinking = v.String()
-			}
-		case "signature":
-			if seen.First(5) {
-				b.Signature = v.String()
-			}
-		case "data":
-			if seen.First(6) {
-				b.Data = v.String()
-			}
-		}
-		return true
-	})
-}
-
-func (e *event) decodeDelta(v gjson.Result) {
-	d := &e.Delta
-	var seen sse.Fields
-	v.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "type":
-			if seen.First(0) {
-				d.Type = v.String()
-			}
-		case "text":
-			if seen.First(1) {
-				d.Text = v.String()
-			}
-		case "thinking":
-			if seen.First(2) {
-				d.Thinking = v.String()
-			}
-		case "signature":
-			if seen.First(3) {
-				d.Signature = v.String()
-			}
-		case "partial_json":
-			if seen.First(4) {
-				d.PartialJSON = v.String()
-			}
-		case "stop_reason":
-			if seen.First(5) {
-				d.StopReason = v.String()
-			}
-		}
-		return true
-	})
-}
-
 func (u *usage) decode(v gjson.Result) {
-	var seen sse.Fields
-	v.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "input_tokens":
-			if seen.First(0) {
-				u.InputTokens = v.Int()
-			}
-		case "output_tokens":
-			if seen.First(1) {
-				u.OutputTokens = v.Int()
-			}
-		case "cache_read_input_tokens":
-			if seen.First(2) {
-				u.CacheReadInputTokens = v.Int()
-			}
-		case "cache_creation_input_tokens":
-			if seen.First(3) {
-				u.CacheCreationInputTokens = v.Int()
-			}
-		}
-		return true
-	})
+	sse.Decode(v,
+		sse.Int("input_tokens", &u.InputTokens),
+		sse.Int("output_tokens", &u.OutputTokens),
+		sse.Int("cache_read_input_tokens", &u.CacheReadInputTokens),
+		sse.Int("cache_creation_input_tokens", &u.CacheCreationInputTokens),
+	)
 }

@@ -94,180 +94,64 @@ func (c *chunk) decode(data []byte) error {
 	default:
 		return &json.UnmarshalTypeError{Value: jsonKind(root), Type: chunkType}
 	}
-	var seen sse.Fields
 	failed := false
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "id":
-			if seen.First(0) {
-				c.ID = v.String()
-			}
-		case "model":
-			if seen.First(1) {
-				c.Model = v.String()
-			}
-		case "choices":
-			if seen.First(2) && !sse.Objects(v, func(v gjson.Result) {
-				var ch *choice
-				c.Choices, ch = grow(c.Choices)
-				*ch = choice{Delta: delta{ToolCalls: ch.Delta.ToolCalls[:0]}}
-				ch.decode(v)
-			}) {
-				c.Choices = c.Choices[:0]
-			}
-		case "usage":
-			if seen.First(3) && v.IsObject() {
-				c.HasUsage = true
-				c.Usage.decode(v)
-			}
-		case "error":
-			failed = true
-			return false
-		}
-		return true
-	})
+	sse.Decode(root,
+		sse.String("id", &c.ID),
+		sse.String("model", &c.Model),
+		sse.Objects("choices", &c.Choices, (*choice).decode),
+		sse.Object("usage", func(v gjson.Result) {
+			c.HasUsage = true
+			c.Usage.decode(v)
+		}),
+		sse.Value("error", func(gjson.Result) { failed = true }),
+	)
 	if failed {
 		return &sse.ErrorEvent{Data: data}
 	}
 	return nil
 }
 
-// grow extends s by one element, reusing its capacity, and returns the
-// element as it is there: the caller resets it, keeping what it reuses.
-func grow[T any](s []T) ([]T, *T) {
-	if len(s) < cap(s) {
-		s = s[:len(s)+1]
-	} else {
-		s = append(s, *new(T))
-	}
-	return s, &s[len(s)-1]
-}
-
-// The decoders below read one object each, into a zero value (but for the
-// slices kept for reuse). null is read as the zero value: gjson gives ""
-// and 0 for it, as apijson left the field untouched.
-
+// decode reads one element of choices into ch, keeping its tool call
+// slice for reuse.
 func (ch *choice) decode(v gjson.Result) {
-	var seen sse.Fields
-	v.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "index":
-			if seen.First(0) {
-				ch.Index = v.Int()
-			}
-		case "finish_reason":
-			if seen.First(1) {
-				ch.FinishReason = v.String()
-			}
-		case "delta":
-			if seen.First(2) && v.IsObject() {
-				ch.Delta.decode(v)
-			}
-		}
-		return true
-	})
+	*ch = choice{Delta: delta{ToolCalls: ch.Delta.ToolCalls[:0]}}
+	sse.Decode(v,
+		sse.Int("index", &ch.Index),
+		sse.String("finish_reason", &ch.FinishReason),
+		sse.Object("delta", ch.Delta.decode),
+	)
 }
 
 func (d *delta) decode(v gjson.Result) {
-	var seen sse.Fields
-	v.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "content":
-			if seen.First(0) {
-				d.Content = v.String()
-			}
-		case "refusal":
-			if seen.First(1) {
-				d.Refusal = v.String()
-			}
-		case "reasoning_content":
-			if seen.First(2) {
-				d.ReasoningContent = jsonString(v)
-			}
-		case "reasoning":
-			if seen.First(3) {
-				d.Reasoning = jsonString(v)
-			}
-		case "tool_calls":
-			if seen.First(4) && !sse.Objects(v, func(v gjson.Result) {
-				var t *toolCallDelta
-				d.ToolCalls, t = grow(d.ToolCalls)
-				*t = toolCallDelta{}
-				t.decode(v)
-			}) {
-				d.ToolCalls = d.ToolCalls[:0]
-			}
-		}
-		return true
-	})
+	sse.Decode(v,
+		sse.String("content", &d.Content),
+		sse.String("refusal", &d.Refusal),
+		sse.Value("reasoning_content", func(v gjson.Result) { d.ReasoningContent = jsonString(v) }),
+		sse.Value("reasoning", func(v gjson.Result) { d.Reasoning = jsonString(v) }),
+		sse.Objects("tool_calls", &d.ToolCalls, (*toolCallDelta).decode),
+	)
 }
 
+// decode reads one element of tool_calls into t.
 func (t *toolCallDelta) decode(v gjson.Result) {
-	var seen sse.Fields
-	v.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "index":
-			if seen.First(0) {
-				t.Index = v.Int()
-			}
-		case "id":
-			if seen.First(1) {
-				t.ID = v.String()
-			}
-		case "function":
-			if seen.First(2) && v.IsObject() {
-				var fn sse.Fields
-				v.ForEach(func(k, v gjson.Result) bool {
-					switch k.Str {
-					case "name":
-						if fn.First(0) {
-							t.Name = v.String()
-						}
-					case "arguments":
-						if fn.First(1) {
-							t.Arguments = v.String()
-						}
-					}
-					return true
-				})
-			}
-		}
-		return true
-	})
+	*t = toolCallDelta{}
+	sse.Decode(v,
+		sse.Int("index", &t.Index),
+		sse.String("id", &t.ID),
+		sse.Object("function", func(v gjson.Result) {
+			sse.Decode(v, sse.String("name", &t.Name), sse.String("arguments", &t.Arguments))
+		}),
+	)
 }
 
 func (u *usage) decode(v gjson.Result) {
-	var seen sse.Fields
-	v.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "prompt_tokens":
-			if seen.First(0) {
-				u.PromptTokens = v.Int()
-			}
-		case "completion_tokens":
-			if seen.First(1) {
-				u.CompletionTokens = v.Int()
-			}
-		case "prompt_tokens_details":
-			if seen.First(2) && v.IsObject() {
-				var details sse.Fields
-				v.ForEach(func(k, v gjson.Result) bool {
-					switch k.Str {
-					case "cached_tokens":
-						if details.First(0) {
-							u.CachedTokens = v.Int()
-						}
-					case "cache_write_tokens":
-						if details.First(1) {
-							u.CacheWriteTokens = v.Int()
-						}
-					}
-					return true
-				})
-			}
-		}
-		return true
-	})
+	sse.Decode(v,
+		sse.Int("prompt_tokens", &u.PromptTokens),
+		sse.Int("completion_tokens", &u.CompletionTokens),
+		sse.Object("prompt_tokens_details", func(v gjson.Result) {
+			sse.Decode(v, sse.Int("cached_tokens", &u.CachedTokens), sse.Int("cache_write_tokens", &u.CacheWriteTokens))
+		}),
+	)
 }
 
 // jsonString is v's text if it is a JSON string, and "" otherwise.

@@ -26,8 +26,11 @@
 //
 // JSON is the other half both providers share: it checks an event's data
 // the way encoding/json does — the failure of a malformed event is the
-// *json.SyntaxError the SDKs gave — and hands it to gjson without copying,
-// so that a decoder reads the few fields it needs in one pass over the
-// bytes, with the same conversions as the SDKs' apijson, which is built on
-// gjson.
+// *json.SyntaxError the SDKs gave — and hands it to gjson without copying.
+// Decode then reads the fields a decoder declares (String, Int, Object,
+// Objects, Value) in one pass over the bytes, skipping the rest unread,
+// with the rules of the SDKs' apijson, which is built on gjson: the same
+// conversions of wrong types, the first of duplicate keys, an array of
+// objects dropped whole when an element is not one. The providers' parity
+// fuzz tests hold their decoders to the SDKs' results on any input.
 package sse

@@ -3,6 +3,7 @@ package sse
 import (
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,7 +29,7 @@ func FuzzReader(f *testing.F) {
 		if (err != nil) != wantErr || (err != nil && !errors.Is(err, ErrTooLarge)) {
 			t.Fatalf("err %v, want too large: %t", err, wantErr)
 		}
-		if !equal(got, want) {
+		if !slices.Equal(got, want) {
 			t.Fatalf("events\n got %q\nwant %q", got, want)
 		}
 	})

@@ -51,38 +51,89 @@ func syntaxError(data []byte) error {
 // errInvalid is the failure of a text gjson refused and encoding/json took.
 var errInvalid = errors.New("sse: invalid JSON")
 
-// Fields records which of an object's fields a decoder read, by the
-// decoder's own numbering (up to 32): of duplicate keys the first is the
-// one that counts, as in gjson's Map, from which the SDKs' apijson decodes.
-type Fields uint32
-
-// First reports whether field is met for the first time, and records it.
-func (s *Fields) First(field int) bool {
-	bit := Fields(1) << field
-	if *s&bit != 0 {
-		return false
-	}
-	*s |= bit
-	return true
+// Field is one field of a JSON object that a decoder reads (Decode), and
+// where its value goes.
+type Field struct {
+	key  string
+	str  *string
+	num  *int64
+	f    func(gjson.Result)
+	objs bool // f takes objects only
 }
 
-// Objects calls f with each element of v, an array of objects (null
-// elements included, which read as empty), and reports whether v was one.
-// An array holding anything else is dropped whole by the SDKs' apijson:
-// Objects stops at such an element, and returns false, for the caller to
-// drop what f took of the elements before it (in one pass: a second one
-// to check first would cost as much as the decoding). A value that is not
-// an array is dropped too.
-func Objects(v gjson.Result, f func(gjson.Result)) bool {
-	if !v.IsArray() {
-		return false
-	}
-	ok := true
-	v.ForEach(func(_, e gjson.Result) bool {
-		if ok = e.IsObject() || e.Type == gjson.Null; ok {
-			f(e)
+// String reads the field key as text, with gjson's conversions — the
+// apijson's: a number or a literal is its JSON text, an object or array
+// its raw JSON, null "" — into dst.
+func String(key string, dst *string) Field { return Field{key: key, str: dst} }
+
+// Int reads the field key as an integer, with gjson's conversions — the
+// apijson's: a string of digits is its number, true 1, anything else 0 —
+// into dst.
+func Int(key string, dst *int64) Field { return Field{key: key, num: dst} }
+
+// Object calls f with the field key's value when it is an object; any
+// other value leaves the destination as it is, as apijson leaves a struct
+// field empty.
+func Object(key string, f func(gjson.Result)) Field { return Field{key: key, f: f, objs: true} }
+
+// Value calls f with the field key's value, whatever it is.
+func Value(key string, f func(gjson.Result)) Field { return Field{key: key, f: f} }
+
+// Decode reads the fields of v, an object, into their destinations, in one
+// pass over it; the others are skipped unread. Of duplicate keys the first
+// counts, as in gjson's Map, from which the SDKs' apijson decodes. At most
+// 32 fields.
+func Decode(v gjson.Result, fields ...Field) {
+	var seen uint32
+	v.ForEach(func(k, v gjson.Result) bool {
+		for i := range fields {
+			f := &fields[i]
+			if f.key != k.Str {
+				continue
+			}
+			if bit := uint32(1) << i; seen&bit == 0 {
+				seen |= bit
+				switch {
+				case f.str != nil:
+					*f.str = v.String()
+				case f.num != nil:
+					*f.num = v.Int()
+				case !f.objs || v.IsObject():
+					f.f(v)
+				}
+			}
+			break
 		}
-		return ok
+		return true
 	})
-	return ok
+}
+
+// Objects reads the field key, an array of objects, into *dst, reusing
+// its elements: decode reads each (null elements included, which read as
+// empty) into the element as the last use left it, which decode resets.
+// An array holding anything else is dropped whole, as the SDKs' apijson
+// drops it — Objects stops at such an element and empties *dst, in one
+// pass: a second one to check first would cost as much as the decoding —
+// and so is a value that is not an array.
+func Objects[T any](key string, dst *[]T, decode func(*T, gjson.Result)) Field {
+	return Value(key, func(v gjson.Result) {
+		s, ok := (*dst)[:0], v.IsArray()
+		if ok {
+			v.ForEach(func(_, e gjson.Result) bool {
+				if ok = e.IsObject() || e.Type == gjson.Null; ok {
+					if len(s) < cap(s) {
+						s = s[:len(s)+1]
+					} else {
+						s = append(s, *new(T))
+					}
+					decode(&s[len(s)-1], e)
+				}
+				return ok
+			})
+		}
+		if !ok {
+			s = s[:0]
+		}
+		*dst = s
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -75,24 +76,12 @@ func TestFraming(t *testing.T) {
 				if err != nil {
 					t.Fatalf("err %v", err)
 				}
-				if !equal(got, tc.want) {
+				if !slices.Equal(got, tc.want) {
 					t.Errorf("events\n got %q\nwant %q", got, tc.want)
 				}
 			})
 		}
 	}
-}
-
-func equal(a, b []ev) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestLimits(t *testing.T) {
@@ -118,7 +107,7 @@ func TestLimits(t *testing.T) {
 				if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 					t.Fatalf("err %v, want %v", err, tc.err)
 				}
-				if !equal(got, tc.want) {
+				if !slices.Equal(got, tc.want) {
 					t.Errorf("events\n got %q\nwant %q", got, tc.want)
 				}
 			})
