@@ -10,6 +10,7 @@ import (
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
+	"github.com/completiond/completiond/provider/sse"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -91,37 +92,68 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if req.Prefill != "" {
 		a.Prefilled()
 	}
-	stream := p.messages.NewStreaming(a.Context(), params, option.WithMiddleware(a.Middleware))
-	defer stream.Close()
+	// The SDK builds and sends the request — params, auth, base URL, the
+	// attempt's middleware, an error status read into its error — and,
+	// with a raw response as the destination, leaves the 200's body
+	// unread: the stream is decoded here, reading only what the reader
+	// uses, at a fraction of the SDK's cost per event (package sse).
+	var res *http.Response
+	err = p.messages.NewStreaming(a.Context(), params, option.WithMiddleware(a.Middleware), option.WithResponseBodyInto(&res)).Err()
+	if res != nil && res.Body != nil {
+		defer res.Body.Close()
+	}
 
 	s := newReader(a, &p.classes, a.Emitter(emit), held)
-	for stream.Next() {
-		if err := s.event(stream.Current()); err != nil {
-			return s.finish, err
+	if err == nil {
+		events := sse.NewReader(res.Body, sse.MaxEvent)
+		var ev event
+		for events.Next() {
+			e := events.Event()
+			// As the SDK's stream: an event without a name, a ping and one
+			// without data are skipped, whatever their data says; an error
+			// event ends the stream.
+			switch string(e.Type) {
+			case "", "ping":
+				continue
+			case "error":
+				return s.finish, p.failure(a, &sse.ErrorEvent{Data: e.Data})
+			}
+			if len(e.Data) == 0 {
+				continue
+			}
+			if err = ev.decode(e.Data); err != nil {
+				break
+			}
+			if err := s.event(&ev); err != nil {
+				return s.finish, err
+			}
+			if s.stopped {
+				a.Drain() // the body's end: the connection is kept
+				return s.finish, s.end()
+			}
 		}
-		if s.stopped {
-			a.Drain() // the body's end: the connection is kept
-			return s.finish, s.end()
+		if err == nil {
+			err = events.Err()
 		}
 	}
-	if stream.Err() == nil && s.finish.StopReason != recovery.StopNone {
+	if err == nil && s.finish.StopReason != recovery.StopNone {
 		// message_delta carried the stop reason and the body ended cleanly:
 		// the answer is whole, only the terminator is missing — as with an
 		// OpenAI stream without [DONE], throwing it away would cost a retry.
 		return s.finish, s.end()
 	}
-	return s.finish, p.failure(a, stream.Err())
+	return s.finish, p.failure(a, err)
 }
 
 // errNoStop is why a stream that ended cleanly but without message_stop failed.
 var errNoStop = errors.New("stream ended before message_stop")
 
-// failure classifies how a stream that did not reach message_stop ended.
+// failure classifies how a stream that did not reach message_stop ended:
+// err is the request's error, the stream's, or nil for its end.
 func (p *Provider) failure(a *classify.Attempt, err error) error {
-	var apiErr *sdk.Error
-	if errors.As(err, &apiErr) && a.Status() > 0 && a.Status() < 400 {
-		// An `event: error` inside the 200 stream; the SDK kept its data.
-		return a.StreamError(&p.classes, []byte(apiErr.RawJSON()))
+	var ev *sse.ErrorEvent
+	if errors.As(err, &ev) {
+		return a.StreamError(&p.classes, ev.Data)
 	}
 	if err == nil {
 		err = errNoStop

@@ -576,3 +576,9 @@ func TestConnectionsAreReused(t *testing.T) {
 		return anthropic.New(anthropic.Config{BaseURL: url, APIKey: apiKey})
 	}, newRequest)
 }
+
+func TestFraming(t *testing.T) {
+	pt.StreamFraming(t, pt.NewAnthropic, func(srv *pt.Server) (provider.Provider, error) {
+		return anthropic.New(anthropic.Config{BaseURL: srv.URL, APIKey: apiKey, HTTPClient: srv.Client()})
+	})
+}

@@ -9,6 +9,14 @@
 // cumulative). The attempt succeeds at message_stop and nowhere else: a
 // stream that ends before it is a FailStreamBroken, whatever came before.
 //
+// The request is the SDK's own — params, options, auth, base URL, the
+// attempt's middleware, the error of an error status — but the 200's body
+// is taken raw from it (option.WithResponseBodyInto) and decoded here:
+// framed by package sse and read by event.decode, which takes only the
+// fields the reader uses, with the SDK's conversions, in one pass without
+// reflection. Events are skipped and ended as the SDK's stream did: no
+// name, ping or no data is skipped; `event: error` ends the stream.
+//
 // A tool_use block whose input is not JSON when it stops was cut, and is
 // never emitted; what that means is decided when the message ends. On
 // stop_reason max_tokens (or model_context_window_exceeded) the output limit

@@ -69,14 +69,14 @@ func newReader(a *classify.Attempt, c *classify.Classifier, emit func(provider.C
 }
 
 // event handles one event; an error is emit's, returned as it is, or the
-// failure of a tool input that is not JSON.
-func (r *reader) event(ev sdk.MessageStreamEventUnion) error {
+// failure of a tool input that is not JSON. The event's strings view the
+// stream's bytes: what is kept or emitted is copied.
+func (r *reader) event(ev *event) error {
 	switch ev.Type {
 	case "message_start":
-		r.finish.Model = r.classes.Model(ev.Message.Model)
-		r.finish.ID = r.classes.Model(ev.Message.ID) // the upstream's words: scrubbed and bounded alike
-		u := ev.Message.Usage
-		r.usage(u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens)
+		r.finish.Model = r.classes.Model(strings.Clone(ev.Message.Model))
+		r.finish.ID = r.classes.Model(strings.Clone(ev.Message.ID)) // the upstream's words: scrubbed and bounded alike
+		r.usage(ev.Message.Usage)
 	case "content_block_start":
 		return r.blockStart(ev)
 	case "content_block_delta":
@@ -87,8 +87,7 @@ func (r *reader) event(ev sdk.MessageStreamEventUnion) error {
 		if ev.Delta.StopReason != "" {
 			r.finish.StopReason = stopReason(ev.Delta.StopReason)
 		}
-		u := ev.Usage
-		r.usage(u.InputTokens, u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens)
+		r.usage(ev.Usage)
 	case "message_stop":
 		if r.finish.StopReason == recovery.StopNone {
 			r.finish.StopReason = recovery.StopEndTurn
@@ -98,12 +97,12 @@ func (r *reader) event(ev sdk.MessageStreamEventUnion) error {
 	return nil
 }
 
-func (r *reader) blockStart(ev sdk.MessageStreamEventUnion) error {
-	b := ev.ContentBlock
+func (r *reader) blockStart(ev *event) error {
+	b := &ev.ContentBlock
 	switch b.Type {
 	case "tool_use":
 		r.attempt.Token()
-		r.tools[ev.Index] = &toolBlock{id: b.ID, name: b.Name}
+		r.tools[ev.Index] = &toolBlock{id: strings.Clone(b.ID), name: strings.Clone(b.Name)}
 	case "text":
 		return r.text(b.Text)
 	case "thinking":
@@ -113,13 +112,13 @@ func (r *reader) blockStart(ev sdk.MessageStreamEventUnion) error {
 		return r.thinking(t, b.Thinking)
 	case "redacted_thinking":
 		r.attempt.Token()
-		r.thoughts[ev.Index] = &thinkingBlock{redacted: true, data: b.Data}
+		r.thoughts[ev.Index] = &thinkingBlock{redacted: true, data: strings.Clone(b.Data)}
 	}
 	return nil
 }
 
-func (r *reader) delta(ev sdk.MessageStreamEventUnion) error {
-	d := ev.Delta
+func (r *reader) delta(ev *event) error {
+	d := &ev.Delta
 	switch d.Type {
 	case "text_delta":
 		return r.text(d.Text)
@@ -195,7 +194,7 @@ func (r *reader) text(s string) error {
 	if s == "" {
 		return nil
 	}
-	return r.emit(provider.Chunk{Kind: provider.ChunkText, Text: s})
+	return r.emit(provider.Chunk{Kind: provider.ChunkText, Text: strings.Clone(s)})
 }
 
 // skipHeld drops up to r.skip bytes of leading whitespace; the first other
@@ -222,20 +221,20 @@ func (r *reader) thinking(t *thinkingBlock, s string) error {
 	if t != nil {
 		t.text.WriteString(s)
 	}
-	return r.emit(provider.Chunk{Kind: provider.ChunkThinking, Text: s})
+	return r.emit(provider.Chunk{Kind: provider.ChunkThinking, Text: strings.Clone(s)})
 }
 
 // usage merges counts; both events report cumulative totals, so the larger wins.
-func (r *reader) usage(in, out, cacheRead, cacheWrite int64) {
+func (r *reader) usage(n usage) {
 	u := &r.finish.Usage
-	u.InputTokens = max(u.InputTokens, in)
-	u.OutputTokens = max(u.OutputTokens, out)
-	u.CacheReadInputTokens = max(u.CacheReadInputTokens, cacheRead)
-	u.CacheCreationInputTokens = max(u.CacheCreationInputTokens, cacheWrite)
+	u.InputTokens = max(u.InputTokens, n.InputTokens)
+	u.OutputTokens = max(u.OutputTokens, n.OutputTokens)
+	u.CacheReadInputTokens = max(u.CacheReadInputTokens, n.CacheReadInputTokens)
+	u.CacheCreationInputTokens = max(u.CacheCreationInputTokens, n.CacheCreationInputTokens)
 }
 
-func stopReason(s sdk.StopReason) recovery.StopReason {
-	if r, ok := stopReasons[s]; ok {
+func stopReason(s string) recovery.StopReason {
+	if r, ok := stopReasons[sdk.StopReason(s)]; ok {
 		return r
 	}
 	return recovery.StopEndTurn

@@ -525,3 +525,9 @@ func TestConnectionsAreReused(t *testing.T) {
 		return openai.New(openai.Config{BaseURL: url, APIKey: apiKey})
 	}, newRequest)
 }
+
+func TestFraming(t *testing.T) {
+	pt.StreamFraming(t, pt.NewOpenAI, func(srv *pt.Server) (provider.Provider, error) {
+		return openai.New(openai.Config{BaseURL: srv.URL, APIKey: apiKey, HTTPClient: srv.Client()})
+	})
+}

@@ -1,11 +1,8 @@
 package openai
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
-
-	sdk "github.com/openai/openai-go/v3"
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
@@ -20,11 +17,6 @@ var finishReasons = map[string]recovery.StopReason{
 	"function_call":  recovery.StopToolUse,
 	"content_filter": recovery.StopContentFilter,
 }
-
-// reasoningFields are where compatible servers put reasoning deltas:
-// reasoning_content (DeepSeek, llama.cpp, older vLLM), reasoning (vLLM,
-// Ollama, OpenRouter).
-var reasoningFields = []string{"reasoning_content", "reasoning"}
 
 // reader turns the chunks of one stream into chunks and a Finish.
 type reader struct {
@@ -57,38 +49,40 @@ func (r *reader) finished() bool { return r.reason != "" }
 // the usage after it came. [DONE] is not waited for.
 func (r *reader) complete() bool { return r.reason != "" && r.usage }
 
-// chunk handles one chunk; an error is emit's, returned as it is.
-func (r *reader) chunk(c sdk.ChatCompletionChunk) error {
+// chunk handles one chunk; an error is emit's, returned as it is. The
+// chunk's strings view the event: what is kept or emitted is copied.
+func (r *reader) chunk(c *chunk) error {
 	if r.finish.Model == "" {
-		r.finish.Model = r.classes.Model(c.Model)
+		r.finish.Model = r.classes.Model(strings.Clone(c.Model))
 	}
 	if r.finish.ID == "" {
-		r.finish.ID = r.classes.Model(c.ID) // the upstream's words: scrubbed and bounded alike
+		r.finish.ID = r.classes.Model(strings.Clone(c.ID)) // the upstream's words: scrubbed and bounded alike
 	}
-	for _, choice := range c.Choices {
+	for i := range c.Choices {
+		choice := &c.Choices[i]
 		if choice.Index != 0 {
 			continue // only one choice is asked for
 		}
-		if err := r.delta(choice.Delta); err != nil {
+		if err := r.delta(&choice.Delta); err != nil {
 			return err
 		}
 		if choice.FinishReason != "" && r.reason == "" {
-			if err := r.finishWith(choice.FinishReason); err != nil {
+			if err := r.finishWith(strings.Clone(choice.FinishReason)); err != nil {
 				return err
 			}
 		}
 	}
-	if c.JSON.Usage.Valid() {
+	if c.HasUsage {
 		r.setUsage(c.Usage)
 		r.usage = r.reason != ""
 	}
 	return nil
 }
 
-func (r *reader) delta(d sdk.ChatCompletionChunkChoiceDelta) error {
+func (r *reader) delta(d *delta) error {
 	if s := reasoning(d); s != "" {
 		r.attempt.Token()
-		if err := r.emit(provider.Chunk{Kind: provider.ChunkThinking, Text: s}); err != nil {
+		if err := r.emit(provider.Chunk{Kind: provider.ChunkThinking, Text: strings.Clone(s)}); err != nil {
 			return err
 		}
 	}
@@ -99,20 +93,20 @@ func (r *reader) delta(d sdk.ChatCompletionChunkChoiceDelta) error {
 	}
 	if text != "" {
 		r.attempt.Token()
-		if err := r.emit(provider.Chunk{Kind: provider.ChunkText, Text: text}); err != nil {
+		if err := r.emit(provider.Chunk{Kind: provider.ChunkText, Text: strings.Clone(text)}); err != nil {
 			return err
 		}
 	}
-	for _, tc := range d.ToolCalls {
+	for i := range d.ToolCalls {
 		r.attempt.Token()
-		r.toolDelta(tc)
+		r.toolDelta(&d.ToolCalls[i])
 	}
 	return nil
 }
 
 // toolDelta accumulates one piece of a tool call: the first piece of an
 // index carries its id and name, the others pieces of the arguments.
-func (r *reader) toolDelta(tc sdk.ChatCompletionChunkChoiceDeltaToolCall) {
+func (r *reader) toolDelta(tc *toolCallDelta) {
 	call := r.calls[tc.Index]
 	if call == nil {
 		call = &toolCall{}
@@ -120,12 +114,12 @@ func (r *reader) toolDelta(tc sdk.ChatCompletionChunkChoiceDeltaToolCall) {
 		r.order = append(r.order, tc.Index)
 	}
 	if tc.ID != "" {
-		call.id = tc.ID
+		call.id = strings.Clone(tc.ID)
 	}
-	if tc.Function.Name != "" {
-		call.name = tc.Function.Name
+	if tc.Name != "" {
+		call.name = strings.Clone(tc.Name)
 	}
-	call.args.WriteString(tc.Function.Arguments)
+	call.args.WriteString(tc.Arguments)
 }
 
 // finishWith records the finish_reason and emits the tool calls, which are
@@ -165,9 +159,8 @@ func (r *reader) finishWith(reason string) error {
 
 // setUsage maps usage. prompt_tokens counts cached tokens too; they are
 // split out, as Anthropic reports them, so that input + cache = the prompt.
-func (r *reader) setUsage(u sdk.CompletionUsage) {
-	cached := u.PromptTokensDetails.CachedTokens
-	written := u.PromptTokensDetails.CacheWriteTokens
+func (r *reader) setUsage(u usage) {
+	cached, written := u.CachedTokens, u.CacheWriteTokens
 	r.finish.Usage = recovery.Usage{
 		InputTokens:              max(u.PromptTokens-cached-written, 0),
 		OutputTokens:             u.CompletionTokens,
@@ -177,17 +170,11 @@ func (r *reader) setUsage(u sdk.CompletionUsage) {
 }
 
 // reasoning is the reasoning text of a delta, from whichever field the
-// server uses.
-func reasoning(d sdk.ChatCompletionChunkChoiceDelta) string {
-	for _, k := range reasoningFields {
-		f, ok := d.JSON.ExtraFields[k]
-		if !ok {
-			continue
-		}
-		var s string
-		if json.Unmarshal([]byte(f.Raw()), &s) == nil && s != "" {
-			return s
-		}
+// server uses: reasoning_content (DeepSeek, llama.cpp, older vLLM), then
+// reasoning (vLLM, Ollama, OpenRouter).
+func reasoning(d *delta) string {
+	if d.ReasoningContent != "" {
+		return d.ReasoningContent
 	}
-	return ""
+	return d.Reasoning
 }

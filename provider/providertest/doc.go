@@ -27,6 +27,12 @@
 // terminator. The server records every request (time, headers, body) and
 // whether the client went away while it was being answered.
 //
+// Beside the servers, it runs a provider's shared checks over them:
+// FuzzStream (arbitrary bodies), StreamFraming (every framing the
+// event-stream standard allows, and an event over the limit) and
+// BenchStream (the cost per streamed chunk, from a rendering Server.Body
+// replays).
+//
 // A server stops itself when its test ends; every wait it makes ends when
 // the client leaves, when the test ends, or after a bounded time, so it never
 // hangs a test.

@@ -124,17 +124,7 @@ func seedStreams(f *testing.F, w StreamFuzz) []string {
 	srv := w.NewServer(f, Seq(replies...))
 	out := make([]string, 0, len(replies)+1)
 	for range replies {
-		resp, err := srv.Client().Post(srv.URL+w.Path, "application/json",
-			strings.NewReader(`{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`))
-		if err != nil {
-			f.Fatal(err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			f.Fatal(err)
-		}
-		out = append(out, string(b))
+		out = append(out, srv.Body(f))
 	}
 	// The server's malformed chunk holds the body open until the client
 	// stops on its own; a cut stream and a chunk that is not JSON stand in.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,6 +86,24 @@ func start(t testing.TB, w wire, script Script, basePath string) *Server {
 // Client is an HTTP client for the server; its idle connections are closed
 // with the server.
 func (s *Server) Client() *http.Client { return s.srv.Client() }
+
+// Body posts a request to the server's endpoint and returns the body it
+// answers, byte for byte as it streamed it (the next reply of the script):
+// a wire-faithful rendering to replay, in a benchmark or a fuzz seed.
+func (s *Server) Body(t testing.TB) string {
+	t.Helper()
+	resp, err := s.Client().Post(s.srv.URL+s.wire.path(), "application/json",
+		strings.NewReader(`{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatalf("providertest: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("providertest: %v", err)
+	}
+	return string(b)
+}
 
 // Conns is the number of connections the server accepted so far: a client
 // that reuses its connections opens fewer than it makes requests.
