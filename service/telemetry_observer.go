@@ -436,9 +436,11 @@ func (o *observer) finish(c *completion, r *recovery.Result) {
 	if o.trail != nil {
 		ctx = o.trail.ctx
 	}
-	// Logged first: the line carries the ids of the span still recording.
-	if o.log.Enabled(ctx, slog.LevelInfo) {
-		o.logFinish(ctx, c, r)
+	// The RPC that ran the completion reports it on its own line; a
+	// completion no RPC reports writes its line here, first, so that it
+	// carries the ids of the span still recording.
+	if sum := summarize(c, r); !o.handOver(ctx, sum) && o.log.Enabled(ctx, slog.LevelInfo) {
+		o.logFinish(ctx, sum)
 	}
 	if o.m.on {
 		o.countFinish(ctx, c, r)
@@ -452,15 +454,24 @@ func (o *observer) finish(c *completion, r *recovery.Result) {
 	}
 }
 
-// logFinish writes the completion's line, "completion finished".
-func (o *observer) logFinish(ctx context.Context, c *completion, r *recovery.Result) {
-	attrs := [10]slog.Attr{
-		slog.String("completion_id", c.id), slog.String("reason", r.Reason.String()),
-		slog.String("stop_reason", r.StopReason.String()), slog.Bool("truncated", r.Truncated),
-		slog.String("route", r.Route.Name), slog.Int("attempts", len(r.Attempts)),
-		slog.Int64("input_tokens", int64(r.Usage.InputTokens)), slog.Int64("output_tokens", int64(r.Usage.OutputTokens)),
-	}
-	n := 8
+// summarize is what the log says of a completion that ended with r.
+func summarize(c *completion, r *recovery.Result) completionSummary {
+	return completionSummary{id: c.id, reason: r.Reason, stopReason: r.StopReason, truncated: r.Truncated,
+		route: r.Route.Name, attempts: len(r.Attempts), input: int64(r.Usage.InputTokens), output: int64(r.Usage.OutputTokens)}
+}
+
+// handOver gives sum to the log line of the RPC that runs the completion
+// (rpcScope), and reports whether that line will carry it.
+func (o *observer) handOver(ctx context.Context, sum completionSummary) bool {
+	s := scopeFrom(ctx)
+	return s != nil && s.offer(sum)
+}
+
+// logFinish writes the line of a completion that no RPC's line reports,
+// "completion finished": its summary and the caller's key (auth_key).
+func (o *observer) logFinish(ctx context.Context, sum completionSummary) {
+	var attrs [completionSummaryFields + 1]slog.Attr
+	n := sum.attrs(attrs[:])
 	if o.trail != nil && o.trail.key != "" {
 		attrs[n] = slog.String("auth_key", o.trail.key)
 		n++
