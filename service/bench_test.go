@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"testing"
 	"time"
@@ -229,4 +230,80 @@ func devNull(b *testing.B) *os.File {
 	}
 	b.Cleanup(func() { f.Close() })
 	return f
+}
+
+// BenchmarkIdleStreams holds 1 000 Streams open on an upstream that says
+// nothing (holdProvider), and reports the Go heap and the goroutines each one costs, the
+// client's side (in this process too) included: what an idle open stream
+// costs the server, without the provider's own connection (the load
+// benchmark has that). With COMPLETIOND_IDLE_HEAPPROFILE set, it writes
+// the heap profile taken while the streams are held there.
+func BenchmarkIdleStreams(b *testing.B) {
+	const n = 1000
+	held := make(chan struct{}, n)
+	routes := SimRoutes(sim.New(sim.Config{}))
+	routes["sim"].Upstream = &holdProvider{Provider: routes["sim"].Upstream, entered: held, release: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.Routes, cfg.DefaultRoute = routes, "sim"
+	cfg.Limits.MaxInFlight, cfg.Limits.MaxConcurrentStreams = 0, 0 // as the load benchmark runs it
+	client, _ := grpcClient(b, cfg)
+	req := prompt("Hold on.", map[string]string{metaHold: "1"})
+	heap := func() (uint64, int) {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc, runtime.NumGoroutine()
+	}
+	grpcCall(b, client, prompt("Warm up.", nil)) // the connection and the server's lazy state
+	var perStream, goroutines float64
+	for b.Loop() {
+		b.StopTimer()
+		heap0, g0 := heap()
+		b.StartTimer()
+		ctx, cancel := context.WithCancel(context.Background())
+		streams := make([]completionv1.Completion_StreamClient, n)
+		for i := range streams {
+			st, err := client.Stream(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil { // started
+				b.Fatal(err)
+			}
+			streams[i] = st
+		}
+		for range n {
+			<-held
+		}
+		b.StopTimer()
+		heap1, g1 := heap()
+		perStream += (float64(heap1) - float64(heap0)) / n
+		goroutines += float64(g1-g0) / n
+		if path := os.Getenv("COMPLETIOND_IDLE_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
+		cancel()
+		for _, st := range streams {
+			for {
+				if _, err := st.Recv(); err != nil {
+					break
+				}
+			}
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(perStream/float64(b.N), "heap-B/stream")
+	b.ReportMetric(goroutines/float64(b.N), "goroutines/stream")
+}
+
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -253,6 +253,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 		mc.Deadline = d
 	}
 	byName := make(map[string]*Route, len(routes))
+	mc.Routes = make([]recovery.Route, 0, len(routes))
 	for _, r := range routes {
 		mc.Routes = append(mc.Routes, r.Spec)
 		byName[r.Spec.Name] = r
@@ -270,7 +271,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	return &completion{
 		cfg: &s.cfg, id: id, req: req, routes: byName, machine: mc, schema: schema,
 		caller: statelessCaller{}, out: out,
-		observer: s.obs, breakers: s.breakers, models: map[int32]string{},
+		observer: s.obs, breakers: s.breakers,
 		conclude: func(r *recovery.Result) *status.Status { return endStatus(s.ending(ctx, r)) },
 		release:  release, lease: lease.lease, leaseFrom: lease.from,
 	}, nil
