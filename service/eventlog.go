@@ -222,6 +222,12 @@ func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte,
 	if err != nil {
 		return // cannot happen: the service builds every event
 	}
+	m.addEncoded(id, ev.GetSeq(), b, status, end)
+}
+
+// addEncoded is add for an event already encoded, b, whose seq is seq. The
+// log keeps b: it must not change afterwards.
+func (m *memLog) addEncoded(id string, seq uint64, b, status []byte, end bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.logs[id]
@@ -229,7 +235,7 @@ func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte,
 		return
 	}
 	if len(l.events) == 0 {
-		l.first = ev.GetSeq()
+		l.first = seq
 	}
 	l.events = append(l.events, b)
 	size := int64(len(b) + len(status))

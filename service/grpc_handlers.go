@@ -94,9 +94,17 @@ func (s *Server) Stream(req *completionv1.CompleteRequest, stream grpc.ServerStr
 	}
 	ctx, cancel := s.completionContext(stream.Context())
 	defer cancel()
-	c, err := s.prepare(ctx, req, stream.Send)
+	send := stream.Send
+	wire := newWireLog(s.log, stream)
+	if wire != nil {
+		send = wire.send
+	}
+	c, err := s.prepare(ctx, req, send)
 	if err != nil {
 		return err
+	}
+	if wire != nil {
+		c.out.log = wire // each event encoded once, for the log and the wire
 	}
 	return s.finish(ctx, c)
 }

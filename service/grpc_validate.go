@@ -378,8 +378,17 @@ func init() {
 }
 
 // requestCodec is grpc-go's proto codec, but for the decoding errors of the
-// service's requests.
+// service's requests, and for the events a Stream sends already encoded
+// (encodedEvent, see wireLog).
 type requestCodec struct{ encoding.CodecV2 }
+
+// Marshal encodes v; an encodedEvent is its bytes, as they are.
+func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(*encodedEvent); ok {
+		return mem.BufferSlice{mem.SliceBuffer(e.b)}, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
 
 // Unmarshal decodes data into v; a request of this service that does not
 // decode is emptied and marked malformed instead of failing the call.
