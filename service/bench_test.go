@@ -233,7 +233,8 @@ func devNull(b *testing.B) *os.File {
 }
 
 // BenchmarkIdleStreams holds 1 000 Streams open on an upstream that says
-// nothing (holdProvider), and reports the Go heap and the goroutines each one costs, the
+// nothing (holdProvider), and reports the Go heap, the goroutine stacks
+// and the goroutines each one costs, the
 // client's side (in this process too) included: what an idle open stream
 // costs the server, without the provider's own connection (the load
 // benchmark has that). With COMPLETIOND_IDLE_HEAPPROFILE set, it writes
@@ -248,18 +249,18 @@ func BenchmarkIdleStreams(b *testing.B) {
 	cfg.Limits.MaxInFlight, cfg.Limits.MaxConcurrentStreams = 0, 0 // as the load benchmark runs it
 	client, _ := grpcClient(b, cfg)
 	req := prompt("Hold on.", map[string]string{metaHold: "1"})
-	heap := func() (uint64, int) {
+	heap := func() (uint64, uint64, int) {
 		runtime.GC()
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc, runtime.NumGoroutine()
+		return ms.HeapAlloc, ms.StackInuse, runtime.NumGoroutine()
 	}
 	grpcCall(b, client, prompt("Warm up.", nil)) // the connection and the server's lazy state
-	var perStream, goroutines float64
+	var perStream, stacks, goroutines float64
 	for b.Loop() {
 		b.StopTimer()
-		heap0, g0 := heap()
+		heap0, stack0, g0 := heap()
 		b.StartTimer()
 		ctx, cancel := context.WithCancel(context.Background())
 		streams := make([]completionv1.Completion_StreamClient, n)
@@ -277,8 +278,9 @@ func BenchmarkIdleStreams(b *testing.B) {
 			<-held
 		}
 		b.StopTimer()
-		heap1, g1 := heap()
+		heap1, stack1, g1 := heap()
 		perStream += (float64(heap1) - float64(heap0)) / n
+		stacks += (float64(stack1) - float64(stack0)) / n
 		goroutines += float64(g1-g0) / n
 		if path := os.Getenv("COMPLETIOND_IDLE_HEAPPROFILE"); path != "" {
 			writeHeapProfile(b, path)
@@ -294,6 +296,7 @@ func BenchmarkIdleStreams(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(perStream/float64(b.N), "heap-B/stream")
+	b.ReportMetric(stacks/float64(b.N), "stack-B/stream")
 	b.ReportMetric(goroutines/float64(b.N), "goroutines/stream")
 }
 
