@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"testing"
 	"time"
@@ -102,22 +104,25 @@ func compare(b *testing.B, name string, base, subject func()) {
 }
 
 // BenchmarkLogging streams 1-word answers from the sim through the service
-// with the server's JSON log at INFO (to io.Discard, through
-// TraceLogHandler as the binary sets it up) and with logging off (ERROR):
-// the difference is what logging costs a short answer, in time and in
-// allocations.
+// with the server's JSON log at INFO (to /dev/null, a write per line as to
+// stdout, through TraceLogHandler as the binary sets it up) and with logging off (ERROR):
+// the difference is what logging costs a short answer, in time, in CPU
+// (cpu-ns/op: the process's, client and server, from getrusage, steadier
+// than the time on a busy machine) and in allocations.
 func BenchmarkLogging(b *testing.B) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelError} {
 		b.Run("level="+level.String(), func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.Routes, cfg.DefaultRoute = SimRoutes(sim.New(sim.Config{})), "sim"
-			cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: level})))
+			cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(devNull(b), &slog.HandlerOptions{Level: level})))
 			client, _ := grpcClient(b, cfg)
 			req := prompt("Benchmark logging.", map[string]string{sim.MetaWords: "1"})
 			b.ReportAllocs()
+			cpu0 := processCPU(b)
 			for b.Loop() {
 				grpcCall(b, client, req)
 			}
+			b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
@@ -214,4 +219,94 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// devNull is a log sink that costs what stdout costs the binary, one
+// write(2) per line, without keeping anything: /dev/null.
+func devNull(b *testing.B) *os.File {
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	return f
+}
+
+// BenchmarkIdleStreams holds 1 000 Streams open on an upstream that says
+// nothing (holdProvider), and reports the Go heap, the goroutine stacks
+// and the goroutines each one costs, the
+// client's side (in this process too) included: what an idle open stream
+// costs the server, without the provider's own connection (the load
+// benchmark has that). With COMPLETIOND_IDLE_HEAPPROFILE set, it writes
+// the heap profile taken while the streams are held there.
+func BenchmarkIdleStreams(b *testing.B) {
+	const n = 1000
+	held := make(chan struct{}, n)
+	routes := SimRoutes(sim.New(sim.Config{}))
+	routes["sim"].Upstream = &holdProvider{Provider: routes["sim"].Upstream, entered: held, release: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.Routes, cfg.DefaultRoute = routes, "sim"
+	cfg.Limits.MaxInFlight, cfg.Limits.MaxConcurrentStreams = 0, 0 // as the load benchmark runs it
+	client, _ := grpcClient(b, cfg)
+	req := prompt("Hold on.", map[string]string{metaHold: "1"})
+	heap := func() (uint64, uint64, int) {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc, ms.StackInuse, runtime.NumGoroutine()
+	}
+	grpcCall(b, client, prompt("Warm up.", nil)) // the connection and the server's lazy state
+	var perStream, stacks, goroutines float64
+	for b.Loop() {
+		b.StopTimer()
+		heap0, stack0, g0 := heap()
+		b.StartTimer()
+		ctx, cancel := context.WithCancel(context.Background())
+		streams := make([]completionv1.Completion_StreamClient, n)
+		for i := range streams {
+			st, err := client.Stream(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil { // started
+				b.Fatal(err)
+			}
+			streams[i] = st
+		}
+		for range n {
+			<-held
+		}
+		b.StopTimer()
+		heap1, stack1, g1 := heap()
+		perStream += (float64(heap1) - float64(heap0)) / n
+		stacks += (float64(stack1) - float64(stack0)) / n
+		goroutines += float64(g1-g0) / n
+		if path := os.Getenv("COMPLETIOND_IDLE_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
+		cancel()
+		for _, st := range streams {
+			for {
+				if _, err := st.Recv(); err != nil {
+					break
+				}
+			}
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(perStream/float64(b.N), "heap-B/stream")
+	b.ReportMetric(stacks/float64(b.N), "stack-B/stream")
+	b.ReportMetric(goroutines/float64(b.N), "goroutines/stream")
+}
+
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
 }

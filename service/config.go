@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -311,11 +312,12 @@ func (c *Config) chain(route string, fallbacks []string) []*Route {
 	if len(fallbacks) == 0 {
 		fallbacks = c.Routes[route].Fallbacks
 	}
-	seen := map[string]bool{}
-	var out []*Route
-	for _, name := range append([]string{route}, fallbacks...) {
-		if r, ok := c.Routes[name]; ok && !seen[name] {
-			seen[name] = true
+	out := make([]*Route, 0, 1+len(fallbacks))
+	if r, ok := c.Routes[route]; ok {
+		out = append(out, r)
+	}
+	for i, name := range fallbacks {
+		if r, ok := c.Routes[name]; ok && name != route && !slices.Contains(fallbacks[:i], name) {
 			out = append(out, r)
 		}
 	}

@@ -13,11 +13,15 @@
 //     that a Session resume takes control of (grpc_resume.go), request
 //     validation (grpc_validate.go), the one mapping from a completion's end
 //     to a status (grpc_status.go), the wire conversions (grpc_convert.go),
-//     the server's assembly with health, reflection, panic recovery and the
-//     drain (grpc_server.go), and the one log line per RPC (grpc_log.go).
+//     each Stream event encoded once for the event log and the wire
+//     (grpc_wire.go), the server's assembly with health, reflection, panic
+//     recovery and the drain (grpc_server.go), and the one log line per
+//     RPC, which also reports the completion the RPC ran (grpc_log.go).
 //   - config*.go, fileconfig.go — configuration: routes, limits, the policy a
 //     request may only tighten (config_policy.go), the YAML file.
-//   - telemetry*.go — logs, spans and metrics of every completion and attempt.
+//   - telemetry*.go — logs, spans and metrics of every completion and attempt;
+//     a completion's summary goes on its RPC's line, or on a line of its own
+//     when no RPC reports it (a takeover).
 //   - eventlog.go — the log of every completion's events, which Attach
 //     reads: an interface a shared store can implement, in memory by default;
 //     eventlog_redis.go is that store in Redis Streams.

@@ -32,7 +32,7 @@ type completion struct {
 	started  *completionv1.Started
 	observer observer
 	breakers *breakers
-	models   map[int32]string // the model each attempt's upstream says answered
+	models   map[int32]string // the model each attempt's upstream says answered; nil until one says
 	final    *completionv1.Result
 	// conclude maps the machine's result to the RPC status, when the result
 	// is sent: the status goes into the event log with it, so that every
@@ -202,6 +202,9 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 	// once, where they enter, for the result, the span and the metrics.
 	fin.Model, fin.ID = scrubName(fin.Model), scrubName(fin.ID)
 	if fin.Model != "" {
+		if c.models == nil {
+			c.models = map[int32]string{}
+		}
 		c.models[int32(call.Attempt)] = fin.Model
 	}
 	ev := attemptEvent(fin, err, text.String(), calls)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -169,10 +170,12 @@ type completionLog struct {
 	bytes  int64
 	status []byte    // set by End
 	ended  time.Time // zero while live
-	more   chan struct{}
-	// watched is whether a page handed out more since it was made: only
-	// then does the next event close it (and make a new one) to wake the
-	// reader — an event nobody waits for costs no channel.
+	// more is the channel of the pages handed out since the last change,
+	// made when a page needs it (watched): a log nobody follows, most of
+	// them, never has one. The next change closes it to wake the readers,
+	// and the next page makes a new one — an event nobody waits for costs
+	// no channel.
+	more    chan struct{}
 	watched bool
 }
 
@@ -198,7 +201,7 @@ func (m *memLog) Open(id string, meta LogMeta) error {
 	if len(m.logs) >= m.limits.MaxCompletions {
 		return errLogFull
 	}
-	m.logs[id] = &completionLog{id: id, meta: meta, more: make(chan struct{})}
+	m.logs[id] = &completionLog{id: id, meta: meta}
 	return nil
 }
 
@@ -219,6 +222,12 @@ func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte,
 	if err != nil {
 		return // cannot happen: the service builds every event
 	}
+	m.addEncoded(id, ev.GetSeq(), b, status, end)
+}
+
+// addEncoded is add for an event already encoded, b, whose seq is seq. The
+// log keeps b: it must not change afterwards.
+func (m *memLog) addEncoded(id string, seq uint64, b, status []byte, end bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.logs[id]
@@ -226,7 +235,7 @@ func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte,
 		return
 	}
 	if len(l.events) == 0 {
-		l.first = ev.GetSeq()
+		l.first = seq
 	}
 	l.events = append(l.events, b)
 	size := int64(len(b) + len(status))
@@ -248,7 +257,7 @@ func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte,
 	}
 	if l.watched {
 		close(l.more)
-		l.more, l.watched = make(chan struct{}), false
+		l.more, l.watched = nil, false
 	}
 }
 
@@ -287,11 +296,12 @@ func (m *memLog) read(id string, after uint64) (LogPage, [][]byte, error) {
 	}
 	i := int(after + 1 - first)
 	n := min(len(l.events)-i, logPageSize)
-	page := LogPage{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: l.more}
-	if i+n < len(l.events) {
-		page.More = closed
-	} else {
-		l.watched = true
+	page := LogPage{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: closed}
+	if i+n == len(l.events) {
+		if l.more == nil {
+			l.more = make(chan struct{})
+		}
+		page.More, l.watched = l.more, true
 	}
 	return page, append([][]byte(nil), l.events[i:i+n]...), nil
 }
@@ -358,15 +368,20 @@ func (m *memLog) forgetLive(id string) bool {
 }
 
 // drop removes a log (an ended one, or one forgetLive gives up) and wakes
-// its followers.
+// its followers. The log that ended first, the one the bounds and the
+// retention drop, leaves m.ended without a copy: a full log drops one per
+// new completion, and copying the others (a thousand by default) each time
+// was a good part of what a short completion cost.
 func (m *memLog) drop(l *completionLog) {
 	delete(m.logs, l.id)
-	for i, e := range m.ended {
-		if e == l {
-			m.ended = append(m.ended[:i:i], m.ended[i+1:]...)
-			break
-		}
+	if len(m.ended) > 0 && m.ended[0] == l {
+		m.ended[0] = nil // no longer kept alive by the array
+		m.ended = m.ended[1:]
+	} else if i := slices.Index(m.ended, l); i >= 0 {
+		m.ended = slices.Delete(m.ended, i, i+1)
 	}
 	m.bytes -= l.bytes
-	close(l.more)
+	if l.more != nil {
+		close(l.more)
+	}
 }

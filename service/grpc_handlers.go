@@ -97,9 +97,17 @@ func (s *Server) Stream(req *completionv1.CompleteRequest, stream grpc.ServerStr
 	}
 	ctx, cancel := s.completionContext(stream.Context())
 	defer cancel()
-	c, err := s.prepare(ctx, req, stream.Send)
+	send := stream.Send
+	wire := newWireLog(s.log, stream)
+	if wire != nil {
+		send = wire.send
+	}
+	c, err := s.prepare(ctx, req, send)
 	if err != nil {
 		return err
+	}
+	if wire != nil {
+		c.out.log = wire // each event encoded once, for the log and the wire
 	}
 	return s.finish(ctx, c)
 }
@@ -256,6 +264,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 		mc.Deadline = d
 	}
 	byName := make(map[string]*Route, len(routes))
+	mc.Routes = make([]recovery.Route, 0, len(routes))
 	for _, r := range routes {
 		mc.Routes = append(mc.Routes, r.Spec)
 		byName[r.Spec.Name] = r
@@ -273,7 +282,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	return &completion{
 		cfg: &s.cfg, id: id, req: req, routes: byName, machine: mc, schema: schema,
 		caller: statelessCaller{}, out: out,
-		observer: s.obs, breakers: s.breakers, models: map[int32]string{},
+		observer: s.obs, breakers: s.breakers,
 		conclude: func(r *recovery.Result) *status.Status { return endStatus(s.ending(ctx, r)) },
 		release:  release, lease: lease.lease, leaseFrom: lease.from,
 	}, nil

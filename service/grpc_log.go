@@ -4,45 +4,64 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/completiond/completiond/recovery"
 )
 
 // rpcLog writes the one log line of every RPC, "finished call", with the
 // fields go-grpc-middleware's logging interceptor gave it that operators
 // use — grpc.service, grpc.method, grpc.code, grpc.time_ms, auth.key (the
 // caller's key, when authentication is on) and grpc.error (when the RPC
-// failed) — and at the level that interceptor chose for the code. It is
-// built with slog.LogAttrs: no field is boxed or formatted unless the line
-// is written, and a line without an error carries at most five fields, which
-// a slog.Record holds without allocating.
+// failed) — and at the level that interceptor chose for the code. When the
+// RPC ran a completion that ended before the RPC did, the line also carries
+// the completion's summary (see completionSummary): a completion has no
+// line of its own then, so that a clean Stream or Complete costs one line.
+//
+// It is built with slog.LogAttrs: no field is boxed or formatted unless the
+// line is written. A slog.Record holds five fields without allocating; the
+// fields of a completion's summary spill over into one allocation of the
+// record's, short-lived, rather than into the rpcScope, which lives as
+// long as the RPC (an idle stream keeps it).
 type rpcLog struct{ log *slog.Logger }
 
 func (l rpcLog) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	start := time.Now()
-	resp, err := h(ctx, req)
-	l.line(ctx, info.FullMethod, start, err)
+	if !l.log.Enabled(ctx, slog.LevelError) { // no line at any level: nothing to gather
+		return h(ctx, req)
+	}
+	s := &rpcScope{parent: ctx}
+	resp, err := h(s, req)
+	l.line(ctx, s, info.FullMethod, start, err)
 	return resp, err
 }
 
 func (l rpcLog) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	start := time.Now()
-	err := h(srv, ss)
-	l.line(ss.Context(), info.FullMethod, start, err)
+	ctx := ss.Context()
+	if !l.log.Enabled(ctx, slog.LevelError) {
+		return h(srv, ss)
+	}
+	s := &rpcScope{parent: ctx, ServerStream: ss}
+	err := h(srv, s)
+	l.line(ctx, s, info.FullMethod, start, err)
 	return err
 }
 
-func (l rpcLog) line(ctx context.Context, fullMethod string, start time.Time, err error) {
+func (l rpcLog) line(ctx context.Context, s *rpcScope, fullMethod string, start time.Time, err error) {
+	sum, ok := s.close()
 	code := status.Code(err)
 	level := codeLevel(code)
 	if !l.log.Enabled(ctx, level) {
 		return
 	}
 	service, method := splitMethod(fullMethod)
-	attrs := [6]slog.Attr{
+	attrs := [6 + completionSummaryFields]slog.Attr{
 		slog.String("grpc.service", service),
 		slog.String("grpc.method", method),
 		slog.String("grpc.code", code.String()),
@@ -57,7 +76,115 @@ func (l rpcLog) line(ctx context.Context, fullMethod string, start time.Time, er
 		attrs[n] = slog.String("grpc.error", err.Error())
 		n++
 	}
+	if ok {
+		n += sum.attrs(attrs[n:])
+	}
 	logAttrs(ctx, l.log, level, "finished call", attrs[:n]...)
+}
+
+// rpcScope is what the log line of one RPC gathers while the RPC runs: the
+// summary of the completion it ran, which the observer hands over when the
+// completion ends (observer.finish) instead of writing a line of its own.
+// It is the RPC's context, and for a streaming RPC its stream too, so that
+// the handler and the completion find it in their context at the cost of
+// one small allocation per RPC.
+//
+// It is not pooled: a context may be kept after its RPC ends (a resumable
+// Session's completion runs on a context detached from the RPC that started
+// it, and may outlive it), and a reused scope would hand that completion
+// another RPC's values. The lock orders a late completion against the line.
+type rpcScope struct {
+	parent            context.Context
+	grpc.ServerStream // nil for a unary RPC
+
+	mu     sync.Mutex
+	closed bool // the RPC's line is being written: a completion ending now writes its own
+	has    bool // sum is set
+	sum    completionSummary
+}
+
+// rpcScopeKey is the context key of an RPC's rpcScope.
+type rpcScopeKey struct{}
+
+// Context implements grpc.ServerStream: the scope is the stream's context.
+func (s *rpcScope) Context() context.Context { return s }
+
+// Deadline implements context.Context.
+func (s *rpcScope) Deadline() (time.Time, bool) { return s.parent.Deadline() }
+
+// Done implements context.Context.
+func (s *rpcScope) Done() <-chan struct{} { return s.parent.Done() }
+
+// Err implements context.Context.
+func (s *rpcScope) Err() error { return s.parent.Err() }
+
+// Value implements context.Context: the scope under rpcScopeKey, the
+// parent's values otherwise.
+func (s *rpcScope) Value(key any) any {
+	if key == (rpcScopeKey{}) {
+		return s
+	}
+	return s.parent.Value(key)
+}
+
+// scopeFrom returns the rpcScope of the RPC that ctx belongs to, or nil.
+func scopeFrom(ctx context.Context) *rpcScope {
+	s, _ := ctx.Value(rpcScopeKey{}).(*rpcScope)
+	return s
+}
+
+// offer hands the summary of a completion that ended to the RPC's line. It
+// reports false when the line is written already, or carries another
+// completion's summary: the completion then logs its own line.
+func (s *rpcScope) offer(sum completionSummary) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.has {
+		return false
+	}
+	s.sum, s.has = sum, true
+	return true
+}
+
+// close ends what the scope gathers and returns the summary offered, if any.
+func (s *rpcScope) close() (completionSummary, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return s.sum, s.has
+}
+
+// completionSummary is what an operator needs of a completion on the line
+// that reports it: the RPC's, or a "completion finished" line of its own
+// when no RPC reports it (a completion taken over from another replica, or
+// a resumable Session's that outlived the RPC which started it).
+type completionSummary struct {
+	id         string
+	reason     recovery.Reason
+	stopReason recovery.StopReason
+	truncated  bool
+	route      string
+	attempts   int
+	input      int64
+	output     int64
+}
+
+// completionSummaryFields is the number of fields summary.attrs writes.
+const completionSummaryFields = 8
+
+// attrs writes the summary's fields into a, which has room for
+// completionSummaryFields, and returns how many it wrote.
+func (c *completionSummary) attrs(a []slog.Attr) int {
+	_ = a[completionSummaryFields-1]
+	a[0] = slog.String("completion_id", c.id)
+	a[1] = slog.String("reason", c.reason.String())
+	a[2] = slog.String("stop_reason", c.stopReason.String())
+	a[3] = slog.Bool("truncated", c.truncated)
+	a[4] = slog.String("route", c.route)
+	a[5] = slog.Int("attempts", c.attempts)
+	a[6] = slog.Int64("input_tokens", c.input)
+	a[7] = slog.Int64("output_tokens", c.output)
+	return completionSummaryFields
 }
 
 // splitMethod splits "/package.Service/Method".

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/recovery"
@@ -33,20 +34,57 @@ type observer struct {
 	tracer trace.Tracer
 	m      *instruments
 	trail  *trail // per completion; nil on the Server's copy
+	// tracing is whether the server was given a TracerProvider. Without
+	// one, a completion whose context carries no recording span opens no
+	// spans at all: the no-op tracer's would cost a context, a name and
+	// options per span, for nothing.
+	tracing bool
 }
 
 // trail is the telemetry state of one completion. The driver calls the
 // observer from one goroutine, so it needs no lock.
 type trail struct {
 	ctx      context.Context // carries span, for logs
-	span     trace.Span      // chat {model}
+	span     trace.Span      // chat {model}, or offSpan
+	spans    bool            // whether the completion opens spans (opensSpans)
 	begun    time.Time
 	pending  *attemptSpan // an ended attempt whose transitions may still come
 	attempts int          // attempts started so far
 	key      string       // name of the caller's key; "" without auth
 	// ended is what each attempt told, by attempt number, for the
 	// completion span and the metrics recorded at the end.
-	ended map[int]attemptInfo
+	ended endedAttempts
+}
+
+// endedAttempts is what each attempt told, by attempt number. A completion
+// makes a few attempts: a list is lighter than a map (whose first entry
+// costs a group of eight), and as quick.
+type endedAttempts []endedAttempt
+
+type endedAttempt struct {
+	attempt int
+	info    attemptInfo
+}
+
+// get is what attempt n told; zero when it told nothing.
+func (e endedAttempts) get(n int) (attemptInfo, bool) {
+	for _, a := range e {
+		if a.attempt == n {
+			return a.info, true
+		}
+	}
+	return attemptInfo{}, false
+}
+
+// set records what attempt n told.
+func (e *endedAttempts) set(n int, info attemptInfo) {
+	for i := range *e {
+		if (*e)[i].attempt == n {
+			(*e)[i].info = info
+			return
+		}
+	}
+	*e = append(*e, endedAttempt{n, info})
 }
 
 // attemptInfo is what one attempt told that the end of the completion
@@ -64,18 +102,19 @@ type attemptInfo struct {
 // it have been recorded on it: the backoff and the decision come after the
 // attempt, in the machine's next step.
 type attemptSpan struct {
-	ctx     context.Context
-	o       *observer
-	span    trace.Span
-	call    recovery.Call
-	attempt int
-	route   string
-	begun   time.Time
-	first   time.Time // first chunk
-	ended   time.Time
-	chunks  int
-	outcome string
-	next    string // the reason of the first transition that followed
+	ctx      context.Context
+	o        *observer
+	span     trace.Span // nil when the completion opens no spans
+	attempt  int
+	route    string
+	provider string // the route's provider and model, for the metrics
+	model    string
+	begun    time.Time
+	first    time.Time // first chunk
+	ended    time.Time
+	chunks   int
+	outcome  string
+	next     string // the reason of the first transition that followed
 }
 
 // newObserver returns the Server's observer: logs to log, telemetry to tel.
@@ -83,7 +122,8 @@ type attemptSpan struct {
 // 1 half-open, 2 open: gobreaker.State) for the completiond.circuit.state gauge; it
 // is called on the metrics collector's goroutine.
 func newObserver(log *slog.Logger, tel Telemetry, circuits func() map[string]int) observer {
-	return observer{log: log, tracer: tracerFrom(tel.TracerProvider), m: newInstruments(tel.MeterProvider, circuits)}
+	return observer{log: log, tracer: tracerFrom(tel.TracerProvider), m: newInstruments(tel.MeterProvider, circuits),
+		tracing: tel.TracerProvider != nil}
 }
 
 // ensure fills in what a zero observer lacks, so that a completion built
@@ -105,8 +145,11 @@ func (o *observer) ensure() {
 func (o *observer) start(ctx context.Context, c *completion) {
 	o.ensure()
 	first := c.machine.Routes[0]
-	ctx, span := o.tracer.Start(ctx, "chat "+first.Model, trace.WithSpanKind(trace.SpanKindClient))
-	o.trail = &trail{ctx: ctx, span: span, begun: time.Now(), key: CallerName(ctx), ended: map[int]attemptInfo{}}
+	span, spans := offSpan, o.opensSpans(ctx)
+	if spans {
+		ctx, span = o.tracer.Start(ctx, "chat "+first.Model, trace.WithSpanKind(trace.SpanKindClient))
+	}
+	o.trail = &trail{ctx: ctx, span: span, spans: spans, begun: time.Now(), key: CallerName(ctx)}
 	if span.IsRecording() {
 		span.SetAttributes(keyOperation.String("chat"), keyProvider.String(first.Provider),
 			keyRequestModel.String(first.Model), keyMaxTokens.Int(requestMaxTokens(c)),
@@ -121,6 +164,18 @@ func (o *observer) start(ctx context.Context, c *completion) {
 	if o.m.on {
 		o.m.inFlight.Add(ctx, 1)
 	}
+}
+
+// offSpan is the completion span of a completion that opens no spans: it
+// records nothing, as the no-op tracer's spans do.
+var offSpan trace.Span = tracenoop.Span{}
+
+// opensSpans reports whether a completion run under ctx opens spans: with
+// a TracerProvider, or when ctx carries a recording span (whose children
+// the no-op tracer would still have to hide from the logs and the span).
+// Otherwise its context, with the RPC's span in it, stands for them.
+func (o *observer) opensSpans(ctx context.Context) bool {
+	return o.tracing || trace.SpanFromContext(ctx).IsRecording()
 }
 
 // requestMaxTokens is the max_tokens the completion starts with.
@@ -138,8 +193,9 @@ func requestMaxTokens(c *completion) int {
 func (o *observer) attemptStart(ctx context.Context, c *completion, call recovery.Call, summary bool) *attemptSpan {
 	o.ensure()
 	o.closePending()
-	s := &attemptSpan{ctx: ctx, o: o, call: call, attempt: call.Attempt, route: call.Route.Name, begun: time.Now()}
-	if o.trail == nil {
+	s := &attemptSpan{ctx: ctx, o: o, attempt: call.Attempt, route: call.Route.Name, provider: call.Route.Provider,
+		model: call.Route.Model, begun: time.Now()}
+	if o.trail == nil || !o.trail.spans {
 		return s
 	}
 	name := "attempt " + strconv.Itoa(call.Attempt) + " " + call.Route.Name
@@ -213,8 +269,8 @@ func (s *attemptSpan) end(ev recovery.Event, fin provider.Finish) {
 	model := fin.Model // scrubbed by completion.call
 	if s.chunks > 0 && s.o.m.on {
 		s.o.m.firstChunk.Record(s.ctx, s.first.Sub(s.begun).Seconds(), metric.WithAttributes(
-			keyOperation.String("chat"), keyProvider.String(s.call.Route.Provider), keyRequestModel.String(s.call.Route.Model),
-			keyResponseModel.String(s.o.m.models.bound(orDefault(model, s.call.Route.Model))), keyRoute.String(s.route)))
+			keyOperation.String("chat"), keyProvider.String(s.provider), keyRequestModel.String(s.model),
+			keyResponseModel.String(s.o.m.models.bound(orDefault(model, s.model))), keyRoute.String(s.route)))
 	}
 	if s.span != nil && s.span.IsRecording() {
 		s.record(ev, model, fin.ID)
@@ -225,7 +281,7 @@ func (s *attemptSpan) end(ev recovery.Event, fin provider.Finish) {
 		if ev.Failure != nil {
 			info.errorKind, info.httpStatus = ev.Failure.Kind.String(), ev.Failure.HTTPStatus
 		}
-		tr.ended[s.attempt] = info
+		tr.ended.set(s.attempt, info)
 	}
 }
 
@@ -349,8 +405,8 @@ func (o *observer) transition(c *completion, t recovery.Transition) {
 		o.traceTransition(t)
 		// An attempt refused before it started (an open circuit) has no
 		// span: its failure is known from the transition only.
-		if _, ok := tr.ended[t.Attempt]; !ok && t.Failure != nil {
-			tr.ended[t.Attempt] = attemptInfo{errorKind: t.Failure.Kind.String(), httpStatus: t.Failure.HTTPStatus}
+		if _, ok := tr.ended.get(t.Attempt); !ok && t.Failure != nil {
+			tr.ended.set(t.Attempt, attemptInfo{errorKind: t.Failure.Kind.String(), httpStatus: t.Failure.HTTPStatus})
 		}
 	}
 	if o.m.on {
@@ -436,9 +492,11 @@ func (o *observer) finish(c *completion, r *recovery.Result) {
 	if o.trail != nil {
 		ctx = o.trail.ctx
 	}
-	// Logged first: the line carries the ids of the span still recording.
-	if o.log.Enabled(ctx, slog.LevelInfo) {
-		o.logFinish(ctx, c, r)
+	// The RPC that ran the completion reports it on its own line; a
+	// completion no RPC reports writes its line here, first, so that it
+	// carries the ids of the span still recording.
+	if sum := summarize(c, r); !o.handOver(ctx, sum) && o.log.Enabled(ctx, slog.LevelInfo) {
+		o.logFinish(ctx, sum)
 	}
 	if o.m.on {
 		o.countFinish(ctx, c, r)
@@ -452,15 +510,24 @@ func (o *observer) finish(c *completion, r *recovery.Result) {
 	}
 }
 
-// logFinish writes the completion's line, "completion finished".
-func (o *observer) logFinish(ctx context.Context, c *completion, r *recovery.Result) {
-	attrs := [10]slog.Attr{
-		slog.String("completion_id", c.id), slog.String("reason", r.Reason.String()),
-		slog.String("stop_reason", r.StopReason.String()), slog.Bool("truncated", r.Truncated),
-		slog.String("route", r.Route.Name), slog.Int("attempts", len(r.Attempts)),
-		slog.Int64("input_tokens", int64(r.Usage.InputTokens)), slog.Int64("output_tokens", int64(r.Usage.OutputTokens)),
-	}
-	n := 8
+// summarize is what the log says of a completion that ended with r.
+func summarize(c *completion, r *recovery.Result) completionSummary {
+	return completionSummary{id: c.id, reason: r.Reason, stopReason: r.StopReason, truncated: r.Truncated,
+		route: r.Route.Name, attempts: len(r.Attempts), input: int64(r.Usage.InputTokens), output: int64(r.Usage.OutputTokens)}
+}
+
+// handOver gives sum to the log line of the RPC that runs the completion
+// (rpcScope), and reports whether that line will carry it.
+func (o *observer) handOver(ctx context.Context, sum completionSummary) bool {
+	s := scopeFrom(ctx)
+	return s != nil && s.offer(sum)
+}
+
+// logFinish writes the line of a completion that no RPC's line reports,
+// "completion finished": its summary and the caller's key (auth_key).
+func (o *observer) logFinish(ctx context.Context, sum completionSummary) {
+	var attrs [completionSummaryFields + 1]slog.Attr
+	n := sum.attrs(attrs[:])
 	if o.trail != nil && o.trail.key != "" {
 		attrs[n] = slog.String("auth_key", o.trail.key)
 		n++
@@ -476,7 +543,7 @@ func (o *observer) endSpan(c *completion, r *recovery.Result) {
 	span := tr.span
 	model := r.Route.Model
 	if n, ok := answered(r); ok {
-		info := tr.ended[n]
+		info, _ := tr.ended.get(n)
 		model = orDefault(info.model, model)
 		if info.id != "" {
 			span.SetAttributes(keyResponseID.String(info.id))
@@ -534,14 +601,14 @@ func inputTokens(u recovery.Usage) int64 {
 // duration.
 func (o *observer) countFinish(ctx context.Context, c *completion, r *recovery.Result) {
 	o.m.inFlight.Add(ctx, -1)
-	var ended map[int]attemptInfo
+	var ended endedAttempts
 	if o.trail != nil {
 		ended = o.trail.ended
 	}
 	for _, a := range r.Attempts {
 		attrs := []attribute.KeyValue{keyOutcome.String(outcomeName(a.Outcome)), keyRoute.String(a.Route.Name),
 			keyProvider.String(a.Route.Provider)}
-		if info := ended[a.Attempt]; a.Outcome == recovery.OutcomeFailed && info.errorKind != "" {
+		if info, _ := ended.get(a.Attempt); a.Outcome == recovery.OutcomeFailed && info.errorKind != "" {
 			attrs = append(attrs, keyErrorKind.String(info.errorKind))
 			if info.httpStatus != 0 {
 				attrs = append(attrs, keyHTTPStatus.Int(info.httpStatus))
@@ -571,11 +638,12 @@ type tokenKey struct{ provider, request, response string }
 // the model the upstream said answered (bounded: see labelSet); attempts
 // that used no tokens are left out. A completion answered by one model is
 // one record of each type.
-func (o *observer) countTokens(ctx context.Context, r *recovery.Result, ended map[int]attemptInfo) {
+func (o *observer) countTokens(ctx context.Context, r *recovery.Result, ended endedAttempts) {
 	var order []tokenKey
 	sums := map[tokenKey]recovery.Usage{}
 	for _, a := range r.Attempts {
-		k := tokenKey{a.Route.Provider, a.Route.Model, o.m.models.bound(orDefault(ended[a.Attempt].model, a.Route.Model))}
+		info, _ := ended.get(a.Attempt)
+		k := tokenKey{a.Route.Provider, a.Route.Model, o.m.models.bound(orDefault(info.model, a.Route.Model))}
 		if _, ok := sums[k]; !ok {
 			order = append(order, k)
 		}

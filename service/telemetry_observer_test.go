@@ -290,8 +290,10 @@ func (s *syncBuffer) String() string {
 
 // TestLogsCarryTraceIDsAndNoPrompt checks the RPC line and the transition
 // lines: JSON, with the trace and span ids of the trace, and without the
-// prompt's text. A rate limit then an answer logs the RETRY transition; the
-// terminal COMPLETED one, which carries no failure, is at DEBUG.
+// prompt's text. A rate limit then an answer logs the RETRY transition and
+// the RPC's line, which reports the completion; the terminal COMPLETED
+// transition, which carries no failure, is at DEBUG, and the completion has
+// no line of its own.
 func TestLogsCarryTraceIDsAndNoPrompt(t *testing.T) {
 	var buf syncBuffer
 	log := slog.New(TraceLogHandler(slog.NewJSONHandler(&buf, nil)))
@@ -311,9 +313,12 @@ func TestLogsCarryTraceIDsAndNoPrompt(t *testing.T) {
 		if l["trace_id"] != traceID || l["span_id"] == nil {
 			t.Errorf("%q line has trace_id %v span_id %v, want trace %s", msg, l["trace_id"], l["span_id"], traceID)
 		}
+		if msg == "finished call" && l["completion_id"] != evs[0].GetStarted().GetCompletionId() {
+			t.Errorf("the RPC line reports completion %v, want %s", l["completion_id"], evs[0].GetStarted().GetCompletionId())
+		}
 	}
-	if seen["transition"] != 1 || seen["finished call"] != 1 || seen["completion finished"] != 1 {
-		t.Errorf("log lines %v, want 1 transition, 1 RPC line and 1 completion line", seen)
+	if seen["transition"] != 1 || seen["finished call"] != 1 || seen["completion finished"] != 0 {
+		t.Errorf("log lines %v, want 1 transition and 1 RPC line", seen)
 	}
 	if strings.Contains(buf.String(), "secret") {
 		t.Errorf("the prompt leaked into the logs:\n%s", buf.String())
