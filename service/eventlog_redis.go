@@ -48,9 +48,11 @@ func redisLogKey(id string) string { return "completiond:log:{" + id + "}" }
 func redisMetaKey(id string) string { return "completiond:meta:{" + id + "}" }
 
 // redisLogLib is the Lua shared by the scripts: drop removes a log and its
-// accounting and wakes its followers; expire drops the ended logs whose
-// retention has passed and the live logs that lapsed. KEYS[1..4] are
-// redisLogsLive, redisLogsEnded, redisLogSizes, redisLogBytes.
+// accounting and wakes its followers; open opens one within the bound on
+// completions, evicting the oldest ended ones (false when every log kept
+// is live); expire drops the ended logs whose retention has passed and the
+// live logs that lapsed. KEYS[1..4] are redisLogsLive, redisLogsEnded,
+// redisLogSizes, redisLogBytes.
 const redisLogLib = `
 local function drop(id)
   redis.call('DEL', 'completiond:log:{' .. id .. '}', 'completiond:meta:{' .. id .. '}')
@@ -60,6 +62,17 @@ local function drop(id)
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
   redis.call('PUBLISH', 'completiond:logchanged', id)
+end
+local function open(id, metakey, meta, now, maxc, ttl)
+  while redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= maxc do
+    local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not oldest then return false end
+    drop(oldest)
+  end
+  redis.call('HSET', metakey, 'm', meta)
+  redis.call('PEXPIRE', metakey, ttl)
+  redis.call('ZADD', KEYS[1], now + ttl, id)
+  return true
 end
 local function expire(now, retention)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', (now - retention) * 1000 + 999, 'LIMIT', 0, 100)) do drop(id) end
@@ -74,14 +87,7 @@ var redisOpenScript = redis.NewScript(redisLogLib + `
 local id, now, retention, maxc, ttl = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 expire(now, retention)
 if redis.call('EXISTS', KEYS[5]) == 1 then return 'ok' end
-while redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= maxc do
-  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if not oldest then return 'full' end
-  drop(oldest)
-end
-redis.call('HSET', KEYS[5], 'm', ARGV[2])
-redis.call('PEXPIRE', KEYS[5], ttl)
-redis.call('ZADD', KEYS[1], now + ttl, id)
+if not open(id, KEYS[5], ARGV[2], now, maxc, ttl) then return 'full' end
 return 'ok'
 `)
 
@@ -182,15 +188,8 @@ if ARGV[7] ~= '' then
 end
 expire(now, retention)
 if redis.call('EXISTS', KEYS[5]) == 0 then
-  while redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= maxc do
-    local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-    if not oldest then return 'full' end
-    drop(oldest)
-  end
   redis.call('DEL', KEYS[6])
-  redis.call('HSET', KEYS[5], 'm', ARGV[2])
-  redis.call('PEXPIRE', KEYS[5], ttl)
-  redis.call('ZADD', KEYS[1], now + ttl, id)
+  if not open(id, KEYS[5], ARGV[2], now, maxc, ttl) then return 'full' end
 end
 if redis.call('HEXISTS', KEYS[5], 'ended') == 1 then return 'ended' end
 local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)[1]
@@ -386,21 +385,11 @@ func (l *RedisEventLog) add(id string, ev *completionv1.CompletionEvent, status 
 	if err != nil {
 		return "", err // cannot happen: the service builds every event
 	}
-	fin := "0"
-	if end {
-		fin = "1"
-	}
 	ctx, cancel := l.ctx()
 	defer cancel()
-	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id))
-	args := []any{id, ev.GetSeq(), b, status, fin, ms(l.now()),
-		l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds()}
-	script := redisAppendScript
-	if v, ok := l.fences.Load(id); ok {
-		script = redisFencedAppendScript
-		keys = append([]string{LeaseKey(id)}, keys...)
-		args = append([]any{v}, args...)
-	}
+	fence, _ := l.fences.Load(id)
+	v, _ := fence.(string)
+	script, keys, args := l.appendCall(id, ev.GetSeq(), b, status, end, v)
 	res, err := script.Run(ctx, l.rdb, keys, args...).Text()
 	if err != nil && strings.HasPrefix(err.Error(), "FENCED") {
 		return "fenced", nil
@@ -409,6 +398,23 @@ func (l *RedisEventLog) add(id string, ev *completionv1.CompletionEvent, status 
 		return "", fmt.Errorf("%w: %w", errLogUnavailable, err)
 	}
 	return res, nil
+}
+
+// appendCall is the script, keys and arguments that append the encoded
+// event b of seq to the log of id, and with end end it with status;
+// fenced by the lease value fence unless it is empty.
+func (l *RedisEventLog) appendCall(id string, seq uint64, b, status []byte, end bool, fence string) (*redis.Script, []string, []any) {
+	fin := "0"
+	if end {
+		fin = "1"
+	}
+	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id))
+	args := []any{id, seq, b, status, fin, ms(l.now()),
+		l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds()}
+	if fence == "" {
+		return redisAppendScript, keys, args
+	}
+	return redisFencedAppendScript, append([]string{LeaseKey(id)}, keys...), append([]any{fence}, args...)
 }
 
 // Read implements EventLog: the meta, the page and the first and last
@@ -498,7 +504,6 @@ func (l *RedisEventLog) reshareFenced(id string, c logCopy, fence string) error 
 		return err
 	}
 	var token any = ""
-	fenced := fence != ""
 	if lease, ok := parseLease(id, fence); ok {
 		token = lease.Token
 	}
@@ -521,19 +526,15 @@ func (l *RedisEventLog) reshareFenced(id string, c logCopy, fence string) error 
 	default:
 		kept, _ = strconv.ParseUint(strings.TrimPrefix(res, "ok "), 10, 64)
 	}
-	return l.appendAll(ctx, id, c, kept, fence, fenced)
+	return l.appendAll(ctx, id, c, kept, fence)
 }
 
 // redisReshareBatch is how many appends a reshare pipelines at once.
 const redisReshareBatch = 128
 
 // appendAll appends the events of c after seq kept, pipelined.
-func (l *RedisEventLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence string, fenced bool) error {
-	script := redisAppendScript
-	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id))
-	if fenced {
-		script, keys = redisFencedAppendScript, append([]string{LeaseKey(id)}, keys...)
-	}
+func (l *RedisEventLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence string) error {
+	script, _, _ := l.appendCall(id, 0, nil, nil, false, fence)
 	if err := script.Load(ctx, l.rdb).Err(); err != nil {
 		return fmt.Errorf("%w: %w", errLogUnavailable, err)
 	}
@@ -544,15 +545,12 @@ func (l *RedisEventLog) appendAll(ctx context.Context, id string, c logCopy, kep
 			if c.seqs[i] <= kept {
 				continue
 			}
-			fin, status := "0", []byte(nil)
-			if c.ended && i == len(c.events)-1 {
-				fin, status = "1", c.status
+			end := c.ended && i == len(c.events)-1
+			var status []byte
+			if end {
+				status = c.status
 			}
-			args := []any{id, c.seqs[i], c.events[i], status, fin, ms(l.now()),
-				l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds()}
-			if fenced {
-				args = append([]any{fence}, args...)
-			}
+			_, keys, args := l.appendCall(id, c.seqs[i], c.events[i], status, end, fence)
 			cmds = append(cmds, pipe.EvalSha(ctx, script.Hash(), keys, args...))
 		}
 		if len(cmds) == 0 {
