@@ -123,6 +123,7 @@ func (m *Machine) toolResults(ev Event) Action {
 	m.tools = nil
 	// Emitted after the increment: NEXT_TURN carries the turn it starts.
 	m.emit(m.transition(NextTurn, nil, fmt.Sprintf("turn %d with %d tool result(s)", m.turn, len(ev.Results))))
+	m.checkpoint(SnapshotNext)
 	return m.callChecked()
 }
 
@@ -208,5 +209,6 @@ func (m *Machine) blocked(msg string) Action {
 	m.newAnswer() // compaction flags are kept: a blocked answer must not reopen compaction
 	m.emit(m.transition(StopHookBlocking, nil,
 		fmt.Sprintf("the stop hook blocked the answer (%d of %d): %s", m.hookBlocks, m.p.Turns.MaxStopHookBlocks, msg)))
+	m.checkpoint(SnapshotNext)
 	return m.callChecked()
 }

@@ -56,7 +56,8 @@ type Machine struct {
 	open map[string]bool // routes whose circuit is open, as of the last event
 
 	phase phase
-	prior *Prior // set by Takeover: Start continues from it
+	prior *Prior    // set by Takeover: Start continues from it
+	ckpt  *Snapshot // Step.Checkpoint of the step being built
 	now   time.Time
 	trs   []Transition // transitions of the step being built
 	voids []int        // attempts voided since the last transition was emitted
@@ -260,8 +261,16 @@ func (m *Machine) expects(k EventKind) bool {
 func (m *Machine) out(a Action) Step {
 	a.Attempt, a.Turn = m.attempt, m.turn
 	m.decideFates(a.Kind)
-	st := Step{Action: a, Transitions: m.trs, Deliver: m.deliver, Void: m.discard}
-	m.trs, m.deliver, m.discard, m.ended = nil, nil, nil, 0
+	switch a.Kind {
+	case ActAwaitTools:
+		m.checkpoint(SnapshotAwaitTools)
+	case ActAwaitStopHook:
+		m.checkpoint(SnapshotAwaitStopHook)
+	case ActFinish:
+		m.ckpt = nil // nothing follows to take over
+	}
+	st := Step{Action: a, Transitions: m.trs, Deliver: m.deliver, Void: m.discard, Checkpoint: m.ckpt}
+	m.trs, m.deliver, m.discard, m.ended, m.ckpt = nil, nil, nil, 0, nil
 	if a.Kind == ActFinish {
 		m.final = st
 	}

@@ -128,6 +128,7 @@ func (m *Machine) summarized(ev Event) Action {
 	m.emit(m.transition(r, c.cause, fmt.Sprintf(
 		"summarised %d middle message(s) into %d bytes; kept the first %d and the last %d verbatim",
 		len(c.split.Middle), len(ev.Text), len(c.split.Head), len(c.split.Tail))))
+	m.checkpoint(SnapshotNext)
 	if c.reactive {
 		return m.call() // the upstream judges; the ladder goes on if it still refuses
 	}

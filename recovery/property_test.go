@@ -1,7 +1,9 @@
 package recovery
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -37,6 +39,11 @@ func TestMachineProperties(t *testing.T) {
 	for _, r := range []Reason{Completed, ModelError, PromptTooLong, AbortedStreaming} {
 		if reasons[r] == 0 {
 			t.Errorf("the generator never reached %s: it is too narrow", r)
+		}
+	}
+	for _, p := range []SnapshotPhase{SnapshotNext, SnapshotAwaitTools, SnapshotAwaitStopHook} {
+		if n := seen[fmt.Sprint("checkpoint ", p)]; n < runs/50 {
+			t.Errorf("only %d takeovers from a checkpoint of phase %d: the generator is too narrow", n, p)
 		}
 	}
 	for _, c := range compounds {
@@ -88,19 +95,28 @@ func hasReason(st Step, r Reason) bool {
 func runRandom(t *testing.T, seed uint64, seen map[string]int) (int, Reason) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	g := &gen{r: r, now: epoch}
-	m := New(g.config())
+	cfg := g.config()
+	m := New(cfg)
 	w := &wire{}
 	st := m.Start(g.now)
 	w.check(t, st)
+	var twin *Machine // taken over from the last checkpoint that awaited the caller
 	steps := 0
 	for st.Action.Kind != ActFinish {
 		if steps++; steps > stepBound {
 			t.Fatalf("no finish after %d steps; last %+v", steps, st)
 		}
+		if st.Checkpoint != nil {
+			twin = checkTakeover(t, cfg, st, twin)
+			seen[fmt.Sprint("checkpoint ", st.Checkpoint.Phase)]++
+		}
 		ev := g.event(st)
 		w.feed(t, ev)
 		prev := st.Action
 		st = m.Step(ev)
+		if twin != nil {
+			sameStep(t, twin.Step(ev), st)
+		}
 		w.check(t, st)
 		for _, c := range compounds {
 			if c.is(prev, ev, st) {
@@ -113,6 +129,69 @@ func runRandom(t *testing.T, seed uint64, seen map[string]int) (int, Reason) {
 	w.check(t, m.Step(Event{Kind: EvAttemptDone, Now: g.now, Text: "late"}))
 	w.check(t, m.Step(Event{Kind: EvCancelled, Now: g.now}))
 	return steps, st.Action.Result.Reason
+}
+
+// checkTakeover checks the checkpoint of st, a step of a machine of cfg:
+// a machine taken over from it (encoded and decoded as a driver would)
+// must await the caller exactly as st does, and then step as the original
+// does (the returned twin, fed the same events, is compared step by step);
+// one taken over where nothing awaits the caller must retry, at once,
+// with the conversation of the checkpoint. It returns the twin to follow.
+func checkTakeover(t *testing.T, cfg Config, st Step, twin *Machine) *Machine {
+	t.Helper()
+	raw, err := json.Marshal(st.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base Snapshot
+	if err := json.Unmarshal(raw, &base); err != nil {
+		t.Fatal(err)
+	}
+	m := Takeover(cfg, Prior{Base: &base})
+	got := m.Start(epoch)
+	if base.Phase != SnapshotNext {
+		if len(got.Transitions) > 0 {
+			t.Fatalf("taken over while %v, the machine decided %+v", base.Phase, got.Transitions)
+		}
+		sameStep(t, Step{Action: got.Action}, Step{Action: st.Action})
+		return m
+	}
+	a := got.Action
+	if a.Kind == ActFinish {
+		return twin // no retry left: nothing more to compare
+	}
+	var seg strings.Builder
+	for _, p := range base.Parts[base.SegStart:] {
+		seg.WriteString(p.Text)
+	}
+	msgs, _ := json.Marshal(a.Call.Messages)
+	want, _ := json.Marshal(base.Messages)
+	if len(got.Transitions) == 0 || got.Transitions[0].Failure == nil || got.Transitions[0].Failure.Kind != FailReplicaLost || a.Turn != base.Turn {
+		t.Fatalf("taken over after a checkpoint, the machine did not decide a replica's loss: %+v", got)
+	}
+	if r := got.Transitions[0].Reason; len(got.Transitions) == 1 && (r == Retry || r == StreamResume) &&
+		(a.Kind != ActCall || string(msgs) != string(want) || (a.Call.Prefill != "" && a.Call.Prefill != seg.String())) {
+		t.Fatalf("taken over after a checkpoint, the machine did not call again with the checkpoint's conversation and partial answer: %+v", got)
+	}
+	return twin
+}
+
+// sameStep fails t unless the twin's step is the original's, as JSON
+// (which does not tell a nil slice from an empty one, as no driver does).
+func sameStep(t *testing.T, twin, orig Step) {
+	t.Helper()
+	a, _ := json.Marshal(twin)
+	b, _ := json.Marshal(orig)
+	if string(a) == string(b) {
+		return
+	}
+	i := 0
+	for i < min(len(a), len(b)) && a[i] == b[i] {
+		i++
+	}
+	from := max(i-200, 0)
+	t.Fatalf("the machine taken over from a checkpoint went another way at byte %d:\n  taken over: …%s\n  original:   …%s",
+		i, a[from:min(i+200, len(a))], b[from:min(i+200, len(b))])
 }
 
 // gen draws configurations and events.
@@ -139,6 +218,7 @@ func (g *gen) config() Config {
 		Session:  g.chance(0.5),
 		StopHook: g.chance(0.4),
 	}
+	cfg.Checkpoints = true // no draw: the runs stay those of the seeds
 	for i := range 1 + g.pick(3) {
 		cfg.Routes = append(cfg.Routes, Route{
 			Name:            fmt.Sprintf("r%d", i),

@@ -42,6 +42,11 @@ type Prior struct {
 	// partial answer, so it cannot be continued; the takeover restarts the
 	// step cleanly on any route, voiding every attempt made so far.
 	Incomplete bool
+	// Base is the last checkpoint the lost replica saved (Step.Checkpoint),
+	// or nil: the machine returns to it first, and the fields above then
+	// report only what the log shows after it (attempts numbered above
+	// Base.Attempt).
+	Base *Snapshot
 }
 
 // Kept is the text of one attempt that is part of the answer.
@@ -62,9 +67,13 @@ type Kept struct {
 // of the step, so a completion whose replicas keep dying ends like one whose
 // upstream keeps failing (a fallback, then MODEL_ERROR, retryable).
 //
-// A Session (Config.Session) is taken over only at its first turn, before
-// it awaits tools: later turns would need the conversation the log does not
-// keep as such.
+// With Prior.Base (the last checkpoint the lost replica saved) the machine
+// first returns to that state, and Prior holds only what the log shows
+// after it. A machine lost while it awaited its caller (tool results, a
+// stop hook's verdict) awaits it again: Start returns the same
+// ActAwaitTools or ActAwaitStopHook, and no transition, for nothing was
+// lost. Later turns of a Session are taken over this way: the conversation
+// they need is the base's.
 func Takeover(cfg Config, p Prior) *Machine {
 	m := New(cfg)
 	m.prior = &p
@@ -74,24 +83,35 @@ func Takeover(cfg Config, p Prior) *Machine {
 // takeover is the Start of a machine built by Takeover.
 func (m *Machine) takeover() Action {
 	p := m.prior
-	m.attempt, m.turn = p.Attempt, max(p.Turn, 1)
-	if i := slices.IndexFunc(m.cfg.Routes, func(r Route) bool { return r.Name == p.Route }); i >= 0 {
+	base := 0 // attempts up to base are settled by the checkpoint
+	if b := p.Base; b != nil {
+		m.restore(b)
+		base = m.attempt
+		if b.Phase != SnapshotNext {
+			if p.Attempt > base {
+				return m.protocol("the log has attempts after the checkpoint that awaited the caller")
+			}
+			return m.awaitAgain(b.Phase)
+		}
+	}
+	m.attempt, m.turn = max(p.Attempt, base), max(p.Turn, m.turn)
+	if i := m.routeIndex(p.Route); i >= 0 {
 		m.route = i
 	}
 	if p.MaxTokens > 0 {
 		m.maxTokens = p.MaxTokens
 	}
-	m.records, m.usage = slices.Clone(p.Attempts), p.Usage
-	for a := 1; a <= m.attempt; a++ {
+	m.records, m.usage = append(m.records, p.Attempts...), m.usage.Add(p.Usage)
+	for a := base + 1; a <= m.attempt; a++ {
 		// What the lost replica voided is void already; the kept attempts
 		// and the one in flight are decided below.
 		m.decided[a] = !(p.InFlight && a == m.attempt) && !slices.ContainsFunc(p.Kept, func(k Kept) bool { return k.Attempt == a })
 	}
 	if p.Incomplete {
-		// Whatever of the answer the callers saw is voided: attempts the
-		// lost replica voided already may be named again, which changes
-		// nothing for a caller.
-		for a := 1; a <= m.attempt; a++ {
+		// Whatever of the answer since the checkpoint the callers saw is
+		// voided: attempts the lost replica voided already may be named
+		// again, which changes nothing for a caller.
+		for a := base + 1; a <= m.attempt; a++ {
 			m.decided[a] = false
 			m.void(a)
 		}
@@ -103,7 +123,7 @@ func (m *Machine) takeover() Action {
 	m.inflight = Call{Attempt: m.attempt, Route: m.cur(), MaxTokens: m.callMax()}
 	f := &Failure{Kind: FailReplicaLost, Message: "the replica running the completion was lost"}
 	ev := Event{Kind: EvAttemptFailed, Failure: f}
-	if p.InFlight && m.attempt > 0 {
+	if p.InFlight && m.attempt > base {
 		m.ended = m.attempt
 		ev.Text = p.Streamed
 		m.record(OutcomeFailed, Usage{}) // its usage never reached the log
@@ -113,4 +133,14 @@ func (m *Machine) takeover() Action {
 		return m.giveUp(f, ev, 0, true, fmt.Sprintf("no retries left on %s (%d allowed)", m.cur().Name, budget))
 	}
 	return m.retry(f, ev, m.retries, 0)
+}
+
+// awaitAgain returns to awaiting the caller, as the lost replica did.
+func (m *Machine) awaitAgain(p SnapshotPhase) Action {
+	if p == SnapshotAwaitTools {
+		m.phase = phaseTools
+		return Action{Kind: ActAwaitTools, ToolCalls: slices.Clone(m.tools)}
+	}
+	m.phase = phaseHook
+	return Action{Kind: ActAwaitStopHook, Answer: AssistantText(m.text(m.answerStart))}
 }

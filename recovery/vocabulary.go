@@ -288,6 +288,15 @@ type Step struct {
 	// discarded, summarising calls, cancelled). A live driver learns what it
 	// already sent of them from the transitions' DiscardAttempts.
 	Void []int
+	// Checkpoint, when Config.Checkpoints asks for them, is the machine's
+	// state as of this step's decisions, before its action runs, when it
+	// holds what the events do not show: the step awaits the caller
+	// (ActAwaitTools, ActAwaitStopHook), or it took the caller's answer or
+	// a summary into the conversation. A driver that may be taken over
+	// saves it, with the seq of the last event before this step's, before
+	// it publishes the step: a takeover continues from the last one saved
+	// (Prior.Base) and the events after it. Nil otherwise; read-only.
+	Checkpoint *Snapshot
 }
 
 // Delivery is the final output of one attempt.
@@ -382,4 +391,7 @@ type Config struct {
 	// OpenRoutes names the routes whose circuit is open when the completion
 	// starts; see Event.OpenRoutes.
 	OpenRoutes []string
+	// Checkpoints asks for Step.Checkpoint: the driver saves them so that
+	// another replica can take the completion over (Takeover, Prior.Base).
+	Checkpoints bool
 }
