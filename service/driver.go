@@ -69,6 +69,9 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 	}
 	step := m.Start(c.cfg.Now())
 	for {
+		if step.Checkpoint != nil {
+			c.saveCheckpoint(step.Checkpoint) // before the step's events: a takeover reads the events after it
+		}
 		c.forward(step)
 		a := step.Action
 		if a.Kind == recovery.ActFinish {

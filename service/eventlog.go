@@ -63,9 +63,10 @@ type LogMeta struct {
 	// completions a Session resume may take control of.
 	Resumable bool
 	// Request is the encoded CompleteRequest of a Stream started with a
-	// resume grace by a replica of a fleet (Config.Leases): what another
-	// replica runs again when it takes the completion over. Empty for the
-	// others, which are never taken over.
+	// resume grace by a replica of a fleet (Config.Leases), or the encoded
+	// SessionStart of such a Session (Resumable): what another replica
+	// runs again when it takes the completion over. Empty for the others,
+	// which are never taken over.
 	Request []byte
 	// Replica names the replica that started the completion.
 	Replica string
@@ -170,6 +171,10 @@ type completionLog struct {
 	bytes  int64
 	status []byte    // set by End
 	ended  time.Time // zero while live
+	// ckpt is the last checkpoint saved (checkpoint.go), taken after the
+	// event of ckptSeq; nil when none was.
+	ckpt    []byte
+	ckptSeq uint64
 	// more is the channel of the pages handed out since the last change,
 	// made when a page needs it (watched): a log nobody follows, most of
 	// them, never has one. The next change closes it to wake the readers,
@@ -253,6 +258,7 @@ func (m *memLog) addEncoded(id string, seq uint64, b, status []byte, end bool) {
 	if end {
 		l.status = status
 		l.ended = m.now()
+		l.ckpt = nil // nothing is taken over once ended
 		m.ended = append(m.ended, l)
 	}
 	if l.watched {
@@ -334,6 +340,9 @@ type logCopy struct {
 	seqs   []uint64 // the seq of each event
 	ended  bool
 	status []byte
+	// ckpt is the last checkpoint, taken after the event of ckptSeq.
+	ckpt    []byte
+	ckptSeq uint64
 }
 
 // copyOf copies the log of id: its meta, its encoded events and their
@@ -345,7 +354,8 @@ func (m *memLog) copyOf(id string) (logCopy, bool) {
 	if !ok {
 		return logCopy{}, false
 	}
-	c := logCopy{meta: l.meta, events: append([][]byte(nil), l.events...), ended: !l.ended.IsZero(), status: l.status}
+	c := logCopy{meta: l.meta, events: append([][]byte(nil), l.events...), ended: !l.ended.IsZero(), status: l.status,
+		ckpt: l.ckpt, ckptSeq: l.ckptSeq}
 	c.seqs = make([]uint64, len(l.events))
 	for i := range c.seqs {
 		c.seqs[i] = l.first + uint64(i)

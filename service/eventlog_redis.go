@@ -125,6 +125,12 @@ while n > 1 and (n > maxe or total > maxb) do
   n = n - 1
 end
 if fin == '1' then
+  local ck = redis.call('HSTRLEN', KEYS[5], 'ck')
+  if ck > 0 then
+    redis.call('HDEL', KEYS[5], 'ck')
+    redis.call('HINCRBY', KEYS[3], id, -ck)
+    redis.call('DECRBY', KEYS[4], ck)
+  end
   redis.call('HSET', KEYS[5], 'status', status, 'ended', now)
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZADD', KEYS[2], now * 1000 + redis.call('INCR', 'completiond:logs:endseq') % 1000, id)
@@ -526,7 +532,10 @@ func (l *RedisEventLog) reshareFenced(id string, c logCopy, fence string) error 
 	default:
 		kept, _ = strconv.ParseUint(strings.TrimPrefix(res, "ok "), 10, 64)
 	}
-	return l.appendAll(ctx, id, c, kept, fence)
+	if err := l.appendAll(ctx, id, c, kept, fence); err != nil {
+		return err
+	}
+	return l.publishCheckpoint(ctx, id, c, fence)
 }
 
 // redisReshareBatch is how many appends a reshare pipelines at once.

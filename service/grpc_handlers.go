@@ -232,19 +232,20 @@ func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest,
 	if len(v) > 0 {
 		return nil, invalidArgument(v)
 	}
-	return s.build(ctx, req, schema, 0, false, send)
+	return s.build(ctx, req, schema, nil, send)
 }
 
 // build assembles a completion for a request that passed validation, whose
-// output schema validation compiled; session says it is a Session's.
-func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, schema *jsonschema.Schema, maxTurns int32, session bool, send func(*completionv1.CompletionEvent) error) (*completion, error) {
-	return s.assemble(ctx, "", req, schema, maxTurns, session, send)
+// output schema validation compiled; start is the Session's start when it
+// is a Session's (req is then start's request), nil otherwise.
+func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, schema *jsonschema.Schema, start *completionv1.SessionStart, send func(*completionv1.CompletionEvent) error) (*completion, error) {
+	return s.assemble(ctx, "", req, schema, start, send)
 }
 
 // assemble is build for completion id: a new one when id is "", else one
 // this replica takes over, whose log exists already.
-func (s *Server) assemble(ctx context.Context, id string, req *completionv1.CompleteRequest, schema *jsonschema.Schema, maxTurns int32, session bool, send func(*completionv1.CompletionEvent) error) (*completion, error) {
-	policy, v := s.cfg.tighten(req.GetPolicy(), maxTurns)
+func (s *Server) assemble(ctx context.Context, id string, req *completionv1.CompleteRequest, schema *jsonschema.Schema, start *completionv1.SessionStart, send func(*completionv1.CompletionEvent) error) (*completion, error) {
+	policy, v := s.cfg.tighten(req.GetPolicy(), start.GetMaxTurns())
 	if len(v) > 0 {
 		return nil, invalidArgument(v)
 	}
@@ -273,10 +274,13 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	if !takeover {
 		id = newID()
 	}
-	release, lease, err := s.admit(ctx, id, req, session, takeover)
+	release, lease, err := s.admit(ctx, id, req, start, takeover)
 	if err != nil {
 		return nil, err
 	}
+	// A completion another replica may take over saves checkpoints: the
+	// taking over replica continues from the last one (checkpoint.go).
+	mc.Checkpoints = lease.lease != nil || takeover
 	out := newOutbox(send, req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED)
 	out.log, out.id = s.log, id
 	return &completion{
@@ -293,12 +297,13 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 // finds no room in the event log (a completion without a grace runs
 // unlogged then). The returned function counts it out.
 //
-// A resumable Stream of a fleet replica (Config.Leases) first acquires
-// the completion's lease, and only then logs its request, which is what
-// makes it a completion another replica may take over: when the lease
-// cannot be had (Redis does not answer), it runs as on a single replica,
-// without a lease and never taken over (as its log degrades to memory).
-func (s *Server) admit(ctx context.Context, id string, req *completionv1.CompleteRequest, session, takeover bool) (func(), acquired, error) {
+// A resumable Stream or Session of a fleet replica (Config.Leases) first
+// acquires the completion's lease, and only then logs its request (a
+// Session's start), which is what makes it a completion another replica
+// may take over: when the lease cannot be had (Redis does not answer), it
+// runs as on a single replica, without a lease and never taken over (as
+// its log degrades to memory).
+func (s *Server) admit(ctx context.Context, id string, req *completionv1.CompleteRequest, start *completionv1.SessionStart, takeover bool) (func(), acquired, error) {
 	if !s.running.enter() {
 		return nil, acquired{}, drainingStatus()
 	}
@@ -308,12 +313,15 @@ func (s *Server) admit(ctx context.Context, id string, req *completionv1.Complet
 		return release, acquired{}, nil
 	}
 	resumable := req.GetResumeGrace().AsDuration() > 0
-	meta := LogMeta{Owner: CallerName(ctx), Resumable: resumable && session, Replica: s.cfg.Replica}
+	meta := LogMeta{Owner: CallerName(ctx), Resumable: resumable && start != nil, Replica: s.cfg.Replica}
 	var a acquired
-	if resumable && !session && s.cfg.Leases != nil {
+	if resumable && s.cfg.Leases != nil {
 		a = s.acquire(ctx, id)
-		if a.lease != nil {
-			meta.Request, _ = proto.Marshal(req) // what a takeover runs again
+		switch {
+		case a.lease != nil && start != nil:
+			meta.Request, _ = proto.Marshal(start) // what a takeover runs again
+		case a.lease != nil:
+			meta.Request, _ = proto.Marshal(req)
 		}
 	}
 	if err := s.log.Open(id, meta); err != nil && resumable {

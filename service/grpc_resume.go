@@ -42,6 +42,7 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 		return err
 	}
 	c.out.observe = sess.register // before the log: a caller may answer what it reads there
+	o := s.lease(c, cancel)
 	leave, end := s.holds.start(c.id, grace, cancel)
 	s.sessions.add(c.id, sess)
 	rpc, release := withoutDeadline(stream.Context())
@@ -52,6 +53,7 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 		defer close(done)
 		defer cancel(context.Canceled)
 		defer end()
+		defer s.unhold(c.id, o)
 		s.runDetached(ctx, c)
 	}()
 	err = s.controlFromStart(stream, sess, ctl, leave)
@@ -121,10 +123,59 @@ func (s *Server) resumeSession(stream sessionStream, r *completionv1.SessionResu
 		return s.follow(stream.Context(), id, after, page, stream.Send)
 	}
 	if sess == nil {
-		return status.Error(codes.Unavailable, "completion "+quote(id)+" does not run on this server")
+		return s.resumeElsewhere(stream, id, after, page)
 	}
 	leave := s.holds.join(id)
 	return s.controlFrom(stream, sess, sess.takeControl(stream.Context()), after, page, leave)
+}
+
+// resumeElsewhere serves a resume of a live Session that does not run on
+// this replica. In a fleet whose log keeps the Session's start, the
+// replica that ran it may be dead: this one waits for its lease to lapse
+// (checking at once, then every quarter lease), takes the Session over and
+// gives the stream control of it. A lease still held after a lease and a
+// half is being renewed — its replica is alive —: UNAVAILABLE, so that the
+// caller resumes again (through the load balancer, it reaches that
+// replica). Without a fleet it is UNAVAILABLE at once.
+func (s *Server) resumeElsewhere(stream sessionStream, id string, after uint64, page LogPage) error {
+	ctx := stream.Context()
+	unavailable := status.Error(codes.Unavailable, "completion "+quote(id)+" does not run on this server")
+	if s.cfg.Leases == nil || len(page.Meta.Request) == 0 {
+		return unavailable
+	}
+	ttl := s.cfg.Leases.TTL()
+	giveUp := time.Now().Add(ttl + ttl/2)
+	for {
+		leave, err := s.takeOver(ctx, id)
+		if err != nil {
+			return takeoverFailedStatus(id, err)
+		}
+		if page, err = s.readFor(ctx, id, after); err != nil {
+			if leave != nil {
+				leave()
+			}
+			return err
+		}
+		if leave != nil || page.Ended {
+			if sess := s.sessions.get(id); sess != nil && leave != nil && !page.Ended {
+				return s.controlFrom(stream, sess, sess.takeControl(ctx), after, page, leave)
+			}
+			if leave != nil {
+				defer leave()
+			}
+			return s.follow(ctx, id, after, page, stream.Send)
+		}
+		if time.Now().After(giveUp) {
+			return unavailable
+		}
+		t := time.NewTimer(ttl / 4)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return contextStatus(ctx.Err())
+		}
+	}
 }
 
 // controlFromStart serves the stream that started sess, from the first

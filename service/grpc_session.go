@@ -75,10 +75,17 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 // is sess. Its status also says whether the caller broke the protocol or
 // did not answer in time.
 func (s *Server) sessionCompletion(ctx context.Context, start *completionv1.SessionStart, schema *jsonschema.Schema, sess *session, send func(*completionv1.CompletionEvent) error) (*completion, error) {
-	c, err := s.build(ctx, start.GetRequest(), schema, start.GetMaxTurns(), true, send)
+	c, err := s.build(ctx, start.GetRequest(), schema, start, send)
 	if err != nil {
 		return nil, err
 	}
+	s.asSession(ctx, c, start, sess)
+	return c, nil
+}
+
+// asSession makes c the completion of the Session started by start, whose
+// caller's side is sess.
+func (s *Server) asSession(ctx context.Context, c *completion, start *completionv1.SessionStart, sess *session) {
 	c.machine.Session = true
 	c.machine.StopHook = c.machine.StopHook || start.GetStopHook()
 	c.caller, sess.c = sess, c
@@ -89,7 +96,6 @@ func (s *Server) sessionCompletion(ctx context.Context, start *completionv1.Sess
 		sess.mu.Unlock()
 		return endStatus(e)
 	}
-	return c, nil
 }
 
 // recvStart receives a Session's first message, waiting at most
@@ -162,6 +168,39 @@ func (s *session) register(ev *completionv1.CompletionEvent) {
 	}
 	if hr := ev.GetStopHookRequest(); hr != nil {
 		s.hooks[hr.GetHookId()] = false
+	}
+}
+
+// recall sets up the caller's side of a Session this replica takes over
+// from its log evs and last checkpoint ck (nil without one): the calls and
+// stop-hook requests the log shows are known, and answered but for the
+// calls ck awaits, so that a caller resending an answer after its resume
+// is not taken for a violation; the hook ids go on from the last one.
+func (s *session) recall(evs []*completionv1.CompletionEvent, ck *checkpoint) {
+	hooks := 0
+	for _, ev := range evs {
+		s.register(ev)
+		if ev.GetStopHookRequest() != nil {
+			hooks++
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.calls {
+		s.calls[id] = true
+	}
+	for id := range s.hooks {
+		s.hooks[id] = true
+	}
+	if ck == nil {
+		s.hookSeq = hooks
+		return
+	}
+	s.hookSeq = max(hooks, ck.Hooks)
+	if ck.Machine.Phase == recovery.SnapshotAwaitTools {
+		for _, c := range ck.Machine.Tools {
+			s.calls[c.ID] = false
+		}
 	}
 }
 

@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -45,10 +47,17 @@ import (
 // another replica was granted the lease meanwhile (a partition), the owner
 // finishes the completion for its own callers and never shares it.
 //
+// A Session started with a resume grace is taken over the same way, from
+// its log and its last checkpoint (checkpoint.go: the machine's state
+// where it holds what the events do not show — the conversation with
+// the caller's answers, the calls the caller runs): lost while it awaited
+// its caller, it awaits again (the caller resumes through any replica and
+// answers there); lost mid-turn, the turn goes on as a Stream's would.
+// A Session resume that reaches a replica that does not run it waits for
+// the lease to lapse and takes the Session over (resumeSession).
+//
 // Not taken over: completions without a resume grace (their caller, gone
-// with the replica, was all they had), and Sessions (a Session awaiting
-// tool results would need its conversation and its pending calls rebuilt;
-// it ends with its replica, and a Session resume elsewhere is UNAVAILABLE).
+// with the replica, was all they had).
 
 // errLeaseLostCause cancels a completion whose replica lost its lease.
 var errLeaseLostCause = errors.New("this replica lost the completion's lease")
@@ -206,10 +215,18 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 	s.cfg.Logger.InfoContext(ctx, "took a completion over", "completion_id", id, "from_replica", c.takenFrom,
 		"replica", s.cfg.Replica, "lease_token", l.Token, "after_seq", c.out.seq)
 	leave, end := s.holds.start(id, c.req.GetResumeGrace().AsDuration(), cancel)
+	sess, _ := c.caller.(*session)
+	if sess != nil {
+		s.sessions.add(id, sess) // a resume here takes control of it
+	}
 	go func() {
 		defer cancel(context.Canceled)
 		defer end()
 		defer s.unhold(id, o)
+		if sess != nil {
+			s.runDetached(cctx, c)
+			return
+		}
 		defer func() {
 			if p := recover(); p != nil {
 				s.cfg.Logger.ErrorContext(cctx, "panic in a completion taken over", "panic", p, "completion_id", id)
@@ -237,62 +254,143 @@ type adopter interface {
 // errNothingToTake: the log ended (or is gone) by the time it was read.
 var errNothingToTake = errors.New("nothing to take over")
 
-// rebuild reads the whole log of id and builds the completion that
-// continues it, with its context.
+// rebuild reads the whole log of id and its last checkpoint, and builds
+// the completion that continues it, with its context: a Stream, or a
+// Session with its caller's side (which the caller controls by resuming).
 func (s *Server) rebuild(id string) (*completion, context.Context, context.CancelCauseFunc, error) {
-	var evs []*completionv1.CompletionEvent
-	var meta LogMeta
-	incomplete := false
-	for after := uint64(0); ; {
-		page, err := s.log.Read(id, after)
-		if errors.Is(err, errLogNotFound) {
-			return nil, nil, nil, errNothingToTake
-		}
-		var head *logRangeError
-		if errors.As(err, &head) && after == 0 && head.first > 1 {
-			// Its oldest events were dropped (--event-log-events): what
-			// is left numbers the attempts, but the answer's beginning is
-			// gone, so the machine restarts it cleanly (Prior.Incomplete).
-			after, incomplete = head.first-1, true
-			continue
-		}
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("read the log: %w", err)
-		}
-		if page.Ended {
-			return nil, nil, nil, errNothingToTake
-		}
-		meta = page.Meta
-		if len(page.Events) == 0 {
-			break
-		}
-		evs = append(evs, page.Events...)
-		after = page.Events[len(page.Events)-1].GetSeq()
+	ckSeq, ck, err := s.readCheckpoint(id)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	req := &completionv1.CompleteRequest{}
-	if err := proto.Unmarshal(meta.Request, req); err != nil {
-		return nil, nil, nil, fmt.Errorf("decode the request: %w", err)
+	evs, meta, first, err := s.readWhole(id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	req, start, err := decodeLogged(meta)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	v, schema := s.cfg.validate(req)
 	if len(v) > 0 {
 		return nil, nil, nil, fmt.Errorf("the logged request is no longer valid here: %v", v)
 	}
 	ctx, cancel := s.completionContextCause(context.Background())
-	c, err := s.assemble(ctx, id, req, schema, 0, false, func(*completionv1.CompletionEvent) error { return nil })
+	c, err := s.assemble(ctx, id, req, schema, start, func(*completionv1.CompletionEvent) error { return nil })
 	if err != nil {
 		cancel(err)
 		return nil, nil, nil, err
 	}
-	prior, last, started := foldLog(evs, c.routes)
-	prior.Incomplete = incomplete
-	c.prior, c.out.seq, c.takenFrom = &prior, last, meta.Replica
+	base := 0
+	var prior recovery.Prior
+	if ck != nil {
+		base = ck.Machine.Attempt
+		prior.Base = &ck.Machine
+		if c.out.unsettled, err = ck.held(); err != nil {
+			cancel(err)
+			return nil, nil, nil, err
+		}
+	}
+	if start != nil {
+		sess := newSession(cancel, s.cfg.CallerWait, start.GetStopHook())
+		s.asSession(ctx, c, start, sess)
+		c.out.observe = sess.register
+		sess.recall(evs, ck)
+	}
+	after := evs[slices.IndexFunc(append(evs, nil), func(ev *completionv1.CompletionEvent) bool { return ev == nil || ev.GetSeq() > ckSeq }):]
+	fold, started := foldLog(after, c.routes, base)
+	fold.Base, fold.Incomplete = prior.Base, first > ckSeq+1
+	c.prior, c.takenFrom = &fold, meta.Replica
+	if len(evs) > 0 {
+		c.out.seq = evs[len(evs)-1].GetSeq()
+		if evs[0].GetSeq() == 1 {
+			started = evs[0].GetStarted()
+		}
+	}
 	if started != nil {
 		c.started = started
 	}
 	if a, ok := s.log.(adopter); ok {
 		a.adopt(id, meta, evs)
+		if cl, ok := s.log.(checkpointLog); ok && ck != nil {
+			raw, _ := json.Marshal(ck)
+			cl.SaveCheckpoint(id, ckSeq, raw) // the copy here is whole
+		}
 	}
 	return c, ctx, cancel, nil
+}
+
+// readCheckpoint reads the last checkpoint of id, if its log keeps one.
+func (s *Server) readCheckpoint(id string) (uint64, *checkpoint, error) {
+	cl, ok := s.log.(checkpointLog)
+	if !ok {
+		return 0, nil, nil
+	}
+	seq, data, err := cl.Checkpoint(id)
+	switch {
+	case errors.Is(err, errLogNotFound):
+		return 0, nil, errNothingToTake
+	case err != nil:
+		return 0, nil, fmt.Errorf("read the checkpoint: %w", err)
+	case data == nil:
+		return 0, nil, nil
+	}
+	ck, err := decodeCheckpoint(data)
+	if err != nil {
+		return 0, nil, err
+	}
+	return seq, &ck, nil
+}
+
+// readWhole reads every event the log of a live completion id keeps, its
+// meta, and the seq of its first event kept (1 unless the oldest were
+// dropped, --event-log-events).
+func (s *Server) readWhole(id string) ([]*completionv1.CompletionEvent, LogMeta, uint64, error) {
+	var evs []*completionv1.CompletionEvent
+	var meta LogMeta
+	first := uint64(1)
+	for after := uint64(0); ; {
+		page, err := s.log.Read(id, after)
+		if errors.Is(err, errLogNotFound) {
+			return nil, meta, 0, errNothingToTake
+		}
+		var head *logRangeError
+		if errors.As(err, &head) && after == 0 && head.first > 1 {
+			after, first = head.first-1, head.first
+			continue
+		}
+		if err != nil {
+			return nil, meta, 0, fmt.Errorf("read the log: %w", err)
+		}
+		if page.Ended {
+			return nil, meta, 0, errNothingToTake
+		}
+		meta = page.Meta
+		if len(page.Events) == 0 {
+			return evs, meta, first, nil
+		}
+		evs = append(evs, page.Events...)
+		after = page.Events[len(page.Events)-1].GetSeq()
+	}
+}
+
+// decodeLogged decodes what a takeover runs again: a Stream's request, or
+// a Session's start (Resumable) and its request.
+func decodeLogged(meta LogMeta) (*completionv1.CompleteRequest, *completionv1.SessionStart, error) {
+	if meta.Resumable {
+		start := &completionv1.SessionStart{}
+		if err := proto.Unmarshal(meta.Request, start); err != nil {
+			return nil, nil, fmt.Errorf("decode the Session's start: %w", err)
+		}
+		if start.GetMaxTurns() < 0 {
+			return nil, nil, fmt.Errorf("the logged Session's max_turns is negative")
+		}
+		return start.GetRequest(), start, nil
+	}
+	req := &completionv1.CompleteRequest{}
+	if err := proto.Unmarshal(meta.Request, req); err != nil {
+		return nil, nil, fmt.Errorf("decode the request: %w", err)
+	}
+	return req, nil, nil
 }
 
 // foldLog rebuilds from the events of a live completion what the machine
@@ -300,9 +398,12 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 // event. The attempt in flight is the last one if no transition followed
 // it; the answer kept so far is the text of the attempts no transition
 // voided.
-func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route) (recovery.Prior, uint64, *completionv1.Started) {
+//
+// With a checkpoint, evs are the events after it and base the last
+// attempt it settled: the attempts up to base are the checkpoint's, and
+// their events (held output delivered, tool calls) count for nothing here.
+func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route, base int) (recovery.Prior, *completionv1.Started) {
 	var p recovery.Prior
-	var last uint64
 	var started *completionv1.Started
 	text := map[int]*strings.Builder{}
 	usage := map[int]recovery.Usage{}
@@ -310,10 +411,13 @@ func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route) (rec
 	routeOf := map[int]string{} // the route each attempt was called on
 	settledUpTo := 0            // the attempt the last transition followed
 	for _, ev := range evs {
-		last = ev.GetSeq()
 		a := int(ev.GetAttempt())
-		p.Attempt, p.Turn = max(p.Attempt, a), max(p.Turn, int(ev.GetTurn()))
-		if a > 0 && routeOf[a] == "" {
+		p.Turn = max(p.Turn, int(ev.GetTurn()))
+		if _, transition := ev.GetEvent().(*completionv1.CompletionEvent_Transition); base > 0 && a <= base && !transition {
+			continue
+		}
+		p.Attempt = max(p.Attempt, a)
+		if a > base && routeOf[a] == "" {
 			routeOf[a] = p.Route
 		}
 		switch e := ev.GetEvent().(type) {
@@ -344,8 +448,8 @@ func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route) (rec
 			settledUpTo = a
 		}
 	}
-	p.InFlight = p.Attempt > settledUpTo
-	for a := 1; a <= p.Attempt; a++ {
+	p.InFlight = p.Attempt > max(settledUpTo, base)
+	for a := base + 1; a <= p.Attempt; a++ {
 		if p.InFlight && a == p.Attempt {
 			if text[a] != nil {
 				p.Streamed = text[a].String()
@@ -362,5 +466,5 @@ func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route) (rec
 		p.Attempts = append(p.Attempts, recovery.AttemptRecord{Attempt: a, Route: r, Outcome: recovery.OutcomeFailed, Usage: usage[a]})
 		p.Usage = p.Usage.Add(usage[a])
 	}
-	return p, last, started
+	return p, started
 }

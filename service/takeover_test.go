@@ -247,9 +247,9 @@ func TestFoldLog(t *testing.T) {
 		delta(2, " red"),
 	}
 	routes := SimRoutes(sim.New(sim.Config{}))
-	p, last, started := foldLog(evs, routes)
-	if last != 6 || started.GetRoute() != "sim" {
-		t.Fatalf("last %d, started %v", last, started)
+	p, started := foldLog(evs, routes, 0)
+	if started.GetRoute() != "sim" {
+		t.Fatalf("started %v", started)
 	}
 	want := recovery.Prior{Attempt: 2, Turn: 1, Route: "sim-fallback", MaxTokens: 900,
 		Kept: []recovery.Kept{{Attempt: 1, Text: "Roses are", OutputTokens: 2}}, InFlight: true, Streamed: " red",
@@ -260,7 +260,7 @@ func TestFoldLog(t *testing.T) {
 	}
 	// A RETRY that voided attempt 2 settles it: nothing is in flight.
 	evs = append(evs, usage(2, 1), transition(2, &completionv1.Transition{Reason: completionv1.TransitionReason_TRANSITION_REASON_RETRY, ToRoute: "sim-fallback", DiscardedAttempts: []int32{1, 2}}))
-	p, _, _ = foldLog(evs, routes)
+	p, _ = foldLog(evs, routes, 0)
 	if p.InFlight || len(p.Kept) != 0 || p.Attempt != 2 || len(p.Attempts) != 2 || p.Usage.OutputTokens != 3 {
 		t.Fatalf("after a clean restart: %+v", p)
 	}
@@ -283,7 +283,7 @@ func BenchmarkFoldLog(b *testing.B) {
 	routes := SimRoutes(sim.New(sim.Config{}))
 	b.ReportAllocs()
 	for b.Loop() {
-		foldLog(evs, routes)
+		foldLog(evs, routes, 0)
 	}
 }
 
@@ -404,4 +404,83 @@ func replicaLost(evs []*completionv1.CompletionEvent) *completionv1.Transition {
 		}
 	}
 	return nil
+}
+
+// TestSessionTakeover: a resumable Session runs on replica A of a fleet;
+// A dies (it writes nothing more and its lease lapses); the caller resumes
+// through B after the last seq it saw. B waits for the lease to lapse,
+// takes the Session over from its log and last checkpoint, and the caller
+// goes on there: lost while it awaited the caller's tool results, the
+// Session awaits them again (no transition: nothing was lost) and the
+// answer sent to B starts the next turn; lost mid-way through the second
+// turn, that turn goes on (REPLICA_LOST, STREAM_RESUME on the prefill
+// route) with the conversation of the first — tool call and result — and
+// the Session ends OK with every seq once and the contract whole.
+func TestSessionTakeover(t *testing.T) {
+	const ttl = time.Second
+	for _, tc := range []struct {
+		name, log string
+		midTurn   bool // A dies during the second turn, not while the tools run
+	}{
+		{"awaiting tools", "memory", false},
+		{"awaiting tools", "redis-log", false},
+		{"mid second turn", "memory", true},
+		{"mid second turn", "redis-log", true},
+	} {
+		t.Run(tc.name+"/"+tc.log, func(t *testing.T) {
+			leases, addr := NewMemLeases(ttl), ""
+			if tc.log != "memory" {
+				addr = redistest.Start(t)
+				rdb := redis.NewClient(&redis.Options{Addr: addr})
+				t.Cleanup(func() { rdb.Close() })
+				leases = NewRedisLeases(rdb, ttl)
+			}
+			fleet := inProcessFleet(t, 2, leases, addr)
+			a, b := fleet[0], fleet[1]
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			start := resumableStart("tool_use", 30*time.Second)
+			start.Request.Metadata[sim.MetaWords], start.Request.Metadata[sim.MetaPace] = "40", "10ms"
+			onA := openSession(t, ctx, a.client, startMsg(start))
+			call := onA.toolCall()
+			if tc.midTurn {
+				onA.answer(call.GetId(), "42", false)
+				onA.until(func(ev *completionv1.CompletionEvent) bool { return ev.GetTurn() == 2 && ev.GetDelta() != nil })
+				onA.until(func(ev *completionv1.CompletionEvent) bool { return ev.GetTurn() == 2 && ev.GetDelta() != nil })
+			}
+			a.kill()
+			id, seq := last(onA.events)
+			onB := openSession(t, ctx, b.client, resumeMsg(id, seq))
+			if !tc.midTurn {
+				onB.answer(call.GetId(), "42", false)
+			}
+			res, st := finish(t, onA.events, onB)
+			if st.Code() != codes.OK || res.GetStopReason() != completionv1.StopReason_STOP_REASON_END_TURN {
+				t.Fatalf("ended %v %v", st, res.GetStopReason())
+			}
+			lost := replicaLost(onB.events)
+			switch {
+			case tc.midTurn && lost.GetReason() != completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME:
+				t.Errorf("taken over mid-turn with %v, want STREAM_RESUME with REPLICA_LOST", lost)
+			case !tc.midTurn && lost != nil:
+				t.Errorf("taken over while the tools ran, the Session decided %v: nothing was lost", lost)
+			}
+			if n := len(res.GetTranscript()); n < 4 || !transcriptHasResult(res, call.GetId()) {
+				t.Errorf("the transcript lost the first turn's tool call or result: %d messages", n)
+			}
+		})
+	}
+}
+
+// transcriptHasResult reports whether the result's transcript holds the
+// tool result of call id.
+func transcriptHasResult(res *completionv1.Result, id string) bool {
+	for _, m := range res.GetTranscript() {
+		for _, b := range m.GetContent() {
+			if b.GetToolResult().GetToolUseId() == id {
+				return true
+			}
+		}
+	}
+	return false
 }
