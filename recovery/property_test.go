@@ -3,8 +3,8 @@ package recovery
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
