@@ -2,7 +2,8 @@ package recovery
 
 import "testing"
 
-// TestTakeoverCheckpointAwaitingWithLaterAttempts: a log that shows
+// TestTakeoverCheckpointAwaitingWithLaterAttempts: a machine makes
+// checkpoints only when Config.Checkpoints asks; a log that shows
 // attempts after a checkpoint at which the caller was awaited contradicts
 // it (the caller's answer would have made a checkpoint of its own): the
 // takeover ends typed, MODEL_ERROR, rather than guess the conversation.
@@ -18,10 +19,10 @@ func TestTakeoverCheckpointAwaitingWithLaterAttempts(t *testing.T) {
 	if got.Action.Kind != ActFinish || got.Action.Result.Reason != ModelError {
 		t.Fatalf("got %+v, want a MODEL_ERROR finish", got.Action)
 	}
-	if n := New(Config{Policy: DefaultPolicy(), Routes: []Route{{Name: "a"}}, Session: true}); true {
-		n.Start(epoch)
-		if st := n.Step(Event{Kind: EvAttemptDone, StopReason: StopToolUse, ToolCalls: []ToolCall{{ID: "c1"}}}); st.Checkpoint != nil {
-			t.Fatalf("a checkpoint without Config.Checkpoints: %+v", st.Checkpoint)
-		}
+	cfg.Checkpoints = false
+	n := New(cfg)
+	n.Start(epoch)
+	if st := n.Step(Event{Kind: EvAttemptDone, StopReason: StopToolUse, ToolCalls: []ToolCall{{ID: "c1"}}}); st.Checkpoint != nil {
+		t.Fatalf("a checkpoint without Config.Checkpoints: %+v", st.Checkpoint)
 	}
 }

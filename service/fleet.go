@@ -360,14 +360,18 @@ func (f *fleetLog) fencedOut(id string) {
 
 // adopt starts logging here completion id, which this replica takes over:
 // its log in Redis goes on (shared), and this replica's memory gets a copy
-// of what Redis kept (meta and evs, read for the rebuild), so that its
-// readers read it here first as for the completions it started, and so
-// that the log stays whole if Redis fails from now on.
-func (f *fleetLog) adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent) {
+// of what Redis kept (meta, evs and the checkpoint ck of seq ckSeq, read
+// for the rebuild), so that its readers read it here first as for the
+// completions it started, and so that the log stays whole if Redis fails
+// from now on.
+func (f *fleetLog) adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte) {
 	f.mem.forgetLive(id) // a stale copy: this replica owned it before
 	if err := f.mem.Open(id, meta); err == nil {
 		for _, ev := range evs {
 			f.mem.Append(id, ev)
+		}
+		if ck != nil {
+			f.mem.SaveCheckpoint(id, ckSeq, ck)
 		}
 	}
 	f.mu.Lock()

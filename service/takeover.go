@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -248,7 +247,7 @@ type localKeeper interface {
 // (fleetLog): a completion taken over must be adopted before it runs on,
 // so that its writes reach the shared log and its copy here is whole.
 type adopter interface {
-	adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent)
+	adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte)
 }
 
 // errNothingToTake: the log ended (or is gone) by the time it was read.
@@ -258,7 +257,7 @@ var errNothingToTake = errors.New("nothing to take over")
 // the completion that continues it, with its context: a Stream, or a
 // Session with its caller's side (which the caller controls by resuming).
 func (s *Server) rebuild(id string) (*completion, context.Context, context.CancelCauseFunc, error) {
-	ckSeq, ck, err := s.readCheckpoint(id)
+	ckSeq, ckData, ck, err := s.readCheckpoint(id)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -310,35 +309,32 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 		c.started = started
 	}
 	if a, ok := s.log.(adopter); ok {
-		a.adopt(id, meta, evs)
-		if cl, ok := s.log.(checkpointLog); ok && ck != nil {
-			raw, _ := json.Marshal(ck)
-			cl.SaveCheckpoint(id, ckSeq, raw) // the copy here is whole
-		}
+		a.adopt(id, meta, evs, ckSeq, ckData)
 	}
 	return c, ctx, cancel, nil
 }
 
-// readCheckpoint reads the last checkpoint of id, if its log keeps one.
-func (s *Server) readCheckpoint(id string) (uint64, *checkpoint, error) {
+// readCheckpoint reads the last checkpoint of id, if its log keeps one:
+// its seq, its data and what it decodes to.
+func (s *Server) readCheckpoint(id string) (uint64, []byte, *checkpoint, error) {
 	cl, ok := s.log.(checkpointLog)
 	if !ok {
-		return 0, nil, nil
+		return 0, nil, nil, nil
 	}
 	seq, data, err := cl.Checkpoint(id)
 	switch {
 	case errors.Is(err, errLogNotFound):
-		return 0, nil, errNothingToTake
+		return 0, nil, nil, errNothingToTake
 	case err != nil:
-		return 0, nil, fmt.Errorf("read the checkpoint: %w", err)
+		return 0, nil, nil, fmt.Errorf("read the checkpoint: %w", err)
 	case data == nil:
-		return 0, nil, nil
+		return 0, nil, nil, nil
 	}
 	ck, err := decodeCheckpoint(data)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	return seq, &ck, nil
+	return seq, data, &ck, nil
 }
 
 // readWhole reads every event the log of a live completion id keeps, its

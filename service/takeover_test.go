@@ -484,3 +484,41 @@ func transcriptHasResult(res *completionv1.Result, id string) bool {
 	}
 	return false
 }
+
+// TestSessionTakeoverAwaitingTheStopHook: a Session with a stop hook and
+// settled delivery is lost while its hook judges the answer, which no
+// caller has seen (settled delivery holds it until the verdict). B takes
+// it over with that held output from the checkpoint, asks the hook again
+// under a new id (a verdict resent for the old one is dropped), and on
+// ALLOW delivers the answer: the deltas the caller receives assemble the
+// result's text.
+func TestSessionTakeoverAwaitingTheStopHook(t *testing.T) {
+	fleet := inProcessFleet(t, 2, NewMemLeases(time.Second), "")
+	a, b := fleet[0], fleet[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := resumableStart("", 30*time.Second, func(st *completionv1.SessionStart) {
+		st.StopHook = true
+		st.Request.Delivery = completionv1.DeliveryMode_DELIVERY_MODE_SETTLED
+	})
+	onA := openSession(t, ctx, a.client, startMsg(start))
+	first := onA.hookRequest()
+	for _, ev := range onA.events {
+		if ev.GetDelta() != nil {
+			t.Fatalf("settled delivery sent a delta before the verdict: %v", ev)
+		}
+	}
+	a.kill()
+	id, seq := last(onA.events)
+	onB := openSession(t, ctx, b.client, resumeMsg(id, seq))
+	onB.verdict(first.GetHookId(), completionv1.Verdict_VERDICT_ALLOW, "") // resent: dropped
+	again := onB.hookRequest()
+	if again == nil || again.GetHookId() == first.GetHookId() || again.GetAnswer().String() != first.GetAnswer().String() {
+		t.Fatalf("asked again %v, want the same answer under a new id than %v", again, first)
+	}
+	onB.verdict(again.GetHookId(), completionv1.Verdict_VERDICT_ALLOW, "")
+	res, st := finish(t, onA.events, onB)
+	if st.Code() != codes.OK || res.GetMessage().String() == "" {
+		t.Fatalf("ended %v with %v", st, res)
+	}
+}

@@ -400,6 +400,99 @@ func TestFleetOverTLSRedis(t *testing.T) {
 	}
 }
 
+// TestFleetSessionReplicaKilled: a resumable Session runs through
+// process A; the model calls a tool; A is killed with SIGKILL while the
+// caller runs it; the caller resumes the Session through B after the last
+// seq it saw and sends its result there. B takes the Session over (from
+// the log and the checkpoint A saved in Redis when it began to await the
+// tools), the next turn runs on B with the tool call and result in its
+// conversation, and the caller receives every seq once, to an OK end.
+func TestFleetSessionReplicaKilled(t *testing.T) {
+	bin := buildCompletiond(t)
+	rs := redistest.Start(t)
+	a, b := startReplica(t, bin, "A", rs), startReplica(t, bin, "B", rs)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := &completionv1.SessionStart{Request: &completionv1.CompleteRequest{
+		Route:       "sim",
+		Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "Look fleets up."}}}}}},
+		Tools:       []*completionv1.Tool{{Name: "search", Description: "searches"}},
+		Metadata:    map[string]string{"sim.faults": "tool_use", "sim.words": "30", "sim.pace": "5ms"},
+		ResumeGrace: durationpb.New(30 * time.Second),
+	}}
+	onA := rawSession(t, ctx, a, &completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: start}})
+	var got []*completionv1.CompletionEvent
+	var call *completionv1.ToolCall
+	for call == nil {
+		ev, err := onA.Recv()
+		if err != nil {
+			t.Fatalf("through A, before the tool call: %v", err)
+		}
+		got, call = append(got, ev), ev.GetToolCall()
+	}
+	killed := time.Now()
+	a.kill()
+
+	onB := rawSession(t, ctx, b, &completionv1.SessionRequest{Request: &completionv1.SessionRequest_Resume{Resume: &completionv1.SessionResume{
+		CompletionId: got[0].GetStarted().GetCompletionId(), AfterSeq: got[len(got)-1].GetSeq()}}})
+	if err := onB.Send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_ToolResults{ToolResults: &completionv1.ToolResults{
+		Results: []*completionv1.ToolResultBlock{{ToolUseId: call.GetId(), Text: "Fleets share Redis."}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	var resumed time.Duration
+	for {
+		ev, err := onB.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("resumed through B: %v", err)
+		}
+		if resumed == 0 {
+			resumed = time.Since(killed)
+		}
+		got = append(got, ev)
+	}
+	for i, ev := range got {
+		if ev.GetSeq() != uint64(i+1) {
+			t.Fatalf("event %d has seq %d: every seq exactly once is broken", i, ev.GetSeq())
+		}
+	}
+	res := got[len(got)-1].GetResult()
+	if res.GetStopReason() != completionv1.StopReason_STOP_REASON_END_TURN || resultText(res) == "" || keptText(got) != resultText(res) {
+		t.Fatalf("result %v: stop %v, text %q, the deltas kept assemble %q", res, res.GetStopReason(), resultText(res), keptText(got))
+	}
+	answered := false
+	for _, m := range res.GetTranscript() {
+		for _, c := range m.GetContent() {
+			answered = answered || c.GetToolResult().GetText() == "Fleets share Redis."
+		}
+	}
+	if !answered {
+		t.Errorf("the transcript lost the tool result sent to B: %v", res.GetTranscript())
+	}
+	t.Logf("process fleet, Session awaiting tools: the first event through B came %v after SIGKILL (lease %s)",
+		resumed.Round(time.Millisecond), fleetLeaseTTL)
+}
+
+// rawSession opens a Session stream on p's generated client and sends first.
+func rawSession(t *testing.T, ctx context.Context, p *proc, first *completionv1.SessionRequest) grpc.BidiStreamingClient[completionv1.SessionRequest, completionv1.CompletionEvent] {
+	t.Helper()
+	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	st, err := completionv1.NewCompletionClient(conn).Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(first); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func resultText(r *completionv1.Result) string {
 	var b strings.Builder
 	for _, c := range r.GetMessage().GetContent() {
