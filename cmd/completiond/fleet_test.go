@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -430,11 +431,18 @@ func TestFleetSessionReplicaKilled(t *testing.T) {
 		}
 		got, call = append(got, ev), ev.GetToolCall()
 	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs})
+	defer rdb.Close()
+	id := got[0].GetStarted().GetCompletionId()
+	ck, err := rdb.HStrLen(ctx, "completiond:meta:{"+id+"}", "ck").Result()
+	if err != nil || ck == 0 {
+		t.Fatalf("no checkpoint in Redis while the caller runs the tool: %d %v", ck, err)
+	}
 	killed := time.Now()
 	a.kill()
 
 	onB := rawSession(t, ctx, b, &completionv1.SessionRequest{Request: &completionv1.SessionRequest_Resume{Resume: &completionv1.SessionResume{
-		CompletionId: got[0].GetStarted().GetCompletionId(), AfterSeq: got[len(got)-1].GetSeq()}}})
+		CompletionId: id, AfterSeq: got[len(got)-1].GetSeq()}}})
 	if err := onB.Send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_ToolResults{ToolResults: &completionv1.ToolResults{
 		Results: []*completionv1.ToolResultBlock{{ToolUseId: call.GetId(), Text: "Fleets share Redis."}}}}}); err != nil {
 		t.Fatal(err)
@@ -471,8 +479,8 @@ func TestFleetSessionReplicaKilled(t *testing.T) {
 	if !answered {
 		t.Errorf("the transcript lost the tool result sent to B: %v", res.GetTranscript())
 	}
-	t.Logf("process fleet, Session awaiting tools: the first event through B came %v after SIGKILL (lease %s)",
-		resumed.Round(time.Millisecond), fleetLeaseTTL)
+	t.Logf("process fleet, Session awaiting tools: the first event through B came %v after SIGKILL (lease %s); the checkpoint in Redis: %d bytes",
+		resumed.Round(time.Millisecond), fleetLeaseTTL, ck)
 }
 
 // rawSession opens a Session stream on p's generated client and sends first.
