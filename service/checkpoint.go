@@ -158,14 +158,7 @@ func (l *RedisEventLog) saveCheckpoint(id string, seq uint64, data []byte, fence
 	if fence != "" {
 		script, keys, args = redisFencedCheckpointScript, append([]string{LeaseKey(id)}, keys...), append([]any{fence}, args...)
 	}
-	res, err := script.Run(ctx, l.rdb, keys, args...).Text()
-	if err != nil && strings.HasPrefix(err.Error(), "FENCED") {
-		return "fenced", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", errLogUnavailable, err)
-	}
-	return res, nil
+	return l.runFenced(ctx, script, keys, args)
 }
 
 // Checkpoint implements checkpointLog.

@@ -396,6 +396,13 @@ func (l *RedisEventLog) add(id string, ev *completionv1.CompletionEvent, status 
 	fence, _ := l.fences.Load(id)
 	v, _ := fence.(string)
 	script, keys, args := l.appendCall(id, ev.GetSeq(), b, status, end, v)
+	return l.runFenced(ctx, script, keys, args)
+}
+
+// runFenced runs a log script that may be fenced by a lease: it answers
+// what the script answered, fenced when the lease refused the write, or
+// the error of a Redis that did not answer.
+func (l *RedisEventLog) runFenced(ctx context.Context, script *redis.Script, keys []string, args []any) (string, error) {
 	res, err := script.Run(ctx, l.rdb, keys, args...).Text()
 	if err != nil && strings.HasPrefix(err.Error(), "FENCED") {
 		return "fenced", nil

@@ -72,6 +72,19 @@ func inProcessFleetLimited(t *testing.T, n int, leases Leases, redisAddr string,
 	return rs
 }
 
+// testLeases are leases of length ttl in memory, or in a redis-server of
+// their own (inRedis), whose address is returned.
+func testLeases(t *testing.T, inRedis bool, ttl time.Duration) (Leases, string) {
+	t.Helper()
+	if !inRedis {
+		return NewMemLeases(ttl), ""
+	}
+	addr := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	return NewRedisLeases(rdb, ttl), addr
+}
+
 // slowRequest is a Stream request on route with a resume grace whose sim
 // answer streams words tokens at pace.
 func slowRequest(route string, words int, pace time.Duration) *completionv1.CompleteRequest {
@@ -101,13 +114,7 @@ func TestTakeoverInProcess(t *testing.T) {
 		{"sim-noprefill", "redis-log", completionv1.TransitionReason_TRANSITION_REASON_RETRY},
 	} {
 		t.Run(tc.route+"/"+tc.leases, func(t *testing.T) {
-			leases, addr := NewMemLeases(ttl), ""
-			if tc.leases != "memory" {
-				addr = redistest.Start(t)
-				rdb := redis.NewClient(&redis.Options{Addr: addr})
-				t.Cleanup(func() { rdb.Close() })
-				leases = NewRedisLeases(rdb, ttl)
-			}
+			leases, addr := testLeases(t, tc.leases != "memory", ttl)
 			if tc.leases != "redis-log" {
 				addr = ""
 			}
@@ -428,13 +435,7 @@ func TestSessionTakeover(t *testing.T) {
 		{"mid second turn", "redis-log", true},
 	} {
 		t.Run(tc.name+"/"+tc.log, func(t *testing.T) {
-			leases, addr := NewMemLeases(ttl), ""
-			if tc.log != "memory" {
-				addr = redistest.Start(t)
-				rdb := redis.NewClient(&redis.Options{Addr: addr})
-				t.Cleanup(func() { rdb.Close() })
-				leases = NewRedisLeases(rdb, ttl)
-			}
+			leases, addr := testLeases(t, tc.log != "memory", ttl)
 			fleet := inProcessFleet(t, 2, leases, addr)
 			a, b := fleet[0], fleet[1]
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
