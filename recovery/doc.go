@@ -128,6 +128,12 @@
 //     a failure of kind FailReplicaLost and no backoff (STREAM_RESUME by
 //     prefill, or a clean RETRY voiding the partial answer). It counts as
 //     a retry of the step, so replicas that keep dying end the completion.
+//     With Config.Checkpoints, Step.Checkpoint hands out a Snapshot where
+//     the machine holds what its events do not show (it awaits the
+//     caller; the caller's answer, a stop hook's message or a summary
+//     changed the conversation): a Takeover from the last one
+//     (Prior.Base) awaits the caller again, or continues the turn with
+//     that conversation — how later turns of a Session are taken over.
 //   - A cancel while the caller runs tools or its stop hook ends
 //     ABORTED_TOOLS; while a call, a summary or a wait is in progress,
 //     ABORTED_STREAMING.

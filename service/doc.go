@@ -29,7 +29,9 @@
 //   - the fleet, with Config.Redis: redis.go (the connection, its URL and
 //     health), fleet.go (each replica's log in memory and in Redis, degrading
 //     to memory), lease.go and takeover.go (ownership leases with fencing,
-//     and the takeover of a completion whose replica died), shared.go,
+//     and the takeover of a completion whose replica died), checkpoint.go
+//     (the machine's checkpoints a takeover continues from, kept with the
+//     log), shared.go,
 //     breaker_shared.go and limits_shared.go (breakers and per-key limits
 //     shared by the replicas, local while Redis is away).
 //   - auth.go, tls.go, limits.go — who may call (API keys with allowed
