@@ -55,9 +55,11 @@ type completion struct {
 func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 	defer c.release()
 	c.machine.OpenRoutes = c.breakers.open(c.machine.Routes)
-	m := recovery.New(c.machine)
+	var m *recovery.Machine
 	if c.prior != nil {
-		m = recovery.Takeover(c.machine, *c.prior)
+		m = takeover(c.machine, *c.prior)
+	} else {
+		m = recovery.New(c.machine) // inlined: the machine is in run's frame
 	}
 	if c.started == nil {
 		first := c.machine.Routes[0]
@@ -78,6 +80,16 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 		ev.Now, ev.Rand, ev.OpenRoutes = c.cfg.Now(), c.cfg.Rand(), c.breakers.open(c.machine.Routes)
 		step = m.Step(ev)
 	}
+}
+
+// takeover is recovery.Takeover, never inlined into run: inlined, its
+// machine (over a KiB) would take a second place in run's frame beside
+// the new one's, on the goroutine's stack for as long as every completion
+// lasts; a completion taken over has its machine on the heap instead.
+//
+//go:noinline
+func takeover(cfg recovery.Config, p recovery.Prior) *recovery.Machine {
+	return recovery.Takeover(cfg, p)
 }
 
 // forward does what a step says before its action runs: settle the held
