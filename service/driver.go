@@ -187,6 +187,7 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	span := c.observer.attemptStart(actx, c, call, summary)
+	attempt, turn := a.Attempt, a.Turn // for the callback, which would keep all of a
 	var text strings.Builder
 	var calls []recovery.ToolCall
 	var thinking []recovery.Block
@@ -196,11 +197,11 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 		case provider.ChunkText:
 			text.WriteString(ch.Text)
 			if !summary {
-				return c.out.output(a, completionv1.DeltaKind_DELTA_KIND_TEXT, ch.Text)
+				return c.out.output(attempt, turn, completionv1.DeltaKind_DELTA_KIND_TEXT, ch.Text)
 			}
 		case provider.ChunkThinking:
 			if !summary {
-				return c.out.output(a, completionv1.DeltaKind_DELTA_KIND_THINKING, ch.Text)
+				return c.out.output(attempt, turn, completionv1.DeltaKind_DELTA_KIND_THINKING, ch.Text)
 			}
 		case provider.ChunkThinkingBlock:
 			thinking = append(thinking, ch.Block) // already streamed as ChunkThinking: for the machine only
