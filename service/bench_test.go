@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/completiond/completiond/bench/mock"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/openai"
@@ -232,38 +234,81 @@ func devNull(b *testing.B) *os.File {
 	return f
 }
 
+// idleStreams is how many Streams BenchmarkIdleStreams and
+// BenchmarkIdleStreamsOpenAI hold open at once.
+const idleStreams = 1000
+
 // BenchmarkIdleStreams holds 1 000 Streams open on an upstream that says
 // nothing (holdProvider), and reports the Go heap, the goroutine stacks
 // and the goroutines each one costs, the
 // client's side (in this process too) included: what an idle open stream
 // costs the server, without the provider's own connection (the load
-// benchmark has that). With COMPLETIOND_IDLE_HEAPPROFILE set, it writes
-// the heap profile taken while the streams are held there.
+// benchmark has that, and BenchmarkIdleStreamsOpenAI). With
+// COMPLETIOND_IDLE_HEAPPROFILE set, it writes the heap profile taken while
+// the streams are held there.
 func BenchmarkIdleStreams(b *testing.B) {
-	const n = 1000
-	held := make(chan struct{}, n)
+	held := make(chan struct{}, idleStreams)
 	routes := SimRoutes(sim.New(sim.Config{}))
 	routes["sim"].Upstream = &holdProvider{Provider: routes["sim"].Upstream, entered: held, release: make(chan struct{})}
 	cfg := DefaultConfig()
 	cfg.Routes, cfg.DefaultRoute = routes, "sim"
 	cfg.Limits.MaxInFlight, cfg.Limits.MaxConcurrentStreams = 0, 0 // as the load benchmark runs it
 	client, _ := grpcClient(b, cfg)
-	req := prompt("Hold on.", map[string]string{metaHold: "1"})
-	heap := func() (uint64, uint64, int) {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc, ms.StackInuse, runtime.NumGoroutine()
-	}
 	grpcCall(b, client, prompt("Warm up.", nil)) // the connection and the server's lazy state
+	measureIdle(b, client, prompt("Hold on.", map[string]string{metaHold: "1"}), func() {
+		for range idleStreams {
+			<-held
+		}
+	})
+}
+
+// BenchmarkIdleStreamsOpenAI is BenchmarkIdleStreams through the openai
+// provider and its HTTP connections, against the load benchmark's mock
+// upstream holding every stream silent after its headers, routed as the
+// load benchmark routes it: what the load benchmark's idle streams keep
+// in completiond, in one process with the upstream and the client (both
+// of which cost the same whatever completiond does).
+func BenchmarkIdleStreamsOpenAI(b *testing.B) {
+	up := mock.New()
+	srv := httptest.NewUnstartedServer(up)
+	srv.Config.ConnState = up.ConnState
+	srv.Start()
+	b.Cleanup(func() { up.Close(); srv.Close() })
+	p, err := openai.New(openai.Config{BaseURL: srv.URL + "/v1", APIKey: "sk-loadbench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	route := func(name, model string) *Route {
+		return &Route{Spec: recovery.Route{Name: name, Provider: "openai", Model: model, ContextWindow: 128000, MaxOutputTokens: 4096},
+			Upstream: p, Timeouts: provider.Timeouts{Headers: time.Minute, FirstToken: time.Hour, Idle: time.Hour, Total: time.Hour}}
+	}
+	cfg := DefaultConfig()
+	cfg.Routes = map[string]*Route{"bench": route("bench", mock.Spec{Hold: true}.Model()), "warm": route("warm", mock.Spec{Tokens: 1}.Model())}
+	cfg.DefaultRoute = "bench"
+	cfg.Limits.MaxInFlight, cfg.Limits.MaxConcurrentStreams = 0, 0
+	client, _ := grpcClient(b, cfg)
+	warm := prompt("Warm up.", nil)
+	warm.Route = "warm"
+	grpcCall(b, client, warm)
+	measureIdle(b, client, prompt("Hold on.", nil), func() {
+		for up.Stats().Held < idleStreams {
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}
+
+// measureIdle opens idleStreams Streams of req on client, calls held to
+// wait until the upstream holds them all, and reports what each costs: Go
+// heap, goroutine stacks and goroutines, read after two GCs (which also
+// shrink the stacks that can be).
+func measureIdle(b *testing.B, client completionv1.CompletionClient, req *completionv1.CompleteRequest, held func()) {
 	var perStream, stacks, goroutines float64
 	for b.Loop() {
 		b.StopTimer()
-		heap0, stack0, g0 := heap()
+		heap0, stack0, g0 := settledMemory()
 		b.StartTimer()
 		ctx, cancel := context.WithCancel(context.Background())
-		streams := make([]completionv1.Completion_StreamClient, n)
+		streams := make([]completionv1.Completion_StreamClient, idleStreams)
 		for i := range streams {
 			st, err := client.Stream(ctx, req)
 			if err != nil {
@@ -274,14 +319,12 @@ func BenchmarkIdleStreams(b *testing.B) {
 			}
 			streams[i] = st
 		}
-		for range n {
-			<-held
-		}
+		held()
 		b.StopTimer()
-		heap1, stack1, g1 := heap()
-		perStream += (float64(heap1) - float64(heap0)) / n
-		stacks += (float64(stack1) - float64(stack0)) / n
-		goroutines += float64(g1-g0) / n
+		heap1, stack1, g1 := settledMemory()
+		perStream += (float64(heap1) - float64(heap0)) / idleStreams
+		stacks += (float64(stack1) - float64(stack0)) / idleStreams
+		goroutines += float64(g1-g0) / idleStreams
 		if path := os.Getenv("COMPLETIOND_IDLE_HEAPPROFILE"); path != "" {
 			writeHeapProfile(b, path)
 		}
@@ -298,6 +341,16 @@ func BenchmarkIdleStreams(b *testing.B) {
 	b.ReportMetric(perStream/float64(b.N), "heap-B/stream")
 	b.ReportMetric(stacks/float64(b.N), "stack-B/stream")
 	b.ReportMetric(goroutines/float64(b.N), "goroutines/stream")
+}
+
+// settledMemory is the live heap, the goroutine stacks and the goroutines
+// after two GCs.
+func settledMemory() (heap, stack uint64, goroutines int) {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc, ms.StackInuse, runtime.NumGoroutine()
 }
 
 func writeHeapProfile(b *testing.B, path string) {

@@ -55,9 +55,11 @@ type completion struct {
 func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 	defer c.release()
 	c.machine.OpenRoutes = c.breakers.open(c.machine.Routes)
-	m := recovery.New(c.machine)
+	var m *recovery.Machine
 	if c.prior != nil {
-		m = recovery.Takeover(c.machine, *c.prior)
+		m = takeover(c.machine, *c.prior)
+	} else {
+		m = recovery.New(c.machine) // inlined: the machine is in run's frame
 	}
 	if c.started == nil {
 		first := c.machine.Routes[0]
@@ -81,6 +83,16 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 		ev.Now, ev.Rand, ev.OpenRoutes = c.cfg.Now(), c.cfg.Rand(), c.breakers.open(c.machine.Routes)
 		step = m.Step(ev)
 	}
+}
+
+// takeover is recovery.Takeover, never inlined into run: inlined, its
+// machine (over a KiB) would take a second place in run's frame beside
+// the new one's, on the goroutine's stack for as long as every completion
+// lasts; a completion taken over has its machine on the heap instead.
+//
+//go:noinline
+func takeover(cfg recovery.Config, p recovery.Prior) *recovery.Machine {
+	return recovery.Takeover(cfg, p)
 }
 
 // forward does what a step says before its action runs: settle the held
@@ -178,6 +190,7 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	span := c.observer.attemptStart(actx, c, call, summary)
+	attempt, turn := a.Attempt, a.Turn // for the callback, which would keep all of a
 	var text strings.Builder
 	var calls []recovery.ToolCall
 	var thinking []recovery.Block
@@ -187,11 +200,11 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 		case provider.ChunkText:
 			text.WriteString(ch.Text)
 			if !summary {
-				return c.out.output(a, completionv1.DeltaKind_DELTA_KIND_TEXT, ch.Text)
+				return c.out.output(attempt, turn, completionv1.DeltaKind_DELTA_KIND_TEXT, ch.Text)
 			}
 		case provider.ChunkThinking:
 			if !summary {
-				return c.out.output(a, completionv1.DeltaKind_DELTA_KIND_THINKING, ch.Text)
+				return c.out.output(attempt, turn, completionv1.DeltaKind_DELTA_KIND_THINKING, ch.Text)
 			}
 		case provider.ChunkThinkingBlock:
 			thinking = append(thinking, ch.Block) // already streamed as ChunkThinking: for the machine only

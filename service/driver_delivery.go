@@ -42,17 +42,20 @@ func newOutbox(send func(*completionv1.CompletionEvent) error, settled bool) *ou
 	return &outbox{send: send, settled: settled, unsettled: map[int][]*completionv1.CompletionEvent{}}
 }
 
-// output takes one delta of the attempt that action a runs: sent at once
-// when live, held when settled. It returns errClientGone once the caller is
-// unreachable, which stops the upstream call.
-func (o *outbox) output(a recovery.Action, kind completionv1.DeltaKind, text string) error {
+// output takes one delta of an attempt (its number and turn, as the
+// action that runs it says): sent at once when live, held when settled. It
+// returns errClientGone once the caller is unreachable, which stops the
+// upstream call. It takes the two numbers, not the action: the callback
+// of every upstream call captures what it passes here, and so keeps it
+// on the heap for as long as the attempt lasts.
+func (o *outbox) output(attempt, turn int, kind completionv1.DeltaKind, text string) error {
 	ev := &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: kind, Text: text}}}
 	if o.settled {
-		ev.Attempt, ev.Turn = int32(a.Attempt), int32(a.Turn)
-		o.unsettled[a.Attempt] = append(o.unsettled[a.Attempt], ev)
+		ev.Attempt, ev.Turn = int32(attempt), int32(turn)
+		o.unsettled[attempt] = append(o.unsettled[attempt], ev)
 		return nil
 	}
-	o.event(a.Attempt, a.Turn, ev)
+	o.event(attempt, turn, ev)
 	if o.unreachable {
 		return errClientGone
 	}

@@ -14,7 +14,6 @@ import (
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider/sim"
-	"github.com/completiond/completiond/recovery"
 )
 
 // BenchmarkEventLogMemory measures what the in-memory event log holds for
@@ -56,12 +55,11 @@ func logAnswer(l EventLog, id string, tokens int) {
 	out.log, out.id = l, id
 	out.event(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{
 		CompletionId: id, Route: "sim", Model: "sim-1", Provider: "sim"}}})
-	a := recovery.Action{Attempt: 1, Turn: 1}
 	var text strings.Builder
 	for i := range tokens {
 		word := fmt.Sprintf(" tok%d", i%10)
 		text.WriteString(word)
-		_ = out.output(a, completionv1.DeltaKind_DELTA_KIND_TEXT, word)
+		_ = out.output(1, 1, completionv1.DeltaKind_DELTA_KIND_TEXT, word)
 	}
 	out.event(1, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Usage{Usage: &completionv1.Usage{InputTokens: 12, OutputTokens: int64(tokens)}}})
 	out.event(1, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Transition{Transition: &completionv1.Transition{

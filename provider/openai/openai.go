@@ -150,17 +150,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if req.Prefill != "" {
 		a.Prefilled()
 	}
-	// The SDK builds and sends the request — params, auth, base URL, the
-	// attempt's middleware, an error status read into its error — and,
-	// with a raw response as the destination, leaves the 200's body
-	// unread: the stream is decoded here, reading only what the reader
-	// uses, at a fraction of the SDK's cost per chunk (package sse).
-	var res *http.Response
-	opts := []option.RequestOption{option.WithMiddleware(a.Middleware), option.WithResponseBodyInto(&res)}
-	if req.Prefill != "" {
-		opts = append(opts, p.prefillOpts...)
-	}
-	err = p.completions.NewStreaming(a.Context(), params, opts...).Err()
+	res, err := p.send(a, params, req.Prefill != "")
 	if res != nil && res.Body != nil {
 		defer res.Body.Close()
 	}
@@ -195,6 +185,52 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		a.Drain()
 	}
 	return r.finish, err
+}
+
+// sent is what sendOn hands back: the response with its body unread and
+// the request's error, or the panic that stopped it.
+type sent struct {
+	res      *http.Response
+	err      error
+	panicked any
+}
+
+// send sends the attempt's request and waits for the response's headers,
+// on a goroutine of its own: the SDK's encoding of the request (reflection
+// over the params, a frame per level) and net/http's sending take the
+// stack past 16 KiB, and a goroutine's stack, once grown, stays that size
+// for as long as the goroutine runs — the whole answer, silences
+// included, for this one. The sending goroutine's stack is freed when it
+// has sent. A panic there is raised again here, as if it were this
+// goroutine's.
+func (p *Provider) send(a *classify.Attempt, params *sdk.ChatCompletionNewParams, prefill bool) (*http.Response, error) {
+	done := make(chan sent, 1)
+	go p.sendOn(done, a, params, prefill)
+	s := <-done
+	if s.panicked != nil {
+		panic(s.panicked)
+	}
+	return s.res, s.err
+}
+
+// sendOn is send's goroutine. The SDK builds and sends the request —
+// params, auth, base URL, the attempt's middleware, an error status read
+// into its error — and, with a raw response as the destination, leaves the
+// 200's body unread: the stream is decoded by Stream, reading only what
+// the reader uses, at a fraction of the SDK's cost per chunk (package sse).
+func (p *Provider) sendOn(done chan<- sent, a *classify.Attempt, params *sdk.ChatCompletionNewParams, prefill bool) {
+	var s sent
+	defer func() {
+		if v := recover(); v != nil {
+			s = sent{panicked: v}
+		}
+		done <- s
+	}()
+	opts := []option.RequestOption{option.WithMiddleware(a.Middleware), option.WithResponseBodyInto(&s.res)}
+	if prefill {
+		opts = append(opts, p.prefillOpts...)
+	}
+	s.err = p.completions.NewStreaming(a.Context(), *params, opts...).Err()
 }
 
 // end decides how a stream that stopped before it was complete ended: err

@@ -478,6 +478,26 @@ func TestCallerCancellationIsReturnedAsItIsAndStopsTheCall(t *testing.T) {
 	}
 }
 
+// TestAPanicSendingIsTheCallersPanic: the request is sent from a goroutine
+// of the provider's (Provider.send); a panic there — here the HTTP
+// client's — still reaches the caller of Stream, where a recovering
+// handler can catch it, instead of ending the process.
+func TestAPanicSendingIsTheCallersPanic(t *testing.T) {
+	p, err := openai.New(openai.Config{BaseURL: "http://127.0.0.1:1/v1", HTTPClient: &http.Client{
+		Transport: roundTrip(func(*http.Request) (*http.Response, error) { panic("transport broke") }),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if v := recover(); v != "transport broke" {
+			t.Errorf("recovered %v, want the transport's panic", v)
+		}
+	}()
+	_, _ = p.Stream(context.Background(), newRequest(), func(provider.Chunk) error { return nil })
+	t.Error("Stream returned")
+}
+
 func TestEachAttemptIsOneRequest(t *testing.T) {
 	srv := pt.NewOpenAI(t, pt.Seq(pt.Fail(pt.ServerError), pt.RateLimited("1"), pt.OK(pt.Text("ok"))))
 	p := newProvider(t, srv, openai.Config{})

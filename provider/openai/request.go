@@ -13,9 +13,9 @@ import (
 	"github.com/completiond/completiond/recovery"
 )
 
-// newParams maps a request to Chat Completions.
-func (p *Provider) newParams(req *provider.Request) (sdk.ChatCompletionNewParams, error) {
-	var params sdk.ChatCompletionNewParams
+// newParams maps a request to Chat Completions. The params (over a KiB)
+// are on the heap, not in Stream's frame: see Provider.send.
+func (p *Provider) newParams(req *provider.Request) (*sdk.ChatCompletionNewParams, error) {
 	msgs := make([]sdk.ChatCompletionMessageParamUnion, 0, len(req.Messages)+2)
 	if req.System != "" {
 		msgs = append(msgs, sdk.SystemMessage(req.System))
@@ -23,7 +23,7 @@ func (p *Provider) newParams(req *provider.Request) (sdk.ChatCompletionNewParams
 	for i, m := range req.Messages {
 		mapped, err := message(m)
 		if err != nil {
-			return params, fmt.Errorf("messages[%d]: %w", i, err)
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
 		}
 		msgs = append(msgs, mapped...)
 	}
@@ -32,9 +32,9 @@ func (p *Provider) newParams(req *provider.Request) (sdk.ChatCompletionNewParams
 	}
 	tools, err := tools(req.Tools)
 	if err != nil {
-		return params, err
+		return nil, err
 	}
-	params = sdk.ChatCompletionNewParams{
+	params := &sdk.ChatCompletionNewParams{
 		Model:         shared.ChatModel(req.Model),
 		Messages:      msgs,
 		Tools:         tools,

@@ -20,9 +20,15 @@ const MaxEvent = 32 << 20
 var ErrTooLarge = errors.New("sse: event too large")
 
 const (
-	// minBuffer is the read buffer a stream starts with, as the SDKs'
-	// scanner did: room for a few events of an answer per read.
-	minBuffer = 4 << 10
+	// firstBuffer is the read buffer a stream starts with: room for an
+	// event or two of an answer. A stream held open in silence — waiting
+	// for its first token, as an idle stream does — keeps no more than
+	// this while it waits.
+	firstBuffer = 512
+	// readBuffer is what a buffer that reads fill to the brim grows to
+	// (events come faster than they are taken): room for a few events of
+	// an answer per read, as the SDKs' scanner had from the start.
+	readBuffer = 4 << 10
 	// keepBuffer is the largest buffer kept from one event to the next;
 	// one grown larger for an outsized event is let go after it.
 	keepBuffer = 64 << 10
@@ -52,6 +58,7 @@ type Reader struct {
 	buf        []byte // read buffer; buf[start:end] is not read yet
 	start, end int
 	readErr    error // the error of the last read, once it came
+	full       bool  // the last read filled the buffer: more may be waiting
 	begun      bool  // the byte order mark was looked for
 	cr         bool  // the last line ended with CR: an LF right after it is part of it
 
@@ -214,20 +221,21 @@ func lineEnd(b []byte) int {
 
 // fill reads more of the body after what is unread, making room first:
 // the unread bytes move to the front, into a buffer grown when they fill
-// it, or back into a small one when an outsized line grew it.
+// it or when the last read did, or back into a smaller one when an
+// outsized line grew it.
 func (r *Reader) fill() {
 	unread := r.end - r.start
 	switch {
 	case r.buf == nil:
-		r.buf = make([]byte, minBuffer)
-	case cap(r.buf) > keepBuffer && unread < minBuffer:
-		r.buf = append(make([]byte, 0, minBuffer), r.buf[r.start:r.end]...)[:minBuffer]
+		r.buf = make([]byte, firstBuffer)
+	case cap(r.buf) > keepBuffer && unread < readBuffer:
+		r.buf = r.moved(readBuffer)
 	case unread == len(r.buf):
 		// A line longer than the buffer. It grows up to a byte over the
 		// limit: full then, without a line end, it holds a line too long.
-		grown := make([]byte, min(2*len(r.buf), r.limit+1))
-		copy(grown, r.buf[r.start:r.end])
-		r.buf = grown
+		r.buf = r.moved(min(2*len(r.buf), r.limit+1))
+	case r.full && len(r.buf) < readBuffer:
+		r.buf = r.moved(readBuffer)
 	default:
 		copy(r.buf, r.buf[r.start:r.end])
 	}
@@ -235,6 +243,7 @@ func (r *Reader) fill() {
 	for range maxEmptyReads {
 		n, err := r.r.Read(r.buf[r.end:])
 		r.end += n
+		r.full = r.end == len(r.buf)
 		if err != nil {
 			r.readErr = err
 			return
@@ -244,6 +253,13 @@ func (r *Reader) fill() {
 		}
 	}
 	r.readErr = io.ErrNoProgress
+}
+
+// moved is a new buffer of size bytes holding the unread bytes at its front.
+func (r *Reader) moved(size int) []byte {
+	b := make([]byte, size)
+	copy(b, r.buf[r.start:r.end])
+	return b
 }
 
 // ErrorEvent is the upstream's failure reported inside the 200 stream —

@@ -136,6 +136,28 @@ func TestLongLinesUnderTheLimit(t *testing.T) {
 	}
 }
 
+func TestBufferGrowsWhenReadsFillIt(t *testing.T) {
+	// A stream whose events come one read at a time keeps the small first
+	// buffer, which is all a silent stream holds; one whose reads fill it
+	// gets room for several events per read.
+	event := "data: " + strings.Repeat("x", 100) + "\n\n"
+	trickle := NewReader(iotest.OneByteReader(strings.NewReader(strings.Repeat(event, 20))), 0)
+	burst := NewReader(strings.NewReader(strings.Repeat(event, 20)), 0)
+	for _, r := range []*Reader{trickle, burst} {
+		n := 0
+		for r.Next() {
+			n++
+		}
+		if r.Err() != nil || n != 20 {
+			t.Fatalf("err %v, %d events", r.Err(), n)
+		}
+	}
+	if cap(trickle.buf) != firstBuffer || cap(burst.buf) != readBuffer {
+		t.Errorf("buffers of %d and %d bytes, want %d one read at a time and %d for full reads",
+			cap(trickle.buf), cap(burst.buf), firstBuffer, readBuffer)
+	}
+}
+
 func TestReadErrors(t *testing.T) {
 	broken := errors.New("connection reset")
 	r := NewReader(io.MultiReader(strings.NewReader("data: a\n\ndata: b\n"), iotest.ErrReader(broken)), 0)
