@@ -23,7 +23,7 @@ type completion struct {
 	cfg      *Config
 	id       string
 	req      *completionv1.CompleteRequest
-	routes   map[string]*Route
+	routes   []*Route // the chain: the primary route, then its fallbacks
 	machine  recovery.Config
 	schema   *jsonschema.Schema
 	caller   caller                     // answers tool calls and stop hooks (driver_caller.go)
@@ -180,16 +180,16 @@ func cancelReason(ctx context.Context, gone bool) string {
 // hands the answer's calls over when they are settled.
 func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event {
 	call, summary := a.Call, a.Kind == recovery.ActSummarize
-	route := c.routes[call.Route.Name]
+	route := c.route(call.Route.Name)
 	report, ok := c.breakers.allow(route.Spec.Name)
 	if !ok {
 		return recovery.Event{Kind: recovery.EvAttemptFailed, NotSent: true, Failure: &recovery.Failure{
 			Kind: recovery.FailCircuitOpen, Provider: route.Spec.Provider, RetryAfter: c.breakers.retryAfter(route.Spec.Name),
 			Message: "circuit open for route " + route.Spec.Name}}
 	}
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	span := c.observer.attemptStart(actx, c, call, summary)
+	// The provider stops its call when Stream returns (provider.Provider),
+	// so the attempt needs no context of its own here.
+	span := c.observer.attemptStart(ctx, c, call, summary)
 	attempt, turn := a.Attempt, a.Turn // for the callback, which would keep all of a
 	var text strings.Builder
 	var calls []recovery.ToolCall
@@ -233,6 +233,17 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 	report(ev)
 	span.end(ev, fin)
 	return ev
+}
+
+// route is the route of the chain named name, or nil. A chain holds a
+// few routes: a scan costs less than a map per completion.
+func (c *completion) route(name string) *Route {
+	for _, r := range c.routes {
+		if r.Spec.Name == name {
+			return r
+		}
+	}
+	return nil
 }
 
 // scrubName is classify.ScrubModel, of which an empty name costs nothing.

@@ -264,11 +264,9 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	if d, ok := ctx.Deadline(); ok {
 		mc.Deadline = d
 	}
-	byName := make(map[string]*Route, len(routes))
 	mc.Routes = make([]recovery.Route, 0, len(routes))
 	for _, r := range routes {
 		mc.Routes = append(mc.Routes, r.Spec)
-		byName[r.Spec.Name] = r
 	}
 	takeover := id != ""
 	if !takeover {
@@ -284,7 +282,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	out := newOutbox(send, req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED)
 	out.log, out.id = s.log, id
 	return &completion{
-		cfg: &s.cfg, id: id, req: req, routes: byName, machine: mc, schema: schema,
+		cfg: &s.cfg, id: id, req: req, routes: routes, machine: mc, schema: schema,
 		caller: statelessCaller{}, out: out,
 		observer: s.obs, breakers: s.breakers,
 		conclude: func(r *recovery.Result) *status.Status { return endStatus(s.ending(ctx, r)) },

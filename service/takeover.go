@@ -296,7 +296,7 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 		sess.recall(evs, ck)
 	}
 	after := evs[slices.IndexFunc(append(evs, nil), func(ev *completionv1.CompletionEvent) bool { return ev == nil || ev.GetSeq() > ckSeq }):]
-	fold, started := foldLog(after, c.routes, base)
+	fold, started := foldLog(after, c.route, base)
 	fold.Base, fold.Incomplete = prior.Base, first > ckSeq+1
 	c.prior, c.takenFrom = &fold, meta.Replica
 	if len(evs) > 0 {
@@ -398,7 +398,7 @@ func decodeLogged(meta LogMeta) (*completionv1.CompleteRequest, *completionv1.Se
 // With a checkpoint, evs are the events after it and base the last
 // attempt it settled: the attempts up to base are the checkpoint's, and
 // their events (held output delivered, tool calls) count for nothing here.
-func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route, base int) (recovery.Prior, *completionv1.Started) {
+func foldLog(evs []*completionv1.CompletionEvent, route func(name string) *Route, base int) (recovery.Prior, *completionv1.Started) {
 	var p recovery.Prior
 	var started *completionv1.Started
 	text := map[int]*strings.Builder{}
@@ -456,7 +456,7 @@ func foldLog(evs []*completionv1.CompletionEvent, routes map[string]*Route, base
 			p.Kept = append(p.Kept, recovery.Kept{Attempt: a, Text: text[a].String(), OutputTokens: usage[a].OutputTokens})
 		}
 		r := recovery.Route{Name: routeOf[a]}
-		if rt := routes[routeOf[a]]; rt != nil {
+		if rt := route(routeOf[a]); rt != nil {
 			r = rt.Spec
 		}
 		p.Attempts = append(p.Attempts, recovery.AttemptRecord{Attempt: a, Route: r, Outcome: recovery.OutcomeFailed, Usage: usage[a]})

@@ -254,7 +254,7 @@ func TestFoldLog(t *testing.T) {
 		delta(2, " red"),
 	}
 	routes := SimRoutes(sim.New(sim.Config{}))
-	p, started := foldLog(evs, routes, 0)
+	p, started := foldLog(evs, func(n string) *Route { return routes[n] }, 0)
 	if started.GetRoute() != "sim" {
 		t.Fatalf("started %v", started)
 	}
@@ -267,7 +267,7 @@ func TestFoldLog(t *testing.T) {
 	}
 	// A RETRY that voided attempt 2 settles it: nothing is in flight.
 	evs = append(evs, usage(2, 1), transition(2, &completionv1.Transition{Reason: completionv1.TransitionReason_TRANSITION_REASON_RETRY, ToRoute: "sim-fallback", DiscardedAttempts: []int32{1, 2}}))
-	p, _ = foldLog(evs, routes, 0)
+	p, _ = foldLog(evs, func(n string) *Route { return routes[n] }, 0)
 	if p.InFlight || len(p.Kept) != 0 || p.Attempt != 2 || len(p.Attempts) != 2 || p.Usage.OutputTokens != 3 {
 		t.Fatalf("after a clean restart: %+v", p)
 	}
@@ -290,7 +290,7 @@ func BenchmarkFoldLog(b *testing.B) {
 	routes := SimRoutes(sim.New(sim.Config{}))
 	b.ReportAllocs()
 	for b.Loop() {
-		foldLog(evs, routes, 0)
+		foldLog(evs, func(n string) *Route { return routes[n] }, 0)
 	}
 }
 

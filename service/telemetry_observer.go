@@ -212,7 +212,7 @@ func (o *observer) attemptStart(ctx context.Context, c *completion, call recover
 		if resends > 0 {
 			s.span.SetAttributes(keyResendCount.Int(resends))
 		}
-		s.span.SetAttributes(serverAttrs(c.routes[call.Route.Name])...)
+		s.span.SetAttributes(serverAttrs(c.route(call.Route.Name))...)
 		if summary {
 			s.span.SetAttributes(keyPurpose.String("compaction"))
 		}
@@ -552,7 +552,7 @@ func (o *observer) endSpan(c *completion, r *recovery.Result) {
 			span.SetAttributes(keyFirstChunk.Float64(info.firstChunk.Sub(tr.begun).Seconds()))
 		}
 	}
-	span.SetAttributes(serverAttrs(c.routes[r.Route.Name])...)
+	span.SetAttributes(serverAttrs(c.route(r.Route.Name))...)
 	span.SetAttributes(keyResponseModel.String(model), keyInputTokens.Int64(inputTokens(r.Usage)),
 		keyOutputTokens.Int64(r.Usage.OutputTokens), keyReason.String(r.Reason.String()),
 		keyTruncated.Bool(r.Truncated), keyAttempts.Int(len(r.Attempts)))
