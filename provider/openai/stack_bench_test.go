@@ -110,3 +110,33 @@ func stackConversation() *provider.Request {
 	req.Tools = []provider.Tool{{Name: "zoom", Description: "Zooms.", InputSchema: []byte(schema)}}
 	return req
 }
+
+// BenchmarkEncode is the cost of a request's body: Provider.body against
+// the SDK's encoding of the params the provider built before (sdkParams
+// and their MarshalJSON, as the SDK's request path calls it).
+func BenchmarkEncode(b *testing.B) {
+	p, err := New(Config{BaseURL: "http://upstream.invalid/v1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, req := range map[string]*provider.Request{"plain": stackPlain(), "conversation": stackConversation()} {
+		b.Run(name+"/body", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := p.body(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/sdk", func(b *testing.B) {
+			for b.Loop() {
+				params, err := p.sdkParams(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := params.MarshalJSON(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
