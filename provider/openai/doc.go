@@ -15,13 +15,15 @@
 // connection open does not hang the attempt. A stream that ends without a
 // finish_reason is a FailStreamBroken.
 //
-// The request is the SDK's own — params, options, auth, base URL, the
-// attempt's middleware, the error of an error status — but the 200's body
-// is taken raw from it (option.WithResponseBodyInto) and decoded here:
-// framed by package sse and read by chunk.decode, which takes only the
-// fields the reader uses, with the SDK's conversions, in one pass without
-// reflection: the SDK's stream decoding was about a third of the
-// service's CPU per streamed token.
+// The request is the SDK's own — options, auth, base URL, the attempt's
+// middleware, the error of an error status — but for its body, which is
+// encoded here (option.WithRequestBody) without the SDK's reflection, the
+// JSON the SDK would encode for the same request (the parity tests hold it
+// to that), and the 200's body, which is taken raw from it
+// (option.WithResponseBodyInto) and decoded here: framed by package sse and
+// read by chunk.decode, which takes only the fields the reader uses, with
+// the SDK's conversions, in one pass without reflection: the SDK's stream
+// decoding was about a third of the service's CPU per streamed token.
 //
 // finish_reason length drops every tool call of the answer: the limit may
 // have cut any of them mid-arguments, and a partial call is never emitted.

@@ -141,7 +141,7 @@ func (p *Provider) Address() (string, int) { return provider.HostPort(p.base) }
 
 // Stream runs one attempt: a streamed chat completion under req.Timeouts.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Chunk) error) (provider.Finish, error) {
-	params, err := p.newParams(req)
+	body, err := p.body(req)
 	if err != nil {
 		return provider.Finish{}, p.classes.Invalid(err)
 	}
@@ -150,7 +150,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if req.Prefill != "" {
 		a.Prefilled()
 	}
-	res, err := p.send(a, params, req.Prefill != "")
+	res, err := p.send(a, body, req.Prefill != "")
 	if res != nil && res.Body != nil {
 		defer res.Body.Close()
 	}
@@ -196,16 +196,17 @@ type sent struct {
 }
 
 // send sends the attempt's request and waits for the response's headers,
-// on a goroutine of its own: the SDK's encoding of the request (reflection
-// over the params, a frame per level) and net/http's sending take the
-// stack past 16 KiB, and a goroutine's stack, once grown, stays that size
-// for as long as the goroutine runs — the whole answer, silences
+// on a goroutine of its own: the SDK's request path and net/http's sending
+// take the stack past 16 KiB, and a goroutine's stack, once grown, stays
+// that size for as long as the goroutine runs — the whole answer, silences
 // included, for this one. The sending goroutine's stack is freed when it
-// has sent. A panic there is raised again here, as if it were this
-// goroutine's.
-func (p *Provider) send(a *classify.Attempt, params *sdk.ChatCompletionNewParams, prefill bool) (*http.Response, error) {
+// has sent; with the body encoded by the provider (Provider.body), not by
+// the SDK's reflection, it stays at 16 KiB too, and a thousand streams
+// opened at once leave no burst of larger stacks behind. A panic there is
+// raised again here, as if it were this goroutine's.
+func (p *Provider) send(a *classify.Attempt, body []byte, prefill bool) (*http.Response, error) {
 	done := make(chan sent, 1)
-	go p.sendOn(done, a, params, prefill)
+	go p.sendOn(done, a, body, prefill)
 	s := <-done
 	if s.panicked != nil {
 		panic(s.panicked)
@@ -213,12 +214,14 @@ func (p *Provider) send(a *classify.Attempt, params *sdk.ChatCompletionNewParams
 	return s.res, s.err
 }
 
-// sendOn is send's goroutine. The SDK builds and sends the request —
-// params, auth, base URL, the attempt's middleware, an error status read
-// into its error — and, with a raw response as the destination, leaves the
-// 200's body unread: the stream is decoded by Stream, reading only what
-// the reader uses, at a fraction of the SDK's cost per chunk (package sse).
-func (p *Provider) sendOn(done chan<- sent, a *classify.Attempt, params *sdk.ChatCompletionNewParams, prefill bool) {
+// sendOn is send's goroutine. The SDK builds and sends the request — the
+// provider's body in place of its params' (whose zero value it encodes
+// first, and drops), "stream": true and the prefill fields set in it,
+// auth, base URL, the attempt's middleware, an error status read into its
+// error — and, with a raw response as the destination, leaves the 200's
+// body unread: the stream is decoded by Stream, reading only what the
+// reader uses, at a fraction of the SDK's cost per chunk (package sse).
+func (p *Provider) sendOn(done chan<- sent, a *classify.Attempt, body []byte, prefill bool) {
 	var s sent
 	defer func() {
 		if v := recover(); v != nil {
@@ -226,11 +229,17 @@ func (p *Provider) sendOn(done chan<- sent, a *classify.Attempt, params *sdk.Cha
 		}
 		done <- s
 	}()
-	opts := []option.RequestOption{option.WithMiddleware(a.Middleware), option.WithResponseBodyInto(&s.res)}
+	// The body first: the prefill fields (option.WithJSONSet) are set in
+	// it, and so is the "stream": true that NewStreaming adds last.
+	opts := []option.RequestOption{
+		option.WithRequestBody("application/json", body),
+		option.WithMiddleware(a.Middleware),
+		option.WithResponseBodyInto(&s.res),
+	}
 	if prefill {
 		opts = append(opts, p.prefillOpts...)
 	}
-	s.err = p.completions.NewStreaming(a.Context(), *params, opts...).Err()
+	s.err = p.completions.NewStreaming(a.Context(), sdk.ChatCompletionNewParams{}, opts...).Err()
 }
 
 // end decides how a stream that stopped before it was complete ended: err

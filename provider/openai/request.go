@@ -2,149 +2,246 @@ package openai
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
-
-	sdk "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/recovery"
 )
 
-// newParams maps a request to Chat Completions. The params (over a KiB)
-// are on the heap, not in Stream's frame: see Provider.send.
-func (p *Provider) newParams(req *provider.Request) (*sdk.ChatCompletionNewParams, error) {
-	msgs := make([]sdk.ChatCompletionMessageParamUnion, 0, len(req.Messages)+2)
+// body maps a request to the JSON body of a Chat Completions call, encoded
+// here by appending, not by the SDK: the SDK's encoder reflects over its
+// params a frame per level, and took the sending goroutine's stack to
+// 32 KiB (see Provider.send). The body is what the SDK would encode from
+// the params the provider used to build (the parity tests, body_test.go,
+// hold it to that) but for "stream": true, which the SDK's streaming call
+// sets, and the prefill fields, which Provider.prefillOpts set.
+func (p *Provider) body(req *provider.Request) ([]byte, error) {
+	b := make([]byte, 0, sizeHint(req))
+	b = append(b, `{"messages":[`...)
 	if req.System != "" {
-		msgs = append(msgs, sdk.SystemMessage(req.System))
+		b = appendText(b, "system", req.System)
 	}
 	for i, m := range req.Messages {
-		mapped, err := message(m)
-		if err != nil {
+		var err error
+		if b, err = appendMessage(b, m); err != nil {
 			return nil, fmt.Errorf("messages[%d]: %w", i, err)
 		}
-		msgs = append(msgs, mapped...)
 	}
 	if req.Prefill != "" {
-		msgs = append(msgs, sdk.AssistantMessage(req.Prefill))
+		b = appendText(b, "assistant", req.Prefill)
 	}
-	tools, err := tools(req.Tools)
+	b = append(b, ']')
+	if req.Model != "" { // the SDK omits an empty model
+		b = appendString(append(b, `,"model":`...), req.Model)
+	}
+	b = append(b, `,"stream_options":{"include_usage":true}`...)
+	b, err := appendTools(b, req.Tools)
 	if err != nil {
 		return nil, err
 	}
-	params := &sdk.ChatCompletionNewParams{
-		Model:         shared.ChatModel(req.Model),
-		Messages:      msgs,
-		Tools:         tools,
-		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)},
-	}
-	if req.MaxTokens > 0 {
-		if p.legacyMax {
-			params.MaxTokens = sdk.Int(int64(req.MaxTokens))
-		} else {
-			params.MaxCompletionTokens = sdk.Int(int64(req.MaxTokens))
-		}
-	}
-	return params, nil
+	return append(p.appendMaxTokens(b, req.MaxTokens), '}'), nil
 }
 
-// message maps one message, which may become several: each tool result is
-// a message of role tool, and must follow the assistant's tool calls at once,
-// so a user message's results come before the rest of its content.
-func message(m recovery.Message) ([]sdk.ChatCompletionMessageParamUnion, error) {
-	if m.Role == recovery.RoleAssistant {
-		a, err := assistant(m.Blocks)
-		if err != nil || a == nil {
-			return nil, err
-		}
-		return []sdk.ChatCompletionMessageParamUnion{{OfAssistant: a}}, nil
+// appendMaxTokens sets the output limit, in the field the server knows.
+func (p *Provider) appendMaxTokens(b []byte, n int) []byte {
+	if n <= 0 {
+		return b
 	}
-	var out []sdk.ChatCompletionMessageParamUnion
-	var parts []sdk.ChatCompletionContentPartUnionParam
-	for _, b := range m.Blocks {
-		switch b.Kind {
+	if p.legacyMax {
+		b = append(b, `,"max_tokens":`...)
+	} else {
+		b = append(b, `,"max_completion_tokens":`...)
+	}
+	return strconv.AppendInt(b, int64(n), 10)
+}
+
+// sizeHint is about the body's length, so that it is allocated once: the
+// texts, the images in base64 and the schemas, and some room for the rest.
+func sizeHint(req *provider.Request) int {
+	n := 256 + len(req.System) + len(req.Prefill) + len(req.Model)
+	for _, m := range req.Messages {
+		for _, b := range m.Blocks {
+			n += 64 + len(b.Text) + len(b.MediaType) + base64.StdEncoding.EncodedLen(len(b.Data)) +
+				len(b.ToolUseID) + len(b.ToolName) + len(b.ToolInput)
+		}
+	}
+	for _, t := range req.Tools {
+		n += 64 + len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	return n
+}
+
+// comma separates a value from the one before it in an array or object.
+func comma(b []byte) []byte {
+	if c := b[len(b)-1]; c != '[' && c != '{' {
+		b = append(b, ',')
+	}
+	return b
+}
+
+// appendText appends a message whose content is a plain string, which
+// every compatible server understands.
+func appendText(b []byte, role, text string) []byte {
+	b = append(comma(b), `{"role":"`...)
+	b = append(b, role...)
+	b = append(b, `","content":`...)
+	return append(appendString(b, text), '}')
+}
+
+// appendMessage appends one message, which may become several: each tool
+// result is a message of role tool, and must follow the assistant's tool
+// calls at once, so a user message's results come before the rest of its
+// content.
+func appendMessage(b []byte, m recovery.Message) ([]byte, error) {
+	if m.Role == recovery.RoleAssistant {
+		return appendAssistant(b, m.Blocks)
+	}
+	parts := 0
+	for _, blk := range m.Blocks {
+		switch blk.Kind {
 		case recovery.BlockToolResult:
-			out = append(out, sdk.ToolMessage(b.Text, b.ToolUseID))
+			b = append(comma(b), `{"role":"tool","tool_call_id":`...)
+			b = append(appendString(b, blk.ToolUseID), `,"content":`...)
+			b = append(appendString(b, blk.Text), '}')
 		case recovery.BlockText:
-			if b.Text != "" {
-				parts = append(parts, sdk.TextContentPart(b.Text))
+			if blk.Text != "" {
+				parts++
 			}
 		case recovery.BlockImage:
-			parts = append(parts, sdk.ImageContentPart(sdk.ChatCompletionContentPartImageImageURLParam{URL: dataURL(b)}))
+			parts++
 		default:
-			return nil, fmt.Errorf("a user message cannot hold block kind %d", b.Kind)
+			return nil, fmt.Errorf("a user message cannot hold block kind %d", blk.Kind)
 		}
 	}
-	switch {
-	case len(parts) == 1 && parts[0].OfText != nil:
-		// A plain string, which every compatible server understands.
-		out = append(out, sdk.UserMessage(parts[0].OfText.Text))
-	case len(parts) > 0:
-		out = append(out, sdk.UserMessage(parts))
+	if parts == 0 {
+		return b, nil
 	}
-	return out, nil
+	if parts == 1 {
+		for _, blk := range m.Blocks {
+			if blk.Kind == recovery.BlockText && blk.Text != "" {
+				return appendText(b, "user", blk.Text), nil
+			}
+		}
+	}
+	return appendParts(b, m.Blocks), nil
 }
 
-// assistant maps an assistant message: its text joined, its tool calls. It
-// is nil for a message that says nothing. Thinking blocks (an Anthropic
-// route's, before a fallback) are left out: Chat Completions has no place
-// for them.
-func assistant(blocks []recovery.Block) (*sdk.ChatCompletionAssistantMessageParam, error) {
-	var text strings.Builder
-	var calls []sdk.ChatCompletionMessageToolCallUnionParam
-	for _, b := range blocks {
-		switch b.Kind {
+// appendParts appends a user message whose content is an array of parts:
+// its texts and its images, inlined as data URLs.
+func appendParts(b []byte, blocks []recovery.Block) []byte {
+	b = append(comma(b), `{"role":"user","content":[`...)
+	for _, blk := range blocks {
+		switch {
+		case blk.Kind == recovery.BlockText && blk.Text != "":
+			b = append(comma(b), `{"type":"text","text":`...)
+			b = append(appendString(b, blk.Text), '}')
+		case blk.Kind == recovery.BlockImage:
+			b = append(comma(b), `{"type":"image_url","image_url":{"url":"data:`...)
+			b = appendEscaped(b, blk.MediaType)
+			b = append(b, ";base64,"...)
+			b = base64.StdEncoding.AppendEncode(b, blk.Data)
+			b = append(b, `"}}`...)
+		}
+	}
+	return append(b, "]}"...)
+}
+
+// appendAssistant appends an assistant message: its text joined, its tool
+// calls; nothing for a message that says nothing. Thinking blocks (an
+// Anthropic route's, before a fallback) are left out: Chat Completions has
+// no place for them.
+func appendAssistant(b []byte, blocks []recovery.Block) ([]byte, error) {
+	texts, calls := 0, 0
+	for _, blk := range blocks {
+		switch blk.Kind {
 		case recovery.BlockThinking:
 		case recovery.BlockText:
-			text.WriteString(b.Text)
-		case recovery.BlockToolUse:
-			args := string(b.ToolInput)
-			if args == "" {
-				args = "{}"
+			if blk.Text != "" {
+				texts++
 			}
-			calls = append(calls, sdk.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &sdk.ChatCompletionMessageFunctionToolCallParam{
-					ID:       b.ToolUseID,
-					Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: b.ToolName, Arguments: args},
-				},
-			})
+		case recovery.BlockToolUse:
+			calls++
 		default:
-			return nil, fmt.Errorf("an assistant message cannot hold block kind %d", b.Kind)
+			return nil, fmt.Errorf("an assistant message cannot hold block kind %d", blk.Kind)
 		}
 	}
-	if text.Len() == 0 && len(calls) == 0 {
-		return nil, nil
+	if texts == 0 && calls == 0 {
+		return b, nil
 	}
-	a := &sdk.ChatCompletionAssistantMessageParam{ToolCalls: calls}
-	if text.Len() > 0 {
-		a.Content.OfString = sdk.String(text.String())
+	b = append(comma(b), `{"role":"assistant"`...)
+	if texts > 0 {
+		b = appendString(append(b, `,"content":`...), joinText(blocks, texts))
 	}
-	return a, nil
+	if calls > 0 {
+		b = appendCalls(append(b, `,"tool_calls":[`...), blocks)
+		b = append(b, ']')
+	}
+	return append(b, '}'), nil
 }
 
-// dataURL inlines an image.
-func dataURL(b recovery.Block) string {
-	return "data:" + b.MediaType + ";base64," + base64.StdEncoding.EncodeToString(b.Data)
+// joinText is the text of an assistant message's blocks, as one string: it
+// is escaped whole, as the SDK escaped it, and not block by block, which
+// could differ where a block ends in the middle of a UTF-8 sequence.
+func joinText(blocks []recovery.Block, texts int) string {
+	var s strings.Builder
+	for _, blk := range blocks {
+		if blk.Kind == recovery.BlockText {
+			if texts == 1 && blk.Text != "" {
+				return blk.Text // the common case, without a copy
+			}
+			s.WriteString(blk.Text)
+		}
+	}
+	return s.String()
 }
 
-// tools maps the tool declarations to functions.
-func tools(in []provider.Tool) ([]sdk.ChatCompletionToolUnionParam, error) {
-	var out []sdk.ChatCompletionToolUnionParam // nil, not empty: OpenAI refuses "tools": []
-	for _, t := range in {
-		fn := shared.FunctionDefinitionParam{Name: t.Name}
+// appendCalls appends an assistant message's tool calls, as functions.
+func appendCalls(b []byte, blocks []recovery.Block) []byte {
+	for _, blk := range blocks {
+		if blk.Kind != recovery.BlockToolUse {
+			continue
+		}
+		b = append(comma(b), `{"id":`...)
+		b = append(appendString(b, blk.ToolUseID), `,"type":"function","function":{"name":`...)
+		b = append(appendString(b, blk.ToolName), `,"arguments":`...)
+		if len(blk.ToolInput) == 0 {
+			b = append(b, `"{}"`...)
+		} else {
+			b = appendString(b, blk.ToolInput)
+		}
+		b = append(b, "}}"...)
+	}
+	return b
+}
+
+// appendTools appends the tool declarations as functions, if there are
+// any: OpenAI refuses "tools": [].
+func appendTools(b []byte, tools []provider.Tool) ([]byte, error) {
+	if len(tools) == 0 {
+		return b, nil
+	}
+	b = append(b, `,"tools":[`...)
+	for _, t := range tools {
+		b = append(comma(b), `{"type":"function"`...)
+		if t.Name == "" && t.Description == "" && len(t.InputSchema) == 0 {
+			// The SDK omits a function that is all zero; the server
+			// refuses the tool either way.
+			b = append(b, '}')
+			continue
+		}
+		b = appendString(append(b, `,"function":{"name":`...), t.Name)
 		if t.Description != "" {
-			fn.Description = sdk.String(t.Description)
+			b = appendString(append(b, `,"description":`...), t.Description)
 		}
 		if len(t.InputSchema) > 0 {
-			var schema shared.FunctionParameters
-			if err := json.Unmarshal(t.InputSchema, &schema); err != nil || schema == nil {
-				return nil, fmt.Errorf("tool %q: input schema is not a JSON object", t.Name)
+			var err error
+			if b, err = appendSchema(append(b, `,"parameters":`...), t.InputSchema); err != nil {
+				return nil, fmt.Errorf("tool %q: %w", t.Name, err)
 			}
-			fn.Parameters = schema
 		}
-		out = append(out, sdk.ChatCompletionFunctionTool(fn))
+		b = append(b, "}}"...)
 	}
-	return out, nil
+	return append(b, ']'), nil
 }

@@ -1,0 +1,141 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// appendString appends s as a JSON string, escaped as encoding/json (and
+// the SDK's encoder, its fork) escapes it, but for <, > and &, which need
+// no escaping outside HTML.
+func appendString[T string | []byte](b []byte, s T) []byte {
+	b = append(b, '"')
+	return append(appendEscaped(b, s), '"')
+}
+
+// hex is the digits of a \u escape.
+const hex = "0123456789abcdef"
+
+// appendEscaped appends s escaped for the inside of a JSON string: quotes,
+// backslashes and control characters escaped, each byte that is not
+// UTF-8 replaced by U+FFFD, and U+2028 and U+2029 escaped, which
+// JavaScript takes for line ends. Runs that need nothing are copied whole.
+func appendEscaped[T string | []byte](b []byte, s T) []byte {
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			b = appendControl(b, c)
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(append(b, s[start:i]...), `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(append(b, s[start:i]...), `\u202`...)
+			b = append(b, hex[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	return append(b, s[start:]...)
+}
+
+// appendControl appends the escape of an ASCII byte that cannot stand in a
+// JSON string as it is.
+func appendControl(b []byte, c byte) []byte {
+	switch c {
+	case '"', '\\':
+		return append(b, '\\', c)
+	case '\b':
+		return append(b, `\b`...)
+	case '\f':
+		return append(b, `\f`...)
+	case '\n':
+		return append(b, `\n`...)
+	case '\r':
+		return append(b, `\r`...)
+	case '\t':
+		return append(b, `\t`...)
+	}
+	return append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+}
+
+// errSchema is why a tool's input schema is refused.
+var errSchema = errors.New("input schema is not a JSON object")
+
+// appendSchema appends a tool's input schema, which must be a JSON object.
+// It goes compacted but otherwise as it came, not decoded and encoded
+// again, as the SDK's params had it (a map), at the cost of a map per
+// node. A schema that the round trip would change — strings that are not
+// UTF-8, escaped surrogates, numbers beyond a float64, which decoding
+// refuses — still takes it, so that the server gets what it got before.
+func appendSchema(b, schema []byte) ([]byte, error) {
+	n := len(b)
+	buf := bytes.NewBuffer(b)
+	if json.Compact(buf, schema) == nil {
+		if v := buf.Bytes()[n:]; v[0] == '{' && utf8.Valid(v) && asIs(v) {
+			return buf.Bytes(), nil
+		}
+	}
+	var m map[string]any
+	if err := json.Unmarshal(schema, &m); err != nil || m == nil {
+		return nil, errSchema
+	}
+	enc, err := json.Marshal(m)
+	if err != nil {
+		return nil, errSchema
+	}
+	return append(buf.Bytes()[:n], enc...), nil
+}
+
+// asIs reports whether decoding the valid, compact JSON v into any and
+// encoding it again would keep its meaning: whether each of its numbers
+// fits a float64 and none of its strings holds an escaped surrogate (which
+// decoding may replace by U+FFFD). It walks v without recursion.
+func asIs(v []byte) bool {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '"':
+			for i++; v[i] != '"'; i++ {
+				if v[i] != '\\' {
+					continue
+				}
+				i++
+				if v[i] == 'u' && surrogate(v[i+1:i+5]) {
+					return false
+				}
+			}
+		case c == '-' || '0' <= c && c <= '9':
+			j := i + 1
+			for j < len(v) && strings.IndexByte("+-.eE0123456789", v[j]) >= 0 {
+				j++
+			}
+			if _, err := strconv.ParseFloat(string(v[i:j]), 64); err != nil {
+				return false
+			}
+			i = j - 1
+		}
+	}
+	return true
+}
+
+// surrogate reports whether the four hex digits of a \u escape are a UTF-16
+// surrogate, D800 to DFFF.
+func surrogate(h []byte) bool {
+	return (h[0] == 'd' || h[0] == 'D') && strings.IndexByte("89abcdefABCDEF", h[1]) >= 0
+}

@@ -1,0 +1,153 @@
+package openai
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/recovery"
+)
+
+// This file is the mapping the provider used before it built its own body
+// (body.go): requests to the SDK's params, which the SDK encodes. It is the
+// oracle of the parity tests (body_test.go): what the SDK would send.
+
+// sdkParams maps a request to the SDK's Chat Completions params.
+func (p *Provider) sdkParams(req *provider.Request) (*sdk.ChatCompletionNewParams, error) {
+	msgs := make([]sdk.ChatCompletionMessageParamUnion, 0, len(req.Messages)+2)
+	if req.System != "" {
+		msgs = append(msgs, sdk.SystemMessage(req.System))
+	}
+	for i, m := range req.Messages {
+		mapped, err := sdkMessage(m)
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		msgs = append(msgs, mapped...)
+	}
+	if req.Prefill != "" {
+		msgs = append(msgs, sdk.AssistantMessage(req.Prefill))
+	}
+	tools, err := sdkTools(req.Tools)
+	if err != nil {
+		return nil, err
+	}
+	params := &sdk.ChatCompletionNewParams{
+		Model:         shared.ChatModel(req.Model),
+		Messages:      msgs,
+		Tools:         tools,
+		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)},
+	}
+	if req.MaxTokens > 0 {
+		if p.legacyMax {
+			params.MaxTokens = sdk.Int(int64(req.MaxTokens))
+		} else {
+			params.MaxCompletionTokens = sdk.Int(int64(req.MaxTokens))
+		}
+	}
+	return params, nil
+}
+
+// sdkMessage maps one message, which may become several: each tool result is
+// a message of role tool, and must follow the assistant's tool calls at once,
+// so a user message's results come before the rest of its content.
+func sdkMessage(m recovery.Message) ([]sdk.ChatCompletionMessageParamUnion, error) {
+	if m.Role == recovery.RoleAssistant {
+		a, err := sdkAssistant(m.Blocks)
+		if err != nil || a == nil {
+			return nil, err
+		}
+		return []sdk.ChatCompletionMessageParamUnion{{OfAssistant: a}}, nil
+	}
+	var out []sdk.ChatCompletionMessageParamUnion
+	var parts []sdk.ChatCompletionContentPartUnionParam
+	for _, b := range m.Blocks {
+		switch b.Kind {
+		case recovery.BlockToolResult:
+			out = append(out, sdk.ToolMessage(b.Text, b.ToolUseID))
+		case recovery.BlockText:
+			if b.Text != "" {
+				parts = append(parts, sdk.TextContentPart(b.Text))
+			}
+		case recovery.BlockImage:
+			parts = append(parts, sdk.ImageContentPart(sdk.ChatCompletionContentPartImageImageURLParam{URL: sdkDataURL(b)}))
+		default:
+			return nil, fmt.Errorf("a user message cannot hold block kind %d", b.Kind)
+		}
+	}
+	switch {
+	case len(parts) == 1 && parts[0].OfText != nil:
+		// A plain string, which every compatible server understands.
+		out = append(out, sdk.UserMessage(parts[0].OfText.Text))
+	case len(parts) > 0:
+		out = append(out, sdk.UserMessage(parts))
+	}
+	return out, nil
+}
+
+// sdkAssistant maps an assistant message: its text joined, its tool calls. It
+// is nil for a message that says nothing. Thinking blocks (an Anthropic
+// route's, before a fallback) are left out: Chat Completions has no place
+// for them.
+func sdkAssistant(blocks []recovery.Block) (*sdk.ChatCompletionAssistantMessageParam, error) {
+	var text strings.Builder
+	var calls []sdk.ChatCompletionMessageToolCallUnionParam
+	for _, b := range blocks {
+		switch b.Kind {
+		case recovery.BlockThinking:
+		case recovery.BlockText:
+			text.WriteString(b.Text)
+		case recovery.BlockToolUse:
+			args := string(b.ToolInput)
+			if args == "" {
+				args = "{}"
+			}
+			calls = append(calls, sdk.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &sdk.ChatCompletionMessageFunctionToolCallParam{
+					ID:       b.ToolUseID,
+					Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: b.ToolName, Arguments: args},
+				},
+			})
+		default:
+			return nil, fmt.Errorf("an assistant message cannot hold block kind %d", b.Kind)
+		}
+	}
+	if text.Len() == 0 && len(calls) == 0 {
+		return nil, nil
+	}
+	a := &sdk.ChatCompletionAssistantMessageParam{ToolCalls: calls}
+	if text.Len() > 0 {
+		a.Content.OfString = sdk.String(text.String())
+	}
+	return a, nil
+}
+
+// sdkDataURL inlines an image.
+func sdkDataURL(b recovery.Block) string {
+	return "data:" + b.MediaType + ";base64," + base64.StdEncoding.EncodeToString(b.Data)
+}
+
+// sdkTools maps the tool declarations to functions.
+func sdkTools(in []provider.Tool) ([]sdk.ChatCompletionToolUnionParam, error) {
+	var out []sdk.ChatCompletionToolUnionParam // nil, not empty: OpenAI refuses "tools": []
+	for _, t := range in {
+		fn := shared.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			fn.Description = sdk.String(t.Description)
+		}
+		if len(t.InputSchema) > 0 {
+			var schema shared.FunctionParameters
+			if err := json.Unmarshal(t.InputSchema, &schema); err != nil || schema == nil {
+				return nil, fmt.Errorf("tool %q: input schema is not a JSON object", t.Name)
+			}
+			fn.Parameters = schema
+		}
+		out = append(out, sdk.ChatCompletionFunctionTool(fn))
+	}
+	return out, nil
+}

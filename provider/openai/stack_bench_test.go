@@ -1,0 +1,142 @@
+package openai
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/classify"
+	"github.com/completiond/completiond/recovery"
+)
+
+// senders is how many sending goroutines BenchmarkSenderStack holds at once.
+const senders = 200
+
+// BenchmarkSenderStack reports the stack that Provider.send's goroutine
+// grows to (stack-B/sender): senders goroutines each run sendOn, as send
+// runs it, against a transport that holds every request until all have
+// arrived, when the stacks in use are read — after the body's encoding,
+// at the deepest of the SDK's request path, and with the collector off,
+// so that no stack has been shrunk. It is what a burst of streams opened
+// at once leaves behind for a while, freed but resident.
+func BenchmarkSenderStack(b *testing.B) {
+	for name, req := range map[string]*provider.Request{"plain": stackPlain(), "conversation": stackConversation()} {
+		b.Run(name, func(b *testing.B) {
+			arrived, release := make(chan struct{}, senders), make(chan struct{})
+			p, err := New(Config{BaseURL: "http://upstream.invalid/v1", APIKey: "sk-bench", HTTPClient: &http.Client{
+				Transport: holder{arrived: arrived, release: release}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var perSender float64
+			for b.Loop() {
+				perSender = sendersStack(b, p, req, arrived, release)
+			}
+			b.ReportMetric(perSender, "stack-B/sender")
+		})
+	}
+}
+
+// sendersStack runs the senders and returns the stack each holds.
+func sendersStack(b *testing.B, p *Provider, req *provider.Request, arrived, release chan struct{}) float64 {
+	b.StopTimer()
+	runtime.GC()
+	runtime.GC()
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	before := stackInuse()
+	b.StartTimer()
+	done := make(chan sent, senders)
+	for range senders {
+		body, err := p.body(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a := classify.Begin(context.Background(), provider.Timeouts{})
+		defer a.End()
+		go p.sendOn(done, a, body, req.Prefill != "")
+	}
+	for range senders {
+		<-arrived
+	}
+	held := stackInuse()
+	for range senders {
+		release <- struct{}{}
+	}
+	for range senders {
+		if s := <-done; s.res != nil {
+			s.res.Body.Close()
+		}
+	}
+	return float64(held-before) / senders
+}
+
+func stackInuse() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.StackInuse
+}
+
+// holder is a transport that signals each request's arrival and answers
+// it with a 400 once released.
+type holder struct{ arrived, release chan struct{} }
+
+func (h holder) RoundTrip(req *http.Request) (*http.Response, error) {
+	h.arrived <- struct{}{}
+	<-h.release
+	return &http.Response{StatusCode: http.StatusBadRequest, Header: http.Header{},
+		Body: io.NopCloser(strings.NewReader(`{"error":{"message":"held"}}`)), Request: req}, nil
+}
+
+// stackPlain is the load benchmark's request: one user message.
+func stackPlain() *provider.Request {
+	return &provider.Request{Model: "gpt-test", MaxTokens: 4096, Messages: []recovery.Message{recovery.UserText("Hold on.")}}
+}
+
+// stackConversation has a system prompt, an image, tool calls and
+// results, a prefill and a tool with a nested schema.
+func stackConversation() *provider.Request {
+	req := stackPlain()
+	req.System, req.Prefill = "Be brief.", "So"
+	req.Messages = append(req.Messages,
+		recovery.Message{Role: recovery.RoleAssistant, Blocks: []recovery.Block{recovery.TextBlock("Zooming."),
+			{Kind: recovery.BlockToolUse, ToolUseID: "call_1", ToolName: "zoom", ToolInput: []byte(`{"factor":2}`)}}},
+		recovery.Message{Role: recovery.RoleUser, Blocks: []recovery.Block{{Kind: recovery.BlockToolResult, ToolUseID: "call_1", Text: "zoomed"},
+			recovery.TextBlock("Now?"), {Kind: recovery.BlockImage, MediaType: "image/png", Data: []byte("\x89PNG")}}})
+	req.Tools = []provider.Tool{{Name: "zoom", Description: "Zooms.", InputSchema: []byte(schema)}}
+	return req
+}
+
+// BenchmarkEncode is the cost of a request's body: Provider.body against
+// the SDK's encoding of the params the provider built before (sdkParams
+// and their MarshalJSON, as the SDK's request path calls it).
+func BenchmarkEncode(b *testing.B) {
+	p, err := New(Config{BaseURL: "http://upstream.invalid/v1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, req := range map[string]*provider.Request{"plain": stackPlain(), "conversation": stackConversation()} {
+		b.Run(name+"/body", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := p.body(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/sdk", func(b *testing.B) {
+			for b.Loop() {
+				params, err := p.sdkParams(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := params.MarshalJSON(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
