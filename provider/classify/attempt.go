@@ -17,9 +17,8 @@ import (
 // Middleware sits between the SDK and the HTTP client, so it sees the wire
 // and not the SDK's reading of it.
 //
-// An Attempt is used by one goroutine at a time (the one running the SDK
-// call, then the one reading the stream, which waits for the call's end
-// when they are two); only its watchdog's timer runs beside them.
+// An Attempt is used by one goroutine (the one running the SDK call and the
+// stream); only its watchdog's timer runs beside it.
 type Attempt struct {
 	parent context.Context
 	ctx    context.Context

@@ -478,10 +478,10 @@ func TestCallerCancellationIsReturnedAsItIsAndStopsTheCall(t *testing.T) {
 	}
 }
 
-// TestAPanicSendingIsTheCallersPanic: the request is sent from a goroutine
-// of the provider's (Provider.send); a panic there — here the HTTP
-// client's — still reaches the caller of Stream, where a recovering
-// handler can catch it, instead of ending the process.
+// TestAPanicSendingIsTheCallersPanic: a panic while the request is sent —
+// here the HTTP client's — reaches the caller of Stream, where a
+// recovering handler can catch it, instead of ending the process (as it
+// would from a goroutine the provider started to send).
 func TestAPanicSendingIsTheCallersPanic(t *testing.T) {
 	p, err := openai.New(openai.Config{BaseURL: "http://127.0.0.1:1/v1", HTTPClient: &http.Client{
 		Transport: roundTrip(func(*http.Request) (*http.Response, error) { panic("transport broke") }),

@@ -17,13 +17,13 @@ import (
 // senders is how many sending goroutines BenchmarkSenderStack holds at once.
 const senders = 200
 
-// BenchmarkSenderStack reports the stack that Provider.send's goroutine
-// grows to (stack-B/sender): senders goroutines each run sendOn, as send
-// runs it, against a transport that holds every request until all have
+// BenchmarkSenderStack reports the stack that Provider.send grows a
+// goroutine to (stack-B/sender): senders goroutines of their own each run
+// send against a transport that holds every request until all have
 // arrived, when the stacks in use are read — after the body's encoding,
 // at the deepest of the SDK's request path, and with the collector off,
-// so that no stack has been shrunk. It is what a burst of streams opened
-// at once leaves behind for a while, freed but resident.
+// so that no stack has been shrunk. It is the send path's share of the
+// stack a stream's goroutine keeps for the whole answer.
 func BenchmarkSenderStack(b *testing.B) {
 	for name, req := range map[string]*provider.Request{"plain": stackPlain(), "conversation": stackConversation()} {
 		b.Run(name, func(b *testing.B) {
@@ -50,6 +50,10 @@ func sendersStack(b *testing.B, p *Provider, req *provider.Request, arrived, rel
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	before := stackInuse()
 	b.StartTimer()
+	type sent struct {
+		res *http.Response
+		err error
+	}
 	done := make(chan sent, senders)
 	for range senders {
 		body, err := p.body(req)
@@ -58,7 +62,10 @@ func sendersStack(b *testing.B, p *Provider, req *provider.Request, arrived, rel
 		}
 		a := classify.Begin(context.Background(), provider.Timeouts{})
 		defer a.End()
-		go p.sendOn(done, a, body, req.Prefill != "")
+		go func() {
+			res, err := p.send(a, body, req.Prefill != "")
+			done <- sent{res, err}
+		}()
 	}
 	for range senders {
 		<-arrived
