@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -279,11 +278,13 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 		cancel(err)
 		return nil, nil, nil, err
 	}
-	base := 0
-	var prior recovery.Prior
+	base, after := 0, evs
+	var snap *recovery.Snapshot
 	if ck != nil {
-		base = ck.Machine.Attempt
-		prior.Base = &ck.Machine
+		base, snap = ck.Machine.Attempt, &ck.Machine
+		for len(after) > 0 && after[0].GetSeq() <= ckSeq {
+			after = after[1:] // the checkpoint's already
+		}
 		if c.out.unsettled, err = ck.held(); err != nil {
 			cancel(err)
 			return nil, nil, nil, err
@@ -295,9 +296,8 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 		c.out.observe = sess.register
 		sess.recall(evs, ck)
 	}
-	after := evs[slices.IndexFunc(append(evs, nil), func(ev *completionv1.CompletionEvent) bool { return ev == nil || ev.GetSeq() > ckSeq }):]
 	fold, started := foldLog(after, c.route, base)
-	fold.Base, fold.Incomplete = prior.Base, first > ckSeq+1
+	fold.Base, fold.Incomplete = snap, first > ckSeq+1
 	c.prior, c.takenFrom = &fold, meta.Replica
 	if len(evs) > 0 {
 		c.out.seq = evs[len(evs)-1].GetSeq()
