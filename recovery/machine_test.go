@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -75,6 +76,8 @@ type env struct {
 	last  Step
 	shown []Message // conversation of the last call printed
 	wire  *wire
+	cfg   Config
+	ckpt  *Snapshot // the last checkpoint, as a driver saves it (JSON)
 }
 
 func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
@@ -93,6 +96,8 @@ func (e *env) handle(t *testing.T, d *datadriven.TestData) string {
 		return e.show(e.m.Start(e.now))
 	case "msgs":
 		return renderMessages(e.shown, 120, "\n") + "\n"
+	case "lose-replica":
+		return e.loseReplica(d)
 	}
 	ev, ok := e.event(d)
 	if !ok {
@@ -127,11 +132,12 @@ func (e *env) start(d *datadriven.TestData) string {
 		StopHook:    d.HasArg("stop-hook"),
 		MaxTurns:    intArg(t, d, "max-turns", 0),
 		OpenRoutes:  listArg(d, "open"),
+		Checkpoints: d.HasArg("checkpoints"),
 	}
 	if dl := durArg(t, d, "deadline", 0); dl > 0 {
 		cfg.Deadline = epoch.Add(dl)
 	}
-	e.m, e.now, e.rand, e.shown, e.wire = New(cfg), epoch, 0, nil, &wire{}
+	e.m, e.now, e.rand, e.shown, e.wire, e.cfg, e.ckpt = New(cfg), epoch, 0, nil, &wire{}, cfg, nil
 	if d.HasArg("takeover") {
 		e.m = Takeover(cfg, e.prior(d))
 	}
@@ -139,6 +145,53 @@ func (e *env) start(d *datadriven.TestData) string {
 		return "ok"
 	}
 	return e.show(e.m.Start(e.now))
+}
+
+// loseReplica is lose-replica [takeover=N] [kept=(A:TEXT, ...)]
+// [streamed=T in-flight] [on=ROUTE] [turn=N]: the replica running the
+// machine is lost after its last checkpoint, and another takes over from
+// it, the arguments saying what the log shows after it (as for start
+// takeover=N). The caller, who saw everything, goes on with its wire.
+func (e *env) loseReplica(d *datadriven.TestData) string {
+	t := e.t
+	if e.ckpt == nil {
+		t.Fatalf("%s: lose-replica without a checkpoint (start with checkpoints)", d.Pos)
+	}
+	base := e.ckpt.Attempt
+	p := Prior{Base: e.ckpt, Attempt: intArg(t, d, "takeover", base), Turn: intArg(t, d, "turn", e.ckpt.Turn),
+		Route: strArg(t, d, "on", ""), InFlight: d.HasArg("in-flight"), Streamed: strArg(t, d, "streamed", "")}
+	w := e.wire
+	w.attempt, w.turn, w.inflight = p.Attempt, p.Turn, 0
+	if e.ckpt.Phase == SnapshotAwaitTools {
+		w.turnCalls = w.awaited // awaited again: the caller has them already
+	}
+	for _, v := range listArg(d, "kept") {
+		a, text, _ := strings.Cut(v, ":")
+		p.Kept = append(p.Kept, Kept{Attempt: atoi(t, a), Text: text, OutputTokens: 1})
+		w.streamed[atoi(t, a)] = text
+	}
+	for a := base + 1; a <= p.Attempt; a++ {
+		if p.InFlight && a == p.Attempt {
+			w.streamed[a] = p.Streamed
+			break
+		}
+		p.Attempts = append(p.Attempts, AttemptRecord{Attempt: a, Outcome: OutcomeFailed})
+	}
+	e.m = Takeover(e.cfg, p)
+	return e.show(e.m.Start(e.now))
+}
+
+// roundTrip is s encoded and decoded as a driver saves and reads it.
+func roundTrip(t testing.TB, s *Snapshot) *Snapshot {
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Snapshot
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
 }
 
 // prior builds the Prior of start takeover=N [kept=(A:TEXT, ...)]
@@ -240,6 +293,10 @@ func (e *env) show(st Step) string {
 	e.last = st
 	e.wire.check(e.t, st)
 	var sb strings.Builder
+	if c := st.Checkpoint; c != nil {
+		e.ckpt = roundTrip(e.t, c)
+		fmt.Fprintf(&sb, "checkpoint %s turn=%d after #%d\n", c.Phase, c.Turn, c.Attempt)
+	}
 	if len(st.Void) > 0 {
 		fmt.Fprintf(&sb, "void %s\n", renderAttempts(st.Void))
 	}

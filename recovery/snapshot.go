@@ -81,6 +81,19 @@ const (
 	SnapshotAwaitStopHook
 )
 
+// String returns "next", "await-tools" or "await-stop-hook".
+func (p SnapshotPhase) String() string {
+	switch p {
+	case SnapshotNext:
+		return "next"
+	case SnapshotAwaitTools:
+		return "await-tools"
+	case SnapshotAwaitStopHook:
+		return "await-stop-hook"
+	}
+	return "unknown"
+}
+
 // checkpoint records, when Config.Checkpoints asks for them, the state
 // the next step hands the driver as Step.Checkpoint.
 func (m *Machine) checkpoint(p SnapshotPhase) {
