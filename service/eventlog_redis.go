@@ -542,7 +542,7 @@ func (l *RedisEventLog) reshareFenced(id string, c logCopy, fence string) error 
 	if err := l.appendAll(ctx, id, c, kept, fence); err != nil {
 		return err
 	}
-	return l.publishCheckpoint(ctx, id, c, fence)
+	return l.publishCheckpoint(id, c, fence)
 }
 
 // redisReshareBatch is how many appends a reshare pipelines at once.

@@ -2,14 +2,7 @@ package service
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,58 +19,32 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/testcerts"
 )
 
 // testCA is a certificate authority made up for a test.
 type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-	pem  []byte
+	*testcerts.CA
 }
 
-func newTestCA(t *testing.T, name string) *testCA {
+func newTestCA(t *testing.T, name string) testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testcerts.NewCA(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	return testCA{ca}
 }
 
 // issue returns a certificate and key, PEM-encoded, for cn: a server
 // certificate for localhost, or a client certificate.
-func (ca *testCA) issue(t *testing.T, cn string, serial int64, server bool) (certPEM, keyPEM []byte) {
+func (ca testCA) issue(t *testing.T, cn string, serial int64, server bool) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err := ca.Issue(testcerts.Leaf{CommonName: cn, Serial: serial, Server: server, DNSNames: []string{"localhost"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if server {
-		tmpl.DNSNames, tmpl.ExtKeyUsage = []string{"localhost"}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	return certPEM, keyPEM
 }
 
 // writeFiles writes the PEM pair to dir/server.{crt,key}, dated at mod.
@@ -147,7 +114,7 @@ func TestCertificateReload(t *testing.T) {
 	}
 	e, _, hold := holdEnv(t, func(*Limits) {})
 	dial := tlsServer(t, e, tc)
-	client := &tls.Config{RootCAs: ca.pool, ServerName: "localhost"}
+	client := &tls.Config{RootCAs: ca.Pool, ServerName: "localhost"}
 
 	first := dial(client)
 	if got := serverSerial(t, first); got != 101 {
@@ -211,7 +178,7 @@ func TestClientCertificates(t *testing.T) {
 	c, k := ca.issue(t, "server", 1, true)
 	files := writeFiles(t, dir, c, k, time.Now())
 	files.ClientCAFile = filepath.Join(dir, "clients.pem")
-	if err := os.WriteFile(files.ClientCAFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(files.ClientCAFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tc, err := ServerTLS(files, nil, nil)
@@ -220,7 +187,7 @@ func TestClientCertificates(t *testing.T) {
 	}
 	e, _ := authEnv(t, func(c *Config) { c.Auth.ClientCertificates = true })
 	dial := tlsServer(t, e, tc)
-	clientCert := func(ca *testCA, cn string) []tls.Certificate {
+	clientCert := func(ca testCA, cn string) []tls.Certificate {
 		cp, kp := ca.issue(t, cn, 9, false)
 		pair, err := tls.X509KeyPair(cp, kp)
 		if err != nil {
@@ -243,7 +210,7 @@ func TestClientCertificates(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Sent whatever CAs the server asks for: a client picks by them.
-			conn := dial(&tls.Config{RootCAs: ca.pool, ServerName: "localhost",
+			conn := dial(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost",
 				GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 					if len(tc.certs) == 0 {
 						return &tls.Certificate{}, nil

@@ -4,17 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"os"
 	"slices"
 	"strings"
@@ -33,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/testcerts"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/service"
@@ -365,7 +360,7 @@ func TestLimitFlagsOverTheFile(t *testing.T) {
 // certificate connects.
 func TestServesTLS(t *testing.T) {
 	dir := t.TempDir()
-	certPEM, keyPEM, pool := selfSigned(t)
+	certPEM, keyPEM, pool := localhostCert(t)
 	for name, b := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
 		if err := os.WriteFile(dir+"/"+name, b, 0o600); err != nil {
 			t.Fatal(err)
@@ -390,29 +385,19 @@ func TestServesTLS(t *testing.T) {
 	}
 }
 
-// selfSigned is a self-signed certificate for localhost, its key, and a
-// pool that trusts it.
-func selfSigned(t *testing.T) (certPEM, keyPEM []byte, pool *x509.CertPool) {
+// localhostCert is a certificate for localhost, its key, and a pool that
+// trusts it (through the authority that signed it).
+func localhostCert(t *testing.T) (certPEM, keyPEM []byte, pool *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testcerts.NewCA("test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	certPEM, keyPEM, err = ca.Issue(testcerts.Leaf{CommonName: "localhost", Serial: 2, Server: true, DNSNames: []string{"localhost"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), pool
+	return certPEM, keyPEM, ca.Pool
 }
 
 // TestVersion: --version and the version subcommand print one line with
