@@ -285,5 +285,20 @@ func servedOnce(t *testing.T, extra map[string]string) (metricsAddr string, stop
 	}
 	defer conn.Close()
 	streamOnce(t, conn)
+	awaitServerRecord(t, metricsAddr)
 	return metricsAddr, stop
+}
+
+// awaitServerRecord waits until /metrics shows the server's record of the
+// RPC: grpc's stats handler ends the RPC after the client has its status, so
+// a scrape at once can miss it (it did on a loaded CI machine).
+func awaitServerRecord(t *testing.T, metricsAddr string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(scrape(t, "http://"+metricsAddr+"/metrics"), "rpc_server_call_duration_seconds_count{") {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not record the RPC on /metrics within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
