@@ -32,6 +32,8 @@ type Mem struct {
 	HeapInuse uint64 `json:"heap_inuse"`
 	// StackInuse is the bytes of goroutine stacks.
 	StackInuse uint64 `json:"stack_inuse"`
+	// NumGC is the number of completed GC cycles.
+	NumGC uint32 `json:"num_gc"`
 }
 
 // Handler serves GoroutinesPath, MemPath and net/http/pprof under
@@ -46,7 +48,7 @@ func Handler() http.Handler {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(Mem{HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse})
+		_ = json.NewEncoder(w).Encode(Mem{HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse, NumGC: ms.NumGC})
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

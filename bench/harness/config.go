@@ -35,6 +35,11 @@ type Config struct {
 	// StreamFor is the streaming phase's length: no answer starts after it,
 	// and each stream runs at least one.
 	StreamFor time.Duration
+	// MinAnswers is the fewest answers the streaming phase begins per
+	// measurement: it goes on after StreamFor until so many have begun
+	// (but for at most 4 × StreamFor), so that a p99 is not one outlier
+	// (at 1 stream, 10 s begins about 160). Negative: no minimum.
+	MinAnswers int
 	// ShortFor is the length of the short-answer phase (1-token answers
 	// back to back on every stream).
 	ShortFor time.Duration
@@ -79,7 +84,7 @@ func Defaults() Config {
 	return Config{
 		Levels: []int{1, 100, 1000}, Reps: 3,
 		Tokens: 50, TokenRate: 2500,
-		StreamFor: 10 * time.Second, ShortFor: 5 * time.Second, IdleSettle: time.Second, ProfileFor: 20 * time.Second,
+		StreamFor: 10 * time.Second, MinAnswers: 500, ShortFor: 5 * time.Second, IdleSettle: time.Second, ProfileFor: 20 * time.Second,
 		Quiet:    Quiet{MaxBusy: 0.10, Window: time.Second, Timeout: 2 * time.Minute},
 		Go:       "go",
 		LogLevel: "INFO",
@@ -96,6 +101,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Tokens = or(c.Tokens, d.Tokens)
 	c.TokenRate = or(c.TokenRate, d.TokenRate)
 	c.StreamFor = or(c.StreamFor, d.StreamFor)
+	c.MinAnswers = or(c.MinAnswers, d.MinAnswers)
 	c.ShortFor = or(c.ShortFor, d.ShortFor)
 	c.IdleSettle = or(c.IdleSettle, d.IdleSettle)
 	c.ProfileFor = or(c.ProfileFor, d.ProfileFor)
@@ -163,4 +169,12 @@ func (c Config) streamSpec(level int) mock.Spec {
 // answerTime is how long one answer of spec lasts at the upstream.
 func answerTime(s mock.Spec) time.Duration {
 	return s.FirstToken + time.Duration(s.Tokens-1)*s.TokenDelay
+}
+
+// minAnswersText says the streaming phase's minimum, for the report.
+func (c Config) minAnswersText() string {
+	if c.MinAnswers <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and until %d have begun (at most %v)", c.MinAnswers, 4*c.StreamFor)
 }

@@ -169,19 +169,33 @@ type load struct {
 	elapsed  time.Duration
 }
 
-// runLoad runs streams workers that call back to back until until; worker
-// i starts i/streams of stagger late, so that paced streams do not move in
+// loadSpan says when a load stops beginning calls: at until, or later,
+// once minCalls have begun, but not after limit.
+type loadSpan struct {
+	until    time.Time
+	minCalls int64
+	limit    time.Time
+}
+
+// goesOn reports whether a call may begin now, begun having begun before.
+func (s loadSpan) goesOn(now time.Time, begun int64) bool {
+	return now.Before(s.until) || (begun < s.minCalls && now.Before(s.limit))
+}
+
+// runLoad runs streams workers that call back to back for span; worker i
+// starts i/streams of stagger late, so that paced streams do not move in
 // step. It returns when every call begun has ended.
-func runLoad(ctx context.Context, c caller, streams int, until time.Time, stagger time.Duration) load {
+func runLoad(ctx context.Context, c caller, streams int, span loadSpan, stagger time.Duration) load {
 	start := time.Now()
 	results := make([]load, streams)
+	var begun atomic.Int64
 	var wg sync.WaitGroup
 	for w := range streams {
 		wg.Go(func() {
 			if !sleep(ctx, stagger*time.Duration(w)/time.Duration(streams)) {
 				return
 			}
-			for ctx.Err() == nil && time.Now().Before(until) {
+			for ctx.Err() == nil && span.goesOn(time.Now(), begun.Add(1)-1) {
 				results[w].add(c.call(ctx, w))
 			}
 		})

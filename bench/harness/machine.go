@@ -13,6 +13,7 @@ type snap struct {
 	machine           machineCPU
 	self, mock, serve time.Duration
 	conns             int64
+	gcs               uint32 // the server's GC cycles
 }
 
 // snapshot reads the CPU of the machine, the harness, the mock and srv
@@ -33,6 +34,9 @@ func (r *runner) snapshot(ctx context.Context, srv *server) (snap, error) {
 		if s.serve, err = cpuTime(srv.pid); err != nil {
 			return s, err
 		}
+		if s.gcs, err = srv.gcCycles(ctx); err != nil {
+			return s, err
+		}
 	}
 	st, err := mockStats(ctx, r.mockURL())
 	s.conns = st.Conns
@@ -42,6 +46,7 @@ func (r *runner) snapshot(ctx context.Context, srv *server) (snap, error) {
 // since sets m's server CPU, dials and foreign load from s0 to s.
 func (s snap) since(s0 snap, m *measurement) {
 	m.serverCPU = s.serve - s0.serve
+	m.gcs = s.gcs - s0.gcs
 	m.dials = s.conns - s0.conns
 	d := s.machine.sub(s0.machine)
 	ours := (s.self - s0.self) + (s.mock - s0.mock) + m.serverCPU

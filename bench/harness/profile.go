@@ -57,7 +57,7 @@ func (r *runner) profile(ctx context.Context, t target, ph phase, level int, pat
 	if ph == streaming {
 		stagger = min(answerTime(r.spec(level, ph)), r.cfg.ProfileFor)
 	}
-	if l := runLoad(ctx, srv.client, level, time.Now().Add(r.cfg.ProfileFor), stagger); l.firstErr != nil {
+	if l := runLoad(ctx, srv.client, level, loadSpan{until: time.Now().Add(r.cfg.ProfileFor)}, stagger); l.firstErr != nil {
 		return l.firstErr
 	}
 	res := <-got

@@ -35,17 +35,24 @@ func TestTableRatiosWithinRepetitions(t *testing.T) {
 	r := newReport(cfg)
 	for rep, cpu := range [][2]time.Duration{{100, 120}, {200, 220}, {50, 80}} {
 		ttfts := []time.Duration{time.Millisecond, 2 * time.Millisecond}
+		// The pooled p99 is the slowest of the six first tokens of each
+		// target: the third repetition's 10 ms for completiond.
+		slowest := 4 * time.Millisecond
+		if rep == 2 {
+			slowest = 10 * time.Millisecond
+		}
 		r.add(key{10, rep + 1, direct, streaming}, &measurement{load: load{calls: 2, tokens: 40, ttfts: ttfts}, ttftP50: time.Millisecond, ttftP99: 2 * time.Millisecond})
-		r.add(key{10, rep + 1, bareRelay, streaming}, &measurement{load: load{calls: 50, tokens: 1000}, serverCPU: cpu[0] * time.Millisecond,
-			ttftP50: 1500 * time.Microsecond, ttftP99: 3 * time.Millisecond})
-		r.add(key{10, rep + 1, completiond, streaming}, &measurement{load: load{calls: 50, tokens: 1000}, serverCPU: cpu[1] * time.Millisecond,
-			ttftP50: 2 * time.Millisecond, ttftP99: 4 * time.Millisecond})
+		r.add(key{10, rep + 1, bareRelay, streaming}, &measurement{load: load{calls: 2, tokens: 1000, ttfts: []time.Duration{time.Millisecond, 3 * time.Millisecond}},
+			serverCPU: cpu[0] * time.Millisecond, ttftP50: 1500 * time.Microsecond, ttftP99: 3 * time.Millisecond})
+		r.add(key{10, rep + 1, completiond, streaming}, &measurement{load: load{calls: 2, tokens: 1000, ttfts: []time.Duration{2 * time.Millisecond, slowest}},
+			serverCPU: cpu[1] * time.Millisecond, ttftP50: 2 * time.Millisecond, ttftP99: 4 * time.Millisecond})
 	}
 	md := r.Markdown()
 	for _, want := range []string{
 		"| 10 | server CPU per 1 000 tokens, ms | — | 100 (50.0–200) | 120 (80.0–220) | 1.20× (1.10–1.60) |",
 		"| 10 | TTFT p50 added, ms (direct: absolute) | 1.00 | 0.500 | 1.00 | 2.00× |",
 		"| 10 | TTFT p99 added, ms (direct: absolute) | 2.00 | 1.00 | 2.00 | 2.00× |",
+		"| 10 | TTFT p99 added, ms, all repetitions pooled (direct: absolute) | 2.00 | 1.00 | 8.00 | 8.00× |",
 		"| 10 | RSS per idle stream, KiB | — | — | — | — |",
 	} {
 		if !strings.Contains(md, want) {
@@ -65,5 +72,30 @@ func TestStreamPacing(t *testing.T) {
 	c.TokenDelay = time.Millisecond
 	if d := c.streamSpec(1000).TokenDelay; d != time.Millisecond {
 		t.Errorf("a given delay: %v", d)
+	}
+}
+
+// TestLoadSpan: a load begins calls until its end, and after it only while
+// fewer than its minimum have begun and its limit has not come.
+func TestLoadSpan(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	span := loadSpan{until: t0.Add(10 * time.Second), minCalls: 500, limit: t0.Add(40 * time.Second)}
+	for _, tc := range []struct {
+		name  string
+		at    time.Duration
+		begun int64
+		want  bool
+	}{
+		{"before the end, the minimum reached", 9 * time.Second, 900, true},
+		{"after the end, short of the minimum", 20 * time.Second, 160, true},
+		{"after the end, the minimum reached", 20 * time.Second, 500, false},
+		{"at the limit, short of the minimum", 40 * time.Second, 160, false},
+	} {
+		if got := span.goesOn(t0.Add(tc.at), tc.begun); got != tc.want {
+			t.Errorf("%s: goesOn = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if (loadSpan{until: t0}).goesOn(t0.Add(time.Second), 0) {
+		t.Error("a load without a minimum went on after its end")
 	}
 }

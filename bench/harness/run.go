@@ -48,6 +48,8 @@ type measurement struct {
 	// serverCPU is the server process's CPU time over the phase (0 for
 	// the direct calls, which have no server).
 	serverCPU time.Duration
+	// gcs is the server's completed GC cycles over the phase.
+	gcs uint32
 	// rssPerStream, heapPerStream, stackPerStream (bytes) and
 	// goroutinesPerStream are the idle phase's growth of the server
 	// divided by the streams held.
@@ -165,15 +167,17 @@ func (r *runner) measure(ctx context.Context, level int, t target, ph phase) (*m
 // measureLoad runs the streaming or short-answer load on c (srv's client,
 // or the direct calls with srv nil).
 func (r *runner) measureLoad(ctx context.Context, srv *server, c caller, level int, ph phase) (*measurement, error) {
-	until, stagger := r.cfg.ShortFor, time.Duration(0)
+	now := time.Now()
+	span, stagger := loadSpan{until: now.Add(r.cfg.ShortFor)}, time.Duration(0)
 	if ph == streaming {
-		until, stagger = r.cfg.StreamFor, min(answerTime(r.spec(level, ph)), r.cfg.StreamFor)
+		span = loadSpan{until: now.Add(r.cfg.StreamFor), minCalls: int64(r.cfg.MinAnswers), limit: now.Add(4 * r.cfg.StreamFor)}
+		stagger = min(answerTime(r.spec(level, ph)), r.cfg.StreamFor)
 	}
 	before, err := r.snapshot(ctx, srv)
 	if err != nil {
 		return nil, err
 	}
-	l := runLoad(ctx, c, level, time.Now().Add(until), stagger)
+	l := runLoad(ctx, c, level, span, stagger)
 	after, err := r.snapshot(ctx, srv)
 	if err != nil {
 		return nil, err

@@ -234,6 +234,17 @@ type memReading struct {
 	debugserver.Mem
 }
 
+// gcCycles reads the server's count of completed GC cycles.
+func (s *server) gcCycles(ctx context.Context) (uint32, error) {
+	body, err := get(ctx, "http://"+s.debug+debugserver.MemPath)
+	if err != nil {
+		return 0, err
+	}
+	var m debugserver.Mem
+	err = json.Unmarshal(body, &m)
+	return m.NumGC, err
+}
+
 // memory reads the server's RSS, goroutines, heap and stacks.
 func (s *server) memory(ctx context.Context) (memReading, error) {
 	var m memReading

@@ -78,6 +78,7 @@ func parse(args []string, stderr io.Writer) (harness.Config, string, error) {
 	fs.DurationVar(&cfg.TokenDelay, "token-delay", 0, "streaming phase: wait between two tokens of a stream, instead of -token-rate's")
 	fs.DurationVar(&cfg.FirstToken, "ttft", cfg.FirstToken, "the upstream's time to first token")
 	fs.DurationVar(&cfg.StreamFor, "stream-for", cfg.StreamFor, "streaming phase length (answers begun)")
+	fs.IntVar(&cfg.MinAnswers, "min-answers", cfg.MinAnswers, "streaming phase: go on after -stream-for until this many answers have begun (at most 4 × -stream-for; negative: no minimum)")
 	fs.DurationVar(&cfg.ShortFor, "short-for", cfg.ShortFor, "short-answer phase length")
 	fs.DurationVar(&cfg.IdleSettle, "idle-settle", cfg.IdleSettle, "idle phase: wait after the last stream is held before reading RSS and goroutines")
 	fs.Float64Var(&cfg.Quiet.MaxBusy, "quiet-busy", cfg.Quiet.MaxBusy, "the machine is quiet at or under this busy share of all CPUs (0-1)")
