@@ -99,3 +99,27 @@ func TestLoadSpan(t *testing.T) {
 		t.Error("a load without a minimum went on after its end")
 	}
 }
+
+// TestRatioOverAPositiveRelay: a ratio needs the relay's value positive;
+// completiond's may be anything, and a negative one (under the direct
+// calls') is kept, not dropped.
+func TestRatioOverAPositiveRelay(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		relay, compl float64
+		measured     bool
+		want         float64
+		wantOK       bool
+	}{
+		{"both positive", 2, 1, true, 0.5, true},
+		{"completiond under the calibration", 2, -1, true, -0.5, true},
+		{"completiond at the calibration", 2, 0, true, 0, true},
+		{"the relay under the calibration", -1, 1, true, 0, false},
+		{"the relay at the calibration", 0, 1, true, 0, false},
+		{"not measured", 2, 1, false, 0, false},
+	} {
+		if got, ok := ratio(tc.relay, tc.compl, tc.measured); got != tc.want || ok != tc.wantOK {
+			t.Errorf("%s: ratio(%v, %v) = %v, %v; want %v, %v", tc.name, tc.relay, tc.compl, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}

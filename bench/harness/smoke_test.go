@@ -76,11 +76,10 @@ func checkRow(t *testing.T, mt metric, cells []string) {
 	}
 	direct, relay, completiond := cellValue(t, mt.Name, cells[0], mt.direct != nil || mt.pooled > 0),
 		cellValue(t, mt.Name, cells[1], true), cellValue(t, mt.Name, cells[2], true)
-	// A ratio is shown of positive values only (an added TTFT may be
-	// negative under the noise).
-	both := relay > 0 && completiond > 0
-	if r := cellValue(t, mt.Name, strings.TrimSuffix(cells[3], "×"), both); both && r <= 0 {
-		t.Errorf("%s: ratio %v", mt.Name, r)
+	// A ratio is shown over a positive relay value only (an added TTFT
+	// may be negative under the noise); it has the sign of completiond's.
+	if r := cellValue(t, mt.Name, strings.TrimSuffix(cells[3], "×"), relay > 0); relay > 0 && (r > 0) != (completiond > 0) {
+		t.Errorf("%s: ratio %v of %v over %v", mt.Name, r, completiond, relay)
 	}
 	switch {
 	case strings.HasPrefix(mt.Name, "TTFT") && direct <= 0:
