@@ -34,9 +34,11 @@ func (r *runner) snapshot(ctx context.Context, srv *server) (snap, error) {
 		if s.serve, err = cpuTime(srv.pid); err != nil {
 			return s, err
 		}
-		if s.gcs, err = srv.gcCycles(ctx); err != nil {
+		mem, err := srv.mem(ctx)
+		if err != nil {
 			return s, err
 		}
+		s.gcs = mem.NumGC
 	}
 	st, err := mockStats(ctx, r.mockURL())
 	s.conns = st.Conns

@@ -234,15 +234,15 @@ type memReading struct {
 	debugserver.Mem
 }
 
-// gcCycles reads the server's count of completed GC cycles.
-func (s *server) gcCycles(ctx context.Context) (uint32, error) {
+// mem reads the server's debugserver.Mem.
+func (s *server) mem(ctx context.Context) (debugserver.Mem, error) {
+	var m debugserver.Mem
 	body, err := get(ctx, "http://"+s.debug+debugserver.MemPath)
 	if err != nil {
-		return 0, err
+		return m, err
 	}
-	var m debugserver.Mem
 	err = json.Unmarshal(body, &m)
-	return m.NumGC, err
+	return m, err
 }
 
 // memory reads the server's RSS, goroutines, heap and stacks.
@@ -259,10 +259,8 @@ func (s *server) memory(ctx context.Context) (memReading, error) {
 	if m.goroutines, err = strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64); err != nil {
 		return m, err
 	}
-	if body, err = get(ctx, "http://"+s.debug+debugserver.MemPath); err != nil {
-		return m, err
-	}
-	return m, json.Unmarshal(body, &m.Mem)
+	m.Mem, err = s.mem(ctx)
+	return m, err
 }
 
 // perStream is what each of n streams added between m0 and m, into meas.
