@@ -60,6 +60,10 @@ type Config struct {
 	ProfileDir string
 	// ProfileFor is how long each profile's load lasts.
 	ProfileFor time.Duration
+	// Trace, with ProfileDir, also writes a runtime execution trace of each
+	// server under the streaming load (beside its CPU profile, for as
+	// long): where a first token waits, which a CPU profile cannot show.
+	Trace bool
 	// Self is the command that runs a role (see RunRole); empty is this
 	// executable.
 	Self []string

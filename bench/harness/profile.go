@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -48,11 +49,18 @@ func (r *runner) profile(ctx context.Context, t target, ph phase, level int, pat
 		body []byte
 		err  error
 	}
-	got := make(chan result, 1)
-	go func() {
-		body, err := get(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.debug, seconds))
-		got <- result{body, err}
-	}()
+	fetch := func(what string) <-chan result {
+		got := make(chan result, 1)
+		go func() {
+			body, err := get(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", srv.debug, what, seconds))
+			got <- result{body, err}
+		}()
+		return got
+	}
+	got, traced := fetch("profile"), (<-chan result)(nil)
+	if r.cfg.Trace && ph == streaming {
+		traced = fetch("trace")
+	}
 	stagger := time.Duration(0)
 	if ph == streaming {
 		stagger = min(answerTime(r.spec(level, ph)), r.cfg.ProfileFor)
@@ -63,6 +71,17 @@ func (r *runner) profile(ctx context.Context, t target, ph phase, level int, pat
 	res := <-got
 	if res.err != nil {
 		return res.err
+	}
+	if traced != nil {
+		tr := <-traced
+		if tr.err != nil {
+			return tr.err
+		}
+		tpath := strings.TrimSuffix(path, ".pprof") + ".trace"
+		if err := os.WriteFile(tpath, tr.body, 0o644); err != nil {
+			return err
+		}
+		r.report.Profiles = append(r.report.Profiles, tpath)
 	}
 	return os.WriteFile(path, res.body, 0o644)
 }

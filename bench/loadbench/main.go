@@ -86,6 +86,7 @@ func parse(args []string, stderr io.Writer) (harness.Config, string, error) {
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "completiond's --log-level")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "after measuring, write CPU profiles (streaming, short answers) and heap profiles (idle streams) of both servers at the top level here")
 	fs.DurationVar(&cfg.ProfileFor, "profile-for", cfg.ProfileFor, "length of each profile's load (with -profile-dir)")
+	fs.BoolVar(&cfg.Trace, "trace", false, "with -profile-dir: also write a runtime execution trace of each server under the streaming load (go tool trace)")
 	out := fs.String("out", "", "also write the table to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, "", err

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/completiond/completiond/provider"
@@ -102,7 +103,8 @@ func (p *Provider) sdkSend(req *provider.Request) error {
 	if req.Prefill != "" {
 		opts = append(opts, p.prefillOpts...)
 	}
-	_ = p.completions.NewStreaming(a.Context(), *params, opts...).Err()
+	svc := sdk.NewChatCompletionService(p.client.Options...)
+	_ = svc.NewStreaming(a.Context(), *params, opts...).Err()
 	if res != nil {
 		res.Body.Close()
 	}
@@ -154,8 +156,10 @@ func checkBody(t *testing.T, p *Provider, req *provider.Request) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g, w := decodeJSON(t, body), decodeJSON(t, want); !reflect.DeepEqual(g, w) {
-		t.Fatalf("body\n%s\njson.Marshal(params)\n%s", body, want)
+	w := decodeJSON(t, want).(map[string]any)
+	w["stream"] = true // as the SDK's streaming call sets it
+	if g := decodeJSON(t, body); !reflect.DeepEqual(g, w) {
+		t.Fatalf("body\n%s\njson.Marshal(params) with \"stream\": true\n%s", body, want)
 	}
 }
 

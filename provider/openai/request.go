@@ -15,8 +15,8 @@ import (
 // params a frame per level, and took the sending goroutine's stack to
 // 32 KiB (see Provider.send). The body is what the SDK would encode from
 // the params the provider used to build (the parity tests, body_test.go,
-// hold it to that) but for "stream": true, which the SDK's streaming call
-// sets, and the prefill fields, which Provider.prefillOpts set.
+// hold it to that) with "stream": true, which the SDK's streaming call
+// would set, and without the prefill fields, which Provider.prefillOpts set.
 func (p *Provider) body(req *provider.Request) ([]byte, error) {
 	b := make([]byte, 0, sizeHint(req))
 	b = append(b, `{"messages":[`...)
@@ -36,7 +36,7 @@ func (p *Provider) body(req *provider.Request) ([]byte, error) {
 	if req.Model != "" { // the SDK omits an empty model
 		b = appendString(append(b, `,"model":`...), req.Model)
 	}
-	b = append(b, `,"stream_options":{"include_usage":true}`...)
+	b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
 	b, err := appendTools(b, req.Tools)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
 	"github.com/completiond/completiond/recovery"
@@ -143,6 +146,57 @@ func BenchmarkEncode(b *testing.B) {
 				if _, err := params.MarshalJSON(); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// okTransport answers every request at once with an empty 200 stream,
+// after reading its body: what a send costs without the network.
+type okTransport struct{}
+
+func (okTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: http.NoBody, Request: req}, nil
+}
+
+// BenchmarkSend is the cost of handing a built body to the SDK up to the
+// response: "post" as Provider.send does (Client.Post with the body as
+// bytes), "streaming" as it did before (NewStreaming with zero params,
+// which it encodes by reflection and drops, a body option, and "stream":
+// true set by re-parsing the body). The body's encoding is not counted.
+func BenchmarkSend(b *testing.B) {
+	p, err := New(Config{BaseURL: "http://upstream.invalid/v1", APIKey: "sk-bench", HTTPClient: &http.Client{Transport: okTransport{}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, err := p.body(stackPlain())
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := sdk.NewChatCompletionService(p.client.Options...)
+	sends := map[string]func(a *classify.Attempt) (*http.Response, error){
+		"post": func(a *classify.Attempt) (*http.Response, error) { return p.send(a, body, false) },
+		"streaming": func(a *classify.Attempt) (*http.Response, error) {
+			var res *http.Response
+			err := svc.NewStreaming(a.Context(), sdk.ChatCompletionNewParams{},
+				option.WithRequestBody("application/json", body), option.WithMiddleware(a.Middleware),
+				option.WithResponseBodyInto(&res)).Err()
+			return res, err
+		},
+	}
+	for _, name := range []string{"post", "streaming"} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				a := classify.Begin(context.Background(), provider.Timeouts{})
+				res, err := sends[name](a)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res.Body.Close()
+				a.End()
 			}
 		})
 	}
