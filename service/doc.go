@@ -15,8 +15,10 @@
 //     to a status (grpc_status.go), the wire conversions (grpc_convert.go),
 //     each Stream event encoded once for the event log and the wire
 //     (grpc_wire.go), the server's assembly with health, reflection, panic
-//     recovery and the drain (grpc_server.go), and the one log line per
-//     RPC, which also reports the completion the RPC ran (grpc_log.go).
+//     recovery and the drain (grpc_server.go), the one log line per
+//     RPC, which also reports the completion the RPC ran (grpc_log.go), and
+//     the first interceptor, which grows a completion's stack once while it
+//     is shallow (grpc_presize.go).
 //   - config*.go, fileconfig.go — configuration: routes, limits, the policy a
 //     request may only tighten (config_policy.go), the YAML file.
 //   - telemetry*.go — logs, spans and metrics of every completion and attempt;

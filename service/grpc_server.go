@@ -45,21 +45,22 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	limit, limitStream := limiter.interceptors()
 	base := append(transportOptions(s.cfg.Limits),
 		// Handlers run on a few long-lived goroutines rather than one new
-		// goroutine per RPC: a new one starts with a small stack, and
-		// growing it to what a completion's handler needs (the stack copied
-		// two or three times) was about 8 % of the CPU of a short answer.
-		// When every worker is busy, an RPC gets a goroutine of its own, as
-		// without them; grpc-go replaces a worker every 65 536 RPCs, so that
-		// its stack can shrink again.
+		// goroutine per RPC where they can: a worker keeps its grown stack.
+		// When every worker is busy (streams are long: most of the time), an
+		// RPC gets a goroutine of its own, whose stack presizeStack grows
+		// once while it is shallow (grpc_presize.go); grpc-go replaces a
+		// worker every 65 536 RPCs, so that its stack can shrink again.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.ChainUnaryInterceptor(
-			identify, // first: the log line names the key
+			presizeUnary, // first: the stack is grown while shallow (grpc_presize.go)
+			identify,     // then: the log line names the key
 			rpcLine.unary,
 			grpcrecovery.UnaryServerInterceptor(recOpts...),
 			enforce,
 			limit,
 		),
 		grpc.ChainStreamInterceptor(
+			presizeStack,
 			identifyStream,
 			rpcLine.stream,
 			grpcrecovery.StreamServerInterceptor(recOpts...),
