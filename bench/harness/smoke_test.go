@@ -2,6 +2,9 @@ package harness
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,4 +113,44 @@ func cellValue(t *testing.T, name, cell string, want bool) float64 {
 		t.Errorf("%s: cell %q is not a number", name, cell)
 	}
 	return v
+}
+
+// TestSmokeProfiles runs the profiling step in a tiny configuration with
+// -trace: each server's CPU profile (gzipped pprof) and runtime trace of
+// the streaming load are written and named in the report.
+func TestSmokeProfiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs completiond: not in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var progress strings.Builder
+	report, err := Run(ctx, Config{
+		Levels: []int{2}, Reps: 1, Tokens: 5, TokenDelay: time.Millisecond, Phases: []string{"stream"},
+		StreamFor: 200 * time.Millisecond, MinAnswers: -1, IdleSettle: 100 * time.Millisecond,
+		ProfileDir: dir, ProfileFor: time.Second, Trace: true,
+		Quiet:    Quiet{Window: 100 * time.Millisecond, Timeout: -1},
+		Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	for _, name := range []string{"relay-stream-2.pprof", "completiond-stream-2.pprof", "relay-stream-2.trace", "completiond-stream-2.trace"} {
+		path := filepath.Join(dir, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		magic := "\x1f\x8b" // gzip: a pprof profile
+		if strings.HasSuffix(name, ".trace") {
+			magic = "go 1." // the execution trace's header
+		}
+		if !strings.HasPrefix(string(b), magic) {
+			t.Errorf("%s starts %q, want %q", name, b[:min(len(b), 8)], magic)
+		}
+		if !slices.Contains(report.Profiles, path) {
+			t.Errorf("the report does not name %s: %v", path, report.Profiles)
+		}
+	}
 }
