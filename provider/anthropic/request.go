@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/jsonenc"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -50,16 +51,16 @@ func (p *Provider) body(req *provider.Request) (b []byte, held int, err error) {
 		held = len(req.Prefill) - len(sent)
 		if sent != "" {
 			b = append(comma(b), `{"role":"assistant","content":[{"type":"text","text":`...)
-			b = append(appendString(b, sent), "}]}"...)
+			b = append(jsonenc.AppendString(b, sent), "}]}"...)
 		}
 	}
 	b = append(b, ']')
 	if req.Model != "" { // the SDK omits an empty model
-		b = appendString(append(b, `,"model":`...), req.Model)
+		b = jsonenc.AppendString(append(b, `,"model":`...), req.Model)
 	}
 	if req.System != "" {
 		b = append(b, `,"system":[{"type":"text","text":`...)
-		b = append(appendString(b, req.System), "}]"...)
+		b = append(jsonenc.AppendString(b, req.System), "}]"...)
 	}
 	if budget := thinkingBudget(req); budget > 0 {
 		b = append(b, `,"thinking":{"type":"enabled","budget_tokens":`...)
@@ -170,39 +171,39 @@ func appendBlock(b []byte, blk recovery.Block) ([]byte, error) {
 			return b, nil
 		}
 		b = append(comma(b), `{"text":`...)
-		return append(appendString(b, blk.Text), `,"type":"text"}`...), nil
+		return append(jsonenc.AppendString(b, blk.Text), `,"type":"text"}`...), nil
 	case recovery.BlockImage:
 		b = append(comma(b), `{"source":{"data":"`...)
 		b = base64.StdEncoding.AppendEncode(b, blk.Data)
 		b = append(b, '"')
 		if blk.MediaType != "" { // the SDK omits an empty media type
-			b = appendString(append(b, `,"media_type":`...), blk.MediaType)
+			b = jsonenc.AppendString(append(b, `,"media_type":`...), blk.MediaType)
 		}
 		return append(b, `,"type":"base64"},"type":"image"}`...), nil
 	case recovery.BlockToolUse:
-		b = appendString(append(comma(b), `{"id":`...), blk.ToolUseID)
+		b = jsonenc.AppendString(append(comma(b), `{"id":`...), blk.ToolUseID)
 		b = append(b, `,"input":`...)
 		var err error
 		if b, err = appendInput(b, blk.ToolInput); err != nil {
 			return nil, err
 		}
-		b = appendString(append(b, `,"name":`...), blk.ToolName)
+		b = jsonenc.AppendString(append(b, `,"name":`...), blk.ToolName)
 		return append(b, `,"type":"tool_use"}`...), nil
 	case recovery.BlockToolResult:
-		b = appendString(append(comma(b), `{"tool_use_id":`...), blk.ToolUseID)
+		b = jsonenc.AppendString(append(comma(b), `{"tool_use_id":`...), blk.ToolUseID)
 		if blk.Text != "" {
 			b = append(b, `,"content":[{"text":`...)
-			b = append(appendString(b, blk.Text), `,"type":"text"}]`...)
+			b = append(jsonenc.AppendString(b, blk.Text), `,"type":"text"}]`...)
 		}
 		b = strconv.AppendBool(append(b, `,"is_error":`...), blk.IsError)
 		return append(b, `,"type":"tool_result"}`...), nil
 	case recovery.BlockThinking:
 		if blk.Redacted {
-			b = appendString(append(comma(b), `{"data":`...), blk.Data)
+			b = jsonenc.AppendString(append(comma(b), `{"data":`...), blk.Data)
 			return append(b, `,"type":"redacted_thinking"}`...), nil
 		}
-		b = appendString(append(comma(b), `{"signature":`...), blk.Signature)
-		b = appendString(append(b, `,"thinking":`...), blk.Text)
+		b = jsonenc.AppendString(append(comma(b), `{"signature":`...), blk.Signature)
+		b = jsonenc.AppendString(append(b, `,"thinking":`...), blk.Text)
 		return append(b, `,"type":"thinking"}`...), nil
 	}
 	return nil, fmt.Errorf("unknown block kind %d", blk.Kind)
@@ -253,9 +254,9 @@ func appendTools(b []byte, tools []provider.Tool) ([]byte, error) {
 	}
 	b = append(b, `,"tools":[`...)
 	for _, t := range tools {
-		b = appendString(append(comma(b), `{"name":`...), t.Name)
+		b = jsonenc.AppendString(append(comma(b), `{"name":`...), t.Name)
 		if t.Description != "" {
-			b = appendString(append(b, `,"description":`...), t.Description)
+			b = jsonenc.AppendString(append(b, `,"description":`...), t.Description)
 		}
 		var err error
 		if b, err = appendSchema(b, t.InputSchema); err != nil {
@@ -300,7 +301,7 @@ func appendSchema(b, raw []byte) ([]byte, error) {
 				} else {
 					b = append(b, ',')
 				}
-				b = appendString(b, s)
+				b = jsonenc.AppendString(b, s)
 				n++
 			}
 		}
@@ -320,7 +321,7 @@ func appendSchema(b, raw []byte) ([]byte, error) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		var err error
-		if b, err = appendValue(append(appendString(append(b, ','), k), ':'), fields[k]); err != nil {
+		if b, err = appendValue(append(jsonenc.AppendString(append(b, ','), k), ':'), fields[k]); err != nil {
 			return nil, err
 		}
 	}

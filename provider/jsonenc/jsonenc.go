@@ -1,23 +1,23 @@
-package anthropic
+package jsonenc
 
 import "unicode/utf8"
 
-// appendString appends s as a JSON string, escaped as encoding/json (and
+// AppendString appends s as a JSON string, escaped as encoding/json (and
 // the SDK's encoder, its fork) escapes it, but for <, > and &, which need
 // no escaping outside HTML.
-func appendString[T string | []byte](b []byte, s T) []byte {
+func AppendString[T string | []byte](b []byte, s T) []byte {
 	b = append(b, '"')
-	return append(appendEscaped(b, s), '"')
+	return append(AppendEscaped(b, s), '"')
 }
 
 // hex is the digits of a \u escape.
 const hex = "0123456789abcdef"
 
-// appendEscaped appends s escaped for the inside of a JSON string: quotes,
+// AppendEscaped appends s escaped for the inside of a JSON string: quotes,
 // backslashes and control characters escaped, each byte that is not
 // UTF-8 replaced by U+FFFD, and U+2028 and U+2029 escaped, which
 // JavaScript takes for line ends. Runs that need nothing are copied whole.
-func appendEscaped[T string | []byte](b []byte, s T) []byte {
+func AppendEscaped[T string | []byte](b []byte, s T) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
