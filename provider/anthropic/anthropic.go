@@ -20,6 +20,10 @@ const Kind = "anthropic"
 // DefaultBaseURL is the API's address, used when Config.BaseURL is empty.
 const DefaultBaseURL = "https://api.anthropic.com"
 
+// messagesPath is the Messages endpoint, under the base URL: the path the
+// SDK's MessageService.NewStreaming posts to.
+const messagesPath = "v1/messages"
+
 // Config configures a Provider.
 type Config struct {
 	// BaseURL is the API's address, without /v1 (DefaultBaseURL when empty).
@@ -39,9 +43,9 @@ type Config struct {
 
 // Provider streams attempts to Anthropic's Messages API.
 type Provider struct {
-	messages sdk.MessageService
-	classes  classify.Classifier
-	base     string
+	client  sdk.Client // its Options only: see New
+	classes classify.Classifier
+	base    string
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -56,9 +60,14 @@ func New(cfg Config) (*Provider, error) {
 	if hc == nil {
 		hc = classify.NewClient(cfg.MaxIdleConnsPerHost)
 	}
+	// The client is built without sdk.NewClient, which would build every
+	// service, and without the environment's defaults: the route's config
+	// is the only source of address and key, never ANTHROPIC_* variables or
+	// profile files. The options are those NewClient would have given the
+	// services (WithEnvironmentProduction first, as it puts it). send uses
+	// them through Client.Post, and none of the services.
 	opts := []option.RequestOption{
-		// The route's config is the only source of address and key, never
-		// ANTHROPIC_* variables or profile files.
+		option.WithEnvironmentProduction(),
 		option.WithoutEnvironmentDefaults(),
 		option.WithBaseURL(base),
 		option.WithHTTPClient(hc),
@@ -67,11 +76,10 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
-	client := sdk.NewClient(opts...)
 	return &Provider{
-		messages: client.Messages,
-		classes:  classify.Classifier{Provider: Kind, RequestIDHeader: "request-id", Secrets: []string{cfg.APIKey}},
-		base:     base,
+		client:  sdk.Client{Options: opts},
+		classes: classify.Classifier{Provider: Kind, RequestIDHeader: "request-id", Secrets: []string{cfg.APIKey}},
+		base:    base,
 	}, nil
 }
 
@@ -83,7 +91,7 @@ func (p *Provider) Address() (string, int) { return provider.HostPort(p.base) }
 
 // Stream runs one attempt: a streamed Messages call under req.Timeouts.
 func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Chunk) error) (provider.Finish, error) {
-	params, held, err := newParams(req)
+	body, held, err := p.body(req)
 	if err != nil {
 		return provider.Finish{}, p.classes.Invalid(err)
 	}
@@ -92,13 +100,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if req.Prefill != "" {
 		a.Prefilled()
 	}
-	// The SDK builds and sends the request — params, auth, base URL, the
-	// attempt's middleware, an error status read into its error — and,
-	// with a raw response as the destination, leaves the 200's body
-	// unread: the stream is decoded here, reading only what the reader
-	// uses, at a fraction of the SDK's cost per event (package sse).
-	var res *http.Response
-	err = p.messages.NewStreaming(a.Context(), params, option.WithMiddleware(a.Middleware), option.WithResponseBodyInto(&res)).Err()
+	res, err := p.send(a, body)
 	if res != nil && res.Body != nil {
 		defer res.Body.Close()
 	}
@@ -143,6 +145,28 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		return s.finish, s.end()
 	}
 	return s.finish, p.failure(a, err)
+}
+
+// send sends the attempt's request and returns the response with its body
+// unread. The SDK builds and sends the request — auth, anthropic-version,
+// base URL, the attempt's middleware, an error status read into its error —
+// and, with a raw response as the destination, leaves the 200's body
+// unread: the stream is decoded by Stream, reading only what the reader
+// uses, at a fraction of the SDK's cost per event (package sse).
+//
+// The body goes as bytes through the client's generic call (Client.Post),
+// as the openai provider's does: the streaming method
+// (MessageService.NewStreaming) takes params, which it encodes by
+// reflection on every request, growing the goroutine's stack on the way to
+// the first token, and then sets "stream": true by re-parsing the body
+// (sjson). The provider's body (body) carries "stream": true itself;
+// BenchmarkSend compares the two calls, and the parity tests
+// (body_test.go) hold the request to the one NewStreaming sends, headers
+// included.
+func (p *Provider) send(a *classify.Attempt, body []byte) (*http.Response, error) {
+	var res *http.Response
+	err := p.client.Post(a.Context(), messagesPath, body, &res, option.WithMiddleware(a.Middleware))
+	return res, err
 }
 
 // errNoStop is why a stream that ended cleanly but without message_stop failed.

@@ -9,13 +9,17 @@
 // cumulative). The attempt succeeds at message_stop and nowhere else: a
 // stream that ends before it is a FailStreamBroken, whatever came before.
 //
-// The request is the SDK's own — params, options, auth, base URL, the
-// attempt's middleware, the error of an error status — but the 200's body
-// is taken raw from it (option.WithResponseBodyInto) and decoded here:
-// framed by package sse and read by event.decode, which takes only the
-// fields the reader uses, with the SDK's conversions, in one pass without
-// reflection. Events are skipped and ended as the SDK's stream did: no
-// name, ping or no data is skipped; `event: error` ends the stream.
+// The request's body is encoded here (Provider.body), appending to one
+// buffer, JSON-equal to what the SDK would encode from its params (the
+// parity tests hold it to that): the SDK's encoder reflects over them on
+// every request. The SDK sends it — options, auth, anthropic-version, base
+// URL, the attempt's middleware, the error of an error status — through its
+// generic Client.Post, and the 200's body is taken raw from it
+// (option.WithResponseBodyInto) and decoded here: framed by package sse and
+// read by event.decode, which takes only the fields the reader uses, with
+// the SDK's conversions, in one pass without reflection. Events are skipped
+// and ended as the SDK's stream did: no name, ping or no data is skipped;
+// `event: error` ends the stream.
 //
 // A tool_use block whose input is not JSON when it stops was cut, and is
 // never emitted; what that means is decided when the message ends. On

@@ -3,88 +3,341 @@ package anthropic
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"unicode"
-
-	sdk "github.com/anthropics/anthropic-sdk-go"
+	"unicode/utf8"
 
 	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/jsonenc"
 	"github.com/completiond/completiond/recovery"
 )
 
-// newParams maps a request to the Messages API. held is the number of
-// trailing whitespace bytes of the prefill kept off the wire (see the
-// package doc).
-func newParams(req *provider.Request) (params sdk.MessageNewParams, held int, err error) {
-	msgs, err := messages(req.Messages)
-	if err != nil {
-		return params, 0, err
+// body maps a request to the JSON body of a Messages call, encoded here by
+// appending, not by the SDK: the SDK's encoder reflects over its params a
+// frame per level, on every request, and grows the sending goroutine's
+// stack (see Provider.send). The body is what the SDK would encode from the
+// params the provider used to build (the parity tests, body_test.go, hold
+// it to that) with "stream": true, which the SDK's streaming call would
+// set. held is the number of trailing whitespace bytes of the prefill (the
+// machine's, or the caller's final assistant message) kept off the wire
+// (see the package doc).
+func (p *Provider) body(req *provider.Request) (b []byte, held int, err error) {
+	b = make([]byte, 0, sizeHint(req))
+	b = append(b, `{"max_tokens":`...)
+	b = strconv.AppendInt(b, int64(req.MaxTokens), 10)
+	b = append(b, `,"messages":[`...)
+	final := -1 // the caller's final assistant message, trimmed as a prefill
+	if req.Prefill == "" {
+		final = lastMessage(req.Messages)
 	}
-	tools, err := tools(req.Tools)
-	if err != nil {
-		return params, 0, err
+	for i, m := range req.Messages {
+		blocks, text := m.Blocks, ""
+		if i == final && m.Role == recovery.RoleAssistant {
+			var h int
+			blocks, text, h = trimFinal(m.Blocks)
+			held += h
+		}
+		if b, err = appendMessage(b, m.Role, blocks, text); err != nil {
+			return nil, 0, fmt.Errorf("messages[%d].%w", i, err)
+		}
 	}
 	if req.Prefill != "" {
 		sent := strings.TrimRightFunc(req.Prefill, unicode.IsSpace)
 		held = len(req.Prefill) - len(sent)
 		if sent != "" {
-			msgs = append(msgs, sdk.NewAssistantMessage(sdk.NewTextBlock(sent)))
+			b = append(comma(b), `{"role":"assistant","content":[{"type":"text","text":`...)
+			b = append(jsonenc.AppendString(b, sent), "}]}"...)
 		}
-	} else {
-		msgs, held = trimFinalAssistant(msgs)
 	}
-	params = sdk.MessageNewParams{
-		Model:     sdk.Model(req.Model),
-		MaxTokens: int64(req.MaxTokens),
-		Messages:  msgs,
-		Tools:     tools,
+	b = append(b, ']')
+	if req.Model != "" { // the SDK omits an empty model
+		b = jsonenc.AppendString(append(b, `,"model":`...), req.Model)
 	}
 	if req.System != "" {
-		params.System = []sdk.TextBlockParam{{Text: req.System}}
+		b = append(b, `,"system":[{"type":"text","text":`...)
+		b = append(jsonenc.AppendString(b, req.System), "}]"...)
 	}
 	if budget := thinkingBudget(req); budget > 0 {
-		params.Thinking = sdk.ThinkingConfigParamOfEnabled(int64(budget))
+		b = append(b, `,"thinking":{"type":"enabled","budget_tokens":`...)
+		b = append(strconv.AppendInt(b, int64(budget), 10), '}')
 	}
-	return params, held, nil
+	if b, err = appendTools(b, req.Tools); err != nil {
+		return nil, 0, err
+	}
+	return append(b, `,"stream":true}`...), held, nil
 }
 
-// trimFinalAssistant holds the trailing whitespace of the caller's own final
+// sizeHint is about the body's length, so that it is allocated once: the
+// texts, the images in base64 and the schemas, and some room for the rest.
+func sizeHint(req *provider.Request) int {
+	n := 256 + len(req.System) + len(req.Prefill) + len(req.Model)
+	for _, m := range req.Messages {
+		for _, b := range m.Blocks {
+			n += 96 + len(b.Text) + len(b.Signature) + len(b.MediaType) + base64.StdEncoding.EncodedLen(len(b.Data)) +
+				len(b.ToolUseID) + len(b.ToolName) + len(b.ToolInput)
+		}
+	}
+	for _, t := range req.Tools {
+		n += 96 + len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	return n
+}
+
+// comma separates a value from the one before it in an array or object.
+func comma(b []byte) []byte {
+	if c := b[len(b)-1]; c != '[' && c != '{' {
+		b = append(b, ',')
+	}
+	return b
+}
+
+// says reports whether a block goes on the wire: an empty text block does
+// not, the API refuses it.
+func says(blk recovery.Block) bool {
+	return blk.Kind != recovery.BlockText || blk.Text != ""
+}
+
+// lastMessage is the index of the last message that goes on the wire (one
+// with a block that says something), -1 if none does: the one that ends the
+// conversation, which the API takes for a prefill if it is the assistant's.
+func lastMessage(msgs []recovery.Message) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if slices.ContainsFunc(msgs[i].Blocks, says) {
+			return i
+		}
+	}
+	return -1
+}
+
+// trimFinal holds the trailing whitespace of the caller's own final
 // assistant message off the wire, as a prefill's is: the API refuses final
 // assistant content that ends in whitespace. Text blocks at the end of the
 // message lose their trailing whitespace; one left empty is dropped, and so
 // is the message if nothing is left of it, which then ends with the user's
-// turn (an answer afresh, as there was nothing to continue). held is the
-// number of bytes removed: the continuation loses as much leading
-// whitespace, so that the caller's text plus the stream reads as the model
-// wrote it.
-func trimFinalAssistant(msgs []sdk.MessageParam) (_ []sdk.MessageParam, held int) {
-	if len(msgs) == 0 || msgs[len(msgs)-1].Role != sdk.MessageParamRoleAssistant {
-		return msgs, 0
-	}
-	last := &msgs[len(msgs)-1]
-	blocks := slices.Clone(last.Content)
-	for len(blocks) > 0 {
-		text := blocks[len(blocks)-1].OfText
-		if text == nil {
-			break
+// turn (an answer afresh, as there was nothing to continue). It returns the
+// blocks to send, of which the last, if text is not empty, is a text block
+// to send as text; held is the number of bytes removed: the continuation
+// loses as much leading whitespace, so that the caller's text plus the
+// stream reads as the model wrote it.
+func trimFinal(blocks []recovery.Block) (_ []recovery.Block, text string, held int) {
+	for j := len(blocks) - 1; j >= 0; j-- {
+		blk := blocks[j]
+		if blk.Kind != recovery.BlockText {
+			return blocks[:j+1], "", held
 		}
-		trimmed := strings.TrimRightFunc(text.Text, unicode.IsSpace)
-		held += len(text.Text) - len(trimmed)
+		trimmed := strings.TrimRightFunc(blk.Text, unicode.IsSpace)
+		held += len(blk.Text) - len(trimmed)
 		if trimmed != "" {
-			t := *text
-			t.Text = trimmed
-			blocks[len(blocks)-1] = sdk.ContentBlockParamUnion{OfText: &t}
-			break
+			return blocks[:j+1], trimmed, held
 		}
-		blocks = blocks[:len(blocks)-1]
 	}
-	if len(blocks) == 0 {
-		return msgs[:len(msgs)-1], held
+	return nil, "", held
+}
+
+// appendMessage appends one message, nothing for one that says nothing.
+// text, if not empty, replaces the text of the last block (trimFinal's).
+// An error names the block, for the caller to prefix with the message.
+func appendMessage(b []byte, role recovery.Role, blocks []recovery.Block, text string) ([]byte, error) {
+	if !slices.ContainsFunc(blocks, says) {
+		return b, nil
 	}
-	last.Content = blocks
-	return msgs, held
+	if role == recovery.RoleAssistant {
+		b = append(comma(b), `{"role":"assistant","content":[`...)
+	} else {
+		b = append(comma(b), `{"role":"user","content":[`...)
+	}
+	for j, blk := range blocks {
+		if text != "" && j == len(blocks)-1 {
+			blk.Text = text
+		}
+		var err error
+		if b, err = appendBlock(b, blk); err != nil {
+			return nil, fmt.Errorf("blocks[%d]: %w", j, err)
+		}
+	}
+	return append(b, "]}"...), nil
+}
+
+// appendBlock appends one content block; nothing for an empty text block.
+func appendBlock(b []byte, blk recovery.Block) ([]byte, error) {
+	switch blk.Kind {
+	case recovery.BlockText:
+		if blk.Text == "" {
+			return b, nil
+		}
+		b = append(comma(b), `{"text":`...)
+		return append(jsonenc.AppendString(b, blk.Text), `,"type":"text"}`...), nil
+	case recovery.BlockImage:
+		b = append(comma(b), `{"source":{"data":"`...)
+		b = base64.StdEncoding.AppendEncode(b, blk.Data)
+		b = append(b, '"')
+		if blk.MediaType != "" { // the SDK omits an empty media type
+			b = jsonenc.AppendString(append(b, `,"media_type":`...), blk.MediaType)
+		}
+		return append(b, `,"type":"base64"},"type":"image"}`...), nil
+	case recovery.BlockToolUse:
+		b = jsonenc.AppendString(append(comma(b), `{"id":`...), blk.ToolUseID)
+		b = append(b, `,"input":`...)
+		var err error
+		if b, err = appendInput(b, blk.ToolInput); err != nil {
+			return nil, err
+		}
+		b = jsonenc.AppendString(append(b, `,"name":`...), blk.ToolName)
+		return append(b, `,"type":"tool_use"}`...), nil
+	case recovery.BlockToolResult:
+		b = jsonenc.AppendString(append(comma(b), `{"tool_use_id":`...), blk.ToolUseID)
+		if blk.Text != "" {
+			b = append(b, `,"content":[{"text":`...)
+			b = append(jsonenc.AppendString(b, blk.Text), `,"type":"text"}]`...)
+		}
+		b = strconv.AppendBool(append(b, `,"is_error":`...), blk.IsError)
+		return append(b, `,"type":"tool_result"}`...), nil
+	case recovery.BlockThinking:
+		if blk.Redacted {
+			b = jsonenc.AppendString(append(comma(b), `{"data":`...), blk.Data)
+			return append(b, `,"type":"redacted_thinking"}`...), nil
+		}
+		b = jsonenc.AppendString(append(comma(b), `{"signature":`...), blk.Signature)
+		b = jsonenc.AppendString(append(b, `,"thinking":`...), blk.Text)
+		return append(b, `,"type":"thinking"}`...), nil
+	}
+	return nil, fmt.Errorf("unknown block kind %d", blk.Kind)
+}
+
+// errInput is why a tool call's arguments are refused.
+var errInput = errors.New("tool input is not valid JSON")
+
+// appendInput appends a tool call's arguments, {} when there are none. They
+// go as they came, as the SDK sent them (a json.RawMessage), but for bytes
+// that are not UTF-8, which can only be inside strings and go as U+FFFD,
+// what the server would read of them anyway: the body stays UTF-8.
+func appendInput(b, raw []byte) ([]byte, error) {
+	if len(raw) == 0 {
+		return append(b, "{}"...), nil
+	}
+	if !json.Valid(raw) {
+		return nil, errInput
+	}
+	if utf8.Valid(raw) {
+		return append(b, raw...), nil
+	}
+	for i := 0; i < len(raw); {
+		r, size := utf8.DecodeRune(raw[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, raw[i:i+size]...)
+		}
+		i += size
+	}
+	return b, nil
+}
+
+// errSchema is why a tool's input schema is refused.
+var errSchema = errors.New("input schema is not a JSON object")
+
+// errSchemaKey is why a schema with an empty top-level key is refused: the
+// SDK set each of the schema's other fields by path (sjson), refused the
+// empty one, and sent nothing.
+var errSchemaKey = errors.New("input schema has an empty key")
+
+// appendTools appends the tool declarations, if there are any: no tools
+// sends no "tools".
+func appendTools(b []byte, tools []provider.Tool) ([]byte, error) {
+	if len(tools) == 0 {
+		return b, nil
+	}
+	b = append(b, `,"tools":[`...)
+	for _, t := range tools {
+		b = jsonenc.AppendString(append(comma(b), `{"name":`...), t.Name)
+		if t.Description != "" {
+			b = jsonenc.AppendString(append(b, `,"description":`...), t.Description)
+		}
+		var err error
+		if b, err = appendSchema(b, t.InputSchema); err != nil {
+			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']'), nil
+}
+
+// appendSchema appends a tool's input schema as the SDK's params had it:
+// "type": "object" whatever the schema said, its properties, the strings
+// of its required, and the rest of it ($defs, additionalProperties, …) as
+// is — and no "input_schema" at all for a schema that has none of these,
+// which the SDK omitted as a zero value. The schema is decoded as the provider decoded it into those params,
+// so that it is refused where it was, and its values encoded by
+// encoding/json, not by the SDK's reflective encoder; a request without
+// tools, the common one, never comes here.
+func appendSchema(b, raw []byte) ([]byte, error) {
+	if len(raw) == 0 {
+		return b, nil
+	}
+	mark := len(b)
+	b = append(b, `,"input_schema":{"type":"object"`...)
+	empty := len(b)
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return nil, errSchema
+	}
+	if props := fields["properties"]; props != nil {
+		var err error
+		if b, err = appendValue(append(b, `,"properties":`...), props); err != nil {
+			return nil, err
+		}
+	}
+	if req, ok := fields["required"].([]any); ok {
+		n := 0
+		for _, r := range req {
+			if s, ok := r.(string); ok {
+				if n == 0 {
+					b = append(b, `,"required":[`...)
+				} else {
+					b = append(b, ',')
+				}
+				b = jsonenc.AppendString(b, s)
+				n++
+			}
+		}
+		if n > 0 {
+			b = append(b, ']')
+		}
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		if k == "" {
+			return nil, errSchemaKey
+		}
+		if k != "type" && k != "properties" && k != "required" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		var err error
+		if b, err = appendValue(append(jsonenc.AppendString(append(b, ','), k), ':'), fields[k]); err != nil {
+			return nil, err
+		}
+	}
+	if len(b) == empty {
+		return b[:mark], nil
+	}
+	return append(b, '}'), nil
+}
+
+// appendValue appends a decoded schema value, encoded by encoding/json.
+func appendValue(b []byte, v any) ([]byte, error) {
+	enc, err := json.Marshal(v)
+	if err != nil {
+		return nil, errSchema
+	}
+	return append(b, enc...), nil
 }
 
 // MinThinkingBudget is the smallest budget_tokens the API accepts.
@@ -122,118 +375,4 @@ func thinkingFits(msgs []recovery.Message) bool {
 		return !uses || (len(m.Blocks) > 0 && m.Blocks[0].Kind == recovery.BlockThinking)
 	}
 	return true
-}
-
-// messages maps the conversation. Empty text blocks and messages left empty
-// are dropped: the API refuses them.
-func messages(in []recovery.Message) ([]sdk.MessageParam, error) {
-	out := make([]sdk.MessageParam, 0, len(in)+1)
-	for i, m := range in {
-		blocks := make([]sdk.ContentBlockParamUnion, 0, len(m.Blocks))
-		for j, b := range m.Blocks {
-			block, ok, err := contentBlock(b)
-			if err != nil {
-				return nil, fmt.Errorf("messages[%d].blocks[%d]: %w", i, j, err)
-			}
-			if ok {
-				blocks = append(blocks, block)
-			}
-		}
-		if len(blocks) == 0 {
-			continue
-		}
-		role := sdk.MessageParamRoleUser
-		if m.Role == recovery.RoleAssistant {
-			role = sdk.MessageParamRoleAssistant
-		}
-		out = append(out, sdk.MessageParam{Role: role, Content: blocks})
-	}
-	return out, nil
-}
-
-// contentBlock maps one block; ok is false for a block that says nothing.
-func contentBlock(b recovery.Block) (block sdk.ContentBlockParamUnion, ok bool, err error) {
-	switch b.Kind {
-	case recovery.BlockText:
-		if b.Text == "" {
-			return block, false, nil
-		}
-		return sdk.NewTextBlock(b.Text), true, nil
-	case recovery.BlockImage:
-		return sdk.NewImageBlockBase64(b.MediaType, base64.StdEncoding.EncodeToString(b.Data)), true, nil
-	case recovery.BlockToolUse:
-		input, err := toolInput(b.ToolInput)
-		if err != nil {
-			return block, false, err
-		}
-		return sdk.NewToolUseBlock(b.ToolUseID, input, b.ToolName), true, nil
-	case recovery.BlockToolResult:
-		result := sdk.ToolResultBlockParam{ToolUseID: b.ToolUseID, IsError: sdk.Bool(b.IsError)}
-		if b.Text != "" {
-			result.Content = []sdk.ToolResultBlockParamContentUnion{{OfText: &sdk.TextBlockParam{Text: b.Text}}}
-		}
-		return sdk.ContentBlockParamUnion{OfToolResult: &result}, true, nil
-	case recovery.BlockThinking:
-		if b.Redacted {
-			return sdk.NewRedactedThinkingBlock(string(b.Data)), true, nil
-		}
-		return sdk.NewThinkingBlock(b.Signature, b.Text), true, nil
-	}
-	return block, false, fmt.Errorf("unknown block kind %d", b.Kind)
-}
-
-// toolInput is a tool call's arguments as JSON ({} when there are none).
-func toolInput(raw []byte) (json.RawMessage, error) {
-	if len(raw) == 0 {
-		return json.RawMessage(`{}`), nil
-	}
-	if !json.Valid(raw) {
-		return nil, fmt.Errorf("tool input is not valid JSON")
-	}
-	return json.RawMessage(raw), nil
-}
-
-// tools maps the tool declarations. The schema's properties and required
-// go to their fields, the rest of it ($defs, additionalProperties, …) as is.
-func tools(in []provider.Tool) ([]sdk.ToolUnionParam, error) {
-	var out []sdk.ToolUnionParam // nil, not empty: no tools sends no "tools"
-	for _, t := range in {
-		schema, err := inputSchema(t.InputSchema)
-		if err != nil {
-			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
-		}
-		tool := sdk.ToolParam{Name: t.Name, InputSchema: schema}
-		if t.Description != "" {
-			tool.Description = sdk.String(t.Description)
-		}
-		out = append(out, sdk.ToolUnionParam{OfTool: &tool})
-	}
-	return out, nil
-}
-
-// inputSchema splits a JSON Schema object into the SDK's fields.
-func inputSchema(raw []byte) (sdk.ToolInputSchemaParam, error) {
-	var schema sdk.ToolInputSchemaParam
-	if len(raw) == 0 {
-		return schema, nil
-	}
-	var fields map[string]any
-	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return schema, fmt.Errorf("input schema is not a JSON object")
-	}
-	schema.Properties = fields["properties"]
-	if req, ok := fields["required"].([]any); ok {
-		for _, r := range req {
-			if s, ok := r.(string); ok {
-				schema.Required = append(schema.Required, s)
-			}
-		}
-	}
-	for _, k := range []string{"type", "properties", "required"} {
-		delete(fields, k)
-	}
-	if len(fields) > 0 {
-		schema.ExtraFields = fields
-	}
-	return schema, nil
 }

@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
+	"github.com/completiond/completiond/provider/jsonenc"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -326,7 +326,7 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		case 0:
 			t.InputSchema = schema
 		case 1:
-			t.InputSchema = []byte(`{"type":"object","properties":{"q":{"type":"string","description":` + string(appendString(nil, cut())) + `}}}`)
+			t.InputSchema = []byte(`{"type":"object","properties":{"q":{"type":"string","description":` + string(jsonenc.AppendString(nil, cut())) + `}}}`)
 		}
 		req.Tools = append(req.Tools, t)
 	}
@@ -353,20 +353,4 @@ func genBlock(rng *rand.Rand, cut func() string) recovery.Block {
 		b.Text = cut()
 	}
 	return b
-}
-
-// TestAppendEscapedIsEncodingJSONs: byte for byte what encoding/json
-// writes for a string, but for <, > and & (HTML escaping, off here).
-func TestAppendEscapedIsEncodingJSONs(t *testing.T) {
-	for _, s := range []string{"", "plain", "\x00\x01\x1f\x7f", "\"\\/", "<>&", "\u2028\u2029", "é😀", "\xff", "a\xe2\x82", "\xed\xa0\x80"} {
-		var want bytes.Buffer
-		enc := json.NewEncoder(&want)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(s); err != nil {
-			t.Fatal(err)
-		}
-		if got := appendString(nil, s); string(got) != strings.TrimSuffix(want.String(), "\n") {
-			t.Errorf("appendString(%q) = %s, want %s", s, got, want.String())
-		}
-	}
 }

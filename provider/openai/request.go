@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/jsonenc"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -34,7 +35,7 @@ func (p *Provider) body(req *provider.Request) ([]byte, error) {
 	}
 	b = append(b, ']')
 	if req.Model != "" { // the SDK omits an empty model
-		b = appendString(append(b, `,"model":`...), req.Model)
+		b = jsonenc.AppendString(append(b, `,"model":`...), req.Model)
 	}
 	b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
 	b, err := appendTools(b, req.Tools)
@@ -87,7 +88,7 @@ func appendText(b []byte, role, text string) []byte {
 	b = append(comma(b), `{"role":"`...)
 	b = append(b, role...)
 	b = append(b, `","content":`...)
-	return append(appendString(b, text), '}')
+	return append(jsonenc.AppendString(b, text), '}')
 }
 
 // appendMessage appends one message, which may become several: each tool
@@ -103,8 +104,8 @@ func appendMessage(b []byte, m recovery.Message) ([]byte, error) {
 		switch blk.Kind {
 		case recovery.BlockToolResult:
 			b = append(comma(b), `{"role":"tool","tool_call_id":`...)
-			b = append(appendString(b, blk.ToolUseID), `,"content":`...)
-			b = append(appendString(b, blk.Text), '}')
+			b = append(jsonenc.AppendString(b, blk.ToolUseID), `,"content":`...)
+			b = append(jsonenc.AppendString(b, blk.Text), '}')
 		case recovery.BlockText:
 			if blk.Text != "" {
 				parts++
@@ -136,10 +137,10 @@ func appendParts(b []byte, blocks []recovery.Block) []byte {
 		switch {
 		case blk.Kind == recovery.BlockText && blk.Text != "":
 			b = append(comma(b), `{"type":"text","text":`...)
-			b = append(appendString(b, blk.Text), '}')
+			b = append(jsonenc.AppendString(b, blk.Text), '}')
 		case blk.Kind == recovery.BlockImage:
 			b = append(comma(b), `{"type":"image_url","image_url":{"url":"data:`...)
-			b = appendEscaped(b, blk.MediaType)
+			b = jsonenc.AppendEscaped(b, blk.MediaType)
 			b = append(b, ";base64,"...)
 			b = base64.StdEncoding.AppendEncode(b, blk.Data)
 			b = append(b, `"}}`...)
@@ -172,7 +173,7 @@ func appendAssistant(b []byte, blocks []recovery.Block) ([]byte, error) {
 	}
 	b = append(comma(b), `{"role":"assistant"`...)
 	if texts > 0 {
-		b = appendString(append(b, `,"content":`...), joinText(blocks, texts))
+		b = jsonenc.AppendString(append(b, `,"content":`...), joinText(blocks, texts))
 	}
 	if calls > 0 {
 		b = appendCalls(append(b, `,"tool_calls":[`...), blocks)
@@ -204,12 +205,12 @@ func appendCalls(b []byte, blocks []recovery.Block) []byte {
 			continue
 		}
 		b = append(comma(b), `{"id":`...)
-		b = append(appendString(b, blk.ToolUseID), `,"type":"function","function":{"name":`...)
-		b = append(appendString(b, blk.ToolName), `,"arguments":`...)
+		b = append(jsonenc.AppendString(b, blk.ToolUseID), `,"type":"function","function":{"name":`...)
+		b = append(jsonenc.AppendString(b, blk.ToolName), `,"arguments":`...)
 		if len(blk.ToolInput) == 0 {
 			b = append(b, `"{}"`...)
 		} else {
-			b = appendString(b, blk.ToolInput)
+			b = jsonenc.AppendString(b, blk.ToolInput)
 		}
 		b = append(b, "}}"...)
 	}
@@ -231,9 +232,9 @@ func appendTools(b []byte, tools []provider.Tool) ([]byte, error) {
 			b = append(b, '}')
 			continue
 		}
-		b = appendString(append(b, `,"function":{"name":`...), t.Name)
+		b = jsonenc.AppendString(append(b, `,"function":{"name":`...), t.Name)
 		if t.Description != "" {
-			b = appendString(append(b, `,"description":`...), t.Description)
+			b = jsonenc.AppendString(append(b, `,"description":`...), t.Description)
 		}
 		if len(t.InputSchema) > 0 {
 			var err error

@@ -1,0 +1,206 @@
+package anthropic
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+
+	sdk "github.com/anthropics/anthropic-sdk-go"
+
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/recovery"
+)
+
+// This file is the mapping the provider used before it built its own body
+// (request.go): requests to the SDK's params, which the SDK encodes. It is
+// the oracle of the parity tests (body_test.go): what the SDK would send.
+
+// sdkParams maps a request to the Messages API. held is the number of
+// trailing whitespace bytes of the prefill kept off the wire (see the
+// package doc).
+func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, err error) {
+	msgs, err := sdkMessages(req.Messages)
+	if err != nil {
+		return params, 0, err
+	}
+	tools, err := sdkTools(req.Tools)
+	if err != nil {
+		return params, 0, err
+	}
+	if req.Prefill != "" {
+		sent := strings.TrimRightFunc(req.Prefill, unicode.IsSpace)
+		held = len(req.Prefill) - len(sent)
+		if sent != "" {
+			msgs = append(msgs, sdk.NewAssistantMessage(sdk.NewTextBlock(sent)))
+		}
+	} else {
+		msgs, held = sdkTrimFinalAssistant(msgs)
+	}
+	params = sdk.MessageNewParams{
+		Model:     sdk.Model(req.Model),
+		MaxTokens: int64(req.MaxTokens),
+		Messages:  msgs,
+		Tools:     tools,
+	}
+	if req.System != "" {
+		params.System = []sdk.TextBlockParam{{Text: req.System}}
+	}
+	if budget := thinkingBudget(req); budget > 0 {
+		params.Thinking = sdk.ThinkingConfigParamOfEnabled(int64(budget))
+	}
+	return params, held, nil
+}
+
+// sdkTrimFinalAssistant holds the trailing whitespace of the caller's own final
+// assistant message off the wire, as a prefill's is: the API refuses final
+// assistant content that ends in whitespace. Text blocks at the end of the
+// message lose their trailing whitespace; one left empty is dropped, and so
+// is the message if nothing is left of it, which then ends with the user's
+// turn (an answer afresh, as there was nothing to continue). held is the
+// number of bytes removed: the continuation loses as much leading
+// whitespace, so that the caller's text plus the stream reads as the model
+// wrote it.
+func sdkTrimFinalAssistant(msgs []sdk.MessageParam) (_ []sdk.MessageParam, held int) {
+	if len(msgs) == 0 || msgs[len(msgs)-1].Role != sdk.MessageParamRoleAssistant {
+		return msgs, 0
+	}
+	last := &msgs[len(msgs)-1]
+	blocks := slices.Clone(last.Content)
+	for len(blocks) > 0 {
+		text := blocks[len(blocks)-1].OfText
+		if text == nil {
+			break
+		}
+		trimmed := strings.TrimRightFunc(text.Text, unicode.IsSpace)
+		held += len(text.Text) - len(trimmed)
+		if trimmed != "" {
+			t := *text
+			t.Text = trimmed
+			blocks[len(blocks)-1] = sdk.ContentBlockParamUnion{OfText: &t}
+			break
+		}
+		blocks = blocks[:len(blocks)-1]
+	}
+	if len(blocks) == 0 {
+		return msgs[:len(msgs)-1], held
+	}
+	last.Content = blocks
+	return msgs, held
+}
+
+// sdkMessages maps the conversation. Empty text blocks and messages left empty
+// are dropped: the API refuses them.
+func sdkMessages(in []recovery.Message) ([]sdk.MessageParam, error) {
+	out := make([]sdk.MessageParam, 0, len(in)+1)
+	for i, m := range in {
+		blocks := make([]sdk.ContentBlockParamUnion, 0, len(m.Blocks))
+		for j, b := range m.Blocks {
+			block, ok, err := sdkContentBlock(b)
+			if err != nil {
+				return nil, fmt.Errorf("messages[%d].blocks[%d]: %w", i, j, err)
+			}
+			if ok {
+				blocks = append(blocks, block)
+			}
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		role := sdk.MessageParamRoleUser
+		if m.Role == recovery.RoleAssistant {
+			role = sdk.MessageParamRoleAssistant
+		}
+		out = append(out, sdk.MessageParam{Role: role, Content: blocks})
+	}
+	return out, nil
+}
+
+// sdkContentBlock maps one block; ok is false for a block that says nothing.
+func sdkContentBlock(b recovery.Block) (block sdk.ContentBlockParamUnion, ok bool, err error) {
+	switch b.Kind {
+	case recovery.BlockText:
+		if b.Text == "" {
+			return block, false, nil
+		}
+		return sdk.NewTextBlock(b.Text), true, nil
+	case recovery.BlockImage:
+		return sdk.NewImageBlockBase64(b.MediaType, base64.StdEncoding.EncodeToString(b.Data)), true, nil
+	case recovery.BlockToolUse:
+		input, err := sdkToolInput(b.ToolInput)
+		if err != nil {
+			return block, false, err
+		}
+		return sdk.NewToolUseBlock(b.ToolUseID, input, b.ToolName), true, nil
+	case recovery.BlockToolResult:
+		result := sdk.ToolResultBlockParam{ToolUseID: b.ToolUseID, IsError: sdk.Bool(b.IsError)}
+		if b.Text != "" {
+			result.Content = []sdk.ToolResultBlockParamContentUnion{{OfText: &sdk.TextBlockParam{Text: b.Text}}}
+		}
+		return sdk.ContentBlockParamUnion{OfToolResult: &result}, true, nil
+	case recovery.BlockThinking:
+		if b.Redacted {
+			return sdk.NewRedactedThinkingBlock(string(b.Data)), true, nil
+		}
+		return sdk.NewThinkingBlock(b.Signature, b.Text), true, nil
+	}
+	return block, false, fmt.Errorf("unknown block kind %d", b.Kind)
+}
+
+// sdkToolInput is a tool call's arguments as JSON ({} when there are none).
+func sdkToolInput(raw []byte) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return json.RawMessage(`{}`), nil
+	}
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("tool input is not valid JSON")
+	}
+	return json.RawMessage(raw), nil
+}
+
+// sdkTools maps the tool declarations. The schema's properties and required
+// go to their fields, the rest of it ($defs, additionalProperties, …) as is.
+func sdkTools(in []provider.Tool) ([]sdk.ToolUnionParam, error) {
+	var out []sdk.ToolUnionParam // nil, not empty: no tools sends no "tools"
+	for _, t := range in {
+		schema, err := sdkInputSchema(t.InputSchema)
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+		}
+		tool := sdk.ToolParam{Name: t.Name, InputSchema: schema}
+		if t.Description != "" {
+			tool.Description = sdk.String(t.Description)
+		}
+		out = append(out, sdk.ToolUnionParam{OfTool: &tool})
+	}
+	return out, nil
+}
+
+// sdkInputSchema splits a JSON Schema object into the SDK's fields.
+func sdkInputSchema(raw []byte) (sdk.ToolInputSchemaParam, error) {
+	var schema sdk.ToolInputSchemaParam
+	if len(raw) == 0 {
+		return schema, nil
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return schema, fmt.Errorf("input schema is not a JSON object")
+	}
+	schema.Properties = fields["properties"]
+	if req, ok := fields["required"].([]any); ok {
+		for _, r := range req {
+			if s, ok := r.(string); ok {
+				schema.Required = append(schema.Required, s)
+			}
+		}
+	}
+	for _, k := range []string{"type", "properties", "required"} {
+		delete(fields, k)
+	}
+	if len(fields) > 0 {
+		schema.ExtraFields = fields
+	}
+	return schema, nil
+}
