@@ -5,12 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
-	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -20,6 +17,7 @@ import (
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
 	"github.com/completiond/completiond/provider/jsonenc"
+	"github.com/completiond/completiond/provider/providertest"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -29,45 +27,6 @@ import (
 // that records them, must have the same headers and JSON-equal bodies
 // ("stream": true included), the same held whitespace, and a request
 // refused by one must be refused by the other, with the same error.
-
-// recorder is a transport that records each request and answers it with
-// a 400, so that a Stream ends at once.
-type recorder struct {
-	mu   sync.Mutex
-	reqs []recorded
-}
-
-// recorded is one request as it went on the wire.
-type recorded struct {
-	method, url string
-	header      http.Header
-	body        []byte
-}
-
-// RoundTrip records req and answers it with an invalid_request_error.
-func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.reqs = append(r.reqs, recorded{method: req.Method, url: req.URL.String(), header: req.Header.Clone(), body: body})
-	r.mu.Unlock()
-	return &http.Response{
-		StatusCode: http.StatusBadRequest, Header: http.Header{"Content-Type": {"application/json"}},
-		Body:    io.NopCloser(strings.NewReader(`{"type":"error","error":{"type":"invalid_request_error","message":"recorded"}}`)),
-		Request: req,
-	}, nil
-}
-
-// take returns the requests recorded since the last take.
-func (r *recorder) take() []recorded {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	reqs := r.reqs
-	r.reqs = nil
-	return reqs
-}
 
 // parityConfigs are the provider's configurations that change the
 // request: Anthropic's own address or another, with a key or without.
@@ -83,10 +42,14 @@ func parityConfigs() map[string]Config {
 // parityNames are parityConfigs' names in a fixed order, for the fuzzer.
 var parityNames = []string{"default", "base URL", "path", "no key"}
 
+// parityAnswer is the recorder's answer to every request: the API's
+// invalid-request error, so that a Stream ends at once.
+const parityAnswer = `{"type":"error","error":{"type":"invalid_request_error","message":"recorded"}}`
+
 // parityProvider is New(cfg) sending to a recorder.
-func parityProvider(t testing.TB, cfg Config) (*Provider, *recorder) {
+func parityProvider(t testing.TB, cfg Config) (*Provider, *providertest.Recorder) {
 	t.Helper()
-	rec := &recorder{}
+	rec := &providertest.Recorder{Answer: parityAnswer}
 	cfg.HTTPClient = &http.Client{Transport: rec}
 	p, err := New(cfg)
 	if err != nil {
@@ -119,13 +82,13 @@ func (p *Provider) sdkSend(req *provider.Request) (err, encErr error) {
 }
 
 // checkParity sends req both ways through p and compares what went out.
-func checkParity(t *testing.T, p *Provider, rec *recorder, req *provider.Request) {
+func checkParity(t *testing.T, p *Provider, rec *providertest.Recorder, req *provider.Request) {
 	t.Helper()
 	_, _, bodyErr := p.body(req)
 	sdkErr, encErr := p.sdkSend(req)
-	want := rec.take()
+	want := rec.Take()
 	_, err := p.Stream(context.Background(), req, func(provider.Chunk) error { return nil })
-	got := rec.take()
+	got := rec.Take()
 	if encErr != nil {
 		// The SDK refused to encode what sdkParams built (an empty key
 		// among a schema's fields): the body refuses it, as invalid.
@@ -146,19 +109,19 @@ func checkParity(t *testing.T, p *Provider, rec *recorder, req *provider.Request
 	if len(got) != 1 || len(want) != 1 {
 		t.Fatalf("%d requests sent, SDK %d", len(got), len(want))
 	}
-	if got[0].method != want[0].method || got[0].url != want[0].url {
-		t.Fatalf("%s %s, SDK's %s %s", got[0].method, got[0].url, want[0].method, want[0].url)
+	if got[0].Method != want[0].Method || got[0].URL != want[0].URL {
+		t.Fatalf("%s %s, SDK's %s %s", got[0].Method, got[0].URL, want[0].Method, want[0].URL)
 	}
-	if !utf8.Valid(got[0].body) || !json.Valid(got[0].body) {
-		t.Fatalf("body is not valid JSON in UTF-8: %q", got[0].body)
+	if !utf8.Valid(got[0].Body) || !json.Valid(got[0].Body) {
+		t.Fatalf("body is not valid JSON in UTF-8: %q", got[0].Body)
 	}
-	if g, w := decodeJSON(t, got[0].body), decodeJSON(t, want[0].body); !reflect.DeepEqual(g, w) {
-		t.Fatalf("body\n%s\nSDK's\n%s", got[0].body, want[0].body)
+	if g, w := decodeJSON(t, got[0].Body), decodeJSON(t, want[0].Body); !reflect.DeepEqual(g, w) {
+		t.Fatalf("body\n%s\nSDK's\n%s", got[0].Body, want[0].Body)
 	}
-	got[0].header.Del("Content-Length")
-	want[0].header.Del("Content-Length")
-	if !reflect.DeepEqual(got[0].header, want[0].header) {
-		t.Fatalf("headers\n%v\nSDK's\n%v", got[0].header, want[0].header)
+	got[0].Header.Del("Content-Length")
+	want[0].Header.Del("Content-Length")
+	if !reflect.DeepEqual(got[0].Header, want[0].Header) {
+		t.Fatalf("headers\n%v\nSDK's\n%v", got[0].Header, want[0].Header)
 	}
 }
 
@@ -353,7 +316,7 @@ func FuzzBodyParity(f *testing.F) {
 	cfgs := parityConfigs()
 	type target struct {
 		p   *Provider
-		rec *recorder
+		rec *providertest.Recorder
 	}
 	var targets []target
 	for _, name := range parityNames {

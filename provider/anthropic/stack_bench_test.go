@@ -2,11 +2,7 @@ package anthropic
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"runtime"
-	"runtime/debug"
-	"strings"
 	"testing"
 
 	sdk "github.com/anthropics/anthropic-sdk-go"
@@ -14,6 +10,7 @@ import (
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
+	"github.com/completiond/completiond/provider/providertest"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -30,78 +27,26 @@ const senders = 200
 func BenchmarkSenderStack(b *testing.B) {
 	for name, req := range map[string]*provider.Request{"plain": stackPlain(), "conversation": stackConversation()} {
 		b.Run(name, func(b *testing.B) {
-			arrived, release := make(chan struct{}, senders), make(chan struct{})
-			p, err := New(Config{BaseURL: "http://upstream.invalid", APIKey: "sk-bench", HTTPClient: &http.Client{
-				Transport: holder{arrived: arrived, release: release}}})
+			held := providertest.NewHeldTransport(senders)
+			p, err := New(Config{BaseURL: "http://upstream.invalid", APIKey: "sk-bench", HTTPClient: &http.Client{Transport: held}})
 			if err != nil {
 				b.Fatal(err)
 			}
+			prepare := func() (func() (*http.Response, error), func()) {
+				body, _, err := p.body(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				a := classify.Begin(context.Background(), provider.Timeouts{})
+				return func() (*http.Response, error) { return p.send(a, body) }, a.End
+			}
 			var perSender float64
 			for b.Loop() {
-				perSender = sendersStack(b, p, req, arrived, release)
+				perSender = providertest.SendersStack(b, held, senders, prepare)
 			}
 			b.ReportMetric(perSender, "stack-B/sender")
 		})
 	}
-}
-
-// sendersStack runs the senders and returns the stack each holds.
-func sendersStack(b *testing.B, p *Provider, req *provider.Request, arrived, release chan struct{}) float64 {
-	b.StopTimer()
-	runtime.GC()
-	runtime.GC()
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	before := stackInuse()
-	b.StartTimer()
-	type sent struct {
-		res *http.Response
-		err error
-	}
-	done := make(chan sent, senders)
-	for range senders {
-		body, _, err := p.body(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		a := classify.Begin(context.Background(), provider.Timeouts{})
-		defer a.End()
-		go func() {
-			res, err := p.send(a, body)
-			done <- sent{res, err}
-		}()
-	}
-	for range senders {
-		<-arrived
-	}
-	held := stackInuse()
-	for range senders {
-		release <- struct{}{}
-	}
-	for range senders {
-		if s := <-done; s.res != nil {
-			s.res.Body.Close()
-		}
-	}
-	return float64(held-before) / senders
-}
-
-// stackInuse is the bytes of goroutine stacks in use.
-func stackInuse() uint64 {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.StackInuse
-}
-
-// holder is a transport that signals each request's arrival and answers
-// it with a 400 once released.
-type holder struct{ arrived, release chan struct{} }
-
-// RoundTrip signals the request's arrival and waits for its release.
-func (h holder) RoundTrip(req *http.Request) (*http.Response, error) {
-	h.arrived <- struct{}{}
-	<-h.release
-	return &http.Response{StatusCode: http.StatusBadRequest, Header: http.Header{},
-		Body: io.NopCloser(strings.NewReader(`{"error":{"message":"held"}}`)), Request: req}, nil
 }
 
 // stackPlain is the load benchmark's request: one user message.
@@ -156,17 +101,6 @@ func BenchmarkEncode(b *testing.B) {
 	}
 }
 
-// okTransport answers every request at once with an empty 200 stream,
-// after reading its body: what a send costs without the network.
-type okTransport struct{}
-
-// RoundTrip reads the request's body and answers 200.
-func (okTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	_, _ = io.Copy(io.Discard, req.Body)
-	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: http.NoBody, Request: req}, nil
-}
-
 // BenchmarkSend is the cost of a send up to the response. "post" hands a
 // built body to the SDK as Provider.send does (Client.Post with the body
 // as bytes); "streaming" as NewStreaming would take it (zero params, which
@@ -176,7 +110,7 @@ func (okTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // Stream's path (Provider.body, then send), "request/streaming" the one
 // before it (sdkParams, then NewStreaming encoding them).
 func BenchmarkSend(b *testing.B) {
-	p, err := New(Config{BaseURL: "http://upstream.invalid", APIKey: "sk-bench", HTTPClient: &http.Client{Transport: okTransport{}}})
+	p, err := New(Config{BaseURL: "http://upstream.invalid", APIKey: "sk-bench", HTTPClient: &http.Client{Transport: providertest.OKTransport{}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,12 +3,9 @@ package openai
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
-	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -18,6 +15,7 @@ import (
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
 	"github.com/completiond/completiond/provider/jsonenc"
+	"github.com/completiond/completiond/provider/providertest"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -27,42 +25,6 @@ import (
 // that records them, must have the same headers and JSON-equal bodies
 // ("stream": true and the prefill fields included), and a request refused
 // by one must be refused by the other, with the same error.
-
-// recorder is a transport that records each request and answers it with
-// a 400, so that a Stream ends at once.
-type recorder struct {
-	mu   sync.Mutex
-	reqs []recorded
-}
-
-type recorded struct {
-	header http.Header
-	body   []byte
-}
-
-func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.reqs = append(r.reqs, recorded{header: req.Header.Clone(), body: body})
-	r.mu.Unlock()
-	return &http.Response{
-		StatusCode: http.StatusBadRequest, Header: http.Header{"Content-Type": {"application/json"}},
-		Body:    io.NopCloser(strings.NewReader(`{"error":{"message":"recorded","type":"invalid_request_error"}}`)),
-		Request: req,
-	}, nil
-}
-
-// take returns the requests recorded since the last take.
-func (r *recorder) take() []recorded {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	reqs := r.reqs
-	r.reqs = nil
-	return reqs
-}
 
 // parityConfigs are the provider's configurations that change the body:
 // a compatible server (vLLM's prefill fields), OpenAI's own API (none),
@@ -77,10 +39,14 @@ func parityConfigs() map[string]Config {
 	}
 }
 
+// parityAnswer is the recorder's answer to every request: the API's
+// invalid-request error, so that a Stream ends at once.
+const parityAnswer = `{"error":{"message":"recorded","type":"invalid_request_error"}}`
+
 // parityProvider is New(cfg) sending to a recorder.
-func parityProvider(t testing.TB, cfg Config) (*Provider, *recorder) {
+func parityProvider(t testing.TB, cfg Config) (*Provider, *providertest.Recorder) {
 	t.Helper()
-	rec := &recorder{}
+	rec := &providertest.Recorder{Answer: parityAnswer}
 	cfg.HTTPClient = &http.Client{Transport: rec}
 	p, err := New(cfg)
 	if err != nil {
@@ -112,13 +78,13 @@ func (p *Provider) sdkSend(req *provider.Request) error {
 }
 
 // checkParity sends req both ways through p and compares what went out.
-func checkParity(t *testing.T, p *Provider, rec *recorder, req *provider.Request) {
+func checkParity(t *testing.T, p *Provider, rec *providertest.Recorder, req *provider.Request) {
 	t.Helper()
 	_, bodyErr := p.body(req)
 	sdkErr := p.sdkSend(req)
-	want := rec.take()
+	want := rec.Take()
 	_, err := p.Stream(context.Background(), req, func(provider.Chunk) error { return nil })
-	got := rec.take()
+	got := rec.Take()
 	if (bodyErr == nil) != (sdkErr == nil) || bodyErr != nil && bodyErr.Error() != sdkErr.Error() {
 		t.Fatalf("body error %v, SDK params error %v", bodyErr, sdkErr)
 	}
@@ -131,16 +97,16 @@ func checkParity(t *testing.T, p *Provider, rec *recorder, req *provider.Request
 	if len(got) != 1 || len(want) != 1 {
 		t.Fatalf("%d requests sent, SDK %d", len(got), len(want))
 	}
-	if !utf8.Valid(got[0].body) || !json.Valid(got[0].body) {
-		t.Fatalf("body is not valid JSON in UTF-8: %q", got[0].body)
+	if !utf8.Valid(got[0].Body) || !json.Valid(got[0].Body) {
+		t.Fatalf("body is not valid JSON in UTF-8: %q", got[0].Body)
 	}
-	if g, w := decodeJSON(t, got[0].body), decodeJSON(t, want[0].body); !reflect.DeepEqual(g, w) {
-		t.Fatalf("body\n%s\nSDK's\n%s", got[0].body, want[0].body)
+	if g, w := decodeJSON(t, got[0].Body), decodeJSON(t, want[0].Body); !reflect.DeepEqual(g, w) {
+		t.Fatalf("body\n%s\nSDK's\n%s", got[0].Body, want[0].Body)
 	}
-	got[0].header.Del("Content-Length")
-	want[0].header.Del("Content-Length")
-	if !reflect.DeepEqual(got[0].header, want[0].header) {
-		t.Fatalf("headers\n%v\nSDK's\n%v", got[0].header, want[0].header)
+	got[0].Header.Del("Content-Length")
+	want[0].Header.Del("Content-Length")
+	if !reflect.DeepEqual(got[0].Header, want[0].Header) {
+		t.Fatalf("headers\n%v\nSDK's\n%v", got[0].Header, want[0].Header)
 	}
 }
 
@@ -281,7 +247,7 @@ func FuzzBodyParity(f *testing.F) {
 	cfgs := parityConfigs()
 	type target struct {
 		p   *Provider
-		rec *recorder
+		rec *providertest.Recorder
 	}
 	var targets []target
 	for _, name := range []string{"compatible", "openai", "explicit prefill body", "legacy max_tokens"} {
