@@ -45,9 +45,23 @@ run: ## Serve on $(ADDR) (ADDR, or COMPLETIOND_ADDR) with the embedded sim provi
 build: ## Build bin/completiond.
 	$(GO) build -buildvcs=auto -o $(BIN)/completiond ./cmd/completiond
 
+# make test installs what the tests run before running them: redis-server
+# (the fleet tests) and a C compiler (the race detector needs cgo), both
+# Debian packages installed with apt-get when missing and make runs as root.
 .PHONY: test
-test: ## Run every test with the race detector.
+test: test-deps ## Run every test with the race detector (installs redis-server and a C compiler when missing).
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+.PHONY: test-deps
+test-deps: redis-installed cc-installed ## Install what make test needs beyond Go: redis-server and a C compiler (apt-get, when missing).
+
+.PHONY: cc-installed
+cc-installed:
+	@command -v "$$($(GO) env CC)" >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing gcc and libc6-dev with apt-get (go test -race needs a C compiler)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; \
+		else echo "go test -race needs a C compiler: apt-get install gcc"; exit 1; fi; }
 
 # make soak: the chaos soak of service/soak_test.go with SOAK_N completions
 # (a run of 200 is part of make test). SOAK_SEED picks the requests.

@@ -198,3 +198,21 @@ func TestMakeBreakingAgainstPreviousCommit(t *testing.T) {
 		}
 	})
 }
+
+// TestMakeTestInstallsWhatItRuns: make test runs the fleet tests against a
+// real redis-server and the race detector, which needs a C compiler; on a
+// fresh machine it installs both before it runs a test (the prerequisite was
+// once lost in a merge, and only a machine that had redis already passed).
+func TestMakeTestInstallsWhatItRuns(t *testing.T) {
+	out := makeIn(t, nil, "-n", "test")
+	gotest := strings.Index(out, "test -race")
+	if gotest < 0 {
+		t.Fatalf("make -n test runs no go test -race:\n%s", out)
+	}
+	for _, want := range []string{"install -y -qq redis-server", "install -y -qq gcc libc6-dev"} {
+		i := strings.Index(out, want)
+		if i < 0 || i > gotest {
+			t.Errorf("make -n test does not %q before go test:\n%s", want, out)
+		}
+	}
+}
