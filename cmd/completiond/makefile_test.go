@@ -205,7 +205,7 @@ func TestMakeBreakingAgainstPreviousCommit(t *testing.T) {
 // once lost in a merge, and only a machine that had redis already passed).
 func TestMakeTestInstallsWhatItRuns(t *testing.T) {
 	out := makeIn(t, nil, "-n", "test")
-	gotest := strings.Index(out, "test -race")
+	gotest := strings.Index(out, "test -race -count")
 	if gotest < 0 {
 		t.Fatalf("make -n test runs no go test -race:\n%s", out)
 	}
