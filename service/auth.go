@@ -21,38 +21,6 @@ import (
 	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 )
 
-// Auth says who may call the server. With no keys and ClientCertificates
-// off, authentication is off and every caller may use every route.
-type Auth struct {
-	// Keys are the API keys callers present as `authorization: Bearer <key>`.
-	Keys []APIKey
-	// ClientCertificates lets a caller authenticate with a client certificate
-	// the server's TLS configuration verified (mTLS, --tls-client-ca): the
-	// certificate's CommonName or one of its DNS SANs names the key whose
-	// routes it may use; a certificate that names no key may use every route,
-	// under its CommonName.
-	ClientCertificates bool
-}
-
-// On reports whether callers must authenticate.
-func (a Auth) On() bool { return len(a.Keys) > 0 || a.ClientCertificates }
-
-// APIKey is one caller's key: its name, which appears in logs, spans and
-// metrics, the SHA-256 of the key itself, which appears nowhere, and the
-// routes it may use.
-type APIKey struct {
-	// Name identifies the caller in logs, spans and metrics.
-	Name string
-	// SHA256 is the SHA-256 digest of the key; all zero for an entry that
-	// only names a client certificate.
-	SHA256 [sha256.Size]byte
-	// Routes are the routes the key may use; nil means every route.
-	Routes []string
-}
-
-// HashKey returns the SHA-256 digest of key, as APIKey.SHA256 holds it.
-func HashKey(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) }
-
 // Caller is who made a request, once authenticated.
 type Caller struct {
 	// Name is the name of the key or client certificate.
@@ -240,36 +208,4 @@ func routeDenied(c Caller, route string) error {
 	return withDetails(codes.PermissionDenied, fmt.Sprintf("key %q may not use route %q", c.Name, route),
 		&errdetails.ErrorInfo{Reason: "ROUTE_NOT_PERMITTED", Domain: ErrorDomain,
 			Metadata: map[string]string{"route": route, "key": c.Name}}).Err()
-}
-
-// check reports a key without a name, two keys of one name, two keys with
-// one key, and a key allowed a route that is not configured.
-func (a Auth) check(routes map[string]*Route) error {
-	names := map[string]bool{}
-	sums := map[[sha256.Size]byte]string{}
-	for i, k := range a.Keys {
-		field := fmt.Sprintf("auth.keys[%d]", i)
-		if k.Name == "" {
-			return fmt.Errorf("%s.name: a name is required", field)
-		}
-		if names[k.Name] {
-			return fmt.Errorf("%s.name: key %q is declared twice", field, k.Name)
-		}
-		names[k.Name] = true
-		if k.SHA256 != ([sha256.Size]byte{}) {
-			if other, ok := sums[k.SHA256]; ok {
-				return fmt.Errorf("%s: key %q has the same key as %q", field, k.Name, other)
-			}
-			sums[k.SHA256] = k.Name
-		}
-		if k.Routes != nil && len(k.Routes) == 0 {
-			return fmt.Errorf("%s.routes: an empty list allows nothing (write all for every route)", field)
-		}
-		for _, r := range k.Routes {
-			if _, ok := routes[r]; !ok {
-				return fmt.Errorf("%s.routes: unknown route %q", field, r)
-			}
-		}
-	}
-	return nil
 }

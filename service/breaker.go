@@ -12,16 +12,6 @@ import (
 	"github.com/completiond/completiond/recovery"
 )
 
-// BreakerSettings configure the circuit breaker of every route.
-type BreakerSettings struct {
-	// Failures is the number of consecutive upstream failures that opens a
-	// route's circuit (default 5); negative disables the breakers.
-	Failures int
-	// Cooldown is how long an open circuit stays open before one probe is
-	// let through (default 30 s).
-	Cooldown time.Duration
-}
-
 // probeRetryAfter is what retryAfter answers while a half-open circuit's
 // probe is in flight: the probe's outcome is not known yet, so the caller is
 // told to come back shortly rather than after a whole cool-down.

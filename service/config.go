@@ -1,18 +1,18 @@
 package service
 
 import (
+	"crypto/sha256"
 	"fmt"
-	"log/slog"
-	"math/rand/v2"
+	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
+	"github.com/redis/go-redis/v9"
 )
 
 // Route is one configured upstream route: what the machine knows about it,
@@ -108,8 +108,9 @@ func DefaultLimits() Limits {
 	}
 }
 
-// Config is the assembled configuration of a Server.
-type Config struct {
+// ConfigValues is what configures a Server that is a value: routes, policy,
+// limits, durations and the names of files and stores; LoadFile reads it.
+type ConfigValues struct {
 	// DefaultRoute is used when a request names none.
 	DefaultRoute string
 	// Routes are the configured routes by name.
@@ -134,14 +135,6 @@ type Config struct {
 	// DefaultSessionStartWait). A Session silent for longer ends with
 	// DEADLINE_EXCEEDED.
 	SessionStartWait time.Duration
-	// Logger receives the server's logs; nil discards them.
-	Logger *slog.Logger
-	// Now returns the current time; nil uses time.Now. Tests inject a clock.
-	Now func() time.Time
-	// Rand returns a uniform number in [0, 1) for backoff jitter; nil uses math/rand/v2.
-	Rand func() float64
-	// Telemetry receives traces and metrics; the zero value turns them off.
-	Telemetry Telemetry
 	// Auth says who may call; the zero value lets everybody call.
 	Auth Auth
 	// TLS names the certificate files of the server; ServerTLS reads them.
@@ -155,17 +148,6 @@ type Config struct {
 	// MaxResumeGrace bounds the resume_grace a request may ask for
 	// (default 10 min; see DefaultMaxResumeGrace).
 	MaxResumeGrace time.Duration
-	// Redis, when set, is the Redis the replicas of a fleet share (see
-	// NewRedisClient); nil runs a single process, with everything in its
-	// memory. With it, the circuit breakers and the per-key limits are
-	// shared (local while Redis does not answer), and every completion's
-	// events are logged in Redis too
-	// (RedisEventLog, with the bounds of EventLog), so that Attach and
-	// Session resume of an ended Session work on any replica; health is
-	// NOT_SERVING while Redis does not answer, and completions then keep
-	// their events in this replica's memory only. The caller closes it,
-	// after Server.Close.
-	Redis redis.UniversalClient
 	// RedisURL is the URL Redis was configured with, as the file or the
 	// flags gave it (a password in it included): what NewRedisClient
 	// builds Redis from. The server itself uses Redis only.
@@ -173,16 +155,6 @@ type Config struct {
 	// RedisPing is how often health PINGs Redis, each PING bounded by it
 	// (default 1 s; see DefaultRedisPing).
 	RedisPing time.Duration
-	// Log, when set, is the event log instead of the in-memory one: the
-	// log the replicas of a fleet share (the Redis log), or one that
-	// in-process replicas share in tests.
-	Log EventLog
-	// Leases, when set, make the server a replica of a fleet that shares
-	// Log: each Stream with a resume grace runs under a lease its replica
-	// renews, and a replica serving an Attach of a completion whose lease
-	// lapsed (its replica died) takes it over (takeover.go). nil: a single
-	// process, no leases.
-	Leases Leases
 	// LeaseTTL is the lease length the file configuration asks for
 	// (redis.lease_ttl), for whoever builds Leases (completiond: with
 	// NewRedisLeases); 0: DefaultLeaseTTL. The server itself uses Leases.
@@ -225,9 +197,9 @@ func SimRoutes(s *sim.Provider) map[string]*Route {
 	}
 }
 
-// DefaultConfig returns a configuration that serves the simulator only.
-func DefaultConfig() Config {
-	return Config{
+// DefaultValues returns configuration values that serve the simulator only.
+func DefaultValues() ConfigValues {
+	return ConfigValues{
 		DefaultRoute: "sim",
 		Routes:       SimRoutes(sim.New(sim.Config{Pace: 20 * time.Millisecond})),
 		Policy:       recovery.DefaultPolicy(),
@@ -239,7 +211,7 @@ func DefaultConfig() Config {
 // check reports the first inconsistency in c: a missing default route, a
 // route without a provider, a thinking budget on a route the machine does
 // not know thinks, or a fallback that names no route.
-func (c *Config) check() error {
+func (c *ConfigValues) check() error {
 	if err := c.Policy.Check(); err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
@@ -265,16 +237,8 @@ func (c *Config) check() error {
 	return nil
 }
 
-func (c *Config) fillDefaults() {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Rand == nil {
-		c.Rand = rand.Float64
-	}
+// fillDefaults gives every unset value its default.
+func (c *ConfigValues) fillDefaults() {
 	if c.CallerWait <= 0 {
 		c.CallerWait = 5 * time.Minute
 	}
@@ -305,7 +269,7 @@ func (c *Config) fillDefaults() {
 
 // chain returns the routes a request will use: its route (or the default),
 // then its fallbacks (or the route's configured chain), without repeats.
-func (c *Config) chain(route string, fallbacks []string) []*Route {
+func (c *ConfigValues) chain(route string, fallbacks []string) []*Route {
 	if route == "" {
 		route = c.DefaultRoute
 	}
@@ -322,4 +286,175 @@ func (c *Config) chain(route string, fallbacks []string) []*Route {
 		}
 	}
 	return out
+}
+
+// BreakerSettings configure the circuit breaker of every route.
+type BreakerSettings struct {
+	// Failures is the number of consecutive upstream failures that opens a
+	// route's circuit (default 5); negative disables the breakers.
+	Failures int
+	// Cooldown is how long an open circuit stays open before one probe is
+	// let through (default 30 s).
+	Cooldown time.Duration
+}
+
+// EventLogLimits bound the in-memory event log.
+type EventLogLimits struct {
+	// MaxEvents bounds the events kept per completion (default 10 000);
+	// past it the oldest events are dropped, and an attach that would need
+	// them is OUT_OF_RANGE.
+	MaxEvents int
+	// MaxCompletions bounds the completions kept (default 1 000).
+	MaxCompletions int
+	// MaxBytes bounds the encoded size of all events kept (default 256 MiB).
+	MaxBytes int64
+	// Retention is how long a completion's log is kept after its result
+	// (default 5 min).
+	Retention time.Duration
+}
+
+// DefaultEventLogLimits returns the limits used when the configuration sets none.
+func DefaultEventLogLimits() EventLogLimits {
+	return EventLogLimits{MaxEvents: 10_000, MaxCompletions: 1_000, MaxBytes: 256 << 20, Retention: 5 * time.Minute}
+}
+
+func (l *EventLogLimits) fillDefaults() {
+	d := DefaultEventLogLimits()
+	if l.MaxEvents <= 0 {
+		l.MaxEvents = d.MaxEvents
+	}
+	if l.MaxCompletions <= 0 {
+		l.MaxCompletions = d.MaxCompletions
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = d.MaxBytes
+	}
+	if l.Retention <= 0 {
+		l.Retention = d.Retention
+	}
+}
+
+// TLSFiles name the PEM files of the server's TLS.
+type TLSFiles struct {
+	// CertFile and KeyFile are the server's certificate chain and private
+	// key. Both empty: plaintext.
+	CertFile, KeyFile string
+	// ClientCAFile, when set, holds the CA certificates that sign client
+	// certificates (mTLS). A client certificate is then verified when the
+	// client sends one, and authenticates the caller (see Auth).
+	ClientCAFile string
+	// ReloadInterval is how often, at most, a handshake checks whether the
+	// certificate or key file changed; 0 is DefaultTLSReload.
+	ReloadInterval time.Duration
+}
+
+// DefaultTLSReload is how often, at most, the certificate files are checked
+// for a change.
+const DefaultTLSReload = 5 * time.Second
+
+// On reports whether the server serves TLS.
+func (f TLSFiles) On() bool { return f.CertFile != "" || f.KeyFile != "" }
+
+// Auth says who may call the server. With no keys and ClientCertificates
+// off, authentication is off and every caller may use every route.
+type Auth struct {
+	// Keys are the API keys callers present as `authorization: Bearer <key>`.
+	Keys []APIKey
+	// ClientCertificates lets a caller authenticate with a client certificate
+	// the server's TLS configuration verified (mTLS, --tls-client-ca): the
+	// certificate's CommonName or one of its DNS SANs names the key whose
+	// routes it may use; a certificate that names no key may use every route,
+	// under its CommonName.
+	ClientCertificates bool
+}
+
+// On reports whether callers must authenticate.
+func (a Auth) On() bool { return len(a.Keys) > 0 || a.ClientCertificates }
+
+// APIKey is one caller's key: its name, which appears in logs, spans and
+// metrics, the SHA-256 of the key itself, which appears nowhere, and the
+// routes it may use.
+type APIKey struct {
+	// Name identifies the caller in logs, spans and metrics.
+	Name string
+	// SHA256 is the SHA-256 digest of the key; all zero for an entry that
+	// only names a client certificate.
+	SHA256 [sha256.Size]byte
+	// Routes are the routes the key may use; nil means every route.
+	Routes []string
+}
+
+// HashKey returns the SHA-256 digest of key, as APIKey.SHA256 holds it.
+func HashKey(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) }
+
+// check reports a key without a name, two keys of one name, two keys with
+// one key, and a key allowed a route that is not configured.
+func (a Auth) check(routes map[string]*Route) error {
+	names := map[string]bool{}
+	sums := map[[sha256.Size]byte]string{}
+	for i, k := range a.Keys {
+		field := fmt.Sprintf("auth.keys[%d]", i)
+		if k.Name == "" {
+			return fmt.Errorf("%s.name: a name is required", field)
+		}
+		if names[k.Name] {
+			return fmt.Errorf("%s.name: key %q is declared twice", field, k.Name)
+		}
+		names[k.Name] = true
+		if k.SHA256 != ([sha256.Size]byte{}) {
+			if other, ok := sums[k.SHA256]; ok {
+				return fmt.Errorf("%s: key %q has the same key as %q", field, k.Name, other)
+			}
+			sums[k.SHA256] = k.Name
+		}
+		if k.Routes != nil && len(k.Routes) == 0 {
+			return fmt.Errorf("%s.routes: an empty list allows nothing (write all for every route)", field)
+		}
+		for _, r := range k.Routes {
+			if _, ok := routes[r]; !ok {
+				return fmt.Errorf("%s.routes: unknown route %q", field, r)
+			}
+		}
+	}
+	return nil
+}
+
+// DefaultRedisPing is Config.RedisPing when unset.
+const DefaultRedisPing = time.Second
+
+// DefaultLeaseTTL is the lease length when the configuration sets none:
+// a dead replica's completions are taken over about this long after its
+// death (its owner renews at a third of it).
+const DefaultLeaseTTL = 2 * time.Second
+
+// ParseRedisURL checks a Redis URL and returns its options; the error
+// names the URL without its password.
+func ParseRedisURL(rawURL string) (*redis.Options, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		return nil, fmt.Errorf("redis url %s: want redis://[user[:password]@]host:port[/db] or rediss://…", RedactRedisURL(rawURL))
+	}
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		msg := err.Error()
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+		return nil, fmt.Errorf("redis url %s: %s", RedactRedisURL(rawURL), msg)
+	}
+	return opt, nil
+}
+
+// RedactRedisURL is the URL with its password, if any, replaced by xxxxx:
+// what logs and check-config show. A string that is not a URL shows as
+// its scheme, if it has one.
+func RedactRedisURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		if scheme, _, ok := strings.Cut(rawURL, "://"); ok && !strings.ContainsAny(scheme, "@:/") {
+			return scheme + "://(not a valid URL)"
+		}
+		return "(not a valid URL)"
+	}
+	return u.Redacted()
 }

@@ -109,42 +109,6 @@ var closed = func() chan struct{} {
 	return c
 }()
 
-// EventLogLimits bound the in-memory event log.
-type EventLogLimits struct {
-	// MaxEvents bounds the events kept per completion (default 10 000);
-	// past it the oldest events are dropped, and an attach that would need
-	// them is OUT_OF_RANGE.
-	MaxEvents int
-	// MaxCompletions bounds the completions kept (default 1 000).
-	MaxCompletions int
-	// MaxBytes bounds the encoded size of all events kept (default 256 MiB).
-	MaxBytes int64
-	// Retention is how long a completion's log is kept after its result
-	// (default 5 min).
-	Retention time.Duration
-}
-
-// DefaultEventLogLimits returns the limits used when the configuration sets none.
-func DefaultEventLogLimits() EventLogLimits {
-	return EventLogLimits{MaxEvents: 10_000, MaxCompletions: 1_000, MaxBytes: 256 << 20, Retention: 5 * time.Minute}
-}
-
-func (l *EventLogLimits) fillDefaults() {
-	d := DefaultEventLogLimits()
-	if l.MaxEvents <= 0 {
-		l.MaxEvents = d.MaxEvents
-	}
-	if l.MaxCompletions <= 0 {
-		l.MaxCompletions = d.MaxCompletions
-	}
-	if l.MaxBytes <= 0 {
-		l.MaxBytes = d.MaxBytes
-	}
-	if l.Retention <= 0 {
-		l.Retention = d.Retention
-	}
-}
-
 // memLog is the embedded EventLog: everything in this process's memory.
 // Bounds evict the ended logs that ended first; a live log is never
 // evicted (one over its own bounds drops its oldest events instead).

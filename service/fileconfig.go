@@ -159,7 +159,7 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 // LoadFile reads the configuration file at path and builds the routes it
 // declares, plus the sim routes, into base. An invalid file is an error that
 // names the field.
-func LoadFile(path string, base Config, getenv func(string) string, factories map[string]Factory) (Config, error) {
+func LoadFile(path string, base ConfigValues, getenv func(string) string, factories map[string]Factory) (ConfigValues, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return base, err
@@ -177,7 +177,7 @@ func LoadFile(path string, base Config, getenv func(string) string, factories ma
 	return cfg, nil
 }
 
-func (fc *FileConfig) apply(base Config, getenv func(string) string, factories map[string]Factory) (Config, error) {
+func (fc *FileConfig) apply(base ConfigValues, getenv func(string) string, factories map[string]Factory) (ConfigValues, error) {
 	providers := map[string]provider.Provider{}
 	for _, name := range sortedKeys(fc.Providers) {
 		p, err := buildProvider(name, fc.Providers[name], getenv, factories)
@@ -370,7 +370,7 @@ func (ft FileTimeouts) parse(field string) (provider.Timeouts, error) {
 	return t, nil
 }
 
-func (fc *FileConfig) applyBreaker(cfg *Config) error {
+func (fc *FileConfig) applyBreaker(cfg *ConfigValues) error {
 	if fc.Breaker == nil {
 		return nil
 	}
@@ -389,7 +389,7 @@ func (fc *FileConfig) applyBreaker(cfg *Config) error {
 // environment, for running without a configuration file: ANTHROPIC_API_KEY
 // adds "claude", OPENAI_API_KEY adds "gpt"; each falls back to the other
 // when both are set.
-func EnvRoutes(base Config, getenv func(string) string, factories map[string]Factory) (Config, error) {
+func EnvRoutes(base ConfigValues, getenv func(string) string, factories map[string]Factory) (ConfigValues, error) {
 	fc := FileConfig{Providers: map[string]FileProvider{}, Routes: map[string]FileRoute{}}
 	var names []string
 	if getenv("ANTHROPIC_API_KEY") != "" {
@@ -526,7 +526,7 @@ type FileLimits struct {
 }
 
 // applySafety applies the auth, tls and limits sections to cfg.
-func (fc *FileConfig) applySafety(cfg *Config, getenv func(string) string) error {
+func (fc *FileConfig) applySafety(cfg *ConfigValues, getenv func(string) string) error {
 	if fc.Auth != nil {
 		for i, fk := range fc.Auth.Keys {
 			k, err := fk.build(fmt.Sprintf("auth.keys[%d]", i), getenv)

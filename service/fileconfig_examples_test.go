@@ -22,7 +22,7 @@ func TestExampleConfigsLoad(t *testing.T) {
 	factories := map[string]Factory{"anthropic": fake, "openai": fake}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			cfg, err := LoadFile(f, DefaultConfig(), func(k string) string { return env[k] }, factories)
+			cfg, err := LoadFile(f, DefaultValues(), func(k string) string { return env[k] }, factories)
 			if err != nil {
 				t.Fatal(err)
 			}

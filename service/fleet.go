@@ -15,9 +15,6 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
-// DefaultRedisPing is Config.RedisPing when unset.
-const DefaultRedisPing = time.Second
-
 // redisWatch follows whether Redis answers: a PING every interval, each
 // bounded by the interval. It starts up; a failed command of the event log
 // marks it down at once, and only a PING brings it back.

@@ -88,11 +88,6 @@ type Leases interface {
 	TTL() time.Duration
 }
 
-// DefaultLeaseTTL is the lease length when the configuration sets none:
-// a dead replica's completions are taken over about this long after its
-// death (its owner renews at a third of it).
-const DefaultLeaseTTL = 2 * time.Second
-
 // memLeases are Leases in this process's memory: for tests, and for
 // replicas in one process.
 type memLeases struct {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,38 +31,6 @@ func NewRedisClient(rawURL, password string) (redis.UniversalClient, error) {
 	opt.ContextTimeoutEnabled = true
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = RedisTimeout, RedisTimeout, RedisTimeout
 	return redis.NewClient(opt), nil
-}
-
-// ParseRedisURL checks a Redis URL and returns its options; the error
-// names the URL without its password.
-func ParseRedisURL(rawURL string) (*redis.Options, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-		return nil, fmt.Errorf("redis url %s: want redis://[user[:password]@]host:port[/db] or rediss://…", RedactRedisURL(rawURL))
-	}
-	opt, err := redis.ParseURL(rawURL)
-	if err != nil {
-		msg := err.Error()
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "xxxxx")
-		}
-		return nil, fmt.Errorf("redis url %s: %s", RedactRedisURL(rawURL), msg)
-	}
-	return opt, nil
-}
-
-// RedactRedisURL is the URL with its password, if any, replaced by xxxxx:
-// what logs and check-config show. A string that is not a URL shows as
-// its scheme, if it has one.
-func RedactRedisURL(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		if scheme, _, ok := strings.Cut(rawURL, "://"); ok && !strings.ContainsAny(scheme, "@:/") {
-			return scheme + "://(not a valid URL)"
-		}
-		return "(not a valid URL)"
-	}
-	return u.Redacted()
 }
 
 // SetRedisLogger sends the Redis client's own messages (its reconnects)

@@ -94,12 +94,12 @@ func TestRedisPasswordFromTheEnvironment(t *testing.T) {
 func TestFileConfigRedis(t *testing.T) {
 	env := map[string]string{"REDIS_PASSWORD": redisSecret}
 	getenv := func(k string) string { return env[k] }
-	load := func(body string) (Config, error) {
+	load := func(body string) (ConfigValues, error) {
 		path := filepath.Join(t.TempDir(), "c.yaml")
 		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return LoadFile(path, DefaultConfig(), getenv, nil)
+		return LoadFile(path, DefaultValues(), getenv, nil)
 	}
 	cfg, err := load("redis:\n  url: rediss://:${REDIS_PASSWORD}@redis:6380/1\n")
 	if err != nil {

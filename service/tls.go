@@ -11,27 +11,6 @@ import (
 	"time"
 )
 
-// TLSFiles name the PEM files of the server's TLS.
-type TLSFiles struct {
-	// CertFile and KeyFile are the server's certificate chain and private
-	// key. Both empty: plaintext.
-	CertFile, KeyFile string
-	// ClientCAFile, when set, holds the CA certificates that sign client
-	// certificates (mTLS). A client certificate is then verified when the
-	// client sends one, and authenticates the caller (see Auth).
-	ClientCAFile string
-	// ReloadInterval is how often, at most, a handshake checks whether the
-	// certificate or key file changed; 0 is DefaultTLSReload.
-	ReloadInterval time.Duration
-}
-
-// DefaultTLSReload is how often, at most, the certificate files are checked
-// for a change.
-const DefaultTLSReload = 5 * time.Second
-
-// On reports whether the server serves TLS.
-func (f TLSFiles) On() bool { return f.CertFile != "" || f.KeyFile != "" }
-
 // ServerTLS returns the server's TLS configuration. The certificate is read
 // now, then read again when the certificate or key file has changed (its
 // modification time or size), checked at most every ReloadInterval during a

@@ -71,7 +71,7 @@ func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	s := sim.New(sim.Config{})
 	recording["sim"] = func(service.ProviderSpec) (provider.Provider, error) { return s, nil }
-	base := service.DefaultConfig()
+	base := service.DefaultValues()
 	base.Routes = map[string]*service.Route{}
 	cfg, err := service.LoadFile(path, base, getenv, recording)
 	if err != nil {
@@ -81,7 +81,7 @@ func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 }
 
 // printConfig writes the report of check-config.
-func printConfig(w io.Writer, path string, cfg service.Config, specs map[provider.Provider]service.ProviderSpec) error {
+func printConfig(w io.Writer, path string, cfg service.ConfigValues, specs map[provider.Provider]service.ProviderSpec) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format+"\n", a...) }
 	p("%s: OK, %d routes", path, len(cfg.Routes))

@@ -31,10 +31,14 @@ func loadRoutes(cfg service.Config, path string, s *sim.Provider, getenv func(st
 		cfg.Routes = map[string]*service.Route{}
 		withSim := maps.Clone(factories)
 		withSim["sim"] = func(service.ProviderSpec) (provider.Provider, error) { return s, nil }
-		return service.LoadFile(path, cfg, getenv, withSim)
+		v, err := service.LoadFile(path, cfg.ConfigValues, getenv, withSim)
+		cfg.ConfigValues = v
+		return cfg, err
 	}
 	cfg.Routes = service.SimRoutes(s)
-	return service.EnvRoutes(cfg, getenv, factories)
+	v, err := service.EnvRoutes(cfg.ConfigValues, getenv, factories)
+	cfg.ConfigValues = v
+	return cfg, err
 }
 
 // prefillBody is the spec's prefill body for openai.Config: an empty map,
