@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/service"
@@ -264,7 +265,7 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 func serveAddr(t *testing.T) string {
 	t.Helper()
 	cfg := service.DefaultConfig()
-	cfg.Routes = service.SimRoutes(sim.New(sim.Config{}))
+	cfg.Routes = config.SimRoutes(sim.New(sim.Config{}))
 	cfg.Policy.Retry.BackoffBase = 10 * time.Millisecond
 	cfg.Policy.Retry.BackoffMax = 80 * time.Millisecond
 	cfg.Rand = func() float64 { return 0.5 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/completiond/completiond/config"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -62,7 +63,7 @@ func CallerName(ctx context.Context) string {
 // refusing anything, so that the log line of a call carries the key's name;
 // enforce, after logging, refuses calls that did not authenticate.
 type authenticator struct {
-	auth Auth
+	auth config.Auth
 }
 
 // healthPrefix is the method prefix of grpc.health.v1, which stays open.
@@ -86,8 +87,8 @@ func (a *authenticator) authenticate(ctx context.Context) (*Caller, error) {
 		if err != nil {
 			return nil, status.Error(codes.Unauthenticated, `malformed authorization metadata: want "Bearer <key>"`)
 		}
-		sum := HashKey(token)
-		var found *APIKey
+		sum := config.HashKey(token)
+		var found *config.APIKey
 		for i := range a.auth.Keys {
 			k := &a.auth.Keys[i]
 			if subtle.ConstantTimeCompare(sum[:], k.SHA256[:]) == 1 && k.SHA256 != ([sha256.Size]byte{}) {
@@ -181,7 +182,7 @@ func (a *authenticator) interceptors() (identify grpc.UnaryServerInterceptor, id
 // fallback_routes must be allowed, or the request is refused with
 // PERMISSION_DENIED; fallbacks that come from the route's configured chain
 // and are not allowed are dropped.
-func permit(ctx context.Context, fallbacks []string, chain []*Route) ([]*Route, error) {
+func permit(ctx context.Context, fallbacks []string, chain []*config.Route) ([]*config.Route, error) {
 	c, ok := callerFrom(ctx)
 	if !ok || c.Routes == nil || len(chain) == 0 {
 		return chain, nil
@@ -194,7 +195,7 @@ func permit(ctx context.Context, fallbacks []string, chain []*Route) ([]*Route, 
 			return nil, routeDenied(c, fb)
 		}
 	}
-	out := make([]*Route, 0, len(chain))
+	out := make([]*config.Route, 0, len(chain))
 	for _, r := range chain {
 		if c.may(r.Spec.Name) {
 			out = append(out, r)

@@ -20,16 +20,17 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
 // testKeys are the keys of the auth tests: one for every route, one for
 // the sim route only, one for sim and sim-large.
-func testKeys() Auth {
-	return Auth{Keys: []APIKey{
-		{Name: "ops", SHA256: HashKey("ops-secret-key")},
-		{Name: "narrow", SHA256: HashKey("narrow-secret-key"), Routes: []string{"sim"}},
-		{Name: "large", SHA256: HashKey("large-secret-key"), Routes: []string{"sim-large"}},
+func testKeys() config.Auth {
+	return config.Auth{Keys: []config.APIKey{
+		{Name: "ops", SHA256: config.HashKey("ops-secret-key")},
+		{Name: "narrow", SHA256: config.HashKey("narrow-secret-key"), Routes: []string{"sim"}},
+		{Name: "large", SHA256: config.HashKey("large-secret-key"), Routes: []string{"sim-large"}},
 	}}
 }
 
@@ -232,14 +233,14 @@ func TestKeyNameInLogsAndSpans(t *testing.T) {
 func TestAuthConfigIsChecked(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		auth Auth
+		auth config.Auth
 		want string
 	}{
-		{"no name", Auth{Keys: []APIKey{{SHA256: HashKey("k")}}}, "name is required"},
-		{"twice", Auth{Keys: []APIKey{{Name: "a", SHA256: HashKey("k")}, {Name: "a", SHA256: HashKey("l")}}}, "declared twice"},
-		{"same key", Auth{Keys: []APIKey{{Name: "a", SHA256: HashKey("k")}, {Name: "b", SHA256: HashKey("k")}}}, "same key"},
-		{"unknown route", Auth{Keys: []APIKey{{Name: "a", SHA256: HashKey("k"), Routes: []string{"nope"}}}}, `unknown route "nope"`},
-		{"empty routes", Auth{Keys: []APIKey{{Name: "a", SHA256: HashKey("k"), Routes: []string{}}}}, "allows nothing"},
+		{"no name", config.Auth{Keys: []config.APIKey{{SHA256: config.HashKey("k")}}}, "name is required"},
+		{"twice", config.Auth{Keys: []config.APIKey{{Name: "a", SHA256: config.HashKey("k")}, {Name: "a", SHA256: config.HashKey("l")}}}, "declared twice"},
+		{"same key", config.Auth{Keys: []config.APIKey{{Name: "a", SHA256: config.HashKey("k")}, {Name: "b", SHA256: config.HashKey("k")}}}, "same key"},
+		{"unknown route", config.Auth{Keys: []config.APIKey{{Name: "a", SHA256: config.HashKey("k"), Routes: []string{"nope"}}}}, `unknown route "nope"`},
+		{"empty routes", config.Auth{Keys: []config.APIKey{{Name: "a", SHA256: config.HashKey("k"), Routes: []string{}}}}, "allows nothing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

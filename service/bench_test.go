@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/completiond/completiond/bench/mock"
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/openai"
@@ -23,7 +24,7 @@ import (
 
 // benchServer serves the given routes over bufconn, without logging, with
 // backoff made negligible so that a recovery costs what the service spends.
-func benchServer(b *testing.B, routes map[string]*Route, def string) completionv1.CompletionClient {
+func benchServer(b *testing.B, routes map[string]*config.Route, def string) completionv1.CompletionClient {
 	b.Helper()
 	cfg := DefaultConfig()
 	cfg.Routes, cfg.DefaultRoute = routes, def
@@ -68,8 +69,8 @@ func BenchmarkStreamOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	route := &Route{Spec: recovery.Route{Name: "up", Provider: "openai", Model: "test-model", ContextWindow: 128000}, Upstream: p}
-	client := benchServer(b, map[string]*Route{"up": route}, "up")
+	route := &config.Route{Spec: recovery.Route{Name: "up", Provider: "openai", Model: "test-model", ContextWindow: 128000}, Upstream: p}
+	client := benchServer(b, map[string]*config.Route{"up": route}, "up")
 	direct := &provider.Request{Attempt: 1, Model: "test-model", MaxTokens: 8000,
 		Messages: []recovery.Message{recovery.UserText("Benchmark the overhead.")}}
 	viaService := prompt("Benchmark the overhead.", nil)
@@ -80,7 +81,7 @@ func BenchmarkStreamOverhead(b *testing.B) {
 // rate limits and a stream cut resumed by prefill, on the sim — against a
 // clean one, both through the service, to show what recovery itself costs.
 func BenchmarkRecoveryPath(b *testing.B) {
-	client := benchServer(b, SimRoutes(sim.New(sim.Config{})), "sim")
+	client := benchServer(b, config.SimRoutes(sim.New(sim.Config{})), "sim")
 	clean := prompt("Benchmark recovery.", map[string]string{sim.MetaWords: "200"})
 	faulty := prompt("Benchmark recovery.", map[string]string{sim.MetaWords: "200", sim.MetaFaults: "rate_limit,rate_limit,cut=100"})
 	compare(b, "clean", func() { grpcCall(b, client, clean) }, func() { grpcCall(b, client, faulty) })
@@ -115,7 +116,7 @@ func BenchmarkLogging(b *testing.B) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelError} {
 		b.Run("level="+level.String(), func(b *testing.B) {
 			cfg := DefaultConfig()
-			cfg.Routes, cfg.DefaultRoute = SimRoutes(sim.New(sim.Config{})), "sim"
+			cfg.Routes, cfg.DefaultRoute = config.SimRoutes(sim.New(sim.Config{})), "sim"
 			cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(devNull(b), &slog.HandlerOptions{Level: level})))
 			client, _ := grpcClient(b, cfg)
 			req := prompt("Benchmark logging.", map[string]string{sim.MetaWords: "1"})
@@ -168,10 +169,10 @@ func BenchmarkLongAnswer(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			route := &Route{Spec: recovery.Route{Name: "up", Provider: "openai", Model: "test-model",
+			route := &config.Route{Spec: recovery.Route{Name: "up", Provider: "openai", Model: "test-model",
 				ContextWindow: 1_000_000, MaxOutputTokens: 64_000}, Upstream: p}
 			cfg := DefaultConfig()
-			cfg.Routes, cfg.DefaultRoute = map[string]*Route{"up": route}, "up"
+			cfg.Routes, cfg.DefaultRoute = map[string]*config.Route{"up": route}, "up"
 			cfg.Policy.Truncation.Escalation, cfg.Policy.Truncation.MaxContinuations = false, 3
 			client, _ := grpcClient(b, cfg)
 			req := prompt("Benchmark a long answer.", nil)
@@ -248,7 +249,7 @@ const idleStreams = 1000
 // the streams are held there.
 func BenchmarkIdleStreams(b *testing.B) {
 	held := make(chan struct{}, idleStreams)
-	routes := SimRoutes(sim.New(sim.Config{}))
+	routes := config.SimRoutes(sim.New(sim.Config{}))
 	routes["sim"].Upstream = &holdProvider{Provider: routes["sim"].Upstream, entered: held, release: make(chan struct{})}
 	cfg := DefaultConfig()
 	cfg.Routes, cfg.DefaultRoute = routes, "sim"
@@ -278,12 +279,12 @@ func BenchmarkIdleStreamsOpenAI(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	route := func(name, model string) *Route {
-		return &Route{Spec: recovery.Route{Name: name, Provider: "openai", Model: model, ContextWindow: 128000, MaxOutputTokens: 4096},
+	route := func(name, model string) *config.Route {
+		return &config.Route{Spec: recovery.Route{Name: name, Provider: "openai", Model: model, ContextWindow: 128000, MaxOutputTokens: 4096},
 			Upstream: p, Timeouts: provider.Timeouts{Headers: time.Minute, FirstToken: time.Hour, Idle: time.Hour, Total: time.Hour}}
 	}
 	cfg := DefaultConfig()
-	cfg.Routes = map[string]*Route{"bench": route("bench", mock.Spec{Hold: true}.Model()), "warm": route("warm", mock.Spec{Tokens: 1}.Model())}
+	cfg.Routes = map[string]*config.Route{"bench": route("bench", mock.Spec{Hold: true}.Model()), "warm": route("warm", mock.Spec{Tokens: 1}.Model())}
 	cfg.DefaultRoute = "bench"
 	cfg.Limits.MaxInFlight, cfg.Limits.MaxConcurrentStreams = 0, 0
 	client, _ := grpcClient(b, cfg)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -29,7 +30,7 @@ var (
 
 // breakers holds one circuit breaker per route, shared by all completions.
 type breakers struct {
-	settings BreakerSettings
+	settings config.BreakerSettings
 	// now is the clock retryAfter measures the cool-down with (time.Now by
 	// default). gobreaker reads time.Now itself to end the cool-down.
 	now     func() time.Time
@@ -49,7 +50,7 @@ type routeBreaker struct {
 	openedAt time.Time
 }
 
-func newBreakers(s BreakerSettings) *breakers {
+func newBreakers(s config.BreakerSettings) *breakers {
 	if s.Failures == 0 {
 		s.Failures = 5
 	}
@@ -61,7 +62,7 @@ func newBreakers(s BreakerSettings) *breakers {
 
 // newFleetBreakers are newBreakers shared through g's Redis (local-only
 // when g is nil).
-func newFleetBreakers(s BreakerSettings, g *redisGate) *breakers {
+func newFleetBreakers(s config.BreakerSettings, g *redisGate) *breakers {
 	b := newBreakers(s)
 	b.shared = newSharedBreakers(g, b.gobreakerSettings)
 	return b

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -79,7 +80,7 @@ func TestBreakerOutcome(t *testing.T) {
 }
 
 func TestBreakerOpensOnUpstreamFailuresOnly(t *testing.T) {
-	b := newBreakers(BreakerSettings{Failures: 3, Cooldown: time.Hour})
+	b := newBreakers(config.BreakerSettings{Failures: 3, Cooldown: time.Hour})
 	// Back-pressure, bad requests and cancellations say nothing about the route.
 	for _, ev := range []recovery.Event{failed(recovery.FailRateLimit), failed(recovery.FailInvalidRequest),
 		breakerCancelled, failed(recovery.FailRateLimit), failed(recovery.FailAuth), failed(recovery.FailNotFound)} {
@@ -124,7 +125,7 @@ func TestBreakerExcludedOutcomesKeepTheFailureCount(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newBreakers(BreakerSettings{Failures: 3, Cooldown: time.Hour})
+			b := newBreakers(config.BreakerSettings{Failures: 3, Cooldown: time.Hour})
 			for i, ev := range tt.evs {
 				if !useBreaker(b, ev) {
 					t.Fatalf("call %d refused", i)
@@ -139,7 +140,7 @@ func TestBreakerExcludedOutcomesKeepTheFailureCount(t *testing.T) {
 
 func TestBreakerProbesAfterCooldownAndCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) { // gobreaker reads the clock: the bubble's is fake
-		b := newBreakers(BreakerSettings{Failures: 1, Cooldown: 30 * time.Second})
+		b := newBreakers(config.BreakerSettings{Failures: 1, Cooldown: 30 * time.Second})
 		report, _ := b.allow("a")
 		report(failed(recovery.FailConnection))
 		if _, ok := b.allow("a"); ok {
@@ -186,7 +187,7 @@ func TestBreakerExcludedProbeLetsTheNextProbeThrough(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const cooldown = 30 * time.Second
-				b := newBreakers(BreakerSettings{Failures: 1, Cooldown: cooldown})
+				b := newBreakers(config.BreakerSettings{Failures: 1, Cooldown: cooldown})
 				useBreaker(b, failed(recovery.FailServer))
 				time.Sleep(cooldown + time.Second)
 
@@ -252,7 +253,7 @@ func TestBreakerRetryAfter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newBreakers(BreakerSettings{Failures: tt.failures, Cooldown: time.Hour})
+			b := newBreakers(config.BreakerSettings{Failures: tt.failures, Cooldown: time.Hour})
 			clock := epoch
 			b.now = func() time.Time { return clock }
 			report, ok := b.allow("b") // route b is known and closed
@@ -275,7 +276,7 @@ func TestBreakerRetryAfter(t *testing.T) {
 // cool-down short enough for the circuit to open, half-open and close under
 // them, so that -race and the lock order of OnStateChange are exercised.
 func TestBreakerConcurrentUse(t *testing.T) {
-	b := newBreakers(BreakerSettings{Failures: 2, Cooldown: time.Microsecond})
+	b := newBreakers(config.BreakerSettings{Failures: 2, Cooldown: time.Microsecond})
 	routes := []recovery.Route{{Name: "a"}, {Name: "b"}}
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -299,7 +300,7 @@ func TestBreakerConcurrentUse(t *testing.T) {
 }
 
 func TestBreakersCanBeDisabled(t *testing.T) {
-	b := newBreakers(BreakerSettings{Failures: -1})
+	b := newBreakers(config.BreakerSettings{Failures: -1})
 	for range 20 {
 		report, ok := b.allow("a")
 		if !ok {

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redistest"
 )
 
@@ -17,9 +18,9 @@ import (
 // in the log's size and go with it at the end.
 func TestCheckpointLogs(t *testing.T) {
 	rdb := newTestRedisClient(t, redistest.Start(t))
-	rl := NewRedisEventLog(rdb, EventLogLimits{}, nil)
+	rl := NewRedisEventLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(rl.Close)
-	for name, l := range map[string]EventLog{"memory": newMemLog(EventLogLimits{}, time.Now), "redis": rl} {
+	for name, l := range map[string]EventLog{"memory": newMemLog(config.EventLogLimits{}, time.Now), "redis": rl} {
 		t.Run(name, func(t *testing.T) {
 			cl := l.(checkpointLog)
 			id := "ck-" + name

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	pt "github.com/completiond/completiond/provider/providertest"
 )
@@ -33,7 +34,7 @@ type compoundEnv struct {
 func newCompoundEnv(t *testing.T, kind string, script pt.Script, prefill bool, mutate ...func(*Config)) *compoundEnv {
 	t.Helper()
 	srv := upstreamServer(t, kind, script)
-	routes := map[string]*Route{primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind,
+	routes := map[string]*config.Route{primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind,
 		realProvider(t, kind, srv, "sk-test-7Hq2xV9pLm4T"), 200_000, prefill, generous)}
 	cfg := faultConfig(routes)
 	for _, m := range mutate {
@@ -87,7 +88,7 @@ func TestToolCallCutByMaxTokensEscalates(t *testing.T) {
 				replies = append(replies, cut, whole)
 			}
 			env := newCompoundEnv(t, kind, pt.Seq(replies...), false, func(c *Config) {
-				c.Breaker = BreakerSettings{Failures: 2, Cooldown: time.Hour}
+				c.Breaker = config.BreakerSettings{Failures: 2, Cooldown: time.Hour}
 			})
 			for i := range 5 {
 				req := prompt("Find it.", nil)
@@ -275,7 +276,7 @@ func TestSlowReaderIsNotAnIdleUpstream(t *testing.T) {
 			idle := 800 * time.Millisecond // long enough that a loaded machine does not make the upstream look idle
 			to := generous
 			to.Idle = idle
-			routes := map[string]*Route{primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind,
+			routes := map[string]*config.Route{primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind,
 				realProvider(t, kind, srv, "sk-test-7Hq2xV9pLm4T"), 200_000, false, to)}
 			srvc, err := New(faultConfig(routes))
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/grpc/status"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
@@ -23,7 +24,7 @@ type completion struct {
 	cfg      *Config
 	id       string
 	req      *completionv1.CompleteRequest
-	routes   []*Route // the chain: the primary route, then its fallbacks
+	routes   []*config.Route // the chain: the primary route, then its fallbacks
 	machine  recovery.Config
 	schema   *jsonschema.Schema
 	caller   caller                     // answers tool calls and stop hooks (driver_caller.go)
@@ -237,7 +238,7 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 
 // route is the route of the chain named name, or nil. A chain holds a
 // few routes: a scan costs less than a map per completion.
-func (c *completion) route(name string) *Route {
+func (c *completion) route(name string) *config.Route {
 	for _, r := range c.routes {
 		if r.Spec.Name == name {
 			return r
@@ -271,7 +272,7 @@ func attemptEvent(fin provider.Finish, err error, text string, calls []recovery.
 // request builds the provider request of a call. A summary carries neither
 // the caller's tools nor its metadata (the sim's fault script belongs to the
 // caller's own calls), and needs no thinking.
-func (c *completion) request(call recovery.Call, route *Route, summary bool) *provider.Request {
+func (c *completion) request(call recovery.Call, route *config.Route, summary bool) *provider.Request {
 	r := &provider.Request{
 		Attempt: call.Attempt, Model: call.Route.Model, System: call.System, Messages: call.Messages,
 		Tools: toTools(c.req.GetTools()), MaxTokens: call.MaxTokens, Prefill: call.Prefill,

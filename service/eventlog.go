@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
@@ -118,7 +119,7 @@ var closed = func() chan struct{} {
 // that MaxBytes, which counts the encoded size, is close to the memory the
 // log takes; a Read decodes its page outside the lock.
 type memLog struct {
-	limits EventLogLimits
+	limits config.EventLogLimits
 	now    func() time.Time
 
 	mu    sync.Mutex
@@ -150,8 +151,8 @@ type completionLog struct {
 
 // newMemLog returns an in-memory EventLog with limits (zero fields take
 // their defaults) reading the time from now.
-func newMemLog(limits EventLogLimits, now func() time.Time) *memLog {
-	limits.fillDefaults()
+func newMemLog(limits config.EventLogLimits, now func() time.Time) *memLog {
+	limits.FillDefaults()
 	return &memLog{limits: limits, now: now, logs: map[string]*completionLog{}}
 }
 

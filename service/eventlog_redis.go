@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
@@ -246,7 +247,7 @@ const redisWakeAll = 5 * time.Second
 // behind Sentinel, not Redis Cluster.
 type RedisEventLog struct {
 	rdb    redis.UniversalClient
-	limits EventLogLimits
+	limits config.EventLogLimits
 	now    func() time.Time
 	// LiveTTL is how long a live log is kept without an event.
 	LiveTTL time.Duration
@@ -268,8 +269,8 @@ type RedisEventLog struct {
 // NewRedisEventLog returns the EventLog in rdb with limits (zero fields
 // take their defaults) reading the time from now (nil: time.Now). It
 // subscribes to the change notices at once; Close ends that.
-func NewRedisEventLog(rdb redis.UniversalClient, limits EventLogLimits, now func() time.Time) *RedisEventLog {
-	limits.fillDefaults()
+func NewRedisEventLog(rdb redis.UniversalClient, limits config.EventLogLimits, now func() time.Time) *RedisEventLog {
+	limits.FillDefaults()
 	if now == nil {
 		now = time.Now
 	}
@@ -593,7 +594,7 @@ func (l *RedisEventLog) leaseTTL() time.Duration {
 	if l.LeaseTTL > 0 {
 		return l.LeaseTTL
 	}
-	return DefaultLeaseTTL
+	return config.DefaultLeaseTTL
 }
 
 // entrySeq is the seq of stream entry 0-N.

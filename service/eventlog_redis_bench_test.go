@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
 )
@@ -52,8 +53,8 @@ func runCompletions(b *testing.B, l EventLog, prefix string, n int) time.Duratio
 func BenchmarkEventLogRedisVsMemory(b *testing.B) {
 	addr := redistest.Start(b)
 	rdb := newTestRedisClient(b, addr)
-	mem := newMemLog(EventLogLimits{}, time.Now)
-	rl := NewRedisEventLog(rdb, EventLogLimits{}, time.Now)
+	mem := newMemLog(config.EventLogLimits{}, time.Now)
+	rl := NewRedisEventLog(rdb, config.EventLogLimits{}, time.Now)
 	defer rl.Close()
 	b.ResetTimer()
 	memT := runCompletions(b, mem, "m", b.N)

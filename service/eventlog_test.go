@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
 )
@@ -63,7 +64,7 @@ func seqs(evs []*completionv1.CompletionEvent) []uint64 {
 // logImpl is one implementation of EventLog under the contract tests.
 type logImpl struct {
 	name string
-	new  func(t *testing.T, limits EventLogLimits, now func() time.Time) EventLog
+	new  func(t *testing.T, limits config.EventLogLimits, now func() time.Time) EventLog
 }
 
 // logImpls are the implementations every contract test runs against: the
@@ -72,10 +73,10 @@ type logImpl struct {
 func logImpls(t *testing.T) []logImpl {
 	var addr string
 	return []logImpl{
-		{"memory", func(_ *testing.T, limits EventLogLimits, now func() time.Time) EventLog {
+		{"memory", func(_ *testing.T, limits config.EventLogLimits, now func() time.Time) EventLog {
 			return newMemLog(limits, now)
 		}},
-		{"redis", func(t *testing.T, limits EventLogLimits, now func() time.Time) EventLog {
+		{"redis", func(t *testing.T, limits config.EventLogLimits, now func() time.Time) EventLog {
 			if addr == "" {
 				addr = redistest.Start(t)
 			}
@@ -91,10 +92,10 @@ func logImpls(t *testing.T) []logImpl {
 }
 
 // forEachLog runs f as a subtest per implementation.
-func forEachLog(t *testing.T, f func(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog)) {
+func forEachLog(t *testing.T, f func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog)) {
 	for _, impl := range logImpls(t) {
 		t.Run(impl.name, func(t *testing.T) {
-			f(t, func(limits EventLogLimits, now func() time.Time) EventLog { return impl.new(t, limits, now) })
+			f(t, func(limits config.EventLogLimits, now func() time.Time) EventLog { return impl.new(t, limits, now) })
 		})
 	}
 }
@@ -103,9 +104,9 @@ func TestEventLogRead(t *testing.T) {
 	forEachLog(t, testEventLogRead)
 }
 
-func testEventLogRead(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog) {
+func testEventLogRead(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog) {
 	clk := &clock{t: time.Unix(0, 0)}
-	l := newLog(EventLogLimits{}, clk.now)
+	l := newLog(config.EventLogLimits{}, clk.now)
 	open(t, l, "live", "k1")
 	appendRun(l, "live", 3, false)
 	open(t, l, "done", "")
@@ -157,8 +158,8 @@ func equalSeqs(a, b []uint64) bool {
 }
 
 func TestEventLogFollow(t *testing.T) {
-	forEachLog(t, func(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog) {
-		testEventLogFollow(t, newLog(EventLogLimits{}, time.Now))
+	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog) {
+		testEventLogFollow(t, newLog(config.EventLogLimits{}, time.Now))
 	})
 }
 
@@ -189,7 +190,7 @@ func testEventLogFollow(t *testing.T, l EventLog) {
 func TestEventLogBounds(t *testing.T) {
 	tests := []struct {
 		name     string
-		limits   EventLogLimits
+		limits   config.EventLogLimits
 		run      func(l EventLog, clk *clock)
 		present  []string
 		absent   []string
@@ -197,7 +198,7 @@ func TestEventLogBounds(t *testing.T) {
 	}{
 		{
 			name:   "completions: the oldest ended goes first, never a live one",
-			limits: EventLogLimits{MaxCompletions: 3},
+			limits: config.EventLogLimits{MaxCompletions: 3},
 			run: func(l EventLog, clk *clock) {
 				for _, id := range []string{"live", "a", "b"} {
 					_ = l.Open(id, LogMeta{})
@@ -212,7 +213,7 @@ func TestEventLogBounds(t *testing.T) {
 		},
 		{
 			name:   "completions: all live, the new one is not logged",
-			limits: EventLogLimits{MaxCompletions: 2},
+			limits: config.EventLogLimits{MaxCompletions: 2},
 			run: func(l EventLog, clk *clock) {
 				for _, id := range []string{"x", "y", "z"} {
 					_ = l.Open(id, LogMeta{})
@@ -224,7 +225,7 @@ func TestEventLogBounds(t *testing.T) {
 		},
 		{
 			name:   "events per completion: the oldest are dropped",
-			limits: EventLogLimits{MaxEvents: 3},
+			limits: config.EventLogLimits{MaxEvents: 3},
 			run: func(l EventLog, clk *clock) {
 				_ = l.Open("c", LogMeta{})
 				appendRun(l, "c", 5, false)
@@ -234,7 +235,7 @@ func TestEventLogBounds(t *testing.T) {
 		},
 		{
 			name:   "bytes: ended logs evicted before a live log is trimmed",
-			limits: EventLogLimits{MaxBytes: 30},
+			limits: config.EventLogLimits{MaxBytes: 30},
 			run: func(l EventLog, clk *clock) {
 				_ = l.Open("old", LogMeta{})
 				appendRun(l, "old", 3, true)
@@ -246,7 +247,7 @@ func TestEventLogBounds(t *testing.T) {
 		},
 		{
 			name:   "retention: ended logs expire, live ones stay",
-			limits: EventLogLimits{Retention: time.Minute},
+			limits: config.EventLogLimits{Retention: time.Minute},
 			run: func(l EventLog, clk *clock) {
 				open(t, l, "done", "")
 				appendRun(l, "done", 2, true)
@@ -259,7 +260,7 @@ func TestEventLogBounds(t *testing.T) {
 			absent:  []string{"done"},
 		},
 	}
-	forEachLog(t, func(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog) {
+	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				clk := &clock{t: time.Unix(0, 0)}
@@ -292,8 +293,8 @@ func TestEventLogBounds(t *testing.T) {
 // not reach the end has More closed already and is not Done, the last page
 // is; every page of the ended log says so, with its status.
 func TestEventLogPages(t *testing.T) {
-	forEachLog(t, func(t *testing.T, newLog func(EventLogLimits, func() time.Time) EventLog) {
-		testEventLogPages(t, newLog(EventLogLimits{}, time.Now))
+	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog) {
+		testEventLogPages(t, newLog(config.EventLogLimits{}, time.Now))
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/anthropic"
@@ -53,8 +54,8 @@ func realProvider(t *testing.T, kind string, srv *pt.Server, apiKey string) prov
 }
 
 // upstreamRoute is a route served by p.
-func upstreamRoute(name, model, kind string, p provider.Provider, window int, prefill bool, to provider.Timeouts, fallbacks ...string) *Route {
-	return &Route{
+func upstreamRoute(name, model, kind string, p provider.Provider, window int, prefill bool, to provider.Timeouts, fallbacks ...string) *config.Route {
+	return &config.Route{
 		Spec: recovery.Route{Name: name, Provider: kind, Model: model, ContextWindow: window,
 			MaxOutputTokens: 64_000, Prefill: prefill},
 		Upstream:  p,

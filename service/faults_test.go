@@ -9,6 +9,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"google.golang.org/grpc/codes"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
 	pt "github.com/completiond/completiond/provider/providertest"
@@ -351,7 +352,7 @@ func runFault(t *testing.T, kind string, tc faultCase) *faultRun {
 	if to == (provider.Timeouts{}) {
 		to = generous
 	}
-	routes := map[string]*Route{}
+	routes := map[string]*config.Route{}
 	var fallbacks []string
 	if tc.fallback != nil {
 		r.fallback = upstreamServer(t, kind, tc.fallback)
@@ -386,7 +387,7 @@ func codeOf(tc faultCase, kind string) codes.Code {
 }
 
 // faultConfig is the suite's server configuration over routes.
-func faultConfig(routes map[string]*Route) Config {
+func faultConfig(routes map[string]*config.Route) Config {
 	cfg := DefaultConfig()
 	cfg.DefaultRoute = primaryRoute
 	cfg.Routes = routes
@@ -579,14 +580,14 @@ func TestCircuitBreakerOverAPrimaryDownForAWhile(t *testing.T) {
 			began := time.Now()
 			primary := upstreamServer(t, kind, pt.DownFor(down, pt.Fail(pt.ServerError), pt.OK(full())))
 			fallback := upstreamServer(t, kind, pt.Always(pt.OK(fb())))
-			routes := map[string]*Route{
+			routes := map[string]*config.Route{
 				primaryRoute: upstreamRoute(primaryRoute, primaryModel, kind, realProvider(t, kind, primary, "sk-test-7Hq2xV9pLm4T"),
 					200_000, false, generous, fallbackRoute),
 				fallbackRoute: upstreamRoute(fallbackRoute, fallbackModel, kind, realProvider(t, kind, fallback, "sk-test-3Kd8wZ1nRb6Y"),
 					200_000, false, generous),
 			}
 			cfg := faultConfig(routes)
-			cfg.Breaker = BreakerSettings{Failures: failures, Cooldown: cooldown}
+			cfg.Breaker = config.BreakerSettings{Failures: failures, Cooldown: cooldown}
 			client, g := grpcClient(t, cfg)
 			env := &testEnv{client: client}
 			state := func() gobreaker.State { return gobreaker.State(g.Completion.breakers.states()[primaryRoute]) }

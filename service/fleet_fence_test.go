@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/provider/sim"
@@ -21,7 +22,7 @@ import (
 func TestRedisLogFenced(t *testing.T) {
 	rdb := newTestRedisClient(t, redistest.Start(t))
 	ctx := context.Background()
-	l := NewRedisEventLog(rdb, EventLogLimits{}, nil)
+	l := NewRedisEventLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(l.Close)
 	ls := NewRedisLeases(rdb, time.Minute)
 	req := []byte{0, 1, 2, 0xff, '"', '\\'}
@@ -47,7 +48,7 @@ func TestRedisLogFenced(t *testing.T) {
 	if res, err := l.add("c1", logEvent(2, false), nil, false); res != "fenced" || err != nil {
 		t.Fatalf("the superseded owner's append: %s %v, want fenced", res, err)
 	}
-	lb := NewRedisEventLog(rdb, EventLogLimits{}, nil) // B's
+	lb := NewRedisEventLog(rdb, config.EventLogLimits{}, nil) // B's
 	t.Cleanup(lb.Close)
 	lb.Fence("c1", b)
 	if res, err := lb.add("c1", logEvent(2, false), nil, false); res != "ok" || err != nil {
@@ -76,7 +77,7 @@ func TestStreamWithoutLeaseWhenRedisIsDown(t *testing.T) {
 	// Its event log in a Redis that answers, its leases in one that is gone.
 	gone := newTestRedisClient(t, "127.0.0.1:1")
 	cfg := DefaultConfig()
-	cfg.Routes = SimRoutes(sim.New(sim.Config{}))
+	cfg.Routes = config.SimRoutes(sim.New(sim.Config{}))
 	withRedis(t, addr, logs)(&cfg)
 	cfg.Leases = NewRedisLeases(gone, 300*time.Millisecond)
 	srv, err := New(cfg)

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
 )
@@ -38,7 +39,7 @@ func copyOfRun(t *testing.T, meta LogMeta, n int, ended bool) logCopy {
 func TestRedisReshare(t *testing.T) {
 	rdb := newTestRedisClient(t, redistest.Start(t))
 	ctx := context.Background()
-	l := NewRedisEventLog(rdb, EventLogLimits{}, nil)
+	l := NewRedisEventLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(l.Close)
 	ls := NewRedisLeases(rdb, time.Minute)
 	l.LeaseTTL = ls.TTL()
@@ -100,7 +101,7 @@ func TestRedisReshare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb := NewRedisEventLog(rdb, EventLogLimits{}, nil)
+	lb := NewRedisEventLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(lb.Close)
 	lb.Fence("c2", b2)
 	lb.Append("c2", logEvent(3, false))

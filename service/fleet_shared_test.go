@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
@@ -57,7 +58,7 @@ func (l *logBuffer) String() string {
 }
 
 // fleetBreakers are n replicas' breakers sharing the Redis at addr.
-func fleetBreakers(t *testing.T, addr string, n int, s BreakerSettings) []*breakers {
+func fleetBreakers(t *testing.T, addr string, n int, s config.BreakerSettings) []*breakers {
 	t.Helper()
 	out := make([]*breakers, n)
 	for i := range out {
@@ -78,7 +79,7 @@ func use(b *breakers, route string, ev recovery.Event) bool {
 func TestSharedBreakerOpensOnEveryReplica(t *testing.T) {
 	noLeaks(t)
 	const cooldown = 2 * time.Second
-	fleet := fleetBreakers(t, redistest.Start(t), 3, BreakerSettings{Failures: 3, Cooldown: cooldown})
+	fleet := fleetBreakers(t, redistest.Start(t), 3, config.BreakerSettings{Failures: 3, Cooldown: cooldown})
 	a, b, c := fleet[0], fleet[1], fleet[2]
 	routes := []recovery.Route{{Name: "r"}, {Name: "other"}}
 
@@ -160,7 +161,7 @@ func TestSharedBreakerOpensOnEveryReplica(t *testing.T) {
 func TestSharedBreakerCountsConcurrentFailures(t *testing.T) {
 	noLeaks(t)
 	const per = 10
-	fleet := fleetBreakers(t, redistest.Start(t), 3, BreakerSettings{Failures: 3*per + 1, Cooldown: time.Hour})
+	fleet := fleetBreakers(t, redistest.Start(t), 3, config.BreakerSettings{Failures: 3*per + 1, Cooldown: time.Hour})
 	var wg sync.WaitGroup
 	for _, r := range fleet {
 		wg.Go(func() {
@@ -186,7 +187,7 @@ func TestSharedBreakerCountsConcurrentFailures(t *testing.T) {
 func TestSharedBreakerDeadProbeLapses(t *testing.T) {
 	noLeaks(t)
 	addr := redistest.Start(t)
-	fleet := fleetBreakers(t, addr, 2, BreakerSettings{Failures: 1, Cooldown: 100 * time.Millisecond})
+	fleet := fleetBreakers(t, addr, 2, config.BreakerSettings{Failures: 1, Cooldown: 100 * time.Millisecond})
 	for _, r := range fleet {
 		r.shared.probeLease = 300 * time.Millisecond
 	}
@@ -267,7 +268,7 @@ func TestFleetCircuitOpensOnEveryReplica(t *testing.T) {
 	up := &flaky{Provider: sim.New(sim.Config{Words: 12})}
 	up.down.Store(true)
 	fleet := fleetEnvs(t, redistest.Start(t), 3, up, func(c *Config) {
-		c.Breaker = BreakerSettings{Failures: 3, Cooldown: time.Hour}
+		c.Breaker = config.BreakerSettings{Failures: 3, Cooldown: time.Hour}
 	})
 	evs, st := fleet[0].streamAll(t, prompt("hi", nil))
 	if st.Code() != codes.OK {
@@ -409,7 +410,7 @@ func TestSharedKeySlotsOfADeadReplicaLapse(t *testing.T) {
 		return s
 	}
 	a, b := replica(), replica()
-	l := Limits{KeyMaxConcurrent: 1}
+	l := config.Limits{KeyMaxConcurrent: 1}
 	releaseA, shared, err := a.admit("ops", l)
 	if !shared || err != nil {
 		t.Fatalf("A: shared %v, %v", shared, err)
@@ -451,7 +452,7 @@ func TestFleetRedisDownFallsBackLocally(t *testing.T) {
 		c.Auth = testKeys()
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		c.Limits.KeyMaxConcurrent, c.Limits.KeyRate, c.Limits.KeyBurst = 1, 1000, 1000
-		c.Breaker = BreakerSettings{Failures: 3, Cooldown: time.Hour}
+		c.Breaker = config.BreakerSettings{Failures: 3, Cooldown: time.Hour}
 		for _, r := range c.Routes {
 			r.Timeouts.Idle = 20 * time.Second
 		}
@@ -507,7 +508,7 @@ func TestFleetRedisDownFallsBackLocally(t *testing.T) {
 func TestSharedBreakerAfterRedisLostItsData(t *testing.T) {
 	noLeaks(t)
 	addr := redistest.Start(t)
-	fleet := fleetBreakers(t, addr, 2, BreakerSettings{Failures: 2, Cooldown: time.Hour})
+	fleet := fleetBreakers(t, addr, 2, config.BreakerSettings{Failures: 2, Cooldown: time.Hour})
 	routes := []recovery.Route{{Name: "r"}}
 	use(fleet[0], "r", failed(recovery.FailServer))
 	use(fleet[0], "r", failed(recovery.FailServer))

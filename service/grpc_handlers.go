@@ -46,7 +46,7 @@ type Server struct {
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {
 	cfg.fillDefaults()
-	if err := cfg.check(); err != nil {
+	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	shared := newRedisGate(cfg.Redis, cfg.Logger)
@@ -249,7 +249,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	if len(v) > 0 {
 		return nil, invalidArgument(v)
 	}
-	routes, err := permit(ctx, req.GetFallbackRoutes(), s.cfg.chain(req.GetRoute(), req.GetFallbackRoutes()))
+	routes, err := permit(ctx, req.GetFallbackRoutes(), s.cfg.Chain(req.GetRoute(), req.GetFallbackRoutes()))
 	if err != nil {
 		return nil, err
 	}

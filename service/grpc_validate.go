@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider/sim"
 )
@@ -362,7 +363,7 @@ func stripFence(s string) string {
 	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(t), "```"))
 }
 
-func (c *Config) routeNames() []string { return sortedKeys(c.Routes) }
+func (c *Config) routeNames() []string { return config.SortedKeys(c.Routes) }
 
 // A request whose bytes do not decode (malformed protobuf, a string field
 // that is not UTF-8) is the caller's fault, but grpc-go's server reports a

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider/anthropic"
 	"github.com/completiond/completiond/provider/openai"
@@ -24,7 +25,7 @@ import (
 func TestKeyPiecesDoNotLeak(t *testing.T) {
 	keys := map[string]string{anthropic.Kind: "sk-ant-SUFFIXCHECK-5e6f7a8b", openai.Kind: "sk-SUFFIXCHECK-1c2d3e4f"}
 	logs := &lockedBuffer{}
-	routes := map[string]*Route{}
+	routes := map[string]*config.Route{}
 	for kind, key := range keys {
 		suffix := strings.TrimPrefix(strings.TrimPrefix(key, "sk-"), "ant-") // "SUFFIXCHECK-…"
 		srv := upstreamServer(t, kind, pt.Seq(
@@ -36,7 +37,7 @@ func TestKeyPiecesDoNotLeak(t *testing.T) {
 	}
 	cfg := faultConfig(routes)
 	cfg.DefaultRoute = anthropic.Kind
-	cfg.Breaker = BreakerSettings{Failures: -1}
+	cfg.Breaker = config.BreakerSettings{Failures: -1}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	client, _ := grpcClient(t, cfg)
 	env := &testEnv{client: client}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
@@ -47,7 +48,7 @@ func newTestEnv(t *testing.T, mutate ...func(*Config)) *testEnv {
 	t.Helper()
 	up := &countingProvider{Provider: sim.New(sim.Config{Words: 12, StallLimit: 200 * time.Millisecond})}
 	cfg := DefaultConfig()
-	cfg.Routes = SimRoutes(sim.New(sim.Config{}))
+	cfg.Routes = config.SimRoutes(sim.New(sim.Config{}))
 	for _, r := range cfg.Routes {
 		r.Upstream = up
 		r.Timeouts.Idle = 200 * time.Millisecond

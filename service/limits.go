@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
@@ -29,7 +30,7 @@ var completionPrefix = "/" + completionv1.Completion_ServiceDesc.ServiceName + "
 // limiter enforces the in-flight cap of the server and the concurrency and
 // rate limits of each authenticated key on the Completion service's calls.
 type limiter struct {
-	l        Limits
+	l        config.Limits
 	now      func() time.Time
 	inFlight atomic.Int64
 
@@ -47,7 +48,7 @@ type keyLimit struct {
 	rate    *rate.Limiter
 }
 
-func newLimiter(l Limits, now func() time.Time) *limiter {
+func newLimiter(l config.Limits, now func() time.Time) *limiter {
 	return &limiter{l: l, now: now, keys: map[string]*keyLimit{}}
 }
 
@@ -155,7 +156,7 @@ func (l *limiter) interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServer
 
 // transportOptions are the server options of l: streams per connection,
 // keepalive enforcement and parameters, the receive size.
-func transportOptions(l Limits) []grpc.ServerOption {
+func transportOptions(l config.Limits) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(2*l.MaxRequestBytes + 1<<20), // room to refuse oversized requests with field violations
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/completiond/completiond/config"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
@@ -106,7 +107,7 @@ return 0
 // admit counts one more completion of key against l's limits in Redis, or
 // refuses it with the status of the local limits. shared is false when
 // Redis could not answer: the caller then applies the local limits.
-func (s *sharedLimits) admit(key string, l Limits) (release func(), shared bool, err error) {
+func (s *sharedLimits) admit(key string, l config.Limits) (release func(), shared bool, err error) {
 	var slot *heldSlot
 	if l.KeyMaxConcurrent > 0 {
 		id := randomToken()

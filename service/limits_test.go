@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
 )
@@ -46,7 +47,7 @@ func (p *holdProvider) Stream(ctx context.Context, req *provider.Request, emit f
 }
 
 // holdEnv is authEnv whose upstream holds requests with metaHold.
-func holdEnv(t *testing.T, limits func(*Limits)) (*testEnv, *grpc.ClientConn, *holdProvider) {
+func holdEnv(t *testing.T, limits func(*config.Limits)) (*testEnv, *grpc.ClientConn, *holdProvider) {
 	t.Helper()
 	var hold *holdProvider
 	e, conn := authEnv(t, func(c *Config) {
@@ -106,12 +107,12 @@ func complete(ctx context.Context, e *testEnv, key string) error {
 func TestConcurrencyLimitsShedWithRetryInfo(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		limits  func(*Limits)
+		limits  func(*config.Limits)
 		want    codes.Code
 		healthy string // a key whose calls still pass while the cap is reached
 	}{
-		{"server in-flight cap", func(l *Limits) { l.MaxInFlight, l.KeyMaxConcurrent = 1, 0 }, codes.Unavailable, ""},
-		{"key concurrency", func(l *Limits) { l.MaxInFlight, l.KeyMaxConcurrent = 0, 1 }, codes.ResourceExhausted, "narrow"},
+		{"server in-flight cap", func(l *config.Limits) { l.MaxInFlight, l.KeyMaxConcurrent = 1, 0 }, codes.Unavailable, ""},
+		{"key concurrency", func(l *config.Limits) { l.MaxInFlight, l.KeyMaxConcurrent = 0, 1 }, codes.ResourceExhausted, "narrow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, conn, hold := holdEnv(t, tc.limits)
@@ -182,7 +183,7 @@ func TestKeyLimitsNeedAKey(t *testing.T) {
 // TestStreamsPerConnection: the streams over the cap wait in the client;
 // another connection is not affected.
 func TestStreamsPerConnection(t *testing.T) {
-	e, _, hold := holdEnv(t, func(l *Limits) { l.MaxConcurrentStreams = 1 })
+	e, _, hold := holdEnv(t, func(l *config.Limits) { l.MaxConcurrentStreams = 1 })
 	finish := held(t, e, hold, "ops-secret-key")
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
@@ -215,7 +216,7 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 // TestMaxConnectionAgeKeepsStreams: a connection past its age gets GOAWAY,
 // and its running stream still ends normally within the grace.
 func TestMaxConnectionAgeKeepsStreams(t *testing.T) {
-	e, conn, hold := holdEnv(t, func(l *Limits) { l.MaxConnectionAge, l.MaxConnectionAgeGrace = 50*time.Millisecond, time.Minute })
+	e, conn, hold := holdEnv(t, func(l *config.Limits) { l.MaxConnectionAge, l.MaxConnectionAgeGrace = 50*time.Millisecond, time.Minute })
 	finish := held(t, e, hold, "ops-secret-key")
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

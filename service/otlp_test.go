@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
@@ -79,7 +80,7 @@ type tracedServer struct {
 func tracedEnv(t *testing.T, tel Telemetry, mutate ...func(*Config)) *tracedServer {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Routes = SimRoutes(sim.New(sim.Config{Words: 6}))
+	cfg.Routes = config.SimRoutes(sim.New(sim.Config{Words: 6}))
 	cfg.Policy.Retry.BackoffBase = time.Millisecond
 	cfg.Policy.Retry.BackoffMax = 4 * time.Millisecond
 	cfg.Rand = func() float64 { return 0.5 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/completiond/completiond/config"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,7 +22,7 @@ const RedisTimeout = time.Second
 // (COMPLETIOND_REDIS_PASSWORD), so that it shows neither in a process list
 // nor in a file. Errors never hold the password.
 func NewRedisClient(rawURL, password string) (redis.UniversalClient, error) {
-	opt, err := ParseRedisURL(rawURL)
+	opt, err := config.ParseRedisURL(rawURL)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redistest"
 )
 
@@ -37,8 +38,8 @@ func TestParseRedisURL(t *testing.T) {
 		{url: "localhost:6379", wantErr: true},
 	}
 	for _, tt := range tests {
-		t.Run(RedactRedisURL(tt.url), func(t *testing.T) {
-			opt, err := ParseRedisURL(tt.url)
+		t.Run(config.RedactRedisURL(tt.url), func(t *testing.T) {
+			opt, err := config.ParseRedisURL(tt.url)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatal("no error")
@@ -57,7 +58,7 @@ func TestParseRedisURL(t *testing.T) {
 			if tt.tls && opt.TLSConfig.ServerName != "redis.example.com" {
 				t.Fatalf("TLS server name %q", opt.TLSConfig.ServerName)
 			}
-			if shown := RedactRedisURL(tt.url); strings.Contains(shown, redisSecret) {
+			if shown := config.RedactRedisURL(tt.url); strings.Contains(shown, redisSecret) {
 				t.Fatalf("RedactRedisURL shows the password: %s", shown)
 			}
 		})
@@ -94,12 +95,12 @@ func TestRedisPasswordFromTheEnvironment(t *testing.T) {
 func TestFileConfigRedis(t *testing.T) {
 	env := map[string]string{"REDIS_PASSWORD": redisSecret}
 	getenv := func(k string) string { return env[k] }
-	load := func(body string) (ConfigValues, error) {
+	load := func(body string) (config.Config, error) {
 		path := filepath.Join(t.TempDir(), "c.yaml")
 		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return LoadFile(path, DefaultValues(), getenv, nil)
+		return config.LoadFile(path, config.Default(), getenv, nil)
 	}
 	cfg, err := load("redis:\n  url: rediss://:${REDIS_PASSWORD}@redis:6380/1\n")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider/sim"
 )
@@ -26,7 +27,7 @@ func BenchmarkEventLogMemory(b *testing.B) {
 	const completions, tokens = 20, 1000
 	var heap, encoded int64
 	for range b.N {
-		l := newMemLog(EventLogLimits{MaxCompletions: completions, MaxEvents: 2 * tokens, MaxBytes: 1 << 30}, time.Now)
+		l := newMemLog(config.EventLogLimits{MaxCompletions: completions, MaxEvents: 2 * tokens, MaxBytes: 1 << 30}, time.Now)
 		before := heapAfterGC()
 		for i := range completions {
 			logAnswer(l, fmt.Sprintf("cmpl_%024d", i), tokens)
@@ -76,7 +77,7 @@ func logAnswer(l EventLog, id string, tokens int) {
 // its last event. ns/op is that latency; the rest of each replay is read
 // outside the timer.
 func BenchmarkAttachLatency(b *testing.B) {
-	client := benchServer(b, SimRoutes(sim.New(sim.Config{})), "sim")
+	client := benchServer(b, config.SimRoutes(sim.New(sim.Config{})), "sim")
 	req := prompt("Benchmark attach.", map[string]string{sim.MetaWords: "1000", sim.MetaPace: "0s"})
 	id, lastSeq := benchCompletion(b, client, req, false)
 	sessionID, sessionLast := benchCompletion(b, client, req, true)
@@ -161,7 +162,7 @@ func benchCompletion(b *testing.B, client completionv1.CompletionClient, req *co
 // BenchmarkEventLogAppend is the in-memory log's cost per text delta
 // appended to a live completion that nobody follows.
 func BenchmarkEventLogAppend(b *testing.B) {
-	l := newMemLog(EventLogLimits{MaxCompletions: 1, MaxEvents: 1 << 20, MaxBytes: 1 << 40}, time.Now)
+	l := newMemLog(config.EventLogLimits{MaxCompletions: 1, MaxEvents: 1 << 20, MaxBytes: 1 << 40}, time.Now)
 	_ = l.Open("cmpl_bench", LogMeta{Owner: "bench"})
 	ev := &completionv1.CompletionEvent{Seq: 1, Attempt: 1, Turn: 1,
 		Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: completionv1.DeltaKind_DELTA_KIND_TEXT, Text: " token"}}}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider/anthropic"
 	"github.com/completiond/completiond/provider/openai"
@@ -111,7 +112,7 @@ func newSecretEnv(t *testing.T) *secretEnv {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	routes := map[string]*Route{
+	routes := map[string]*config.Route{
 		"claude": upstreamRoute("claude", "claude-leakcheck", anthropic.Kind,
 			realProvider(t, anthropic.Kind, e.claude, leakAnthropicKey), 200_000, false, generous, "gpt"),
 		"gpt": upstreamRoute("gpt", "gpt-leakcheck", openai.Kind,
@@ -119,7 +120,7 @@ func newSecretEnv(t *testing.T) *secretEnv {
 	}
 	cfg := faultConfig(routes)
 	cfg.DefaultRoute = "claude"
-	cfg.Breaker = BreakerSettings{Failures: -1}
+	cfg.Breaker = config.BreakerSettings{Failures: -1}
 	cfg.Policy.Retry.FallbackRetries = cfg.Policy.Retry.MaxRetries // every echoing reply is used on claude
 	cfg.Policy.Retry.FallbackWait = time.Hour
 	cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))

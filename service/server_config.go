@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/completiond/completiond/config"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -12,7 +13,7 @@ import (
 // running parts the process hands it (logger, clock, telemetry, the fleet's
 // stores).
 type Config struct {
-	ConfigValues
+	config.Config
 
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
@@ -47,7 +48,7 @@ type Config struct {
 
 // DefaultConfig returns a configuration that serves the simulator only.
 func DefaultConfig() Config {
-	return Config{ConfigValues: DefaultValues()}
+	return Config{Config: config.Default()}
 }
 
 func (c *Config) fillDefaults() {
@@ -60,5 +61,5 @@ func (c *Config) fillDefaults() {
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
-	c.ConfigValues.fillDefaults()
+	c.Config.FillDefaults()
 }

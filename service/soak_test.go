@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider/sim"
 )
@@ -235,7 +236,7 @@ func TestSoakMetadataReachesTheServer(t *testing.T) {
 		}
 	}
 	cfg := DefaultConfig()
-	cfg.Routes = SimRoutes(sim.New(sim.Config{Words: 12}))
+	cfg.Routes = config.SimRoutes(sim.New(sim.Config{Words: 12}))
 	raw, _ := grpcClient(t, cfg,
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			check(ctx)

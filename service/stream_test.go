@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
@@ -345,7 +346,7 @@ func TestResultNamesNoModelWithoutAnAnswer(t *testing.T) {
 // not an attempt (no record, no usage), and the completion ends UNAVAILABLE
 // with RetryInfo carrying the circuit's remaining cool-down.
 func TestOpenCircuitIsNoAttempt(t *testing.T) {
-	env := newTestEnv(t, func(c *Config) { c.Breaker = BreakerSettings{Failures: 1, Cooldown: time.Hour} })
+	env := newTestEnv(t, func(c *Config) { c.Breaker = config.BreakerSettings{Failures: 1, Cooldown: time.Hour} })
 	req := faults("server_error")
 	req.Policy = &completionv1.Policy{MaxRetries: ptr(int32(0)), DisableFallback: true}
 	evs, st := env.streamAll(t, req)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/recovery"
 )
@@ -398,7 +399,7 @@ func decodeLogged(meta LogMeta) (*completionv1.CompleteRequest, *completionv1.Se
 // With a checkpoint, evs are the events after it and base the last
 // attempt it settled: the attempts up to base are the checkpoint's, and
 // their events (held output delivered, tool calls) count for nothing here.
-func foldLog(evs []*completionv1.CompletionEvent, route func(name string) *Route, base int) (recovery.Prior, *completionv1.Started) {
+func foldLog(evs []*completionv1.CompletionEvent, route func(name string) *config.Route, base int) (recovery.Prior, *completionv1.Started) {
 	var p recovery.Prior
 	var started *completionv1.Started
 	text := map[int]*strings.Builder{}

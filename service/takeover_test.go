@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/provider/sim"
@@ -32,18 +33,18 @@ type replica struct {
 // (fleetLog, as completiond --redis-url builds it); else one in-memory log.
 func inProcessFleet(t *testing.T, n int, leases Leases, redisAddr string) []*replica {
 	t.Helper()
-	return inProcessFleetLimited(t, n, leases, redisAddr, EventLogLimits{})
+	return inProcessFleetLimited(t, n, leases, redisAddr, config.EventLogLimits{})
 }
 
 // inProcessFleetLimited is inProcessFleet with the shared in-memory log's
 // limits.
-func inProcessFleetLimited(t *testing.T, n int, leases Leases, redisAddr string, limits EventLogLimits) []*replica {
+func inProcessFleetLimited(t *testing.T, n int, leases Leases, redisAddr string, limits config.EventLogLimits) []*replica {
 	t.Helper()
 	log := newMemLog(limits, time.Now)
 	var rs []*replica
 	for i := range n {
 		cfg := DefaultConfig()
-		cfg.Routes = SimRoutes(sim.New(sim.Config{}))
+		cfg.Routes = config.SimRoutes(sim.New(sim.Config{}))
 		cfg.Policy.Retry.BackoffBase, cfg.Policy.Retry.BackoffMax = time.Millisecond, 8*time.Millisecond
 		cfg.Log, cfg.Leases, cfg.Replica = log, leases, string(rune('A'+i))
 		if redisAddr != "" {
@@ -253,8 +254,8 @@ func TestFoldLog(t *testing.T) {
 		transition(1, &completionv1.Transition{Reason: completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME, ToRoute: "sim-fallback", MaxTokens: 900}),
 		delta(2, " red"),
 	}
-	routes := SimRoutes(sim.New(sim.Config{}))
-	p, started := foldLog(evs, func(n string) *Route { return routes[n] }, 0)
+	routes := config.SimRoutes(sim.New(sim.Config{}))
+	p, started := foldLog(evs, func(n string) *config.Route { return routes[n] }, 0)
 	if started.GetRoute() != "sim" {
 		t.Fatalf("started %v", started)
 	}
@@ -267,7 +268,7 @@ func TestFoldLog(t *testing.T) {
 	}
 	// A RETRY that voided attempt 2 settles it: nothing is in flight.
 	evs = append(evs, usage(2, 1), transition(2, &completionv1.Transition{Reason: completionv1.TransitionReason_TRANSITION_REASON_RETRY, ToRoute: "sim-fallback", DiscardedAttempts: []int32{1, 2}}))
-	p, _ = foldLog(evs, func(n string) *Route { return routes[n] }, 0)
+	p, _ = foldLog(evs, func(n string) *config.Route { return routes[n] }, 0)
 	if p.InFlight || len(p.Kept) != 0 || p.Attempt != 2 || len(p.Attempts) != 2 || p.Usage.OutputTokens != 3 {
 		t.Fatalf("after a clean restart: %+v", p)
 	}
@@ -287,10 +288,10 @@ func BenchmarkFoldLog(b *testing.B) {
 		evs = append(evs, &completionv1.CompletionEvent{Seq: uint64(i + 2), Attempt: 1, Turn: 1,
 			Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: completionv1.DeltaKind_DELTA_KIND_TEXT, Text: " word"}}})
 	}
-	routes := SimRoutes(sim.New(sim.Config{}))
+	routes := config.SimRoutes(sim.New(sim.Config{}))
 	b.ReportAllocs()
 	for b.Loop() {
-		foldLog(evs, func(n string) *Route { return routes[n] }, 0)
+		foldLog(evs, func(n string) *config.Route { return routes[n] }, 0)
 	}
 }
 
@@ -301,7 +302,7 @@ func BenchmarkFoldLog(b *testing.B) {
 // the attacher, which had the whole beginning, still ends with the whole
 // answer and every seq once.
 func TestTakeoverOfATrimmedLog(t *testing.T) {
-	fleet := inProcessFleetLimited(t, 2, NewMemLeases(time.Second), "", EventLogLimits{MaxEvents: 10})
+	fleet := inProcessFleetLimited(t, 2, NewMemLeases(time.Second), "", config.EventLogLimits{MaxEvents: 10})
 	a, b := fleet[0], fleet[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/recovery"
 )
@@ -222,7 +223,7 @@ func (o *observer) attemptStart(ctx context.Context, c *completion, call recover
 
 // serverAttrs are server.address and server.port of the upstream a route
 // calls, when its provider calls one over the network (provider.Addressed).
-func serverAttrs(r *Route) []attribute.KeyValue {
+func serverAttrs(r *config.Route) []attribute.KeyValue {
 	if r == nil {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/provider/anthropic"
 	pt "github.com/completiond/completiond/provider/providertest"
@@ -31,7 +32,7 @@ func thinkingEnv(t *testing.T, script pt.Script) (*testEnv, *pt.Server) {
 	r := upstreamRoute(thinkingRoute, primaryModel, anthropic.Kind, realProvider(t, anthropic.Kind, srv, "sk-test-thinking-key"),
 		200_000, true, generous)
 	r.ThinkingBudget, r.Spec.Thinking = thinkingBudget, true
-	cfg := faultConfig(map[string]*Route{thinkingRoute: r})
+	cfg := faultConfig(map[string]*config.Route{thinkingRoute: r})
 	cfg.DefaultRoute = thinkingRoute
 	client, _ := grpcClient(t, cfg)
 	return &testEnv{client: client}, srv
@@ -156,14 +157,14 @@ func TestThinkingRouteRestartsABrokenStreamWithoutPrefill(t *testing.T) {
 
 func TestThinkingBudgetNeedsSpecThinking(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Routes = SimRoutes(sim.New(sim.Config{}))
+	cfg.Routes = config.SimRoutes(sim.New(sim.Config{}))
 	r := *cfg.Routes["sim"]
 	r.ThinkingBudget = 4096
 	cfg.Routes["sim"] = &r
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "thinking") {
 		t.Errorf("New = %v, want an error about the thinking budget", err)
 	}
-	if minThinkingBudget != anthropic.MinThinkingBudget {
-		t.Errorf("minThinkingBudget %d, anthropic's %d", minThinkingBudget, anthropic.MinThinkingBudget)
+	if config.MinThinkingBudget != anthropic.MinThinkingBudget {
+		t.Errorf("minThinkingBudget %d, anthropic's %d", config.MinThinkingBudget, anthropic.MinThinkingBudget)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/completiond/completiond/config"
 )
 
 // ServerTLS returns the server's TLS configuration. The certificate is read
@@ -17,7 +19,7 @@ import (
 // handshake: new connections get the new certificate, existing ones and
 // their streams keep running. A file that fails to load is logged and the
 // previous certificate kept. now is the clock; nil uses time.Now.
-func ServerTLS(f TLSFiles, log *slog.Logger, now func() time.Time) (*tls.Config, error) {
+func ServerTLS(f config.TLSFiles, log *slog.Logger, now func() time.Time) (*tls.Config, error) {
 	if f.CertFile == "" || f.KeyFile == "" {
 		return nil, errors.New("tls: both a certificate file and a key file are required")
 	}
@@ -28,7 +30,7 @@ func ServerTLS(f TLSFiles, log *slog.Logger, now func() time.Time) (*tls.Config,
 		now = time.Now
 	}
 	if f.ReloadInterval <= 0 {
-		f.ReloadInterval = DefaultTLSReload
+		f.ReloadInterval = config.DefaultTLSReload
 	}
 	r := &certReloader{files: f, log: log, now: now}
 	if err := r.load(); err != nil {
@@ -54,7 +56,7 @@ func ServerTLS(f TLSFiles, log *slog.Logger, now func() time.Time) (*tls.Config,
 // certReloader hands out the server certificate, reloading it when its
 // files change. Handshakes share it; none starts a goroutine.
 type certReloader struct {
-	files TLSFiles
+	files config.TLSFiles
 	log   *slog.Logger
 	now   func() time.Time
 

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/testcerts"
 )
@@ -48,9 +49,9 @@ func (ca testCA) issue(t *testing.T, cn string, serial int64, server bool) (cert
 }
 
 // writeFiles writes the PEM pair to dir/server.{crt,key}, dated at mod.
-func writeFiles(t *testing.T, dir string, certPEM, keyPEM []byte, mod time.Time) TLSFiles {
+func writeFiles(t *testing.T, dir string, certPEM, keyPEM []byte, mod time.Time) config.TLSFiles {
 	t.Helper()
-	f := TLSFiles{CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key")}
+	f := config.TLSFiles{CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key")}
 	for path, b := range map[string][]byte{f.CertFile: certPEM, f.KeyFile: keyPEM} {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
@@ -112,7 +113,7 @@ func TestCertificateReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _, hold := holdEnv(t, func(*Limits) {})
+	e, _, hold := holdEnv(t, func(*config.Limits) {})
 	dial := tlsServer(t, e, tc)
 	client := &tls.Config{RootCAs: ca.Pool, ServerName: "localhost"}
 
@@ -128,7 +129,7 @@ func TestCertificateReload(t *testing.T) {
 	if got := serverSerial(t, dial(client)); got != 101 {
 		t.Errorf("serial %d before the reload interval passed, want 101 still", got)
 	}
-	skew.Store(int64(DefaultTLSReload))
+	skew.Store(int64(config.DefaultTLSReload))
 	if got := serverSerial(t, dial(client)); got != 102 {
 		t.Errorf("serial %d after the files changed, want 102", got)
 	}
@@ -136,7 +137,7 @@ func TestCertificateReload(t *testing.T) {
 
 	// A broken file keeps the last good certificate.
 	writeFiles(t, dir, []byte("not a certificate"), k2, base.Add(2*time.Second))
-	skew.Store(int64(2 * DefaultTLSReload))
+	skew.Store(int64(2 * config.DefaultTLSReload))
 	if got := serverSerial(t, dial(client)); got != 102 {
 		t.Errorf("serial %d after a broken file, want 102 still", got)
 	}
@@ -153,12 +154,12 @@ func TestServerTLSRefusesBadFiles(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		files TLSFiles
+		files config.TLSFiles
 	}{
-		{"no key", TLSFiles{CertFile: good.CertFile}},
-		{"missing file", TLSFiles{CertFile: filepath.Join(dir, "nope"), KeyFile: good.KeyFile}},
-		{"key is not PEM", TLSFiles{CertFile: good.CertFile, KeyFile: notPEM}},
-		{"client CA is not PEM", TLSFiles{CertFile: good.CertFile, KeyFile: good.KeyFile, ClientCAFile: notPEM}},
+		{"no key", config.TLSFiles{CertFile: good.CertFile}},
+		{"missing file", config.TLSFiles{CertFile: filepath.Join(dir, "nope"), KeyFile: good.KeyFile}},
+		{"key is not PEM", config.TLSFiles{CertFile: good.CertFile, KeyFile: notPEM}},
+		{"client CA is not PEM", config.TLSFiles{CertFile: good.CertFile, KeyFile: good.KeyFile, ClientCAFile: notPEM}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := ServerTLS(tc.files, nil, nil); err == nil {

@@ -15,12 +15,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/anthropic"
 	"github.com/completiond/completiond/provider/openai"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
-	"github.com/completiond/completiond/service"
 )
 
 // checkConfigUsage is the synopsis of the check-config subcommand.
@@ -57,10 +57,10 @@ func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if path == "" || fs.NArg() > 1 {
 		return errors.New("check-config: want one configuration file (completiond check-config FILE)")
 	}
-	specs := map[provider.Provider]service.ProviderSpec{}
-	recording := make(map[string]service.Factory, len(factories)+1)
+	specs := map[provider.Provider]config.ProviderSpec{}
+	recording := make(map[string]config.Factory, len(factories)+1)
 	for kind, f := range factories {
-		recording[kind] = func(s service.ProviderSpec) (provider.Provider, error) {
+		recording[kind] = func(s config.ProviderSpec) (provider.Provider, error) {
 			p, err := f(s)
 			if err == nil {
 				s.APIKey = "" // the report keeps no secret
@@ -70,10 +70,10 @@ func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		}
 	}
 	s := sim.New(sim.Config{})
-	recording["sim"] = func(service.ProviderSpec) (provider.Provider, error) { return s, nil }
-	base := service.DefaultValues()
-	base.Routes = map[string]*service.Route{}
-	cfg, err := service.LoadFile(path, base, getenv, recording)
+	recording["sim"] = func(config.ProviderSpec) (provider.Provider, error) { return s, nil }
+	base := config.Default()
+	base.Routes = map[string]*config.Route{}
+	cfg, err := config.LoadFile(path, base, getenv, recording)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 }
 
 // printConfig writes the report of check-config.
-func printConfig(w io.Writer, path string, cfg service.ConfigValues, specs map[provider.Provider]service.ProviderSpec) error {
+func printConfig(w io.Writer, path string, cfg config.Config, specs map[provider.Provider]config.ProviderSpec) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format+"\n", a...) }
 	p("%s: OK, %d routes", path, len(cfg.Routes))
@@ -126,7 +126,7 @@ func printConfig(w io.Writer, path string, cfg service.ConfigValues, specs map[p
 	printTLS(p, cfg.TLS)
 	p("redis\t%s", redisShown(cfg.RedisURL))
 	if cfg.RedisURL != "" {
-		p("lease ttl\t%s", cmp.Or(cfg.LeaseTTL, service.DefaultLeaseTTL))
+		p("lease ttl\t%s", cmp.Or(cfg.LeaseTTL, config.DefaultLeaseTTL))
 	}
 	printLimits(p, cfg.Limits)
 	printPolicy(p, cfg.Policy)
@@ -138,7 +138,7 @@ func printConfig(w io.Writer, path string, cfg service.ConfigValues, specs map[p
 
 // baseURL is the URL a route's provider calls, without credentials: the
 // user info and the query are left out.
-func baseURL(p provider.Provider, specs map[provider.Provider]service.ProviderSpec) string {
+func baseURL(p provider.Provider, specs map[provider.Provider]config.ProviderSpec) string {
 	spec, ok := specs[p]
 	if !ok {
 		return "none (embedded simulator)"
@@ -163,7 +163,7 @@ func baseURL(p provider.Provider, specs map[provider.Provider]service.ProviderSp
 
 // printAuth writes the keys' names, their routes and how each
 // authenticates; never the key or its digest.
-func printAuth(p func(string, ...any), a service.Auth) {
+func printAuth(p func(string, ...any), a config.Auth) {
 	if !a.On() {
 		p("auth\toff")
 		return
@@ -187,14 +187,14 @@ func printAuth(p func(string, ...any), a service.Auth) {
 
 // printTLS writes the certificate files, or that the server speaks
 // plaintext.
-func printTLS(p func(string, ...any), t service.TLSFiles) {
+func printTLS(p func(string, ...any), t config.TLSFiles) {
 	if !t.On() {
 		p("tls\toff (plaintext)")
 		return
 	}
 	reload := t.ReloadInterval
 	if reload == 0 {
-		reload = service.DefaultTLSReload
+		reload = config.DefaultTLSReload
 	}
 	p("tls\tcert %s, key %s, reload %s", t.CertFile, t.KeyFile, reload)
 	if t.ClientCAFile != "" {
@@ -238,8 +238,8 @@ func printPolicy(p func(string, ...any), pol recovery.Policy) {
 }
 
 // printLimits writes the server's limits, marking those at their default.
-func printLimits(p func(string, ...any), l service.Limits) {
-	d := service.DefaultLimits()
+func printLimits(p func(string, ...any), l config.Limits) {
+	d := config.DefaultLimits()
 	p("limits")
 	for _, f := range []struct {
 		name       string

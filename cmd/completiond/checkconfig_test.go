@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/completiond/completiond/service"
+	"github.com/completiond/completiond/config"
 )
 
 // Secrets the check-config tests put in the environment: none may appear in
@@ -134,7 +134,7 @@ func squeeze(s string) string {
 func assertNoSecret(t *testing.T, out string) {
 	t.Helper()
 	for _, secret := range []string{anthropicSecret, openaiSecret, callerSecret, urlPassword, fileDigest} {
-		d := service.HashKey(secret)
+		d := config.HashKey(secret)
 		for _, s := range []string{secret, hex.EncodeToString(d[:]), strings.ToUpper(hex.EncodeToString(d[:]))} {
 			if strings.Contains(out, s) {
 				t.Errorf("output holds the secret %q:\n%s", s, out)

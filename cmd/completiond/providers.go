@@ -3,6 +3,7 @@ package main
 import (
 	"maps"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/anthropic"
 	"github.com/completiond/completiond/provider/openai"
@@ -11,11 +12,11 @@ import (
 )
 
 // factories build the real providers a configuration may name.
-var factories = map[string]service.Factory{
-	"anthropic": func(s service.ProviderSpec) (provider.Provider, error) {
+var factories = map[string]config.Factory{
+	"anthropic": func(s config.ProviderSpec) (provider.Provider, error) {
 		return anthropic.New(anthropic.Config{BaseURL: s.BaseURL, APIKey: s.APIKey})
 	},
-	"openai": func(s service.ProviderSpec) (provider.Provider, error) {
+	"openai": func(s config.ProviderSpec) (provider.Provider, error) {
 		return openai.New(openai.Config{BaseURL: s.BaseURL, APIKey: s.APIKey, PrefillBody: prefillBody(s)})
 	},
 }
@@ -28,23 +29,23 @@ var factories = map[string]service.Factory{
 // theirs. A sim the file declares is s, with the --sim-* settings.
 func loadRoutes(cfg service.Config, path string, s *sim.Provider, getenv func(string) string) (service.Config, error) {
 	if path != "" {
-		cfg.Routes = map[string]*service.Route{}
+		cfg.Routes = map[string]*config.Route{}
 		withSim := maps.Clone(factories)
-		withSim["sim"] = func(service.ProviderSpec) (provider.Provider, error) { return s, nil }
-		v, err := service.LoadFile(path, cfg.ConfigValues, getenv, withSim)
-		cfg.ConfigValues = v
+		withSim["sim"] = func(config.ProviderSpec) (provider.Provider, error) { return s, nil }
+		v, err := config.LoadFile(path, cfg.Config, getenv, withSim)
+		cfg.Config = v
 		return cfg, err
 	}
-	cfg.Routes = service.SimRoutes(s)
-	v, err := service.EnvRoutes(cfg.ConfigValues, getenv, factories)
-	cfg.ConfigValues = v
+	cfg.Routes = config.SimRoutes(s)
+	v, err := config.EnvRoutes(cfg.Config, getenv, factories)
+	cfg.Config = v
 	return cfg, err
 }
 
 // prefillBody is the spec's prefill body for openai.Config: an empty map,
 // not nil, when the spec has none, so that the provider adds no default of
 // its own — LoadFile has already decided.
-func prefillBody(s service.ProviderSpec) map[string]any {
+func prefillBody(s config.ProviderSpec) map[string]any {
 	if s.PrefillBody == nil {
 		return map[string]any{}
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/service"
 )
@@ -28,7 +29,7 @@ type options struct {
 	drain    time.Duration
 	grace    time.Duration
 	wait     time.Duration
-	eventLog service.EventLogLimits
+	eventLog config.EventLogLimits
 	maxGrace time.Duration
 	metrics  string
 	redisURL string
@@ -54,17 +55,17 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.simPace, "sim-pace", 20*time.Millisecond, "delay between two tokens of the sim provider")
 	fs.IntVar(&o.simWords, "sim-words", 40, "answer length of the sim provider, in tokens")
 	fs.DurationVar(&o.drain, "drain-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight streams may run before they are ended;\nnew completions are refused meanwhile, Attach and Session resume still answered")
-	fs.DurationVar(&o.grace, "shutdown-grace", service.DefaultAbortGrace, "after --drain-timeout, how long the ended streams get to return before the server stops hard;\nshutdown takes at most drain-timeout + shutdown-grace")
+	fs.DurationVar(&o.grace, "shutdown-grace", config.DefaultAbortGrace, "after --drain-timeout, how long the ended streams get to return before the server stops hard;\nshutdown takes at most drain-timeout + shutdown-grace")
 	fs.DurationVar(&o.wait, "caller-wait", 5*time.Minute, "how long a Session waits for the caller's tool results or stop-hook verdict")
-	d := service.DefaultEventLogLimits()
+	d := config.DefaultEventLogLimits()
 	fs.IntVar(&o.eventLog.MaxEvents, "event-log-events", d.MaxEvents, "events kept per completion for Attach (the oldest are dropped past it)")
 	fs.IntVar(&o.eventLog.MaxCompletions, "event-log-completions", d.MaxCompletions, "completions whose events are kept for Attach (the oldest ended are evicted first, never a running one)")
 	fs.Int64Var(&o.eventLog.MaxBytes, "event-log-bytes", d.MaxBytes, "encoded size of all events kept for Attach")
 	fs.DurationVar(&o.eventLog.Retention, "event-log-retention", d.Retention, "how long a completion's events are kept for Attach after its result")
-	fs.DurationVar(&o.maxGrace, "max-resume-grace", service.DefaultMaxResumeGrace, "the longest resume_grace a request may ask for")
+	fs.DurationVar(&o.maxGrace, "max-resume-grace", config.DefaultMaxResumeGrace, "the longest resume_grace a request may ask for")
 	fs.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. localhost:9464 (empty: off);\ntraces and OTLP metrics follow the standard OTEL_* variables, see docs/observability.md")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the Redis the replicas of a fleet share: redis://host:port[/db], rediss:// for TLS (empty: redis.url\nof --config, else a single process); the password goes in "+redisPasswordEnv+",\nnot here, where a process list would show it")
-	fs.DurationVar(&o.leaseTTL, "lease-ttl", 0, "with Redis, the length of a resumable Stream's lease, which its replica renews at a third\nof it: a dead replica's completions are taken over by another replica about this long\nafter its death (0: redis.lease_ttl of --config, else "+service.DefaultLeaseTTL.String()+")")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 0, "with Redis, the length of a resumable Stream's lease, which its replica renews at a third\nof it: a dead replica's completions are taken over by another replica about this long\nafter its death (0: redis.lease_ttl of --config, else "+config.DefaultLeaseTTL.String()+")")
 	fs.StringVar(&o.replica, "replica", "", "this replica's name in leases and logs (default: hostname:pid)")
 	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit (also: completiond version)")
 	o.safety.define(fs)
@@ -157,7 +158,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		defer cfg.Redis.Close()
-		ttl := cmp.Or(o.leaseTTL, cfg.LeaseTTL, service.DefaultLeaseTTL)
+		ttl := cmp.Or(o.leaseTTL, cfg.LeaseTTL, config.DefaultLeaseTTL)
 		if ttl < 0 {
 			return fmt.Errorf("--lease-ttl %s: must be positive", ttl)
 		}
@@ -211,7 +212,7 @@ func redisShown(url string) string {
 	if url == "" {
 		return "off (single process)"
 	}
-	return service.RedactRedisURL(url)
+	return config.RedactRedisURL(url)
 }
 
 func routeNames(cfg service.Config) []string {

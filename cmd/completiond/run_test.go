@@ -26,6 +26,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/testcerts"
 	"github.com/completiond/completiond/provider"
@@ -338,7 +339,7 @@ func TestLimitFlagsOverTheFile(t *testing.T) {
 	if err := o.safety.apply(&cfg, "localhost:0", func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	l, d := cfg.Limits, service.DefaultLimits()
+	l, d := cfg.Limits, config.DefaultLimits()
 	for _, c := range []struct {
 		name      string
 		got, want any
@@ -431,7 +432,7 @@ func (p *stuckProvider) Stream(context.Context, *provider.Request, func(provider
 }
 
 // withFactory registers a provider kind for one test.
-func withFactory(t *testing.T, kind string, f service.Factory) {
+func withFactory(t *testing.T, kind string, f config.Factory) {
 	t.Helper()
 	old, had := factories[kind]
 	factories[kind] = f
@@ -451,7 +452,7 @@ func withFactory(t *testing.T, kind string, f service.Factory) {
 func TestShutdownIsBoundedWhenAHandlerIgnoresCancellation(t *testing.T) {
 	stuck := &stuckProvider{entered: make(chan struct{}), release: make(chan struct{})}
 	defer close(stuck.release) // after run returned: goleak checks that the handler then ends
-	withFactory(t, "stuck", func(service.ProviderSpec) (provider.Provider, error) { return stuck, nil })
+	withFactory(t, "stuck", func(config.ProviderSpec) (provider.Provider, error) { return stuck, nil })
 	path := t.TempDir() + "/stuck.yaml"
 	cfg := "default_route: stuck\nproviders:\n  s: {kind: stuck}\nroutes:\n  stuck: {provider: s, model: m}\n"
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {

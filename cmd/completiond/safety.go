@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/service"
 )
 
@@ -26,39 +27,39 @@ type safety struct {
 	apiKeyFile     string
 	insecureNoAuth bool
 	reflection     bool
-	tls            service.TLSFiles
-	limits         service.Limits
+	tls            config.TLSFiles
+	limits         config.Limits
 	streams        uint
 	set            map[string]bool // flags set on the command line or in the environment
 }
 
 // limitFlags copy each limit flag's value into the configuration, when the
 // flag is set; otherwise the file's value, or the default, stays.
-var limitFlags = map[string]func(dst *service.Limits, s *safety){
-	"max-request-bytes":        func(d *service.Limits, s *safety) { d.MaxRequestBytes = s.limits.MaxRequestBytes },
-	"max-in-flight":            func(d *service.Limits, s *safety) { d.MaxInFlight = s.limits.MaxInFlight },
-	"key-max-concurrent":       func(d *service.Limits, s *safety) { d.KeyMaxConcurrent = s.limits.KeyMaxConcurrent },
-	"key-rate":                 func(d *service.Limits, s *safety) { d.KeyRate = s.limits.KeyRate },
-	"key-burst":                func(d *service.Limits, s *safety) { d.KeyBurst = s.limits.KeyBurst },
-	"max-streams-per-conn":     func(d *service.Limits, s *safety) { d.MaxConcurrentStreams = uint32(min(s.streams, math.MaxUint32)) },
-	"keepalive-min-time":       func(d *service.Limits, s *safety) { d.KeepaliveMinTime = s.limits.KeepaliveMinTime },
-	"keepalive-time":           func(d *service.Limits, s *safety) { d.KeepaliveTime = s.limits.KeepaliveTime },
-	"keepalive-timeout":        func(d *service.Limits, s *safety) { d.KeepaliveTimeout = s.limits.KeepaliveTimeout },
-	"max-connection-idle":      func(d *service.Limits, s *safety) { d.MaxConnectionIdle = s.limits.MaxConnectionIdle },
-	"max-connection-age":       func(d *service.Limits, s *safety) { d.MaxConnectionAge = s.limits.MaxConnectionAge },
-	"max-connection-age-grace": func(d *service.Limits, s *safety) { d.MaxConnectionAgeGrace = s.limits.MaxConnectionAgeGrace },
+var limitFlags = map[string]func(dst *config.Limits, s *safety){
+	"max-request-bytes":        func(d *config.Limits, s *safety) { d.MaxRequestBytes = s.limits.MaxRequestBytes },
+	"max-in-flight":            func(d *config.Limits, s *safety) { d.MaxInFlight = s.limits.MaxInFlight },
+	"key-max-concurrent":       func(d *config.Limits, s *safety) { d.KeyMaxConcurrent = s.limits.KeyMaxConcurrent },
+	"key-rate":                 func(d *config.Limits, s *safety) { d.KeyRate = s.limits.KeyRate },
+	"key-burst":                func(d *config.Limits, s *safety) { d.KeyBurst = s.limits.KeyBurst },
+	"max-streams-per-conn":     func(d *config.Limits, s *safety) { d.MaxConcurrentStreams = uint32(min(s.streams, math.MaxUint32)) },
+	"keepalive-min-time":       func(d *config.Limits, s *safety) { d.KeepaliveMinTime = s.limits.KeepaliveMinTime },
+	"keepalive-time":           func(d *config.Limits, s *safety) { d.KeepaliveTime = s.limits.KeepaliveTime },
+	"keepalive-timeout":        func(d *config.Limits, s *safety) { d.KeepaliveTimeout = s.limits.KeepaliveTimeout },
+	"max-connection-idle":      func(d *config.Limits, s *safety) { d.MaxConnectionIdle = s.limits.MaxConnectionIdle },
+	"max-connection-age":       func(d *config.Limits, s *safety) { d.MaxConnectionAge = s.limits.MaxConnectionAge },
+	"max-connection-age-grace": func(d *config.Limits, s *safety) { d.MaxConnectionAgeGrace = s.limits.MaxConnectionAgeGrace },
 }
 
 // define registers the flags on fs.
 func (s *safety) define(fs *flag.FlagSet) {
-	d := service.DefaultLimits()
+	d := config.DefaultLimits()
 	fs.StringVar(&s.apiKeyFile, "api-key-file", "", "file holding one API key (key name \"default\", every route); callers send\n\"authorization: Bearer <key>\". "+apiKeyEnv+" may hold the key itself; more keys, with\nthe routes each may use: auth.keys in --config")
 	fs.BoolVar(&s.insecureNoAuth, "insecure-no-auth", false, "serve without authentication on an address that is not loopback")
 	fs.BoolVar(&s.reflection, "reflection", true, "serve gRPC reflection (for grpcurl); it needs a key when auth is on")
 	fs.StringVar(&s.tls.CertFile, "tls-cert", "", "PEM certificate chain: serve TLS (with --tls-key); reloaded when the file changes")
 	fs.StringVar(&s.tls.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&s.tls.ClientCAFile, "tls-client-ca", "", "PEM CAs of client certificates (mTLS): a verified certificate authenticates its\ncaller as the key its CommonName or DNS SAN names, else by CommonName with every route")
-	fs.DurationVar(&s.tls.ReloadInterval, "tls-reload", service.DefaultTLSReload, "how often, at most, a handshake checks whether the certificate files changed")
+	fs.DurationVar(&s.tls.ReloadInterval, "tls-reload", config.DefaultTLSReload, "how often, at most, a handshake checks whether the certificate files changed")
 	fs.IntVar(&s.limits.MaxRequestBytes, "max-request-bytes", d.MaxRequestBytes, "largest encoded request accepted")
 	fs.IntVar(&s.limits.MaxInFlight, "max-in-flight", d.MaxInFlight, "completions the server runs at once; more are shed with UNAVAILABLE and RetryInfo (0: no cap)")
 	fs.IntVar(&s.limits.KeyMaxConcurrent, "key-max-concurrent", d.KeyMaxConcurrent, "completions one key runs at once; more: RESOURCE_EXHAUSTED and RetryInfo (0: no cap)")
@@ -107,7 +108,7 @@ func (s *safety) apply(cfg *service.Config, addr string, getenv func(string) str
 		return err
 	}
 	if key != "" {
-		cfg.Auth.Keys = append(cfg.Auth.Keys, service.APIKey{Name: "default", SHA256: service.HashKey(key)})
+		cfg.Auth.Keys = append(cfg.Auth.Keys, config.APIKey{Name: "default", SHA256: config.HashKey(key)})
 	}
 	if !cfg.Auth.On() && !s.insecureNoAuth && !loopback(addr) {
 		return fmt.Errorf("refusing to serve on %s without authentication: set --api-key-file or %s, auth.keys in --config, "+

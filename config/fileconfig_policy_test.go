@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"os"
@@ -13,15 +13,15 @@ func TestFilePolicy(t *testing.T) {
 	tests := []struct {
 		name, yaml string
 		wantErr    string
-		check      func(t *testing.T, cfg ConfigValues)
+		check      func(t *testing.T, cfg Config)
 	}{
-		{name: "unset keeps the defaults", yaml: routes, check: func(t *testing.T, cfg ConfigValues) {
-			if cfg.Policy != DefaultValues().Policy {
+		{name: "unset keeps the defaults", yaml: routes, check: func(t *testing.T, cfg Config) {
+			if cfg.Policy != Default().Policy {
 				t.Errorf("policy %+v", cfg.Policy)
 			}
 		}},
 		{name: "fields override", yaml: routes + "policy:\n  retry: {fallback_retries: 1, retry_after_ceiling: 30s, backoff_base: 250ms}\n  turns: {max_turns: 5}\n",
-			check: func(t *testing.T, cfg ConfigValues) {
+			check: func(t *testing.T, cfg Config) {
 				r := cfg.Policy.Retry
 				if r.FallbackRetries != 1 || r.RetryAfterCeiling != 30*time.Second || r.BackoffBase != 250*time.Millisecond ||
 					cfg.Policy.Turns.MaxTurns != 5 || r.MaxRetries != 10 || cfg.Policy.Truncation.MaxOutputTokens != 8000 {
@@ -38,7 +38,7 @@ func TestFilePolicy(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := LoadFile(path, DefaultValues(), func(string) string { return "" }, nil)
+			cfg, err := LoadFile(path, Default(), func(string) string { return "" }, nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "policy") {
 					t.Fatalf("error %v, want one naming policy and %q", err, tt.wantErr)

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"crypto/sha256"
@@ -108,9 +108,9 @@ func DefaultLimits() Limits {
 	}
 }
 
-// ConfigValues is what configures a Server that is a value: routes, policy,
+// Config is what configures a Server that is a value: routes, policy,
 // limits, durations and the names of files and stores; LoadFile reads it.
-type ConfigValues struct {
+type Config struct {
 	// DefaultRoute is used when a request names none.
 	DefaultRoute string
 	// Routes are the configured routes by name.
@@ -197,9 +197,9 @@ func SimRoutes(s *sim.Provider) map[string]*Route {
 	}
 }
 
-// DefaultValues returns configuration values that serve the simulator only.
-func DefaultValues() ConfigValues {
-	return ConfigValues{
+// Default returns configuration values that serve the simulator only.
+func Default() Config {
+	return Config{
 		DefaultRoute: "sim",
 		Routes:       SimRoutes(sim.New(sim.Config{Pace: 20 * time.Millisecond})),
 		Policy:       recovery.DefaultPolicy(),
@@ -211,14 +211,14 @@ func DefaultValues() ConfigValues {
 // check reports the first inconsistency in c: a missing default route, a
 // route without a provider, a thinking budget on a route the machine does
 // not know thinks, or a fallback that names no route.
-func (c *ConfigValues) check() error {
+func (c *Config) Check() error {
 	if err := c.Policy.Check(); err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
 	if _, ok := c.Routes[c.DefaultRoute]; !ok {
 		return fmt.Errorf("default route %q is not configured", c.DefaultRoute)
 	}
-	if err := c.Auth.check(c.Routes); err != nil {
+	if err := c.Auth.Check(c.Routes); err != nil {
 		return err
 	}
 	for name, r := range c.Routes {
@@ -238,7 +238,7 @@ func (c *ConfigValues) check() error {
 }
 
 // fillDefaults gives every unset value its default.
-func (c *ConfigValues) fillDefaults() {
+func (c *Config) FillDefaults() {
 	if c.CallerWait <= 0 {
 		c.CallerWait = 5 * time.Minute
 	}
@@ -251,7 +251,7 @@ func (c *ConfigValues) fillDefaults() {
 	if c.RedisPing <= 0 {
 		c.RedisPing = DefaultRedisPing
 	}
-	c.EventLog.fillDefaults()
+	c.EventLog.FillDefaults()
 	if c.Replica == "" {
 		host, _ := os.Hostname()
 		c.Replica = fmt.Sprintf("%s:%d", host, os.Getpid())
@@ -269,7 +269,7 @@ func (c *ConfigValues) fillDefaults() {
 
 // chain returns the routes a request will use: its route (or the default),
 // then its fallbacks (or the route's configured chain), without repeats.
-func (c *ConfigValues) chain(route string, fallbacks []string) []*Route {
+func (c *Config) Chain(route string, fallbacks []string) []*Route {
 	if route == "" {
 		route = c.DefaultRoute
 	}
@@ -318,7 +318,7 @@ func DefaultEventLogLimits() EventLogLimits {
 	return EventLogLimits{MaxEvents: 10_000, MaxCompletions: 1_000, MaxBytes: 256 << 20, Retention: 5 * time.Minute}
 }
 
-func (l *EventLogLimits) fillDefaults() {
+func (l *EventLogLimits) FillDefaults() {
 	d := DefaultEventLogLimits()
 	if l.MaxEvents <= 0 {
 		l.MaxEvents = d.MaxEvents
@@ -389,7 +389,7 @@ func HashKey(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) }
 
 // check reports a key without a name, two keys of one name, two keys with
 // one key, and a key allowed a route that is not configured.
-func (a Auth) check(routes map[string]*Route) error {
+func (a Auth) Check(routes map[string]*Route) error {
 	names := map[string]bool{}
 	sums := map[[sha256.Size]byte]string{}
 	for i, k := range a.Keys {

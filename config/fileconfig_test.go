@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"context"
@@ -59,7 +59,7 @@ circuit_breaker: {failures: 3, cooldown: 10s}
 
 func TestLoadFileBuildsRoutes(t *testing.T) {
 	env := func(k string) string { return map[string]string{"TEST_ANTHROPIC_KEY": "sk-ant-test"}[k] }
-	cfg, err := LoadFile(writeConfig(t, goodConfig), DefaultValues(), env, fakeFactories)
+	cfg, err := LoadFile(writeConfig(t, goodConfig), Default(), env, fakeFactories)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestInvalidFileNamesTheField(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := LoadFile(writeConfig(t, tt.body), DefaultValues(), env, fakeFactories)
+			_, err := LoadFile(writeConfig(t, tt.body), Default(), env, fakeFactories)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one naming %q", err, tt.want)
 			}
@@ -118,14 +118,14 @@ func TestEnvRoutes(t *testing.T) {
 	env := func(k string) string {
 		return map[string]string{"ANTHROPIC_API_KEY": "sk-ant-x", "OPENAI_API_KEY": "sk-x"}[k]
 	}
-	cfg, err := EnvRoutes(DefaultValues(), env, fakeFactories)
+	cfg, err := EnvRoutes(Default(), env, fakeFactories)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.DefaultRoute != "claude" || cfg.Routes["gpt"] == nil || cfg.Routes["claude"].Fallbacks[0] != "gpt" || cfg.Routes["sim"] == nil {
-		t.Errorf("routes %v default %q", sortedKeys(cfg.Routes), cfg.DefaultRoute)
+		t.Errorf("routes %v default %q", SortedKeys(cfg.Routes), cfg.DefaultRoute)
 	}
-	none, err := EnvRoutes(DefaultValues(), func(string) string { return "" }, fakeFactories)
+	none, err := EnvRoutes(Default(), func(string) string { return "" }, fakeFactories)
 	if err != nil || none.DefaultRoute != "sim" {
 		t.Errorf("without keys: default %q err %v, want sim", none.DefaultRoute, err)
 	}
@@ -147,7 +147,7 @@ func TestPrefillBody(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := "providers:\n  p: " + tc.provider + "\nroutes:\n  r: {provider: p, model: m}\n"
-			cfg, err := LoadFile(writeConfig(t, body), DefaultValues(), func(string) string { return "" }, fakeFactories)
+			cfg, err := LoadFile(writeConfig(t, body), Default(), func(string) string { return "" }, fakeFactories)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,7 +167,7 @@ func TestPrefillMustBeSomethingTheUpstreamCanContinue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := LoadFile(writeConfig(t, tt.body), DefaultValues(), func(string) string { return "" }, fakeFactories)
+			_, err := LoadFile(writeConfig(t, tt.body), Default(), func(string) string { return "" }, fakeFactories)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one naming %q", err, tt.want)
 			}
@@ -175,7 +175,7 @@ func TestPrefillMustBeSomethingTheUpstreamCanContinue(t *testing.T) {
 	}
 	// A compatible server may continue a prefill.
 	ok := "providers:\n  p: {kind: openai, base_url: \"http://127.0.0.1:8000/v1\"}\nroutes:\n  local: {provider: p, model: m, prefill: true}\n"
-	cfg, err := LoadFile(writeConfig(t, ok), DefaultValues(), func(string) string { return "" }, fakeFactories)
+	cfg, err := LoadFile(writeConfig(t, ok), Default(), func(string) string { return "" }, fakeFactories)
 	if err != nil || !cfg.Routes["local"].Spec.Prefill {
 		t.Fatalf("err %v", err)
 	}

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"bytes"
@@ -159,7 +159,7 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 // LoadFile reads the configuration file at path and builds the routes it
 // declares, plus the sim routes, into base. An invalid file is an error that
 // names the field.
-func LoadFile(path string, base ConfigValues, getenv func(string) string, factories map[string]Factory) (ConfigValues, error) {
+func LoadFile(path string, base Config, getenv func(string) string, factories map[string]Factory) (Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return base, err
@@ -177,9 +177,9 @@ func LoadFile(path string, base ConfigValues, getenv func(string) string, factor
 	return cfg, nil
 }
 
-func (fc *FileConfig) apply(base ConfigValues, getenv func(string) string, factories map[string]Factory) (ConfigValues, error) {
+func (fc *FileConfig) apply(base Config, getenv func(string) string, factories map[string]Factory) (Config, error) {
 	providers := map[string]provider.Provider{}
-	for _, name := range sortedKeys(fc.Providers) {
+	for _, name := range SortedKeys(fc.Providers) {
 		p, err := buildProvider(name, fc.Providers[name], getenv, factories)
 		if err != nil {
 			return base, err
@@ -188,7 +188,7 @@ func (fc *FileConfig) apply(base ConfigValues, getenv func(string) string, facto
 	}
 	cfg := base
 	cfg.Routes = cloneRoutes(base.Routes)
-	for _, name := range sortedKeys(fc.Routes) {
+	for _, name := range SortedKeys(fc.Routes) {
 		r, err := buildRoute(name, fc.Routes[name], providers, fc.Providers)
 		if err != nil {
 			return base, err
@@ -231,7 +231,7 @@ func (fc *FileConfig) apply(base ConfigValues, getenv func(string) string, facto
 			cfg.LeaseTTL = d
 		}
 	}
-	if err := cfg.check(); err != nil {
+	if err := cfg.Check(); err != nil {
 		return base, err
 	}
 	return cfg, nil
@@ -247,7 +247,7 @@ func buildProvider(name string, fp FileProvider, getenv func(string) string, fac
 	}
 	f, ok := factories[fp.Kind]
 	if !ok {
-		known := slices.DeleteFunc(sortedKeys(factories), func(k string) bool { return k == "sim" })
+		known := slices.DeleteFunc(SortedKeys(factories), func(k string) bool { return k == "sim" })
 		return nil, fmt.Errorf("%s.kind: unknown provider kind %q (known: sim, %s)", field, fp.Kind, strings.Join(known, ", "))
 	}
 	key, err := expandEnv(fp.APIKey, getenv)
@@ -286,7 +286,7 @@ func prefillBody(fp FileProvider) (map[string]any, error) {
 		}
 		return DefaultPrefillBody(), nil
 	}
-	for _, k := range sortedKeys(fp.PrefillBody) {
+	for _, k := range SortedKeys(fp.PrefillBody) {
 		if !fieldName.MatchString(k) {
 			return nil, fmt.Errorf("key %q is not a plain field name", k)
 		}
@@ -331,9 +331,9 @@ func buildRoute(name string, fr FileRoute, providers map[string]provider.Provide
 	if fr.ContextWindow < 0 || fr.MaxOutputTokens < 0 {
 		return nil, fmt.Errorf("%s: context_window and max_output_tokens must not be negative", field)
 	}
-	if fr.ThinkingBudget != 0 && fr.ThinkingBudget < minThinkingBudget {
+	if fr.ThinkingBudget != 0 && fr.ThinkingBudget < MinThinkingBudget {
 		return nil, fmt.Errorf("%s.thinking_budget: %d is under the minimum of %d tokens (0 turns thinking off)",
-			field, fr.ThinkingBudget, minThinkingBudget)
+			field, fr.ThinkingBudget, MinThinkingBudget)
 	}
 	t, err := fr.Timeouts.parse(field + ".timeouts")
 	if err != nil {
@@ -349,7 +349,7 @@ func buildRoute(name string, fr FileRoute, providers map[string]provider.Provide
 // minThinkingBudget is the smallest thinking_budget a route may set:
 // Anthropic's minimum budget_tokens (anthropic.MinThinkingBudget; the
 // service knows providers only through their factories).
-const minThinkingBudget = 1024
+const MinThinkingBudget = 1024
 
 func (ft FileTimeouts) parse(field string) (provider.Timeouts, error) {
 	t := DefaultTimeouts()
@@ -370,7 +370,7 @@ func (ft FileTimeouts) parse(field string) (provider.Timeouts, error) {
 	return t, nil
 }
 
-func (fc *FileConfig) applyBreaker(cfg *ConfigValues) error {
+func (fc *FileConfig) applyBreaker(cfg *Config) error {
 	if fc.Breaker == nil {
 		return nil
 	}
@@ -389,7 +389,7 @@ func (fc *FileConfig) applyBreaker(cfg *ConfigValues) error {
 // environment, for running without a configuration file: ANTHROPIC_API_KEY
 // adds "claude", OPENAI_API_KEY adds "gpt"; each falls back to the other
 // when both are set.
-func EnvRoutes(base ConfigValues, getenv func(string) string, factories map[string]Factory) (ConfigValues, error) {
+func EnvRoutes(base Config, getenv func(string) string, factories map[string]Factory) (Config, error) {
 	fc := FileConfig{Providers: map[string]FileProvider{}, Routes: map[string]FileRoute{}}
 	var names []string
 	if getenv("ANTHROPIC_API_KEY") != "" {
@@ -431,7 +431,7 @@ func cloneRoutes(in map[string]*Route) map[string]*Route {
 	return out
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+func SortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -526,7 +526,7 @@ type FileLimits struct {
 }
 
 // applySafety applies the auth, tls and limits sections to cfg.
-func (fc *FileConfig) applySafety(cfg *ConfigValues, getenv func(string) string) error {
+func (fc *FileConfig) applySafety(cfg *Config, getenv func(string) string) error {
 	if fc.Auth != nil {
 		for i, fk := range fc.Auth.Keys {
 			k, err := fk.build(fmt.Sprintf("auth.keys[%d]", i), getenv)

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"path/filepath"
@@ -22,11 +22,11 @@ func TestExampleConfigsLoad(t *testing.T) {
 	factories := map[string]Factory{"anthropic": fake, "openai": fake}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			cfg, err := LoadFile(f, DefaultValues(), func(k string) string { return env[k] }, factories)
+			cfg, err := LoadFile(f, Default(), func(k string) string { return env[k] }, factories)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := cfg.check(); err != nil {
+			if err := cfg.Check(); err != nil {
 				t.Fatal(err)
 			}
 			if r := cfg.Routes[cfg.DefaultRoute]; r == nil || strings.HasPrefix(r.Spec.Name, "sim") {

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ limits:
   max_connection_age_grace: 0s
 `)
 	env := map[string]string{"TEST_OPS_KEY": "ops-key-from-env"}
-	cfg, err := LoadFile(path, DefaultValues(), func(k string) string { return env[k] }, fakeFactories)
+	cfg, err := LoadFile(path, Default(), func(k string) string { return env[k] }, fakeFactories)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestFileConfigAuthErrorsNameTheField(t *testing.T) {
 		{`limits: {max_request_bytes: 0}`, "limits.max_request_bytes"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
-			_, err := LoadFile(writeConfig(t, tc.body), DefaultValues(), func(string) string { return "" }, fakeFactories)
+			_, err := LoadFile(writeConfig(t, tc.body), Default(), func(string) string { return "" }, fakeFactories)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want %q", err, tc.want)
 			}
