@@ -22,6 +22,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/testkit"
 )
 
 // testKeys are the keys of the auth tests: one for every route, one for
@@ -193,7 +194,7 @@ func TestPermissionDeniedNamesRouteAndKey(t *testing.T) {
 // TestKeyNameInLogsAndSpans: the key's name, never the key, is on the RPC's
 // log line, which reports the completion too, and on the completion span.
 func TestKeyNameInLogsAndSpans(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

@@ -15,6 +15,7 @@ import (
 	"github.com/completiond/completiond/bench/mock"
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/openai"
 	"github.com/completiond/completiond/provider/providertest"
@@ -117,7 +118,7 @@ func BenchmarkLogging(b *testing.B) {
 		b.Run("level="+level.String(), func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.Routes, cfg.DefaultRoute = config.SimRoutes(sim.New(sim.Config{})), "sim"
-			cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(devNull(b), &slog.HandlerOptions{Level: level})))
+			cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(testkit.DevNull(b), &slog.HandlerOptions{Level: level})))
 			client, _ := grpcClient(b, cfg)
 			req := prompt("Benchmark logging.", map[string]string{sim.MetaWords: "1"})
 			b.ReportAllocs()
@@ -222,17 +223,6 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// devNull is a log sink that costs what stdout costs the binary, one
-// write(2) per line, without keeping anything: /dev/null.
-func devNull(b *testing.B) *os.File {
-	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { f.Close() })
-	return f
 }
 
 // idleStreams is how many Streams BenchmarkIdleStreams and

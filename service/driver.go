@@ -31,7 +31,8 @@ type completion struct {
 	out      *outbox                    // numbers, holds and sends the events
 	history  []*completionv1.Transition // every transition, for Complete
 	started  *completionv1.Started
-	observer observer
+	obs      *observer // the server's
+	trail    *Trail    // this completion's, from obs.start
 	breakers *breakers
 	models   map[int32]string // the model each attempt's upstream says answered; nil until one says
 	final    *completionv1.Result
@@ -66,7 +67,11 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 		first := c.machine.Routes[0]
 		c.started = &completionv1.Started{CompletionId: c.id, Route: first.Name, Model: first.Model, Provider: first.Provider}
 	}
-	c.observer.start(ctx, c)
+	var traceID string
+	c.trail, traceID = c.obs.start(ctx, c.telemetryInfo(ctx))
+	if traceID != "" {
+		c.started.TraceId = traceID
+	}
 	if c.prior == nil {
 		c.out.event(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: c.started}})
 	}
@@ -84,6 +89,15 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 		ev.Now, ev.Rand, ev.OpenRoutes = c.cfg.Now(), c.cfg.Rand(), c.breakers.open(c.machine.Routes)
 		step = m.Step(ev)
 	}
+}
+
+// telemetryInfo is what the completion's Trail is told of it.
+func (c *completion) telemetryInfo(ctx context.Context) Info {
+	maxTokens := c.machine.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = c.machine.Policy.Truncation.MaxOutputTokens
+	}
+	return Info{ID: c.id, First: c.machine.Routes[0], MaxTokens: maxTokens, Key: CallerName(ctx), Chain: c.routes}
 }
 
 // takeover is recovery.Takeover, never inlined into run: inlined, its
@@ -109,7 +123,7 @@ func (c *completion) forward(step recovery.Step) {
 func (c *completion) publish(t recovery.Transition) {
 	pt := fromTransition(t)
 	c.history = append(c.history, pt)
-	c.observer.transition(c, t)
+	c.trail.transition(t)
 	c.out.event(t.Attempt, t.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Transition{Transition: pt}})
 }
 
@@ -118,7 +132,7 @@ func (c *completion) finish(a recovery.Action) (*recovery.Result, error) {
 	c.final = c.result(a.Result)
 	c.status = c.conclude(a.Result)
 	c.out.end(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: c.final}}, encodeStatus(c.status))
-	c.observer.finish(c, a.Result)
+	c.trail.finish(a.Result)
 	if c.out.callerGone() {
 		return a.Result, errClientGone
 	}
@@ -190,7 +204,7 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 	}
 	// The provider stops its call when Stream returns (provider.Provider),
 	// so the attempt needs no context of its own here.
-	span := c.observer.attemptStart(ctx, c, call, summary)
+	span := c.trail.attemptStart(ctx, call, summary)
 	attempt, turn := a.Attempt, a.Turn // for the callback, which would keep all of a
 	var text strings.Builder
 	var calls []recovery.ToolCall

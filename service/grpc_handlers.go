@@ -26,7 +26,7 @@ var errShuttingDown = errors.New("server shutting down")
 type Server struct {
 	completionv1.UnimplementedCompletionServer
 	cfg      Config
-	obs      observer
+	obs      *observer
 	breakers *breakers
 	shared   *redisGate // Config.Redis for the breakers and limits; nil without it
 	log      EventLog   // every completion's events, for Attach
@@ -284,7 +284,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	return &completion{
 		cfg: &s.cfg, id: id, req: req, routes: routes, machine: mc, schema: schema,
 		caller: statelessCaller{}, out: out,
-		observer: s.obs, breakers: s.breakers,
+		obs: s.obs, breakers: s.breakers,
 		conclude: func(r *recovery.Result) *status.Status { return endStatus(s.ending(ctx, r)) },
 		release:  release, lease: lease.lease, leaseFrom: lease.from,
 	}, nil

@@ -19,8 +19,8 @@ import (
 )
 
 // observer records what the driver does: logs, spans and metrics. It is the
-// single hook for all three. The Server holds one without a trail; each
-// completion gets a copy, and start gives the copy a trail of its own.
+// single hook for all three. The Server holds one; start gives each
+// completion a Trail of its own, which records through it.
 //
 // The spans form this tree under the RPC span of otelgrpc:
 //
@@ -34,12 +34,46 @@ type observer struct {
 	log    *slog.Logger
 	tracer trace.Tracer
 	m      *instruments
-	trail  *trail // per completion; nil on the Server's copy
 	// tracing is whether the server was given a TracerProvider. Without
 	// one, a completion whose context carries no recording span opens no
 	// spans at all: the no-op tracer's would cost a context, a name and
 	// options per span, for nothing.
 	tracing bool
+}
+
+// Trail is the telemetry of one completion: its spans, what its attempts
+// told, and the line and metrics recorded at its end. Observer.start makes
+// it from the completion's Info.
+type Trail struct {
+	*observer
+	info  Info
+	trail *trail
+}
+
+// Info is what telemetry is told of a completion when it starts: plain
+// values the driver fills in.
+type Info struct {
+	// ID is the completion id.
+	ID string
+	// First is the route called first.
+	First recovery.Route
+	// MaxTokens is the max_tokens the completion starts with.
+	MaxTokens int
+	// Key names the caller's key or certificate; "" without auth.
+	Key string
+	// Chain is the completion's routes, whose upstreams' addresses go on
+	// the spans.
+	Chain []*config.Route
+}
+
+// route is the route of the chain named name, or nil.
+func (i *Info) route(name string) *config.Route {
+	for _, r := range i.Chain {
+		if r.Spec.Name == name {
+			return r
+		}
+	}
+	return nil
 }
 
 // trail is the telemetry state of one completion. The driver calls the
@@ -104,7 +138,7 @@ type attemptInfo struct {
 // attempt, in the machine's next step.
 type attemptSpan struct {
 	ctx      context.Context
-	o        *observer
+	o        *Trail
 	span     trace.Span // nil when the completion opens no spans
 	attempt  int
 	route    string
@@ -122,8 +156,8 @@ type attemptSpan struct {
 // circuits, if not nil, reports each route's circuit state (0 closed,
 // 1 half-open, 2 open: gobreaker.State) for the completiond.circuit.state gauge; it
 // is called on the metrics collector's goroutine.
-func newObserver(log *slog.Logger, tel Telemetry, circuits func() map[string]int) observer {
-	return observer{log: log, tracer: tracerFrom(tel.TracerProvider), m: newInstruments(tel.MeterProvider, circuits),
+func newObserver(log *slog.Logger, tel Telemetry, circuits func() map[string]int) *observer {
+	return &observer{log: log, tracer: tracerFrom(tel.TracerProvider), m: newInstruments(tel.MeterProvider, circuits),
 		tracing: tel.TracerProvider != nil}
 }
 
@@ -141,30 +175,34 @@ func (o *observer) ensure() {
 	}
 }
 
-// start opens the completion span as a child of the RPC span in ctx, and
-// puts its trace id into the Started event when the trace is recorded.
-func (o *observer) start(ctx context.Context, c *completion) {
+// start opens the completion span as a child of the RPC span in ctx and
+// returns the completion's Trail, with the trace id for the Started event
+// when the trace is recorded ("" otherwise).
+func (o *observer) start(ctx context.Context, info Info) (*Trail, string) {
+	if o == nil {
+		o = &observer{}
+	}
 	o.ensure()
-	first := c.machine.Routes[0]
+	first := info.First
 	span, spans := offSpan, o.opensSpans(ctx)
 	if spans {
 		ctx, span = o.tracer.Start(ctx, "chat "+first.Model, trace.WithSpanKind(trace.SpanKindClient))
 	}
-	o.trail = &trail{ctx: ctx, span: span, spans: spans, begun: time.Now(), key: CallerName(ctx)}
+	tr := &Trail{observer: o, info: info, trail: &trail{ctx: ctx, span: span, spans: spans, begun: time.Now(), key: info.Key}}
+	traceID := ""
 	if span.IsRecording() {
 		span.SetAttributes(keyOperation.String("chat"), keyProvider.String(first.Provider),
-			keyRequestModel.String(first.Model), keyMaxTokens.Int(requestMaxTokens(c)),
-			keyRoute.String(first.Name), keyCompletionID.String(c.id))
-		if o.trail.key != "" {
-			span.SetAttributes(keyAuthKey.String(o.trail.key))
+			keyRequestModel.String(first.Model), keyMaxTokens.Int(info.MaxTokens),
+			keyRoute.String(first.Name), keyCompletionID.String(info.ID))
+		if tr.trail.key != "" {
+			span.SetAttributes(keyAuthKey.String(tr.trail.key))
 		}
-		if c.started != nil {
-			c.started.TraceId = span.SpanContext().TraceID().String()
-		}
+		traceID = span.SpanContext().TraceID().String()
 	}
 	if o.m.on {
 		o.m.inFlight.Add(ctx, 1)
 	}
+	return tr, traceID
 }
 
 // offSpan is the completion span of a completion that opens no spans: it
@@ -179,19 +217,12 @@ func (o *observer) opensSpans(ctx context.Context) bool {
 	return o.tracing || trace.SpanFromContext(ctx).IsRecording()
 }
 
-// requestMaxTokens is the max_tokens the completion starts with.
-func requestMaxTokens(c *completion) int {
-	if c.machine.MaxTokens > 0 {
-		return c.machine.MaxTokens
-	}
-	return c.machine.Policy.Truncation.MaxOutputTokens
-}
 
 // attemptStart opens the span of one upstream attempt, a child of the
 // completion span: "attempt {n} {route}" for an answer, "compact {model}"
 // for a summarising call (purpose compaction). ctx keeps its cancellation;
 // only its span changes.
-func (o *observer) attemptStart(ctx context.Context, c *completion, call recovery.Call, summary bool) *attemptSpan {
+func (o *Trail) attemptStart(ctx context.Context, call recovery.Call, summary bool) *attemptSpan {
 	o.ensure()
 	o.closePending()
 	s := &attemptSpan{ctx: ctx, o: o, attempt: call.Attempt, route: call.Route.Name, provider: call.Route.Provider,
@@ -213,7 +244,7 @@ func (o *observer) attemptStart(ctx context.Context, c *completion, call recover
 		if resends > 0 {
 			s.span.SetAttributes(keyResendCount.Int(resends))
 		}
-		s.span.SetAttributes(serverAttrs(c.route(call.Route.Name))...)
+		s.span.SetAttributes(serverAttrs(o.info.route(call.Route.Name))...)
 		if summary {
 			s.span.SetAttributes(keyPurpose.String("compaction"))
 		}
@@ -244,7 +275,7 @@ func serverAttrs(r *config.Route) []attribute.KeyValue {
 
 // resends is the number of attempts before this one: the resend count of
 // the HTTP conventions.
-func (o *observer) resends() int {
+func (o *Trail) resends() int {
 	n := 0
 	if o.trail != nil {
 		n = o.trail.attempts
@@ -389,7 +420,7 @@ func (s *attemptSpan) close() {
 
 // closePending ends the span of the last attempt, if it still waits for
 // transitions.
-func (o *observer) closePending() {
+func (o *Trail) closePending() {
 	if o.trail != nil && o.trail.pending != nil {
 		o.trail.pending.close()
 		o.trail.pending = nil
@@ -398,7 +429,7 @@ func (o *observer) closePending() {
 
 // transition logs t, counts it, and records it as a span event on the
 // completion span and on the attempt it follows.
-func (o *observer) transition(c *completion, t recovery.Transition) {
+func (o *Trail) transition(t recovery.Transition) {
 	o.ensure()
 	ctx := context.Background()
 	if tr := o.trail; tr != nil {
@@ -413,10 +444,10 @@ func (o *observer) transition(c *completion, t recovery.Transition) {
 	if o.m.on {
 		o.countTransition(ctx, t)
 	}
-	o.logTransition(ctx, c, t)
+	o.logTransition(ctx, t)
 }
 
-func (o *observer) traceTransition(t recovery.Transition) {
+func (o *Trail) traceTransition(t recovery.Transition) {
 	tr := o.trail
 	if tr.pending != nil && tr.pending.attempt != t.Attempt {
 		o.closePending()
@@ -460,7 +491,7 @@ func (o *observer) countTransition(ctx context.Context, t recovery.Transition) {
 	}
 }
 
-func (o *observer) logTransition(ctx context.Context, c *completion, t recovery.Transition) {
+func (o *Trail) logTransition(ctx context.Context, t recovery.Transition) {
 	// A terminal transition without a failure (COMPLETED, a caller's
 	// cancel) says nothing the completion's own line does not: DEBUG.
 	level := slog.LevelInfo
@@ -471,7 +502,7 @@ func (o *observer) logTransition(ctx context.Context, c *completion, t recovery.
 		return
 	}
 	attrs := make([]slog.Attr, 0, 11)
-	attrs = append(attrs, slog.String("completion_id", c.id), slog.Int("attempt", t.Attempt), slog.Int("turn", t.Turn),
+	attrs = append(attrs, slog.String("completion_id", o.info.ID), slog.Int("attempt", t.Attempt), slog.Int("turn", t.Turn),
 		slog.String("reason", t.Reason.String()), slog.Bool("terminal", t.Terminal), slog.Bool("discard_output", t.DiscardOutput))
 	if t.Backoff > 0 {
 		attrs = append(attrs, slog.String("backoff", t.Backoff.String()))
@@ -487,7 +518,7 @@ func (o *observer) logTransition(ctx context.Context, c *completion, t recovery.
 
 // finish ends the completion span with the result, and records the
 // completion's metrics: attempts by their final outcome, tokens, duration.
-func (o *observer) finish(c *completion, r *recovery.Result) {
+func (o *Trail) finish(r *recovery.Result) {
 	o.ensure()
 	ctx := context.Background()
 	if o.trail != nil {
@@ -496,24 +527,24 @@ func (o *observer) finish(c *completion, r *recovery.Result) {
 	// The RPC that ran the completion reports it on its own line; a
 	// completion no RPC reports writes its line here, first, so that it
 	// carries the ids of the span still recording.
-	if sum := summarize(c, r); !o.handOver(ctx, sum) && o.log.Enabled(ctx, slog.LevelInfo) {
+	if sum := summarize(o.info.ID, r); !o.handOver(ctx, sum) && o.log.Enabled(ctx, slog.LevelInfo) {
 		o.logFinish(ctx, sum)
 	}
 	if o.m.on {
-		o.countFinish(ctx, c, r)
+		o.countFinish(ctx, r)
 	}
 	if tr := o.trail; tr != nil {
 		o.closePending()
 		if tr.span.IsRecording() {
-			o.endSpan(c, r)
+			o.endSpan(r)
 		}
 		tr.span.End()
 	}
 }
 
 // summarize is what the log says of a completion that ended with r.
-func summarize(c *completion, r *recovery.Result) completionSummary {
-	return completionSummary{id: c.id, reason: r.Reason, stopReason: r.StopReason, truncated: r.Truncated,
+func summarize(id string, r *recovery.Result) completionSummary {
+	return completionSummary{id: id, reason: r.Reason, stopReason: r.StopReason, truncated: r.Truncated,
 		route: r.Route.Name, attempts: len(r.Attempts), input: int64(r.Usage.InputTokens), output: int64(r.Usage.OutputTokens)}
 }
 
@@ -526,7 +557,7 @@ func (o *observer) handOver(ctx context.Context, sum completionSummary) bool {
 
 // logFinish writes the line of a completion that no RPC's line reports,
 // "completion finished": its summary and the caller's key (auth_key).
-func (o *observer) logFinish(ctx context.Context, sum completionSummary) {
+func (o *Trail) logFinish(ctx context.Context, sum completionSummary) {
 	var attrs [completionSummaryFields + 1]slog.Attr
 	n := sum.attrs(attrs[:])
 	if o.trail != nil && o.trail.key != "" {
@@ -539,7 +570,7 @@ func (o *observer) logFinish(ctx context.Context, sum completionSummary) {
 // endSpan sets the response attributes of the completion span: the model
 // and response id of the attempt that answered, as its upstream named them,
 // the upstream it called, and the usage of all attempts, counted here once.
-func (o *observer) endSpan(c *completion, r *recovery.Result) {
+func (o *Trail) endSpan(r *recovery.Result) {
 	tr := o.trail
 	span := tr.span
 	model := r.Route.Model
@@ -553,7 +584,7 @@ func (o *observer) endSpan(c *completion, r *recovery.Result) {
 			span.SetAttributes(keyFirstChunk.Float64(info.firstChunk.Sub(tr.begun).Seconds()))
 		}
 	}
-	span.SetAttributes(serverAttrs(c.route(r.Route.Name))...)
+	span.SetAttributes(serverAttrs(o.info.route(r.Route.Name))...)
 	span.SetAttributes(keyResponseModel.String(model), keyInputTokens.Int64(inputTokens(r.Usage)),
 		keyOutputTokens.Int64(r.Usage.OutputTokens), keyReason.String(r.Reason.String()),
 		keyTruncated.Bool(r.Truncated), keyAttempts.Int(len(r.Attempts)))
@@ -600,7 +631,7 @@ func inputTokens(u recovery.Usage) int64 {
 // verdict on every attempt (a failure with its kind and HTTP status), the
 // tokens by the model that answered each attempt, and the completion's
 // duration.
-func (o *observer) countFinish(ctx context.Context, c *completion, r *recovery.Result) {
+func (o *Trail) countFinish(ctx context.Context, r *recovery.Result) {
 	o.m.inFlight.Add(ctx, -1)
 	var ended endedAttempts
 	if o.trail != nil {
@@ -618,7 +649,7 @@ func (o *observer) countFinish(ctx context.Context, c *completion, r *recovery.R
 		o.m.attempts.Add(ctx, 1, metric.WithAttributes(attrs...))
 	}
 	o.countTokens(ctx, r, ended)
-	first := c.machine.Routes[0]
+	first := o.info.First
 	common := []attribute.KeyValue{keyOperation.String("chat"), keyProvider.String(first.Provider), keyRequestModel.String(first.Model)}
 	if o.trail != nil && o.trail.key != "" {
 		common = append(common, keyAuthKey.String(o.trail.key))
@@ -639,7 +670,7 @@ type tokenKey struct{ provider, request, response string }
 // the model the upstream said answered (bounded: see labelSet); attempts
 // that used no tokens are left out. A completion answered by one model is
 // one record of each type.
-func (o *observer) countTokens(ctx context.Context, r *recovery.Result, ended endedAttempts) {
+func (o *Trail) countTokens(ctx context.Context, r *recovery.Result, ended endedAttempts) {
 	var order []tokenKey
 	sums := map[tokenKey]recovery.Usage{}
 	for _, a := range r.Attempts {

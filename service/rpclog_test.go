@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
-	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -74,14 +74,14 @@ func TestOneLinePerRPC(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var buf syncBuffer
+			var buf testkit.SyncBuffer
 			e := newTestEnv(t, func(c *Config) { c.Logger = slog.New(slog.NewJSONHandler(&buf, nil)) })
 			id := tc.call(t, e)
 			// The RPC's line is written before its status is sent: it is
 			// in the buffer once the call has ended.
 			var rpc []map[string]any
 			transitions := 0
-			for _, l := range logLines(t, buf.String()) {
+			for _, l := range testkit.LogLines(t, buf.String()) {
 				switch l["msg"] {
 				case "finished call":
 					rpc = append(rpc, l)
@@ -119,61 +119,6 @@ func TestOneLinePerRPC(t *testing.T) {
 	}
 }
 
-// TestCompletionLineWithoutRPC checks who reports a completion: the line of
-// the RPC that runs it while that line is not written, the completion's
-// own "completion finished" line otherwise — a completion taken over from
-// another replica runs without an RPC, and a resumable Session's may end
-// after the RPC that started it did.
-func TestCompletionLineWithoutRPC(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		scope   bool // the completion runs in an RPC's scope
-		closed  bool // whose line is written already
-		ownLine bool
-	}{
-		{name: "in an RPC", scope: true, ownLine: false},
-		{name: "after its RPC's line", scope: true, closed: true, ownLine: true},
-		{name: "without an RPC", ownLine: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var buf syncBuffer
-			o := newObserver(slog.New(slog.NewJSONHandler(&buf, nil)), Telemetry{}, nil)
-			ctx := context.Background()
-			var s *rpcScope
-			if tc.scope {
-				s = &rpcScope{parent: ctx}
-				ctx = s
-			}
-			if tc.closed {
-				s.close()
-			}
-			route := recovery.Route{Name: "sim", Model: "sim-1"}
-			c := &completion{id: "cmpl_test", machine: recovery.Config{Routes: []recovery.Route{route}},
-				started: &completionv1.Started{}, observer: o}
-			c.observer.start(ctx, c)
-			a := c.observer.attemptStart(ctx, c, recovery.Call{Attempt: 1, Route: route}, false)
-			a.end(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
-			c.observer.finish(c, &recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route,
-				Usage:    recovery.Usage{InputTokens: 3, OutputTokens: 5},
-				Attempts: []recovery.AttemptRecord{{Attempt: 1, Route: route, Outcome: recovery.OutcomeAnswered}}})
-			lines := logLines(t, buf.String())
-			if got := len(lines) == 1 && lines[0]["msg"] == "completion finished"; got != tc.ownLine {
-				t.Fatalf("own line %v, want %v:\n%s", got, tc.ownLine, buf.String())
-			}
-			if tc.ownLine {
-				if l := lines[0]; l["completion_id"] != "cmpl_test" || l["output_tokens"] != 5.0 || l["reason"] != "COMPLETED" {
-					t.Errorf("completion line %v", l)
-				}
-				return
-			}
-			sum, ok := s.close()
-			if !ok || sum.id != "cmpl_test" || sum.output != 5 || sum.attempts != 1 {
-				t.Errorf("the RPC's scope holds %+v, %v", sum, ok)
-			}
-		})
-	}
-}
-
 // TestRPCLineIsFree guards the cost of the RPC's line, written to a JSON
 // handler with a completion's summary: no field is boxed or formatted by
 // the line itself. What allocates is the record's spill past its five
@@ -181,7 +126,7 @@ func TestCompletionLineWithoutRPC(t *testing.T) {
 // float, to encode it (8 bytes; the field is go-grpc-middleware's, a number
 // of milliseconds); with an error, add what reading its code and text costs.
 func TestRPCLineIsFree(t *testing.T) {
-	if raceEnabled {
+	if testkit.RaceEnabled {
 		t.Skip("the race detector makes sync.Pool, which slog's handlers use, drop items at random")
 	}
 	l := rpcLog{log: slog.New(TraceLogHandler(slog.NewJSONHandler(io.Discard, nil)))}
@@ -204,25 +149,5 @@ func TestRPCLineIsFree(t *testing.T) {
 		if n > want {
 			t.Errorf("%s: the RPC's line allocates %v times, want %v", tc.name, n, want)
 		}
-	}
-}
-
-// BenchmarkRPCLine writes what a clean Stream logs at INFO — the RPC's
-// line, with the summary of its completion that the observer hands over —
-// to a JSON handler behind TraceLogHandler, as the binary sets it up (to
-// /dev/null: a write per line, as to stdout), scope included: the whole
-// price of the per-request log.
-func BenchmarkRPCLine(b *testing.B) {
-	log := slog.New(TraceLogHandler(slog.NewJSONHandler(devNull(b), nil)))
-	l, o := rpcLog{log: log}, observer{log: log}
-	sum := completionSummary{id: "cmpl_8de4e46136562823acd786d3", reason: recovery.Completed, stopReason: recovery.StopEndTurn,
-		route: "sim", attempts: 1, input: 12, output: 1}
-	ctx := context.Background()
-	start := time.Now()
-	b.ReportAllocs()
-	for b.Loop() {
-		s := &rpcScope{parent: ctx}
-		o.handOver(s, sum)
-		l.line(ctx, s, "/completion.v1.Completion/Stream", start, nil)
 	}
 }

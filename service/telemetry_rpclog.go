@@ -28,7 +28,12 @@ import (
 // fields of a completion's summary spill over into one allocation of the
 // record's, short-lived, rather than into the rpcScope, which lives as
 // long as the RPC (an idle stream keeps it).
-type rpcLog struct{ log *slog.Logger }
+type rpcLog struct {
+	log *slog.Logger
+	// caller names the authenticated caller of an RPC's context; "" when
+	// none or without auth.
+	caller func(context.Context) string
+}
 
 func (l rpcLog) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	start := time.Now()
@@ -68,7 +73,7 @@ func (l rpcLog) line(ctx context.Context, s *rpcScope, fullMethod string, start 
 		slog.Float64("grpc.time_ms", float64(time.Since(start).Microseconds())/1000),
 	}
 	n := 4
-	if name := CallerName(ctx); name != "" {
+	if name := l.callerName(ctx); name != "" {
 		attrs[n] = slog.String("auth.key", name)
 		n++
 	}
@@ -80,6 +85,14 @@ func (l rpcLog) line(ctx context.Context, s *rpcScope, fullMethod string, start 
 		n += sum.attrs(attrs[n:])
 	}
 	logAttrs(ctx, l.log, level, "finished call", attrs[:n]...)
+}
+
+// callerName is the caller of ctx, by l.caller.
+func (l rpcLog) callerName(ctx context.Context) string {
+	if l.caller == nil {
+		return ""
+	}
+	return l.caller(ctx)
 }
 
 // rpcScope is what the log line of one RPC gathers while the RPC runs: the

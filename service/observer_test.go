@@ -1,14 +1,10 @@
 package service
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -16,9 +12,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
@@ -270,24 +266,6 @@ func stringAttr(s sdktrace.ReadOnlySpan, key string) string {
 	return ""
 }
 
-// syncBuffer is a log sink safe for the server's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestLogsCarryTraceIDsAndNoPrompt checks the RPC line and the transition
 // lines: JSON, with the trace and span ids of the trace, and without the
 // prompt's text. A rate limit then an answer logs the RETRY transition and
@@ -295,14 +273,14 @@ func (s *syncBuffer) String() string {
 // transition, which carries no failure, is at DEBUG, and the completion has
 // no line of its own.
 func TestLogsCarryTraceIDsAndNoPrompt(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	log := slog.New(TraceLogHandler(slog.NewJSONHandler(&buf, nil)))
 	r := newRecorded(t, func(c *Config) { c.Logger = log })
 	const secret = "the secret prompt"
 	evs := streamEvents(t.Context(), t, r.client, prompt(secret, map[string]string{sim.MetaFaults: "rate_limit"}))
 	traceID := evs[0].GetStarted().GetTraceId()
 	r.drain()
-	lines := logLines(t, buf.String())
+	lines := testkit.LogLines(t, buf.String())
 	seen := map[string]int{}
 	for _, l := range lines {
 		msg, _ := l["msg"].(string)
@@ -325,24 +303,10 @@ func TestLogsCarryTraceIDsAndNoPrompt(t *testing.T) {
 	}
 }
 
-func logLines(t *testing.T, s string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("log line %q is not JSON: %v", sc.Text(), err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // TestTracingOffLeavesNoTrace runs a server without telemetry: no trace id
 // in Started, and no trace ids in the logs.
 func TestTracingOffLeavesNoTrace(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	log := slog.New(TraceLogHandler(slog.NewJSONHandler(&buf, nil)))
 	env := newTestEnv(t, func(c *Config) { c.Logger = log })
 	evs, st := env.streamAll(t, faults("rate_limit"))
@@ -352,43 +316,6 @@ func TestTracingOffLeavesNoTrace(t *testing.T) {
 	}
 	if strings.Contains(buf.String(), "trace_id") {
 		t.Errorf("trace ids logged with tracing off:\n%s", buf.String())
-	}
-}
-
-// TestChunkIsFree guards the per-token path: noting a chunk allocates
-// nothing, with telemetry on or off.
-func TestChunkIsFree(t *testing.T) {
-	for _, tp := range []trace.TracerProvider{nil, sdktrace.NewTracerProvider()} {
-		o := newObserver(slog.New(slog.DiscardHandler), Telemetry{TracerProvider: tp}, nil)
-		c := &completion{id: "cmpl_test", machine: recovery.Config{Routes: []recovery.Route{{Name: "sim", Model: "sim-1"}}},
-			started: &completionv1.Started{}, observer: o}
-		c.observer.start(t.Context(), c)
-		s := c.observer.attemptStart(t.Context(), c, recovery.Call{Attempt: 1, Route: c.machine.Routes[0]}, false)
-		if n := testing.AllocsPerRun(100, s.chunk); n != 0 {
-			t.Errorf("chunk allocates %v times per call", n)
-		}
-		s.end(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
-		c.observer.finish(c, &recovery.Result{Reason: recovery.Completed})
-	}
-}
-
-// BenchmarkObserverOff measures what one completion of two attempts costs
-// the observer with telemetry off (logs discarded): the price of "off".
-func BenchmarkObserverOff(b *testing.B) {
-	o := newObserver(slog.New(slog.DiscardHandler), Telemetry{}, nil)
-	route := recovery.Route{Name: "sim", Model: "sim-1"}
-	for b.Loop() {
-		c := &completion{id: "cmpl_bench", machine: recovery.Config{Routes: []recovery.Route{route}}, started: &completionv1.Started{}, observer: o}
-		c.observer.start(b.Context(), c)
-		for n := 1; n <= 2; n++ {
-			s := c.observer.attemptStart(b.Context(), c, recovery.Call{Attempt: n, Route: route}, false)
-			for range 40 {
-				s.chunk()
-			}
-			s.end(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
-			c.observer.transition(c, recovery.Transition{Reason: recovery.Retry, Attempt: n})
-		}
-		c.observer.finish(c, &recovery.Result{Reason: recovery.Completed})
 	}
 }
 
@@ -404,14 +331,13 @@ func TestCompletionSpanCarriesTheAnswer(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	o := newObserver(slog.New(slog.DiscardHandler), Telemetry{TracerProvider: tp, MeterProvider: mp}, nil)
 	route := recovery.Route{Name: "claude", Provider: "anthropic", Model: "claude-x"}
-	c := &completion{id: "cmpl_test", machine: recovery.Config{Routes: []recovery.Route{route}},
-		started: &completionv1.Started{}, observer: o}
-	c.observer.start(t.Context(), c)
-	s := c.observer.attemptStart(t.Context(), c, recovery.Call{Attempt: 1, Route: route}, false)
+	info := Info{ID: "cmpl_test", First: route}
+	c, _ := o.start(t.Context(), info)
+	s := c.attemptStart(t.Context(), recovery.Call{Attempt: 1, Route: route}, false)
 	s.chunk()
 	usage := recovery.Usage{InputTokens: 10, OutputTokens: 7, CacheReadInputTokens: 5, CacheCreationInputTokens: 3}
 	s.end(recovery.Event{Kind: recovery.EvAttemptDone, Usage: usage}, provider.Finish{Model: "claude-x-20250101", ID: "msg_01"})
-	c.observer.finish(c, &recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route, Usage: usage,
+	c.finish(&recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route, Usage: usage,
 		Attempts: []recovery.AttemptRecord{{Attempt: 1, Route: route, Outcome: recovery.OutcomeAnswered, Usage: usage}}})
 
 	var chat sdktrace.ReadOnlySpan
@@ -442,19 +368,5 @@ func TestCompletionSpanCarriesTheAnswer(t *testing.T) {
 	const labels = "gen_ai.operation.name=chat,gen_ai.provider.name=anthropic,gen_ai.request.model=claude-x,gen_ai.response.model=claude-x-20250101"
 	if n := histogramCounts(rm)["gen_ai.client.token.usage{"+labels+",gen_ai.token.type=input}"]; n != 1 {
 		t.Errorf("input tokens recorded %d times under the answering model, want 1; have %v", n, keys(histogramCounts(rm)))
-	}
-}
-
-// TestModelLabelsAreBounded: the model names upstreams report become
-// metric labels, so their number is capped; names past the cap are counted
-// together, and a name already admitted stays itself.
-func TestModelLabelsAreBounded(t *testing.T) {
-	s := newLabelSet(2)
-	for _, tc := range []struct{ in, want string }{
-		{"a", "a"}, {"b", "b"}, {"c", otherModel}, {"a", "a"}, {"d", otherModel}, {"b", "b"},
-	} {
-		if got := s.bound(tc.in); got != tc.want {
-			t.Errorf("bound(%q) = %q, want %q", tc.in, got, tc.want)
-		}
 	}
 }

@@ -1,0 +1,86 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/completiond/completiond/internal/testkit"
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/recovery"
+)
+
+// TestCompletionLineWithoutRPC checks who reports a completion: the line of
+// the RPC that runs it while that line is not written, the completion's
+// own "completion finished" line otherwise — a completion taken over from
+// another replica runs without an RPC, and a resumable Session's may end
+// after the RPC that started it did.
+func TestCompletionLineWithoutRPC(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		scope   bool // the completion runs in an RPC's scope
+		closed  bool // whose line is written already
+		ownLine bool
+	}{
+		{name: "in an RPC", scope: true, ownLine: false},
+		{name: "after its RPC's line", scope: true, closed: true, ownLine: true},
+		{name: "without an RPC", ownLine: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf testkit.SyncBuffer
+			o := newObserver(slog.New(slog.NewJSONHandler(&buf, nil)), Telemetry{}, nil)
+			ctx := context.Background()
+			var s *rpcScope
+			if tc.scope {
+				s = &rpcScope{parent: ctx}
+				ctx = s
+			}
+			if tc.closed {
+				s.close()
+			}
+			route := recovery.Route{Name: "sim", Model: "sim-1"}
+			info := Info{ID: "cmpl_test", First: route}
+			c, _ := o.start(ctx, info)
+			a := c.attemptStart(ctx, recovery.Call{Attempt: 1, Route: route}, false)
+			a.end(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
+			c.finish(&recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route,
+				Usage:    recovery.Usage{InputTokens: 3, OutputTokens: 5},
+				Attempts: []recovery.AttemptRecord{{Attempt: 1, Route: route, Outcome: recovery.OutcomeAnswered}}})
+			lines := testkit.LogLines(t, buf.String())
+			if got := len(lines) == 1 && lines[0]["msg"] == "completion finished"; got != tc.ownLine {
+				t.Fatalf("own line %v, want %v:\n%s", got, tc.ownLine, buf.String())
+			}
+			if tc.ownLine {
+				if l := lines[0]; l["completion_id"] != "cmpl_test" || l["output_tokens"] != 5.0 || l["reason"] != "COMPLETED" {
+					t.Errorf("completion line %v", l)
+				}
+				return
+			}
+			sum, ok := s.close()
+			if !ok || sum.id != "cmpl_test" || sum.output != 5 || sum.attempts != 1 {
+				t.Errorf("the RPC's scope holds %+v, %v", sum, ok)
+			}
+		})
+	}
+}
+
+// BenchmarkRPCLine writes what a clean Stream logs at INFO — the RPC's
+// line, with the summary of its completion that the observer hands over —
+// to a JSON handler behind TraceLogHandler, as the binary sets it up (to
+// /dev/null: a write per line, as to stdout), scope included: the whole
+// price of the per-request log.
+func BenchmarkRPCLine(b *testing.B) {
+	log := slog.New(TraceLogHandler(slog.NewJSONHandler(testkit.DevNull(b), nil)))
+	l, o := rpcLog{log: log}, &Trail{observer: &observer{log: log}}
+	sum := completionSummary{id: "cmpl_8de4e46136562823acd786d3", reason: recovery.Completed, stopReason: recovery.StopEndTurn,
+		route: "sim", attempts: 1, input: 12, output: 1}
+	ctx := context.Background()
+	start := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		s := &rpcScope{parent: ctx}
+		o.handOver(s, sum)
+		l.line(ctx, s, "/completion.v1.Completion/Stream", start, nil)
+	}
+}
