@@ -33,7 +33,7 @@ type GRPC struct {
 // ServerTLS) are appended.
 func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	log := s.cfg.Logger
-	rpcLine := rpcLog{log: log, caller: CallerName}
+	rpcLine := newRPCLog(log, CallerName)
 	recOpts := []grpcrecovery.Option{grpcrecovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Error(codes.Internal, "internal error")

@@ -1,18 +1,13 @@
 package service
 
 import (
-	"context"
-	"io"
 	"log/slog"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/testkit"
-	"github.com/completiond/completiond/recovery"
 )
 
 // TestOneLinePerRPC checks what each kind of RPC logs at INFO: one line,
@@ -116,38 +111,5 @@ func TestOneLinePerRPC(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestRPCLineIsFree guards the cost of the RPC's line, written to a JSON
-// handler with a completion's summary: no field is boxed or formatted by
-// the line itself. What allocates is the record's spill past its five
-// inline fields, once, and the JSON handler's boxing of grpc.time_ms, a
-// float, to encode it (8 bytes; the field is go-grpc-middleware's, a number
-// of milliseconds); with an error, add what reading its code and text costs.
-func TestRPCLineIsFree(t *testing.T) {
-	if testkit.RaceEnabled {
-		t.Skip("the race detector makes sync.Pool, which slog's handlers use, drop items at random")
-	}
-	l := rpcLog{log: slog.New(TraceLogHandler(slog.NewJSONHandler(io.Discard, nil)))}
-	sum := completionSummary{id: "cmpl_test", reason: recovery.Completed, stopReason: recovery.StopEndTurn, route: "sim", attempts: 1}
-	for _, tc := range []struct {
-		name string
-		err  error
-	}{{"OK", nil}, {"failed", status.Error(codes.InvalidArgument, "bad")}} {
-		want := 2.0
-		if tc.err != nil {
-			want += testing.AllocsPerRun(100, func() { _, _ = status.Code(tc.err), tc.err.Error() })
-		}
-		s := &rpcScope{parent: context.Background()}
-		start := time.Now().Add(-time.Second) // a time_ms the JSON handler boxes
-		n := testing.AllocsPerRun(100, func() {
-			s.closed, s.has = false, false
-			s.offer(sum)
-			l.line(s, s, "/completion.v1.Completion/Stream", start, tc.err)
-		})
-		if n > want {
-			t.Errorf("%s: the RPC's line allocates %v times, want %v", tc.name, n, want)
-		}
 	}
 }

@@ -87,6 +87,12 @@ func (l rpcLog) line(ctx context.Context, s *rpcScope, fullMethod string, start 
 	logAttrs(ctx, l.log, level, "finished call", attrs[:n]...)
 }
 
+// newRPCLog returns the RPC log line's interceptors' owner: lines go to
+// log, naming the caller that caller finds in an RPC's context.
+func newRPCLog(log *slog.Logger, caller func(context.Context) string) rpcLog {
+	return rpcLog{log: log, caller: caller}
+}
+
 // callerName is the caller of ctx, by l.caller.
 func (l rpcLog) callerName(ctx context.Context) string {
 	if l.caller == nil {
