@@ -22,6 +22,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/internal/testkit"
 )
 
@@ -198,7 +199,7 @@ func TestKeyNameInLogsAndSpans(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	s := tracedEnv(t, Telemetry{TracerProvider: tp}, func(c *Config) {
+	s := tracedEnv(t, telemetry.Telemetry{TracerProvider: tp}, func(c *Config) {
 		c.Auth = testKeys()
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	})

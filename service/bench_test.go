@@ -15,6 +15,7 @@ import (
 	"github.com/completiond/completiond/bench/mock"
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/openai"
@@ -118,7 +119,7 @@ func BenchmarkLogging(b *testing.B) {
 		b.Run("level="+level.String(), func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.Routes, cfg.DefaultRoute = config.SimRoutes(sim.New(sim.Config{})), "sim"
-			cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(testkit.DevNull(b), &slog.HandlerOptions{Level: level})))
+			cfg.Logger = slog.New(telemetry.TraceLogHandler(slog.NewJSONHandler(testkit.DevNull(b), &slog.HandlerOptions{Level: level})))
 			client, _ := grpcClient(b, cfg)
 			req := prompt("Benchmark logging.", map[string]string{sim.MetaWords: "1"})
 			b.ReportAllocs()

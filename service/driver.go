@@ -11,6 +11,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
 	"github.com/completiond/completiond/recovery"
@@ -31,8 +32,8 @@ type completion struct {
 	out      *outbox                    // numbers, holds and sends the events
 	history  []*completionv1.Transition // every transition, for Complete
 	started  *completionv1.Started
-	obs      *observer // the server's
-	trail    *Trail    // this completion's, from obs.start
+	obs      *telemetry.Observer // the server's
+	trail    *telemetry.Trail    // this completion's, from obs.start
 	breakers *breakers
 	models   map[int32]string // the model each attempt's upstream says answered; nil until one says
 	final    *completionv1.Result
@@ -68,7 +69,7 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 		c.started = &completionv1.Started{CompletionId: c.id, Route: first.Name, Model: first.Model, Provider: first.Provider}
 	}
 	var traceID string
-	c.trail, traceID = c.obs.start(ctx, c.telemetryInfo(ctx))
+	c.trail, traceID = c.obs.Start(ctx, c.telemetryInfo(ctx))
 	if traceID != "" {
 		c.started.TraceId = traceID
 	}
@@ -92,12 +93,12 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 }
 
 // telemetryInfo is what the completion's Trail is told of it.
-func (c *completion) telemetryInfo(ctx context.Context) Info {
+func (c *completion) telemetryInfo(ctx context.Context) telemetry.Info {
 	maxTokens := c.machine.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = c.machine.Policy.Truncation.MaxOutputTokens
 	}
-	return Info{ID: c.id, First: c.machine.Routes[0], MaxTokens: maxTokens, Key: CallerName(ctx), Chain: c.routes}
+	return telemetry.Info{ID: c.id, First: c.machine.Routes[0], MaxTokens: maxTokens, Key: CallerName(ctx), Chain: c.routes}
 }
 
 // takeover is recovery.Takeover, never inlined into run: inlined, its
@@ -123,16 +124,16 @@ func (c *completion) forward(step recovery.Step) {
 func (c *completion) publish(t recovery.Transition) {
 	pt := fromTransition(t)
 	c.history = append(c.history, pt)
-	c.trail.transition(t)
+	c.trail.Transition(t)
 	c.out.event(t.Attempt, t.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Transition{Transition: pt}})
 }
 
-// finish sends the result of an ActFinish and ends the run.
+// Finish sends the result of an ActFinish and ends the run.
 func (c *completion) finish(a recovery.Action) (*recovery.Result, error) {
 	c.final = c.result(a.Result)
 	c.status = c.conclude(a.Result)
 	c.out.end(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: c.final}}, encodeStatus(c.status))
-	c.trail.finish(a.Result)
+	c.trail.Finish(a.Result)
 	if c.out.callerGone() {
 		return a.Result, errClientGone
 	}
@@ -204,13 +205,13 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 	}
 	// The provider stops its call when Stream returns (provider.Provider),
 	// so the attempt needs no context of its own here.
-	span := c.trail.attemptStart(ctx, call, summary)
+	span := c.trail.AttemptStart(ctx, call, summary)
 	attempt, turn := a.Attempt, a.Turn // for the callback, which would keep all of a
 	var text strings.Builder
 	var calls []recovery.ToolCall
 	var thinking []recovery.Block
-	fin, err := route.Upstream.Stream(span.ctx, c.request(call, route, summary), func(ch provider.Chunk) error {
-		span.chunk()
+	fin, err := route.Upstream.Stream(span.Ctx, c.request(call, route, summary), func(ch provider.Chunk) error {
+		span.Chunk()
 		switch ch.Kind {
 		case provider.ChunkText:
 			text.WriteString(ch.Text)
@@ -246,7 +247,7 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 		ev = recovery.Event{Kind: recovery.EvCancelled, Reason: cancelReason(ctx, c.out.callerGone()), Text: ev.Text, Usage: ev.Usage}
 	}
 	report(ev)
-	span.end(ev, fin)
+	span.End(ev, fin)
 	return ev
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 )
 
 // redisWatch follows whether Redis answers: a PING every interval, each
@@ -422,7 +423,7 @@ func redisInstruments(mp metric.MeterProvider, up func() bool) metric.Int64Count
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	m := mp.Meter(instrumentation)
+	m := mp.Meter(telemetry.Instrumentation)
 	local, _ := m.Int64Counter("completiond.redis.local_only", metric.WithUnit("{completion}"),
 		metric.WithDescription("Completions whose events this replica kept in its memory only, as Redis did not answer when they started or failed while they ran: other replicas cannot attach to them."))
 	_, _ = m.Int64ObservableGauge("completiond.redis.degraded", metric.WithUnit("1"),

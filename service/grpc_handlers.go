@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/recovery"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -26,7 +27,7 @@ var errShuttingDown = errors.New("server shutting down")
 type Server struct {
 	completionv1.UnimplementedCompletionServer
 	cfg      Config
-	obs      *observer
+	obs      *telemetry.Observer
 	breakers *breakers
 	shared   *redisGate // Config.Redis for the breakers and limits; nil without it
 	log      EventLog   // every completion's events, for Attach
@@ -52,7 +53,7 @@ func New(cfg Config) (*Server, error) {
 	shared := newRedisGate(cfg.Redis, cfg.Logger)
 	b := newFleetBreakers(cfg.Breaker, shared)
 	aborted, abort := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, obs: newObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b, shared: shared,
+	s := &Server{cfg: cfg, obs: telemetry.NewObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b, shared: shared,
 		log: newMemLog(cfg.EventLog, cfg.Now), aborted: aborted, abort: abort}
 	switch {
 	case cfg.Log != nil:
@@ -187,7 +188,7 @@ func (s *Server) detachedContext(rpc context.Context) (context.Context, context.
 	}
 }
 
-// finish runs a prepared completion and returns the status it concluded.
+// Finish runs a prepared completion and returns the status it concluded.
 func (s *Server) finish(ctx context.Context, c *completion) error {
 	_, err := c.run(ctx)
 	if c.out.fenced {

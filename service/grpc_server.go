@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 )
 
 // GRPC is an assembled gRPC server: the Completion service, health,
@@ -33,7 +34,7 @@ type GRPC struct {
 // ServerTLS) are appended.
 func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	log := s.cfg.Logger
-	rpcLine := newRPCLog(log, CallerName)
+	rpcLine := telemetry.NewRPCLog(log, CallerName)
 	recOpts := []grpcrecovery.Option{grpcrecovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Error(codes.Internal, "internal error")
@@ -54,7 +55,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 		grpc.ChainUnaryInterceptor(
 			presizeUnary, // first: the stack is grown while shallow (grpc_presize.go)
 			identify,     // then: the log line names the key
-			rpcLine.unary,
+			rpcLine.Unary,
 			grpcrecovery.UnaryServerInterceptor(recOpts...),
 			enforce,
 			limit,
@@ -62,7 +63,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 		grpc.ChainStreamInterceptor(
 			presizeStack,
 			identifyStream,
-			rpcLine.stream,
+			rpcLine.Stream,
 			grpcrecovery.StreamServerInterceptor(recOpts...),
 			enforceStream,
 			limitStream,

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
@@ -37,7 +38,7 @@ func newRecorded(t *testing.T, mutate ...func(*Config)) *recorded {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	r.tracedServer = tracedEnv(t, Telemetry{TracerProvider: tp, MeterProvider: mp}, mutate...)
+	r.tracedServer = tracedEnv(t, telemetry.Telemetry{TracerProvider: tp, MeterProvider: mp}, mutate...)
 	return r
 }
 
@@ -270,11 +271,11 @@ func stringAttr(s sdktrace.ReadOnlySpan, key string) string {
 // lines: JSON, with the trace and span ids of the trace, and without the
 // prompt's text. A rate limit then an answer logs the RETRY transition and
 // the RPC's line, which reports the completion; the terminal COMPLETED
-// transition, which carries no failure, is at DEBUG, and the completion has
+// Transition, which carries no failure, is at DEBUG, and the completion has
 // no line of its own.
 func TestLogsCarryTraceIDsAndNoPrompt(t *testing.T) {
 	var buf testkit.SyncBuffer
-	log := slog.New(TraceLogHandler(slog.NewJSONHandler(&buf, nil)))
+	log := slog.New(telemetry.TraceLogHandler(slog.NewJSONHandler(&buf, nil)))
 	r := newRecorded(t, func(c *Config) { c.Logger = log })
 	const secret = "the secret prompt"
 	evs := streamEvents(t.Context(), t, r.client, prompt(secret, map[string]string{sim.MetaFaults: "rate_limit"}))
@@ -307,7 +308,7 @@ func TestLogsCarryTraceIDsAndNoPrompt(t *testing.T) {
 // in Started, and no trace ids in the logs.
 func TestTracingOffLeavesNoTrace(t *testing.T) {
 	var buf testkit.SyncBuffer
-	log := slog.New(TraceLogHandler(slog.NewJSONHandler(&buf, nil)))
+	log := slog.New(telemetry.TraceLogHandler(slog.NewJSONHandler(&buf, nil)))
 	env := newTestEnv(t, func(c *Config) { c.Logger = log })
 	evs, st := env.streamAll(t, faults("rate_limit"))
 	checkContract(t, evs, st)
@@ -329,15 +330,15 @@ func TestCompletionSpanCarriesTheAnswer(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	o := newObserver(slog.New(slog.DiscardHandler), Telemetry{TracerProvider: tp, MeterProvider: mp}, nil)
+	o := telemetry.NewObserver(slog.New(slog.DiscardHandler), telemetry.Telemetry{TracerProvider: tp, MeterProvider: mp}, nil)
 	route := recovery.Route{Name: "claude", Provider: "anthropic", Model: "claude-x"}
-	info := Info{ID: "cmpl_test", First: route}
-	c, _ := o.start(t.Context(), info)
-	s := c.attemptStart(t.Context(), recovery.Call{Attempt: 1, Route: route}, false)
-	s.chunk()
+	info := telemetry.Info{ID: "cmpl_test", First: route}
+	c, _ := o.Start(t.Context(), info)
+	s := c.AttemptStart(t.Context(), recovery.Call{Attempt: 1, Route: route}, false)
+	s.Chunk()
 	usage := recovery.Usage{InputTokens: 10, OutputTokens: 7, CacheReadInputTokens: 5, CacheCreationInputTokens: 3}
-	s.end(recovery.Event{Kind: recovery.EvAttemptDone, Usage: usage}, provider.Finish{Model: "claude-x-20250101", ID: "msg_01"})
-	c.finish(&recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route, Usage: usage,
+	s.End(recovery.Event{Kind: recovery.EvAttemptDone, Usage: usage}, provider.Finish{Model: "claude-x-20250101", ID: "msg_01"})
+	c.Finish(&recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route, Usage: usage,
 		Attempts: []recovery.AttemptRecord{{Attempt: 1, Route: route, Outcome: recovery.OutcomeAnswered, Usage: usage}}})
 
 	var chat sdktrace.ReadOnlySpan

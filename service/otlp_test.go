@@ -24,6 +24,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 )
@@ -77,7 +78,7 @@ type tracedServer struct {
 	g      *GRPC
 }
 
-func tracedEnv(t *testing.T, tel Telemetry, mutate ...func(*Config)) *tracedServer {
+func tracedEnv(t *testing.T, tel telemetry.Telemetry, mutate ...func(*Config)) *tracedServer {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Routes = config.SimRoutes(sim.New(sim.Config{Words: 6}))
@@ -127,7 +128,7 @@ func TestAttemptSpansReachAnOTLPCollector(t *testing.T) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	srv := tracedEnv(t, Telemetry{TracerProvider: tp}, func(c *Config) {
+	srv := tracedEnv(t, telemetry.Telemetry{TracerProvider: tp}, func(c *Config) {
 		c.Routes["sim-fallback"].Upstream = addressed{c.Routes["sim-fallback"].Upstream}
 	})
 

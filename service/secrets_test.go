@@ -26,6 +26,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/provider/anthropic"
 	"github.com/completiond/completiond/provider/openai"
 	pt "github.com/completiond/completiond/provider/providertest"
@@ -123,8 +124,8 @@ func newSecretEnv(t *testing.T) *secretEnv {
 	cfg.Breaker = config.BreakerSettings{Failures: -1}
 	cfg.Policy.Retry.FallbackRetries = cfg.Policy.Retry.MaxRetries // every echoing reply is used on claude
 	cfg.Policy.Retry.FallbackWait = time.Hour
-	cfg.Logger = slog.New(TraceLogHandler(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	cfg.Telemetry = Telemetry{TracerProvider: tp, MeterProvider: mp}
+	cfg.Logger = slog.New(telemetry.TraceLogHandler(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	cfg.Telemetry = telemetry.Telemetry{TracerProvider: tp, MeterProvider: mp}
 	stats := otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithMeterProvider(mp))
 	e.client, _ = grpcClient(t, cfg, grpc.StatsHandler(stats))
 	return e
@@ -169,7 +170,7 @@ func TestNoSecretLeaks(t *testing.T) {
 
 	// Stream: claude fails five times, then 401 → falls back to gpt, which
 	// fails the same way → MODEL_ERROR. Every echo passes through a
-	// transition, a log line and a span.
+	// Transition, a log line and a span.
 	req := prompt("Explain recovery.", nil)
 	evs, st := (&testEnv{client: e.client}).streamAll(t, req)
 	checkContract(t, evs, st)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,7 +23,7 @@ type Config struct {
 	// Rand returns a uniform number in [0, 1) for backoff jitter; nil uses math/rand/v2.
 	Rand func() float64
 	// Telemetry receives traces and metrics; the zero value turns them off.
-	Telemetry Telemetry
+	Telemetry telemetry.Telemetry
 	// Redis, when set, is the Redis the replicas of a fleet share (see
 	// NewRedisClient); nil runs a single process, with everything in its
 	// memory. With it, the circuit breakers and the per-key limits are

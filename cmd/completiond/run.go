@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/service"
 )
@@ -128,7 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		printVersion(stdout)
 		return nil
 	}
-	log := slog.New(service.TraceLogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: o.logLevel})))
+	log := slog.New(telemetry.TraceLogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: o.logLevel})))
 	cfg := service.DefaultConfig()
 	cfg.Logger = log
 	if cfg, err = loadRoutes(cfg, o.config, sim.New(sim.Config{Pace: o.simPace, Words: o.simWords}), getenv); err != nil {

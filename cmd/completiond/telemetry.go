@@ -30,17 +30,17 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/completiond/completiond/internal/telemetry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
-
-	"github.com/completiond/completiond/service"
 )
 
-// telemetry is the OpenTelemetry SDK as the environment configures it:
+// otelSDK is the OpenTelemetry SDK as the environment configures it:
 // what the service records into, the gRPC option that traces and measures
 // each RPC, and the shutdown that flushes it all.
-type telemetry struct {
-	service.Telemetry
+type otelSDK struct {
+	telemetry.Telemetry
 	// grpcOptions holds the otelgrpc stats handler, when anything is on.
 	grpcOptions []grpc.ServerOption
 	closers     []func(context.Context) error
@@ -54,8 +54,8 @@ type telemetry struct {
 // "none", or when an OTLP endpoint is set. Metrics are served for Prometheus
 // on metricsAddr (path /metrics) when it is set, and exported as
 // OTEL_METRICS_EXPORTER says. OTEL_SDK_DISABLED=true turns both off.
-func setupTelemetry(ctx context.Context, metricsAddr string, getenv func(string) string, log *slog.Logger) (*telemetry, error) {
-	t := &telemetry{}
+func setupTelemetry(ctx context.Context, metricsAddr string, getenv func(string) string, log *slog.Logger) (*otelSDK, error) {
+	t := &otelSDK{}
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return t, nil
 	}
@@ -97,7 +97,7 @@ func newResource(ctx context.Context) (*resource.Resource, error) {
 // statsHandler is otelgrpc's server handler: the RPC span, continuing the
 // W3C trace context of the caller's metadata, and the rpc.server metrics.
 // Health checks and reflection are left out: probes would flood the traces.
-func (t *telemetry) statsHandler() stats.Handler {
+func (t *otelSDK) statsHandler() stats.Handler {
 	opts := []otelgrpc.Option{
 		otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
 		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool {
@@ -125,7 +125,7 @@ func tracesOn(getenv func(string) string) bool {
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-func (t *telemetry) setupTraces(ctx context.Context, res *resource.Resource, getenv func(string) string, log *slog.Logger) error {
+func (t *otelSDK) setupTraces(ctx context.Context, res *resource.Resource, getenv func(string) string, log *slog.Logger) error {
 	if !tracesOn(getenv) {
 		return nil
 	}
@@ -186,7 +186,7 @@ func firstSet(getenv func(string) string, names ...string) string {
 	return ""
 }
 
-func (t *telemetry) setupMetrics(ctx context.Context, res *resource.Resource, addr string, getenv func(string) string, log *slog.Logger) error {
+func (t *otelSDK) setupMetrics(ctx context.Context, res *resource.Resource, addr string, getenv func(string) string, log *slog.Logger) error {
 	var readers []sdkmetric.Reader
 	if addr != "" {
 		r, err := t.servePrometheus(addr, log)
@@ -258,7 +258,7 @@ func newPrometheus() (*promexporter.Exporter, http.Handler, error) {
 
 // servePrometheus serves a Prometheus scrape endpoint at addr/metrics (see
 // newPrometheus).
-func (t *telemetry) servePrometheus(addr string, log *slog.Logger) (sdkmetric.Reader, error) {
+func (t *otelSDK) servePrometheus(addr string, log *slog.Logger) (sdkmetric.Reader, error) {
 	exp, handler, err := newPrometheus()
 	if err != nil {
 		return nil, err
@@ -299,7 +299,7 @@ func metricReader(ctx context.Context, name string, getenv func(string) string) 
 
 // shutdown flushes and stops everything, in order: spans and metrics are
 // exported before the metrics endpoint closes.
-func (t *telemetry) shutdown(ctx context.Context) error {
+func (t *otelSDK) shutdown(ctx context.Context) error {
 	var errs []error
 	for _, c := range t.closers {
 		errs = append(errs, c(ctx))
@@ -310,7 +310,7 @@ func (t *telemetry) shutdown(ctx context.Context) error {
 
 // close flushes the telemetry on exit, within a bounded time: an unreachable
 // collector must not hold the process up.
-func (t *telemetry) close(log *slog.Logger) {
+func (t *otelSDK) close(log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := t.shutdown(ctx); err != nil {

@@ -1,4 +1,4 @@
-package service
+package telemetry
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func TestCompletionLineWithoutRPC(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf testkit.SyncBuffer
-			o := newObserver(slog.New(slog.NewJSONHandler(&buf, nil)), Telemetry{}, nil)
+			o := NewObserver(slog.New(slog.NewJSONHandler(&buf, nil)), Telemetry{}, nil)
 			ctx := context.Background()
 			var s *rpcScope
 			if tc.scope {
@@ -44,10 +44,10 @@ func TestCompletionLineWithoutRPC(t *testing.T) {
 			}
 			route := recovery.Route{Name: "sim", Model: "sim-1"}
 			info := Info{ID: "cmpl_test", First: route}
-			c, _ := o.start(ctx, info)
-			a := c.attemptStart(ctx, recovery.Call{Attempt: 1, Route: route}, false)
-			a.end(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
-			c.finish(&recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route,
+			c, _ := o.Start(ctx, info)
+			a := c.AttemptStart(ctx, recovery.Call{Attempt: 1, Route: route}, false)
+			a.End(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
+			c.Finish(&recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route,
 				Usage:    recovery.Usage{InputTokens: 3, OutputTokens: 5},
 				Attempts: []recovery.AttemptRecord{{Attempt: 1, Route: route, Outcome: recovery.OutcomeAnswered}}})
 			lines := testkit.LogLines(t, buf.String())
@@ -75,7 +75,7 @@ func TestCompletionLineWithoutRPC(t *testing.T) {
 // price of the per-request log.
 func BenchmarkRPCLine(b *testing.B) {
 	log := slog.New(TraceLogHandler(slog.NewJSONHandler(testkit.DevNull(b), nil)))
-	l, o := rpcLog{log: log}, &Trail{observer: &observer{log: log}}
+	l, o := rpcLog{log: log}, &Trail{Observer: &Observer{log: log}}
 	sum := completionSummary{id: "cmpl_8de4e46136562823acd786d3", reason: recovery.Completed, stopReason: recovery.StopEndTurn,
 		route: "sim", attempts: 1, input: 12, output: 1}
 	ctx := context.Background()

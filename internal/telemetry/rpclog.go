@@ -1,4 +1,4 @@
-package service
+package telemetry
 
 import (
 	"context"
@@ -35,7 +35,7 @@ type rpcLog struct {
 	caller func(context.Context) string
 }
 
-func (l rpcLog) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func (l rpcLog) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	if !l.log.Enabled(ctx, slog.LevelError) { // no line at any level: nothing to gather
 		return h(ctx, req)
@@ -46,7 +46,7 @@ func (l rpcLog) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	return resp, err
 }
 
-func (l rpcLog) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+func (l rpcLog) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	start := time.Now()
 	ctx := ss.Context()
 	if !l.log.Enabled(ctx, slog.LevelError) {
@@ -87,9 +87,9 @@ func (l rpcLog) line(ctx context.Context, s *rpcScope, fullMethod string, start 
 	logAttrs(ctx, l.log, level, "finished call", attrs[:n]...)
 }
 
-// newRPCLog returns the RPC log line's interceptors' owner: lines go to
+// NewRPCLog returns the RPC log line's interceptors' owner: lines go to
 // log, naming the caller that caller finds in an RPC's context.
-func newRPCLog(log *slog.Logger, caller func(context.Context) string) rpcLog {
+func NewRPCLog(log *slog.Logger, caller func(context.Context) string) rpcLog {
 	return rpcLog{log: log, caller: caller}
 }
 

@@ -1,4 +1,4 @@
-package service
+package telemetry
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/completiond/completiond/recovery"
 )
 
-// observer records what the driver does: logs, spans and metrics. It is the
+// Observer records what the driver does: logs, spans and metrics. It is the
 // single hook for all three. The Server holds one; start gives each
 // completion a Trail of its own, which records through it.
 //
@@ -30,7 +30,7 @@ import (
 //
 // Transitions are span events on the completion span, and on the attempt
 // span they follow.
-type observer struct {
+type Observer struct {
 	log    *slog.Logger
 	tracer trace.Tracer
 	m      *instruments
@@ -45,7 +45,7 @@ type observer struct {
 // told, and the line and metrics recorded at its end. Observer.start makes
 // it from the completion's Info.
 type Trail struct {
-	*observer
+	*Observer
 	info  Info
 	trail *trail
 }
@@ -77,7 +77,7 @@ func (i *Info) route(name string) *config.Route {
 }
 
 // trail is the telemetry state of one completion. The driver calls the
-// observer from one goroutine, so it needs no lock.
+// Observer from one goroutine, so it needs no lock.
 type trail struct {
 	ctx      context.Context // carries span, for logs
 	span     trace.Span      // chat {model}, or offSpan
@@ -137,7 +137,7 @@ type attemptInfo struct {
 // it have been recorded on it: the backoff and the decision come after the
 // attempt, in the machine's next step.
 type attemptSpan struct {
-	ctx      context.Context
+	Ctx      context.Context
 	o        *Trail
 	span     trace.Span // nil when the completion opens no spans
 	attempt  int
@@ -152,18 +152,18 @@ type attemptSpan struct {
 	next     string // the reason of the first transition that followed
 }
 
-// newObserver returns the Server's observer: logs to log, telemetry to tel.
+// NewObserver returns the Server's Observer: logs to log, telemetry to tel.
 // circuits, if not nil, reports each route's circuit state (0 closed,
 // 1 half-open, 2 open: gobreaker.State) for the completiond.circuit.state gauge; it
 // is called on the metrics collector's goroutine.
-func newObserver(log *slog.Logger, tel Telemetry, circuits func() map[string]int) *observer {
-	return &observer{log: log, tracer: tracerFrom(tel.TracerProvider), m: newInstruments(tel.MeterProvider, circuits),
+func NewObserver(log *slog.Logger, tel Telemetry, circuits func() map[string]int) *Observer {
+	return &Observer{log: log, tracer: tracerFrom(tel.TracerProvider), m: newInstruments(tel.MeterProvider, circuits),
 		tracing: tel.TracerProvider != nil}
 }
 
 // ensure fills in what a zero observer lacks, so that a completion built
 // without New still runs.
-func (o *observer) ensure() {
+func (o *Observer) ensure() {
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
@@ -175,12 +175,12 @@ func (o *observer) ensure() {
 	}
 }
 
-// start opens the completion span as a child of the RPC span in ctx and
+// Start opens the completion span as a child of the RPC span in ctx and
 // returns the completion's Trail, with the trace id for the Started event
 // when the trace is recorded ("" otherwise).
-func (o *observer) start(ctx context.Context, info Info) (*Trail, string) {
+func (o *Observer) Start(ctx context.Context, info Info) (*Trail, string) {
 	if o == nil {
-		o = &observer{}
+		o = &Observer{}
 	}
 	o.ensure()
 	first := info.First
@@ -188,7 +188,7 @@ func (o *observer) start(ctx context.Context, info Info) (*Trail, string) {
 	if spans {
 		ctx, span = o.tracer.Start(ctx, "chat "+first.Model, trace.WithSpanKind(trace.SpanKindClient))
 	}
-	tr := &Trail{observer: o, info: info, trail: &trail{ctx: ctx, span: span, spans: spans, begun: time.Now(), key: info.Key}}
+	tr := &Trail{Observer: o, info: info, trail: &trail{ctx: ctx, span: span, spans: spans, begun: time.Now(), key: info.Key}}
 	traceID := ""
 	if span.IsRecording() {
 		span.SetAttributes(keyOperation.String("chat"), keyProvider.String(first.Provider),
@@ -213,19 +213,18 @@ var offSpan trace.Span = tracenoop.Span{}
 // a TracerProvider, or when ctx carries a recording span (whose children
 // the no-op tracer would still have to hide from the logs and the span).
 // Otherwise its context, with the RPC's span in it, stands for them.
-func (o *observer) opensSpans(ctx context.Context) bool {
+func (o *Observer) opensSpans(ctx context.Context) bool {
 	return o.tracing || trace.SpanFromContext(ctx).IsRecording()
 }
 
-
-// attemptStart opens the span of one upstream attempt, a child of the
+// AttemptStart opens the span of one upstream attempt, a child of the
 // completion span: "attempt {n} {route}" for an answer, "compact {model}"
 // for a summarising call (purpose compaction). ctx keeps its cancellation;
 // only its span changes.
-func (o *Trail) attemptStart(ctx context.Context, call recovery.Call, summary bool) *attemptSpan {
+func (o *Trail) AttemptStart(ctx context.Context, call recovery.Call, summary bool) *attemptSpan {
 	o.ensure()
 	o.closePending()
-	s := &attemptSpan{ctx: ctx, o: o, attempt: call.Attempt, route: call.Route.Name, provider: call.Route.Provider,
+	s := &attemptSpan{Ctx: ctx, o: o, attempt: call.Attempt, route: call.Route.Name, provider: call.Route.Provider,
 		model: call.Route.Model, begun: time.Now()}
 	if o.trail == nil || !o.trail.spans {
 		return s
@@ -234,7 +233,7 @@ func (o *Trail) attemptStart(ctx context.Context, call recovery.Call, summary bo
 	if summary {
 		name = "compact " + call.Route.Model
 	}
-	s.ctx, s.span = o.tracer.Start(trace.ContextWithSpan(ctx, o.trail.span), name, trace.WithSpanKind(trace.SpanKindClient))
+	s.Ctx, s.span = o.tracer.Start(trace.ContextWithSpan(ctx, o.trail.span), name, trace.WithSpanKind(trace.SpanKindClient))
 	resends := o.resends()
 	if s.span.IsRecording() {
 		s.span.SetAttributes(keyOperation.String("chat"), keyProvider.String(call.Route.Provider),
@@ -284,23 +283,23 @@ func (o *Trail) resends() int {
 	return n
 }
 
-// chunk notes one streamed chunk. It runs per token, so it only counts.
-func (s *attemptSpan) chunk() {
+// Chunk notes one streamed chunk. It runs per token, so it only counts.
+func (s *attemptSpan) Chunk() {
 	if s.chunks == 0 {
 		s.first = time.Now()
 	}
 	s.chunks++
 }
 
-// end records how the attempt ended, ev as the machine sees it and fin as
+// End records how the attempt ended, ev as the machine sees it and fin as
 // the provider told it. The span stays open for the transitions that
 // follow; see attemptSpan.
-func (s *attemptSpan) end(ev recovery.Event, fin provider.Finish) {
+func (s *attemptSpan) End(ev recovery.Event, fin provider.Finish) {
 	s.ended = time.Now()
 	s.outcome = eventOutcome(ev)
 	model := fin.Model // scrubbed by completion.call
 	if s.chunks > 0 && s.o.m.on {
-		s.o.m.firstChunk.Record(s.ctx, s.first.Sub(s.begun).Seconds(), metric.WithAttributes(
+		s.o.m.firstChunk.Record(s.Ctx, s.first.Sub(s.begun).Seconds(), metric.WithAttributes(
 			keyOperation.String("chat"), keyProvider.String(s.provider), keyRequestModel.String(s.model),
 			keyResponseModel.String(s.o.m.models.bound(orDefault(model, s.model))), keyRoute.String(s.route)))
 	}
@@ -427,9 +426,9 @@ func (o *Trail) closePending() {
 	}
 }
 
-// transition logs t, counts it, and records it as a span event on the
+// Transition logs t, counts it, and records it as a span event on the
 // completion span and on the attempt it follows.
-func (o *Trail) transition(t recovery.Transition) {
+func (o *Trail) Transition(t recovery.Transition) {
 	o.ensure()
 	ctx := context.Background()
 	if tr := o.trail; tr != nil {
@@ -483,7 +482,7 @@ func transitionAttrs(t recovery.Transition) []attribute.KeyValue {
 	return attrs
 }
 
-func (o *observer) countTransition(ctx context.Context, t recovery.Transition) {
+func (o *Observer) countTransition(ctx context.Context, t recovery.Transition) {
 	reason := metric.WithAttributes(keyReason.String(t.Reason.String()))
 	o.m.transitions.Add(ctx, 1, reason)
 	if t.Backoff > 0 {
@@ -516,9 +515,9 @@ func (o *Trail) logTransition(ctx context.Context, t recovery.Transition) {
 	logAttrs(ctx, o.log, level, "transition", attrs...)
 }
 
-// finish ends the completion span with the result, and records the
+// Finish ends the completion span with the result, and records the
 // completion's metrics: attempts by their final outcome, tokens, duration.
-func (o *Trail) finish(r *recovery.Result) {
+func (o *Trail) Finish(r *recovery.Result) {
 	o.ensure()
 	ctx := context.Background()
 	if o.trail != nil {
@@ -550,7 +549,7 @@ func summarize(id string, r *recovery.Result) completionSummary {
 
 // handOver gives sum to the log line of the RPC that runs the completion
 // (rpcScope), and reports whether that line will carry it.
-func (o *observer) handOver(ctx context.Context, sum completionSummary) bool {
+func (o *Observer) handOver(ctx context.Context, sum completionSummary) bool {
 	s := scopeFrom(ctx)
 	return s != nil && s.offer(sum)
 }

@@ -1,4 +1,4 @@
-package service
+package telemetry
 
 import (
 	"log/slog"
@@ -14,35 +14,35 @@ import (
 // nothing, with telemetry on or off.
 func TestChunkIsFree(t *testing.T) {
 	for _, tp := range []trace.TracerProvider{nil, sdktrace.NewTracerProvider()} {
-		o := newObserver(slog.New(slog.DiscardHandler), Telemetry{TracerProvider: tp}, nil)
+		o := NewObserver(slog.New(slog.DiscardHandler), Telemetry{TracerProvider: tp}, nil)
 		info := Info{ID: "cmpl_test", First: recovery.Route{Name: "sim", Model: "sim-1"}}
-		c, _ := o.start(t.Context(), info)
-		s := c.attemptStart(t.Context(), recovery.Call{Attempt: 1, Route: info.First}, false)
-		if n := testing.AllocsPerRun(100, s.chunk); n != 0 {
+		c, _ := o.Start(t.Context(), info)
+		s := c.AttemptStart(t.Context(), recovery.Call{Attempt: 1, Route: info.First}, false)
+		if n := testing.AllocsPerRun(100, s.Chunk); n != 0 {
 			t.Errorf("chunk allocates %v times per call", n)
 		}
-		s.end(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
-		c.finish(&recovery.Result{Reason: recovery.Completed})
+		s.End(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
+		c.Finish(&recovery.Result{Reason: recovery.Completed})
 	}
 }
 
 // BenchmarkObserverOff measures what one completion of two attempts costs
 // the observer with telemetry off (logs discarded): the price of "off".
 func BenchmarkObserverOff(b *testing.B) {
-	o := newObserver(slog.New(slog.DiscardHandler), Telemetry{}, nil)
+	o := NewObserver(slog.New(slog.DiscardHandler), Telemetry{}, nil)
 	route := recovery.Route{Name: "sim", Model: "sim-1"}
 	for b.Loop() {
 		info := Info{ID: "cmpl_bench", First: route}
-		c, _ := o.start(b.Context(), info)
+		c, _ := o.Start(b.Context(), info)
 		for n := 1; n <= 2; n++ {
-			s := c.attemptStart(b.Context(), recovery.Call{Attempt: n, Route: route}, false)
+			s := c.AttemptStart(b.Context(), recovery.Call{Attempt: n, Route: route}, false)
 			for range 40 {
-				s.chunk()
+				s.Chunk()
 			}
-			s.end(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
-			c.transition(recovery.Transition{Reason: recovery.Retry, Attempt: n})
+			s.End(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
+			c.Transition(recovery.Transition{Reason: recovery.Retry, Attempt: n})
 		}
-		c.finish(&recovery.Result{Reason: recovery.Completed})
+		c.Finish(&recovery.Result{Reason: recovery.Completed})
 	}
 }
 

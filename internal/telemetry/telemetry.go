@@ -1,4 +1,4 @@
-package service
+package telemetry
 
 import (
 	"context"
@@ -24,8 +24,8 @@ type Telemetry struct {
 	MeterProvider metric.MeterProvider
 }
 
-// instrumentation is the scope name of the service's tracer and meter.
-const instrumentation = "github.com/completiond/completiond/service"
+// Instrumentation is the scope name of the service's tracer and meter.
+const Instrumentation = "github.com/completiond/completiond/service"
 
 // Attribute keys. The gen_ai.*, http.*, server.* and error.* ones follow
 // the OpenTelemetry semantic conventions; the completiond.* ones are this
@@ -107,7 +107,7 @@ func newInstruments(mp metric.MeterProvider, circuits func() map[string]int) *in
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	m := mp.Meter(instrumentation)
+	m := mp.Meter(Instrumentation)
 	in.transitions, _ = m.Int64Counter("completiond.transitions", metric.WithUnit("{transition}"),
 		metric.WithDescription("Transitions published, by reason."))
 	in.attempts, _ = m.Int64Counter("completiond.attempts", metric.WithUnit("{attempt}"),
@@ -188,7 +188,7 @@ func tracerFrom(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
-	return tp.Tracer(instrumentation)
+	return tp.Tracer(Instrumentation)
 }
 
 // TraceLogHandler wraps h so that every record logged with a context that
