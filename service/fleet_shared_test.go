@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -416,7 +417,8 @@ func TestSharedKeySlotsOfADeadReplicaLapse(t *testing.T) {
 		t.Fatalf("A: shared %v, %v", shared, err)
 	}
 	time.Sleep(3 * ttl)
-	if _, shared, err := b.admit("ops", l); !shared || statusOf(err).Code() != codes.ResourceExhausted {
+	var refused *Refusal
+	if _, shared, err := b.admit("ops", l); !shared || !errors.As(err, &refused) || refused.Reason != ReasonKeyConcurrency {
 		t.Fatalf("B while A's renewed slot runs: shared %v, %v", shared, err)
 	}
 	_ = a.g.rdb.Close() // A dies: its slot is renewed no more

@@ -41,8 +41,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	})}
 	authn := &authenticator{auth: s.cfg.Auth}
 	identify, identifyStream, enforce, enforceStream := authn.interceptors()
-	limiter := newLimiter(s.cfg.Limits, s.cfg.Now)
-	limiter.shared = newSharedLimits(s.shared)
+	limiter := newLimiter(s.cfg.Limits, newKeyLimits(s.cfg.Limits, s.cfg.Now, newSharedLimits(s.shared)))
 	limit, limitStream := limiter.interceptors()
 	base := append(transportOptions(s.cfg.Limits),
 		// Handlers run on a few long-lived goroutines rather than one new

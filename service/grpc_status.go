@@ -291,3 +291,23 @@ func takeoverFailedStatus(id string, why error) error {
 
 // maxTakeoverError bounds the reason a takeover failure quotes.
 const maxTakeoverError = 256
+
+// refusalStatus is the status of a call a limit refused: UNAVAILABLE when
+// the server is overloaded, RESOURCE_EXHAUSTED when the caller's key is
+// over its limits; ErrorInfo{reason, key} and RetryInfo{when}. err is a
+// *Refusal.
+func refusalStatus(err error) error {
+	var r *Refusal
+	if !errors.As(err, &r) {
+		return status.Error(codes.Internal, "internal error")
+	}
+	code := codes.ResourceExhausted
+	if r.Reason == ReasonOverloaded {
+		code = codes.Unavailable
+	}
+	info := &errdetails.ErrorInfo{Reason: r.Reason, Domain: ErrorDomain}
+	if r.Key != "" {
+		info.Metadata = map[string]string{"key": r.Key}
+	}
+	return withDetails(code, r.Message, info, &errdetails.RetryInfo{RetryDelay: durationpb.New(r.RetryAfter)}).Err()
+}

@@ -2,14 +2,12 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/completiond/completiond/config"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc/codes"
 )
 
 // The per-key limits of a fleet live in Redis: a key's rate is a GCRA
@@ -118,8 +116,7 @@ func (s *sharedLimits) admit(key string, l config.Limits) (release func(), share
 			return nil, false, nil
 		}
 		if res[0] == 0 {
-			return nil, true, limitStatus(codes.ResourceExhausted, "KEY_CONCURRENCY", shedRetryDelay,
-				fmt.Sprintf("key %q runs %d completions, its limit", key, res[1]), key)
+			return nil, true, concurrencyRefusal(key, int(res[1]))
 		}
 		slot = &heldSlot{s: s, key: key, id: id}
 	}
@@ -135,8 +132,7 @@ func (s *sharedLimits) admit(key string, l config.Limits) (release func(), share
 		}
 		if res.Allowed == 0 {
 			slot.drop()
-			return nil, true, limitStatus(codes.ResourceExhausted, "KEY_RATE", res.RetryAfter,
-				fmt.Sprintf("key %q exceeds its rate of %g completions per second", key, l.KeyRate), key)
+			return nil, true, rateRefusal(key, l.KeyRate, res.RetryAfter)
 		}
 	}
 	if slot == nil {

@@ -1,0 +1,45 @@
+package service
+
+import (
+	"fmt"
+	"time"
+)
+
+// The reasons of a Refusal: the ErrorInfo reason the caller reads.
+const (
+	// ReasonOverloaded: the server runs as many completions as it may.
+	ReasonOverloaded = "OVERLOADED"
+	// ReasonKeyConcurrency: the caller's key runs as many completions as it may.
+	ReasonKeyConcurrency = "KEY_CONCURRENCY"
+	// ReasonKeyRate: the caller's key started completions faster than its rate.
+	ReasonKeyRate = "KEY_RATE"
+)
+
+// shedRetryDelay is the RetryInfo of a completion refused because too many
+// run (the server's or the key's): about how long a short one takes.
+const shedRetryDelay = time.Second
+
+// Refusal is a limit's "no": why (Reason), whose key (Key, "" for the
+// server's own limits), when a retry may succeed (RetryAfter) and what the
+// caller is told. The gRPC layer maps it to a status in one place.
+type Refusal struct {
+	Reason     string
+	Key        string
+	RetryAfter time.Duration
+	Message    string
+}
+
+// Error is the refusal's message.
+func (r *Refusal) Error() string { return r.Message }
+
+// concurrencyRefusal refuses one more completion of key, which runs running.
+func concurrencyRefusal(key string, running int) *Refusal {
+	return &Refusal{Reason: ReasonKeyConcurrency, Key: key, RetryAfter: shedRetryDelay,
+		Message: fmt.Sprintf("key %q runs %d completions, its limit", key, running)}
+}
+
+// rateRefusal refuses a start of key over its rate; a token is due after due.
+func rateRefusal(key string, rate float64, due time.Duration) *Refusal {
+	return &Refusal{Reason: ReasonKeyRate, Key: key, RetryAfter: due,
+		Message: fmt.Sprintf("key %q exceeds its rate of %g completions per second", key, rate)}
+}
