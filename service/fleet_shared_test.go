@@ -3,7 +3,6 @@ package service
 import (
 	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,34 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
-	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
 	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
 )
-
-// noLeaks checks, when t ends (after its other cleanups), that the
-// goroutines t started are gone: renewals, Redis clients, servers.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	current := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, current) })
-}
-
-// redisClient is a client of addr, one per replica as in a fleet; closed
-// when t ends.
-func redisClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 // logBuffer is a slog handler's output, safe for concurrent use.
 type logBuffer struct {
@@ -56,172 +36,6 @@ func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// fleetBreakers are n replicas' breakers sharing the Redis at addr.
-func fleetBreakers(t *testing.T, addr string, n int, s config.BreakerSettings) []*breakers {
-	t.Helper()
-	out := make([]*breakers, n)
-	for i := range out {
-		out[i] = newFleetBreakers(s, newRedisGate(redisClient(t, addr), slog.New(slog.DiscardHandler)))
-	}
-	return out
-}
-
-// use asks b for a call on route and reports ev if allowed.
-func use(b *breakers, route string, ev recovery.Event) bool {
-	report, ok := b.allow(route)
-	if ok {
-		report(ev)
-	}
-	return ok
-}
-
-func TestSharedBreakerOpensOnEveryReplica(t *testing.T) {
-	noLeaks(t)
-	const cooldown = 2 * time.Second
-	fleet := fleetBreakers(t, redistest.Start(t), 3, config.BreakerSettings{Failures: 3, Cooldown: cooldown})
-	a, b, c := fleet[0], fleet[1], fleet[2]
-	routes := []recovery.Route{{Name: "r"}, {Name: "other"}}
-
-	// Two failures through A, an answer through B resets the count for
-	// all, then three failures through A open the circuit everywhere.
-	use(a, "r", failed(recovery.FailServer))
-	use(a, "r", failed(recovery.FailServer))
-	use(b, "r", breakerAnswered)
-	use(c, "r", failed(recovery.FailRateLimit)) // excluded: says nothing
-	use(a, "r", failed(recovery.FailServer))
-	use(a, "r", failed(recovery.FailServer))
-	for i, r := range fleet {
-		if got := r.open(routes); len(got) != 0 {
-			t.Fatalf("replica %d sees %v open after two consecutive failures", i, got)
-		}
-	}
-	before := time.Now()
-	use(a, "r", failed(recovery.FailTimeout))
-	opened := time.Now()
-	for i, r := range fleet {
-		if got := r.open(routes); len(got) != 1 || got[0] != "r" {
-			t.Fatalf("replica %d sees %v open, want [r]", i, got)
-		}
-		if _, ok := r.allow("r"); ok {
-			t.Errorf("replica %d let a call through an open circuit", i)
-		}
-		if d := r.retryAfter("r"); d < cooldown-time.Since(before) || d > cooldown-time.Since(opened)+10*time.Millisecond {
-			t.Errorf("replica %d: retryAfter %v, want the rest of the shared cool-down (≤ %v)", i, d, cooldown)
-		}
-		if _, ok := r.allow("other"); !ok {
-			t.Errorf("replica %d: another route's circuit must stay closed", i)
-		}
-	}
-	if got := c.states()["r"]; got != int(gobreaker.StateOpen) {
-		t.Errorf("replica C's states say %d, want open", got)
-	}
-
-	// After the cool-down one probe for the fleet: B's. A and C are
-	// refused while it runs and told to come back in probeRetryAfter.
-	time.Sleep(time.Until(opened.Add(cooldown + 50*time.Millisecond)))
-	probe, ok := b.allow("r")
-	if !ok {
-		t.Fatal("no probe after the cool-down")
-	}
-	for i, r := range []*breakers{a, c, b} {
-		if _, ok := r.allow("r"); ok {
-			t.Errorf("replica %d probed while B's probe runs", i)
-		}
-		if d := r.retryAfter("r"); d != probeRetryAfter {
-			t.Errorf("replica %d: retryAfter %v while B's probe runs, want %v", i, d, probeRetryAfter)
-		}
-	}
-	// An excluded probe lets the next probe through, on any replica.
-	probe(breakerCancelled)
-	next, ok := c.allow("r")
-	if !ok {
-		t.Fatal("the excluded probe wedged the shared breaker")
-	}
-	if _, ok := a.allow("r"); ok {
-		t.Error("A probed while C's probe runs")
-	}
-	next(breakerAnswered)
-	for i, r := range fleet {
-		if got := r.open(routes); len(got) != 0 {
-			t.Errorf("replica %d sees %v open after a good probe", i, got)
-		}
-		if d := r.retryAfter("r"); d != 0 {
-			t.Errorf("replica %d: retryAfter %v on a closed circuit", i, d)
-		}
-	}
-	if !use(a, "r", breakerAnswered) {
-		t.Error("A refused after the circuit closed")
-	}
-}
-
-// TestSharedBreakerCountsConcurrentFailures: failures reported at once on
-// three replicas are all counted (gobreaker's own Execute reads the state
-// outside its lock and would lose some).
-func TestSharedBreakerCountsConcurrentFailures(t *testing.T) {
-	noLeaks(t)
-	const per = 10
-	fleet := fleetBreakers(t, redistest.Start(t), 3, config.BreakerSettings{Failures: 3*per + 1, Cooldown: time.Hour})
-	var wg sync.WaitGroup
-	for _, r := range fleet {
-		wg.Go(func() {
-			for range per {
-				if !use(r, "r", failed(recovery.FailServer)) {
-					t.Error("a call was refused before the threshold")
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if got := fleet[0].open([]recovery.Route{{Name: "r"}}); len(got) != 0 {
-		t.Fatalf("open %v after %d failures, threshold %d", got, 3*per, 3*per+1)
-	}
-	use(fleet[1], "r", failed(recovery.FailServer))
-	if got := fleet[2].open([]recovery.Route{{Name: "r"}}); len(got) != 1 {
-		t.Fatalf("closed after %d failures: failures were lost", 3*per+1)
-	}
-}
-
-// TestSharedBreakerDeadProbeLapses: a replica that dies during its probe
-// (it never reports) holds the probe only for the probe lease.
-func TestSharedBreakerDeadProbeLapses(t *testing.T) {
-	noLeaks(t)
-	addr := redistest.Start(t)
-	fleet := fleetBreakers(t, addr, 2, config.BreakerSettings{Failures: 1, Cooldown: 100 * time.Millisecond})
-	for _, r := range fleet {
-		r.shared.probeLease = 300 * time.Millisecond
-	}
-	use(fleet[0], "r", failed(recovery.FailServer))
-	time.Sleep(150 * time.Millisecond)
-	probe, ok := fleet[0].allow("r")
-	if !ok {
-		t.Fatal("no probe after the cool-down")
-	}
-	if _, ok := fleet[1].allow("r"); ok {
-		t.Fatal("B probed while A's probe runs")
-	}
-	_ = fleet[0].shared.g.rdb.Close() // A dies: it renews its probe lease no more
-	died := time.Now()
-	for {
-		next, ok := fleet[1].allow("r")
-		if ok {
-			t.Logf("B probed %v after A died (lease 300ms)", time.Since(died).Round(time.Millisecond))
-			next(breakerAnswered)
-			break
-		}
-		if time.Since(died) > 2*time.Second {
-			t.Fatal("A's dead probe wedged the circuit half-open")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if time.Since(died) < 150*time.Millisecond { // the last renewal was at most 100ms before A died
-		t.Errorf("B probed %v after A died, before A's lease lapsed", time.Since(died))
-	}
-	if got := fleet[1].open([]recovery.Route{{Name: "r"}}); len(got) != 0 {
-		t.Errorf("open %v after B's good probe", got)
-	}
-	probe(breakerAnswered) // ends A's renewal (its report goes nowhere)
 }
 
 // flaky is an upstream whose model sim-1 answers 500 while down is set.
@@ -247,7 +61,7 @@ func fleetEnvs(t *testing.T, addr string, n int, up provider.Provider, mutate fu
 	t.Helper()
 	out := make([]*testEnv, n)
 	for i := range out {
-		rdb := redisClient(t, addr)
+		rdb := testkit.RedisClient(t, addr)
 		out[i] = newTestEnv(t, func(c *Config) {
 			c.Redis = rdb
 			for _, r := range c.Routes {
@@ -265,7 +79,7 @@ func fleetEnvs(t *testing.T, addr string, n int, up provider.Provider, mutate fu
 // primary that is down; its circuit opens for B and C at once, whose
 // completions go straight to the fallback without touching the primary.
 func TestFleetCircuitOpensOnEveryReplica(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	up := &flaky{Provider: sim.New(sim.Config{Words: 12})}
 	up.down.Store(true)
 	fleet := fleetEnvs(t, redistest.Start(t), 3, up, func(c *Config) {
@@ -342,9 +156,9 @@ func refusal(t *testing.T, err error, reason, msg string) time.Duration {
 }
 
 func TestFleetKeyLimitsHoldAcrossReplicas(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	addr := redistest.Start(t)
-	rdb := redisClient(t, addr)
+	rdb := testkit.RedisClient(t, addr)
 	t.Run("concurrency", func(t *testing.T) {
 		hold := holdAll(sim.New(sim.Config{Words: 4}))
 		fleet := fleetEnvs(t, addr, 3, hold, func(c *Config) {
@@ -399,53 +213,11 @@ func TestFleetKeyLimitsHoldAcrossReplicas(t *testing.T) {
 	})
 }
 
-// TestSharedKeySlotsOfADeadReplicaLapse: a live replica's slot is renewed
-// past its TTL; a dead replica's slot lapses after it.
-func TestSharedKeySlotsOfADeadReplicaLapse(t *testing.T) {
-	noLeaks(t)
-	addr := redistest.Start(t)
-	const ttl = 300 * time.Millisecond
-	replica := func() *sharedLimits {
-		s := newSharedLimits(newRedisGate(redisClient(t, addr), slog.New(slog.DiscardHandler)))
-		s.slotTTL = ttl
-		return s
-	}
-	a, b := replica(), replica()
-	l := config.Limits{KeyMaxConcurrent: 1}
-	releaseA, shared, err := a.admit("ops", l)
-	if !shared || err != nil {
-		t.Fatalf("A: shared %v, %v", shared, err)
-	}
-	time.Sleep(3 * ttl)
-	var refused *Refusal
-	if _, shared, err := b.admit("ops", l); !shared || !errors.As(err, &refused) || refused.Reason != ReasonKeyConcurrency {
-		t.Fatalf("B while A's renewed slot runs: shared %v, %v", shared, err)
-	}
-	_ = a.g.rdb.Close() // A dies: its slot is renewed no more
-	died := time.Now()
-	for {
-		release, shared, err := b.admit("ops", l)
-		if shared && err == nil {
-			t.Logf("A's slot lapsed %v after it died (TTL %v)", time.Since(died).Round(time.Millisecond), ttl)
-			release()
-			break
-		}
-		if time.Since(died) > 3*time.Second {
-			t.Fatal("the dead replica's slot never lapsed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if time.Since(died) < ttl/2 {
-		t.Errorf("A's slot went %v after A died, before its TTL", time.Since(died))
-	}
-	releaseA() // ends A's renewal
-}
-
 // TestFleetRedisDownFallsBackLocally: Redis stops while a completion runs;
 // the completion ends well, later completions work on every replica, the
 // limits and breakers hold locally, and the logs say so.
 func TestFleetRedisDownFallsBackLocally(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	addr := redistest.Start(t)
 	up := &flaky{Provider: sim.New(sim.Config{Words: 4})}
 	hold := holdAll(up)
@@ -464,7 +236,7 @@ func TestFleetRedisDownFallsBackLocally(t *testing.T) {
 	if err := complete(t.Context(), b, "ops-secret-key"); statusOf(err).Code() != codes.ResourceExhausted {
 		t.Fatalf("B while A runs ops's one completion: %v", err)
 	}
-	_ = redisClient(t, addr).ShutdownNoSave(context.Background()).Err()
+	_ = testkit.RedisClient(t, addr).ShutdownNoSave(context.Background()).Err()
 
 	close(hold.release) // the running completion ends after Redis is gone
 	wait()
@@ -502,32 +274,4 @@ func TestFleetRedisDownFallsBackLocally(t *testing.T) {
 	}
 	close(hold.release)
 	wait()
-}
-
-// TestSharedBreakerAfterRedisLostItsData: a Redis that restarts empty (here
-// FLUSHALL) leaves the breakers without a shared state; they seed a closed
-// one and count again.
-func TestSharedBreakerAfterRedisLostItsData(t *testing.T) {
-	noLeaks(t)
-	addr := redistest.Start(t)
-	fleet := fleetBreakers(t, addr, 2, config.BreakerSettings{Failures: 2, Cooldown: time.Hour})
-	routes := []recovery.Route{{Name: "r"}}
-	use(fleet[0], "r", failed(recovery.FailServer))
-	use(fleet[0], "r", failed(recovery.FailServer))
-	if got := fleet[1].open(routes); len(got) != 1 {
-		t.Fatalf("open %v, want [r]", got)
-	}
-	if err := redisClient(t, addr).FlushAll(t.Context()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range fleet {
-		if !use(r, "r", failed(recovery.FailServer)) {
-			t.Fatalf("replica %d refused a call once the shared state was gone", i)
-		}
-	}
-	for i, r := range fleet {
-		if got := r.open(routes); len(got) != 1 {
-			t.Errorf("replica %d: open %v after two failures on the new state, want [r]", i, got)
-		}
-	}
 }
