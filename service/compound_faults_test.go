@@ -111,7 +111,7 @@ func TestToolCallCutByMaxTokensEscalates(t *testing.T) {
 			if n := env.upstream.Count(); n != 10 {
 				t.Errorf("%d upstream requests, want 2 per completion", n)
 			}
-			if s := env.grpc.Completion.breakers.states()[primaryRoute]; s != 0 {
+			if s := env.grpc.Completion.breakers.States()[primaryRoute]; s != 0 {
 				t.Errorf("circuit state %d after five cut tool calls, want closed", s)
 			}
 		})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
@@ -34,7 +35,7 @@ type completion struct {
 	started  *completionv1.Started
 	obs      *telemetry.Observer // the server's
 	trail    *telemetry.Trail    // this completion's, from obs.start
-	breakers *breakers
+	breakers *guard.Breakers
 	models   map[int32]string // the model each attempt's upstream says answered; nil until one says
 	final    *completionv1.Result
 	// conclude maps the machine's result to the RPC status, when the result
@@ -57,7 +58,7 @@ type completion struct {
 // error is set only when the caller went away before the result was sent.
 func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 	defer c.release()
-	c.machine.OpenRoutes = c.breakers.open(c.machine.Routes)
+	c.machine.OpenRoutes = c.breakers.Open(c.machine.Routes)
 	var m *recovery.Machine
 	if c.prior != nil {
 		m = takeover(c.machine, *c.prior)
@@ -87,7 +88,7 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 			return c.finish(a)
 		}
 		ev := c.perform(ctx, a)
-		ev.Now, ev.Rand, ev.OpenRoutes = c.cfg.Now(), c.cfg.Rand(), c.breakers.open(c.machine.Routes)
+		ev.Now, ev.Rand, ev.OpenRoutes = c.cfg.Now(), c.cfg.Rand(), c.breakers.Open(c.machine.Routes)
 		step = m.Step(ev)
 	}
 }
@@ -197,10 +198,10 @@ func cancelReason(ctx context.Context, gone bool) string {
 func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event {
 	call, summary := a.Call, a.Kind == recovery.ActSummarize
 	route := c.route(call.Route.Name)
-	report, ok := c.breakers.allow(route.Spec.Name)
+	report, ok := c.breakers.Allow(route.Spec.Name)
 	if !ok {
 		return recovery.Event{Kind: recovery.EvAttemptFailed, NotSent: true, Failure: &recovery.Failure{
-			Kind: recovery.FailCircuitOpen, Provider: route.Spec.Provider, RetryAfter: c.breakers.retryAfter(route.Spec.Name),
+			Kind: recovery.FailCircuitOpen, Provider: route.Spec.Provider, RetryAfter: c.breakers.RetryAfter(route.Spec.Name),
 			Message: "circuit open for route " + route.Spec.Name}}
 	}
 	// The provider stops its call when Stream returns (provider.Provider),

@@ -590,7 +590,7 @@ func TestCircuitBreakerOverAPrimaryDownForAWhile(t *testing.T) {
 			cfg.Breaker = config.BreakerSettings{Failures: failures, Cooldown: cooldown}
 			client, g := grpcClient(t, cfg)
 			env := &testEnv{client: client}
-			state := func() gobreaker.State { return gobreaker.State(g.Completion.breakers.states()[primaryRoute]) }
+			state := func() gobreaker.State { return gobreaker.State(g.Completion.breakers.States()[primaryRoute]) }
 
 			run := func(step string, wantTr []string, wantPrimary, wantFallback int, route string) *completionv1.Result {
 				t.Helper()

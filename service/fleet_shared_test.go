@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider"
@@ -104,7 +105,7 @@ func TestFleetCircuitOpensOnEveryReplica(t *testing.T) {
 		if got := transitions(evs); len(got) != 2 || got[0] != "MODEL_FALLBACK" {
 			t.Errorf("replica %d: transitions %v, want MODEL_FALLBACK, COMPLETED", i+1, got)
 		}
-		if d := e.grpc.Completion.breakers.retryAfter("sim"); d < 59*time.Minute {
+		if d := e.grpc.Completion.breakers.RetryAfter("sim"); d < 59*time.Minute {
 			t.Errorf("replica %d: retryAfter %v, want the shared cool-down (≈1h)", i+1, d)
 		}
 	}
@@ -174,8 +175,8 @@ func TestFleetKeyLimitsHoldAcrossReplicas(t *testing.T) {
 			t.Errorf("completiond:inflight:ops has %d slots, want 2", n)
 		}
 		err := complete(t.Context(), fleet[2], "ops-secret-key")
-		if d := refusal(t, err, "KEY_CONCURRENCY", `key "ops" runs 2 completions, its limit`); d != shedRetryDelay {
-			t.Errorf("RetryInfo %v, want %v", d, shedRetryDelay)
+		if d := refusal(t, err, "KEY_CONCURRENCY", `key "ops" runs 2 completions, its limit`); d != guard.ShedRetryDelay {
+			t.Errorf("RetryInfo %v, want %v", d, guard.ShedRetryDelay)
 		}
 		if err := complete(t.Context(), fleet[2], "narrow-secret-key"); err != nil {
 			t.Errorf("another key on C: %v", err)
@@ -260,10 +261,10 @@ func TestFleetRedisDownFallsBackLocally(t *testing.T) {
 	if err := complete(t.Context(), a, "ops-secret-key"); err != nil {
 		t.Fatalf("A with the primary down: %v", err)
 	}
-	if got := a.grpc.Completion.breakers.open([]recovery.Route{{Name: "sim"}}); len(got) != 1 {
+	if got := a.grpc.Completion.breakers.Open([]recovery.Route{{Name: "sim"}}); len(got) != 1 {
 		t.Errorf("A's local circuit: open %v, want [sim]", got)
 	}
-	if got := b.grpc.Completion.breakers.open([]recovery.Route{{Name: "sim"}}); len(got) != 0 {
+	if got := b.grpc.Completion.breakers.Open([]recovery.Route{{Name: "sim"}}); len(got) != 0 {
 		t.Errorf("B's local circuit: open %v, want none", got)
 	}
 	// The local concurrency limit.

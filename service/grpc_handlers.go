@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/recovery"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -28,13 +29,13 @@ type Server struct {
 	completionv1.UnimplementedCompletionServer
 	cfg      Config
 	obs      *telemetry.Observer
-	breakers *breakers
-	shared   *redisGate // Config.Redis for the breakers and limits; nil without it
-	log      EventLog   // every completion's events, for Attach
-	holds    holds      // the completions kept running for a resume grace
-	sessions sessions   // the resumable Sessions that run, by id, for Session resume
-	running  running    // the completions that run, which a drain waits for
-	owned    owned      // the leases held (Config.Leases), by completion id
+	breakers *guard.Breakers
+	shared   *guard.RedisGate // Config.Redis for the breakers and limits; nil without it
+	log      EventLog         // every completion's events, for Attach
+	holds    holds            // the completions kept running for a resume grace
+	sessions sessions         // the resumable Sessions that run, by id, for Session resume
+	running  running          // the completions that run, which a drain waits for
+	owned    owned            // the leases held (Config.Leases), by completion id
 
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
@@ -50,10 +51,10 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	shared := newRedisGate(cfg.Redis, cfg.Logger)
-	b := newFleetBreakers(cfg.Breaker, shared)
+	shared := guard.NewRedisGate(cfg.Redis, cfg.Logger)
+	b := guard.NewFleetBreakers(cfg.Breaker, shared)
 	aborted, abort := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, obs: telemetry.NewObserver(cfg.Logger, cfg.Telemetry, b.states), breakers: b, shared: shared,
+	s := &Server{cfg: cfg, obs: telemetry.NewObserver(cfg.Logger, cfg.Telemetry, b.States), breakers: b, shared: shared,
 		log: newMemLog(cfg.EventLog, cfg.Now), aborted: aborted, abort: abort}
 	switch {
 	case cfg.Log != nil:
@@ -291,7 +292,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	}, nil
 }
 
-// admit counts completion id as running and opens its log, or refuses it:
+// Admit counts completion id as running and opens its log, or refuses it:
 // UNAVAILABLE while the server drains, and when a resumable completion
 // finds no room in the event log (a completion without a grace runs
 // unlogged then). The returned function counts it out.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/telemetry"
 )
 
@@ -41,7 +42,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	})}
 	authn := &authenticator{auth: s.cfg.Auth}
 	identify, identifyStream, enforce, enforceStream := authn.interceptors()
-	limiter := newLimiter(s.cfg.Limits, newKeyLimits(s.cfg.Limits, s.cfg.Now, newSharedLimits(s.shared)))
+	limiter := newLimiter(s.cfg.Limits, guard.NewKeyLimits(s.cfg.Limits, s.cfg.Now, guard.NewSharedLimits(s.shared)))
 	limit, limitStream := limiter.interceptors()
 	base := append(transportOptions(s.cfg.Limits),
 		// Handlers run on a few long-lived goroutines rather than one new

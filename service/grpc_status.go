@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -176,7 +177,7 @@ func invalidArgument(v violations) error {
 // The bounds of every status the service sends. A status travels in the
 // trailers, which a client refuses past its header list limit (16 MiB in
 // grpc-go) by tearing down the whole connection, with every other stream
-// on it; statuses are built small, and bounded checks it.
+// On it; statuses are built small, and bounded checks it.
 const (
 	// maxStatusBytes bounds the encoded google.rpc.Status: code, message
 	// and details.
@@ -276,7 +277,7 @@ func takenOverStatus() error {
 func logFullStatus() error {
 	return withDetails(codes.Unavailable, "event log full: cannot keep a resumable completion, retry later",
 		&errdetails.ErrorInfo{Reason: reasonLogFull, Domain: ErrorDomain},
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(shedRetryDelay)}).Err()
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(guard.ShedRetryDelay)}).Err()
 }
 
 // takeoverFailedStatus ends an Attach whose replica could not take over
@@ -297,12 +298,12 @@ const maxTakeoverError = 256
 // over its limits; ErrorInfo{reason, key} and RetryInfo{when}. err is a
 // *Refusal.
 func refusalStatus(err error) error {
-	var r *Refusal
+	var r *guard.Refusal
 	if !errors.As(err, &r) {
 		return status.Error(codes.Internal, "internal error")
 	}
 	code := codes.ResourceExhausted
-	if r.Reason == ReasonOverloaded {
+	if r.Reason == guard.ReasonOverloaded {
 		code = codes.Unavailable
 	}
 	info := &errdetails.ErrorInfo{Reason: r.Reason, Domain: ErrorDomain}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/guard"
 )
 
 // completionPrefix is the method prefix of the Completion service, the only
@@ -23,10 +24,10 @@ var completionPrefix = "/" + completionv1.Completion_ServiceDesc.ServiceName + "
 type limiter struct {
 	l        config.Limits
 	inFlight atomic.Int64
-	keys     *keyLimits
+	keys     *guard.KeyLimits
 }
 
-func newLimiter(l config.Limits, keys *keyLimits) *limiter {
+func newLimiter(l config.Limits, keys *guard.KeyLimits) *limiter {
 	return &limiter{l: l, keys: keys}
 }
 
@@ -40,14 +41,14 @@ func (l *limiter) acquire(ctx context.Context, method string) (release func(), e
 	}
 	if n := l.inFlight.Add(1); l.l.MaxInFlight > 0 && n > int64(l.l.MaxInFlight) {
 		l.inFlight.Add(-1)
-		return nil, refusalStatus(&Refusal{Reason: ReasonOverloaded, RetryAfter: shedRetryDelay,
+		return nil, refusalStatus(&guard.Refusal{Reason: guard.ReasonOverloaded, RetryAfter: guard.ShedRetryDelay,
 			Message: fmt.Sprintf("server overloaded: %d completions in flight, retry later", l.l.MaxInFlight)})
 	}
 	c, ok := callerFrom(ctx)
-	if !ok || l.keys == nil || !l.keys.on() {
+	if !ok || l.keys == nil || !l.keys.On() {
 		return func() { l.inFlight.Add(-1) }, nil
 	}
-	releaseKey, err := l.keys.admit(c.Name)
+	releaseKey, err := l.keys.Admit(c.Name)
 	if err != nil {
 		l.inFlight.Add(-1)
 		return nil, refusalStatus(err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/provider"
 )
 
@@ -119,8 +120,8 @@ func TestConcurrencyLimitsShedWithRetryInfo(t *testing.T) {
 			finish := held(t, e, hold, "ops-secret-key")
 			before := e.upstream.calls.Load()
 			err := complete(t.Context(), e, "ops-secret-key")
-			if status.Code(err) != tc.want || retryDelay(err) != shedRetryDelay {
-				t.Errorf("second call: %v (RetryInfo %v), want %v with RetryInfo %v", err, retryDelay(err), tc.want, shedRetryDelay)
+			if status.Code(err) != tc.want || retryDelay(err) != guard.ShedRetryDelay {
+				t.Errorf("second call: %v (RetryInfo %v), want %v with RetryInfo %v", err, retryDelay(err), tc.want, guard.ShedRetryDelay)
 			}
 			if n := e.upstream.calls.Load() - before; n != 0 {
 				t.Errorf("%d upstream calls for a shed request", n)

@@ -1,4 +1,4 @@
-package service
+package guard
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ const (
 	ReasonKeyRate = "KEY_RATE"
 )
 
-// shedRetryDelay is the RetryInfo of a completion refused because too many
+// ShedRetryDelay is the RetryInfo of a completion refused because too many
 // run (the server's or the key's): about how long a short one takes.
-const shedRetryDelay = time.Second
+const ShedRetryDelay = time.Second
 
 // Refusal is a limit's "no": why (Reason), whose key (Key, "" for the
 // server's own limits), when a retry may succeed (RetryAfter) and what the
@@ -34,7 +34,7 @@ func (r *Refusal) Error() string { return r.Message }
 
 // concurrencyRefusal refuses one more completion of key, which runs running.
 func concurrencyRefusal(key string, running int) *Refusal {
-	return &Refusal{Reason: ReasonKeyConcurrency, Key: key, RetryAfter: shedRetryDelay,
+	return &Refusal{Reason: ReasonKeyConcurrency, Key: key, RetryAfter: ShedRetryDelay,
 		Message: fmt.Sprintf("key %q runs %d completions, its limit", key, running)}
 }
 

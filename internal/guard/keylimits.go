@@ -1,4 +1,4 @@
-package service
+package guard
 
 import (
 	"sync"
@@ -8,10 +8,10 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// keyLimits are the concurrency and rate limits of each authenticated key.
+// KeyLimits are the concurrency and rate limits of each authenticated key.
 // With Config.Redis they hold across the fleet (limits_shared.go), and fall
 // back to this replica's own counts while Redis cannot answer.
-type keyLimits struct {
+type KeyLimits struct {
 	l   config.Limits
 	now func() time.Time
 
@@ -29,20 +29,20 @@ type keyLimit struct {
 	rate    *rate.Limiter
 }
 
-// newKeyLimits returns the per-key limits of l, shared through shared when
+// NewKeyLimits returns the per-key limits of l, shared through shared when
 // it is not nil.
-func newKeyLimits(l config.Limits, now func() time.Time, shared *sharedLimits) *keyLimits {
-	return &keyLimits{l: l, now: now, keys: map[string]*keyLimit{}, shared: shared}
+func NewKeyLimits(l config.Limits, now func() time.Time, shared *sharedLimits) *KeyLimits {
+	return &KeyLimits{l: l, now: now, keys: map[string]*keyLimit{}, shared: shared}
 }
 
-// on reports whether any per-key limit is set.
-func (k *keyLimits) on() bool { return k.l.KeyMaxConcurrent > 0 || k.l.KeyRate > 0 }
+// On reports whether any per-key limit is set.
+func (k *KeyLimits) On() bool { return k.l.KeyMaxConcurrent > 0 || k.l.KeyRate > 0 }
 
-// admit counts one more completion of key, or refuses it with a *Refusal.
+// Admit counts one more completion of key, or refuses it with a *Refusal.
 // An admitted completion calls release when it ends.
-func (k *keyLimits) admit(key string) (release func(), err error) {
+func (k *KeyLimits) Admit(key string) (release func(), err error) {
 	if k.shared != nil && k.shared.g.usable() {
-		release, shared, err := k.shared.admit(key, k.l)
+		release, shared, err := k.shared.Admit(key, k.l)
 		if shared {
 			return release, err
 		}
@@ -58,7 +58,7 @@ func (k *keyLimits) admit(key string) (release func(), err error) {
 }
 
 // admitKey counts one more completion of key locally, or refuses it.
-func (k *keyLimits) admitKey(key string) error {
+func (k *KeyLimits) admitKey(key string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	kl := k.keys[key]

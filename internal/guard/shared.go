@@ -1,4 +1,4 @@
-package service
+package guard
 
 import (
 	"context"
@@ -28,9 +28,9 @@ const (
 	sharedRetryEvery = 2 * time.Second
 )
 
-// redisGate says whether the shared state in Redis is to be used, and logs
+// RedisGate says whether the shared state in Redis is to be used, and logs
 // when it is lost and when it is back.
-type redisGate struct {
+type RedisGate struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
 
@@ -39,16 +39,16 @@ type redisGate struct {
 	downUntil time.Time // while down: Redis is not tried before then
 }
 
-func newRedisGate(rdb redis.UniversalClient, log *slog.Logger) *redisGate {
+func NewRedisGate(rdb redis.UniversalClient, log *slog.Logger) *RedisGate {
 	if rdb == nil {
 		return nil
 	}
-	return &redisGate{rdb: rdb, log: log}
+	return &RedisGate{rdb: rdb, log: log}
 }
 
 // usable reports whether to use the shared state now: Redis is up, or it is
 // down and the caller is the one that tries it again.
-func (g *redisGate) usable() bool {
+func (g *RedisGate) usable() bool {
 	if g == nil {
 		return false
 	}
@@ -66,14 +66,14 @@ func (g *redisGate) usable() bool {
 }
 
 // ctx is the context of one shared operation.
-func (g *redisGate) ctx() (context.Context, context.CancelFunc) {
+func (g *RedisGate) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), sharedOpTimeout)
 }
 
 // observe records the outcome of an operation on Redis: a failure makes the
-// breakers and limits local-only for sharedRetryEvery, a success after one
+// Breakers and limits local-only for sharedRetryEvery, a success after one
 // makes them shared again; each change is logged once. It returns err.
-func (g *redisGate) observe(what string, err error) error {
+func (g *RedisGate) observe(what string, err error) error {
 	if errors.Is(err, redis.Nil) {
 		err = nil
 	}
@@ -129,13 +129,13 @@ const cbLockTTL = 2 * time.Second
 // passes ("gobreaker:state:{route}", "gobreaker:mutex:{route}") or a bare
 // route name map to those keys.
 type redisStore struct {
-	g *redisGate
+	g *RedisGate
 
 	mu     sync.Mutex
 	tokens map[string]string // the token of each lock this process holds, by route
 }
 
-func newRedisStore(g *redisGate) *redisStore {
+func newRedisStore(g *RedisGate) *redisStore {
 	return &redisStore{g: g, tokens: map[string]string{}}
 }
 

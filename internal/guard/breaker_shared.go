@@ -1,4 +1,4 @@
-package service
+package guard
 
 import (
 	"encoding/json"
@@ -63,7 +63,7 @@ const (
 
 // sharedBreakers are the routes' breakers in Redis.
 type sharedBreakers struct {
-	g        *redisGate
+	g        *RedisGate
 	store    *redisStore
 	settings func(route string) gobreaker.Settings
 	// probeLease is defaultProbeLease; tests shorten it.
@@ -104,7 +104,7 @@ func (h *heldStore) SetData(name string, data []byte) error {
 	return err
 }
 
-func newSharedBreakers(g *redisGate, settings func(string) gobreaker.Settings) *sharedBreakers {
+func newSharedBreakers(g *RedisGate, settings func(string) gobreaker.Settings) *sharedBreakers {
 	if g == nil {
 		return nil
 	}
@@ -192,10 +192,10 @@ func effective(st gobreaker.SharedState, now time.Time) gobreaker.State {
 	return st.State
 }
 
-// allow asks route's shared breaker for a call, like breakers.allow. A
+// Allow asks route's shared breaker for a call, like breakers.allow. A
 // non-nil error says the shared breaker could not answer (Redis failed, or
 // the lock was contended): the caller asks the local breaker instead.
-func (s *sharedBreakers) allow(route string) (report func(recovery.Event), ok bool, err error) {
+func (s *sharedBreakers) Allow(route string) (report func(recovery.Event), ok bool, err error) {
 	var result error
 	var admitted gobreaker.SharedState
 	err = s.with(route, func(sr *sharedRoute) {
@@ -325,10 +325,10 @@ func (s *sharedBreakers) read(routes ...string) ([]gobreaker.SharedState, error)
 	return out, nil
 }
 
-// retryAfter is breakers.retryAfter from the shared state: the rest of the
+// RetryAfter is breakers.retryAfter from the shared state: the rest of the
 // cool-down the fleet's circuit has, or probeRetryAfter while some replica's
 // probe runs.
-func (s *sharedBreakers) retryAfter(route string, now time.Time) (time.Duration, error) {
+func (s *sharedBreakers) RetryAfter(route string, now time.Time) (time.Duration, error) {
 	sts, err := s.read(route)
 	if err != nil {
 		return 0, err

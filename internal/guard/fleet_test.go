@@ -1,4 +1,4 @@
-package service
+package guard
 
 import (
 	"errors"
@@ -15,18 +15,18 @@ import (
 )
 
 // fleetBreakers are n replicas' breakers sharing the Redis at addr.
-func fleetBreakers(t *testing.T, addr string, n int, s config.BreakerSettings) []*breakers {
+func fleetBreakers(t *testing.T, addr string, n int, s config.BreakerSettings) []*Breakers {
 	t.Helper()
-	out := make([]*breakers, n)
+	out := make([]*Breakers, n)
 	for i := range out {
-		out[i] = newFleetBreakers(s, newRedisGate(testkit.RedisClient(t, addr), slog.New(slog.DiscardHandler)))
+		out[i] = NewFleetBreakers(s, NewRedisGate(testkit.RedisClient(t, addr), slog.New(slog.DiscardHandler)))
 	}
 	return out
 }
 
 // use asks b for a call on route and reports ev if allowed.
-func use(b *breakers, route string, ev recovery.Event) bool {
-	report, ok := b.allow(route)
+func use(b *Breakers, route string, ev recovery.Event) bool {
+	report, ok := b.Allow(route)
 	if ok {
 		report(ev)
 	}
@@ -49,7 +49,7 @@ func TestSharedBreakerOpensOnEveryReplica(t *testing.T) {
 	use(a, "r", failed(recovery.FailServer))
 	use(a, "r", failed(recovery.FailServer))
 	for i, r := range fleet {
-		if got := r.open(routes); len(got) != 0 {
+		if got := r.Open(routes); len(got) != 0 {
 			t.Fatalf("replica %d sees %v open after two consecutive failures", i, got)
 		}
 	}
@@ -57,53 +57,53 @@ func TestSharedBreakerOpensOnEveryReplica(t *testing.T) {
 	use(a, "r", failed(recovery.FailTimeout))
 	opened := time.Now()
 	for i, r := range fleet {
-		if got := r.open(routes); len(got) != 1 || got[0] != "r" {
+		if got := r.Open(routes); len(got) != 1 || got[0] != "r" {
 			t.Fatalf("replica %d sees %v open, want [r]", i, got)
 		}
-		if _, ok := r.allow("r"); ok {
+		if _, ok := r.Allow("r"); ok {
 			t.Errorf("replica %d let a call through an open circuit", i)
 		}
-		if d := r.retryAfter("r"); d < cooldown-time.Since(before) || d > cooldown-time.Since(opened)+10*time.Millisecond {
+		if d := r.RetryAfter("r"); d < cooldown-time.Since(before) || d > cooldown-time.Since(opened)+10*time.Millisecond {
 			t.Errorf("replica %d: retryAfter %v, want the rest of the shared cool-down (≤ %v)", i, d, cooldown)
 		}
-		if _, ok := r.allow("other"); !ok {
+		if _, ok := r.Allow("other"); !ok {
 			t.Errorf("replica %d: another route's circuit must stay closed", i)
 		}
 	}
-	if got := c.states()["r"]; got != int(gobreaker.StateOpen) {
+	if got := c.States()["r"]; got != int(gobreaker.StateOpen) {
 		t.Errorf("replica C's states say %d, want open", got)
 	}
 
 	// After the cool-down one probe for the fleet: B's. A and C are
 	// refused while it runs and told to come back in probeRetryAfter.
 	time.Sleep(time.Until(opened.Add(cooldown + 50*time.Millisecond)))
-	probe, ok := b.allow("r")
+	probe, ok := b.Allow("r")
 	if !ok {
 		t.Fatal("no probe after the cool-down")
 	}
-	for i, r := range []*breakers{a, c, b} {
-		if _, ok := r.allow("r"); ok {
+	for i, r := range []*Breakers{a, c, b} {
+		if _, ok := r.Allow("r"); ok {
 			t.Errorf("replica %d probed while B's probe runs", i)
 		}
-		if d := r.retryAfter("r"); d != probeRetryAfter {
+		if d := r.RetryAfter("r"); d != probeRetryAfter {
 			t.Errorf("replica %d: retryAfter %v while B's probe runs, want %v", i, d, probeRetryAfter)
 		}
 	}
 	// An excluded probe lets the next probe through, on any replica.
 	probe(breakerCancelled)
-	next, ok := c.allow("r")
+	next, ok := c.Allow("r")
 	if !ok {
 		t.Fatal("the excluded probe wedged the shared breaker")
 	}
-	if _, ok := a.allow("r"); ok {
+	if _, ok := a.Allow("r"); ok {
 		t.Error("A probed while C's probe runs")
 	}
 	next(breakerAnswered)
 	for i, r := range fleet {
-		if got := r.open(routes); len(got) != 0 {
+		if got := r.Open(routes); len(got) != 0 {
 			t.Errorf("replica %d sees %v open after a good probe", i, got)
 		}
-		if d := r.retryAfter("r"); d != 0 {
+		if d := r.RetryAfter("r"); d != 0 {
 			t.Errorf("replica %d: retryAfter %v on a closed circuit", i, d)
 		}
 	}
@@ -130,11 +130,11 @@ func TestSharedBreakerCountsConcurrentFailures(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := fleet[0].open([]recovery.Route{{Name: "r"}}); len(got) != 0 {
+	if got := fleet[0].Open([]recovery.Route{{Name: "r"}}); len(got) != 0 {
 		t.Fatalf("open %v after %d failures, threshold %d", got, 3*per, 3*per+1)
 	}
 	use(fleet[1], "r", failed(recovery.FailServer))
-	if got := fleet[2].open([]recovery.Route{{Name: "r"}}); len(got) != 1 {
+	if got := fleet[2].Open([]recovery.Route{{Name: "r"}}); len(got) != 1 {
 		t.Fatalf("closed after %d failures: failures were lost", 3*per+1)
 	}
 }
@@ -150,17 +150,17 @@ func TestSharedBreakerDeadProbeLapses(t *testing.T) {
 	}
 	use(fleet[0], "r", failed(recovery.FailServer))
 	time.Sleep(150 * time.Millisecond)
-	probe, ok := fleet[0].allow("r")
+	probe, ok := fleet[0].Allow("r")
 	if !ok {
 		t.Fatal("no probe after the cool-down")
 	}
-	if _, ok := fleet[1].allow("r"); ok {
+	if _, ok := fleet[1].Allow("r"); ok {
 		t.Fatal("B probed while A's probe runs")
 	}
 	_ = fleet[0].shared.g.rdb.Close() // A dies: it renews its probe lease no more
 	died := time.Now()
 	for {
-		next, ok := fleet[1].allow("r")
+		next, ok := fleet[1].Allow("r")
 		if ok {
 			t.Logf("B probed %v after A died (lease 300ms)", time.Since(died).Round(time.Millisecond))
 			next(breakerAnswered)
@@ -174,7 +174,7 @@ func TestSharedBreakerDeadProbeLapses(t *testing.T) {
 	if time.Since(died) < 150*time.Millisecond { // the last renewal was at most 100ms before A died
 		t.Errorf("B probed %v after A died, before A's lease lapsed", time.Since(died))
 	}
-	if got := fleet[1].open([]recovery.Route{{Name: "r"}}); len(got) != 0 {
+	if got := fleet[1].Open([]recovery.Route{{Name: "r"}}); len(got) != 0 {
 		t.Errorf("open %v after B's good probe", got)
 	}
 	probe(breakerAnswered) // ends A's renewal (its report goes nowhere)
@@ -187,25 +187,25 @@ func TestSharedKeySlotsOfADeadReplicaLapse(t *testing.T) {
 	addr := redistest.Start(t)
 	const ttl = 300 * time.Millisecond
 	replica := func() *sharedLimits {
-		s := newSharedLimits(newRedisGate(testkit.RedisClient(t, addr), slog.New(slog.DiscardHandler)))
+		s := NewSharedLimits(NewRedisGate(testkit.RedisClient(t, addr), slog.New(slog.DiscardHandler)))
 		s.slotTTL = ttl
 		return s
 	}
 	a, b := replica(), replica()
 	l := config.Limits{KeyMaxConcurrent: 1}
-	releaseA, shared, err := a.admit("ops", l)
+	releaseA, shared, err := a.Admit("ops", l)
 	if !shared || err != nil {
 		t.Fatalf("A: shared %v, %v", shared, err)
 	}
 	time.Sleep(3 * ttl)
 	var refused *Refusal
-	if _, shared, err := b.admit("ops", l); !shared || !errors.As(err, &refused) || refused.Reason != ReasonKeyConcurrency {
+	if _, shared, err := b.Admit("ops", l); !shared || !errors.As(err, &refused) || refused.Reason != ReasonKeyConcurrency {
 		t.Fatalf("B while A's renewed slot runs: shared %v, %v", shared, err)
 	}
 	_ = a.g.rdb.Close() // A dies: its slot is renewed no more
 	died := time.Now()
 	for {
-		release, shared, err := b.admit("ops", l)
+		release, shared, err := b.Admit("ops", l)
 		if shared && err == nil {
 			t.Logf("A's slot lapsed %v after it died (TTL %v)", time.Since(died).Round(time.Millisecond), ttl)
 			release()
@@ -232,7 +232,7 @@ func TestSharedBreakerAfterRedisLostItsData(t *testing.T) {
 	routes := []recovery.Route{{Name: "r"}}
 	use(fleet[0], "r", failed(recovery.FailServer))
 	use(fleet[0], "r", failed(recovery.FailServer))
-	if got := fleet[1].open(routes); len(got) != 1 {
+	if got := fleet[1].Open(routes); len(got) != 1 {
 		t.Fatalf("open %v, want [r]", got)
 	}
 	if err := testkit.RedisClient(t, addr).FlushAll(t.Context()).Err(); err != nil {
@@ -244,7 +244,7 @@ func TestSharedBreakerAfterRedisLostItsData(t *testing.T) {
 		}
 	}
 	for i, r := range fleet {
-		if got := r.open(routes); len(got) != 1 {
+		if got := r.Open(routes); len(got) != 1 {
 			t.Errorf("replica %d: open %v after two failures on the new state, want [r]", i, got)
 		}
 	}

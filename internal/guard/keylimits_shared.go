@@ -1,4 +1,4 @@
-package service
+package guard
 
 import (
 	"context"
@@ -24,12 +24,12 @@ const defaultSlotTTL = 30 * time.Second
 
 // sharedLimits are the per-key limits in Redis.
 type sharedLimits struct {
-	g       *redisGate
+	g       *RedisGate
 	rate    *redis_rate.Limiter
 	slotTTL time.Duration
 }
 
-func newSharedLimits(g *redisGate) *sharedLimits {
+func NewSharedLimits(g *RedisGate) *sharedLimits {
 	if g == nil {
 		return nil
 	}
@@ -102,10 +102,10 @@ end
 return 0
 `)
 
-// admit counts one more completion of key against l's limits in Redis, or
+// Admit counts one more completion of key against l's limits in Redis, or
 // refuses it with the status of the local limits. shared is false when
 // Redis could not answer: the caller then applies the local limits.
-func (s *sharedLimits) admit(key string, l config.Limits) (release func(), shared bool, err error) {
+func (s *sharedLimits) Admit(key string, l config.Limits) (release func(), shared bool, err error) {
 	var slot *heldSlot
 	if l.KeyMaxConcurrent > 0 {
 		id := randomToken()

@@ -1,4 +1,4 @@
-package service
+package guard
 
 import (
 	"errors"
@@ -21,8 +21,8 @@ var (
 )
 
 // useBreaker asks route a of b for a call and, if allowed, reports ev.
-func useBreaker(b *breakers, ev recovery.Event) bool {
-	report, ok := b.allow("a")
+func useBreaker(b *Breakers, ev recovery.Event) bool {
+	report, ok := b.Allow("a")
 	if ok {
 		report(ev)
 	}
@@ -86,19 +86,19 @@ func TestBreakerOpensOnUpstreamFailuresOnly(t *testing.T) {
 		breakerCancelled, failed(recovery.FailRateLimit), failed(recovery.FailAuth), failed(recovery.FailNotFound)} {
 		useBreaker(b, ev)
 	}
-	if b.states()["a"] != 0 {
+	if b.States()["a"] != 0 {
 		t.Fatal("the circuit opened on failures that are not the route's")
 	}
 	for range 3 {
 		useBreaker(b, failed(recovery.FailServer))
 	}
-	if b.states()["a"] != 2 {
-		t.Fatalf("state %d after 3 server failures, want open (2)", b.states()["a"])
+	if b.States()["a"] != 2 {
+		t.Fatalf("state %d after 3 server failures, want open (2)", b.States()["a"])
 	}
 	if useBreaker(b, breakerAnswered) {
 		t.Error("an open circuit let a call through")
 	}
-	if _, ok := b.allow("b"); !ok {
+	if _, ok := b.Allow("b"); !ok {
 		t.Error("another route's circuit must stay closed")
 	}
 }
@@ -131,7 +131,7 @@ func TestBreakerExcludedOutcomesKeepTheFailureCount(t *testing.T) {
 					t.Fatalf("call %d refused", i)
 				}
 			}
-			if got := b.states()["a"]; got != tt.want {
+			if got := b.States()["a"]; got != tt.want {
 				t.Errorf("state %d, want %d", got, tt.want)
 			}
 		})
@@ -141,26 +141,26 @@ func TestBreakerExcludedOutcomesKeepTheFailureCount(t *testing.T) {
 func TestBreakerProbesAfterCooldownAndCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) { // gobreaker reads the clock: the bubble's is fake
 		b := newBreakers(config.BreakerSettings{Failures: 1, Cooldown: 30 * time.Second})
-		report, _ := b.allow("a")
+		report, _ := b.Allow("a")
 		report(failed(recovery.FailConnection))
-		if _, ok := b.allow("a"); ok {
+		if _, ok := b.Allow("a"); ok {
 			t.Fatal("open circuit allowed a call")
 		}
 		time.Sleep(29 * time.Second)
-		if _, ok := b.allow("a"); ok {
+		if _, ok := b.Allow("a"); ok {
 			t.Fatal("a call went through before the cooldown ended")
 		}
 		time.Sleep(2 * time.Second)
-		probe, ok := b.allow("a")
+		probe, ok := b.Allow("a")
 		if !ok {
 			t.Fatal("no probe after the cooldown")
 		}
-		if _, ok := b.allow("a"); ok {
+		if _, ok := b.Allow("a"); ok {
 			t.Error("a second call went through while the probe runs")
 		}
 		probe(breakerAnswered)
-		if b.states()["a"] != 0 {
-			t.Errorf("state %d after a good probe, want closed", b.states()["a"])
+		if b.States()["a"] != 0 {
+			t.Errorf("state %d after a good probe, want closed", b.States()["a"])
 		}
 	})
 }
@@ -191,37 +191,37 @@ func TestBreakerExcludedProbeLetsTheNextProbeThrough(t *testing.T) {
 				useBreaker(b, failed(recovery.FailServer))
 				time.Sleep(cooldown + time.Second)
 
-				probe, ok := b.allow("a")
+				probe, ok := b.Allow("a")
 				if !ok {
 					t.Fatal("no probe after the cooldown")
 				}
-				if _, ok := b.allow("a"); ok {
+				if _, ok := b.Allow("a"); ok {
 					t.Fatal("a second call went through while the probe runs")
 				}
-				if got := b.retryAfter("a"); got != probeRetryAfter {
+				if got := b.RetryAfter("a"); got != probeRetryAfter {
 					t.Errorf("retryAfter %v while the probe runs, want %v", got, probeRetryAfter)
 				}
 				probe(tt.excluded)
-				if got := b.states()["a"]; got != 1 {
+				if got := b.States()["a"]; got != 1 {
 					t.Fatalf("state %d after an excluded probe, want half-open (1)", got)
 				}
-				if got := b.retryAfter("a"); got != 0 {
+				if got := b.RetryAfter("a"); got != 0 {
 					t.Errorf("retryAfter %v while half-open with no probe, want 0", got)
 				}
 
-				next, ok := b.allow("a")
+				next, ok := b.Allow("a")
 				if !ok {
 					t.Fatal("the excluded probe wedged the breaker: no next probe")
 				}
-				if _, ok := b.allow("a"); ok {
+				if _, ok := b.Allow("a"); ok {
 					t.Error("a second call went through while the next probe runs")
 				}
 				next(tt.then)
-				if got := b.states()["a"]; got != tt.want {
+				if got := b.States()["a"]; got != tt.want {
 					t.Fatalf("state %d after the next probe, want %d", got, tt.want)
 				}
 				if tt.want == 2 {
-					if got := b.retryAfter("a"); got != cooldown {
+					if got := b.RetryAfter("a"); got != cooldown {
 						t.Errorf("retryAfter %v just after reopening, want %v", got, cooldown)
 					}
 				}
@@ -256,7 +256,7 @@ func TestBreakerRetryAfter(t *testing.T) {
 			b := newBreakers(config.BreakerSettings{Failures: tt.failures, Cooldown: time.Hour})
 			clock := epoch
 			b.now = func() time.Time { return clock }
-			report, ok := b.allow("b") // route b is known and closed
+			report, ok := b.Allow("b") // route b is known and closed
 			if !ok {
 				t.Fatal("route b refused a call")
 			}
@@ -265,7 +265,7 @@ func TestBreakerRetryAfter(t *testing.T) {
 				useBreaker(b, ev)
 			}
 			clock = clock.Add(tt.elapsed)
-			if got := b.retryAfter(tt.route); got != tt.want {
+			if got := b.RetryAfter(tt.route); got != tt.want {
 				t.Errorf("retryAfter(%q) = %v, want %v", tt.route, got, tt.want)
 			}
 		})
@@ -290,9 +290,9 @@ func TestBreakerConcurrentUse(t *testing.T) {
 					ev = breakerCancelled
 				}
 				useBreaker(b, ev)
-				_ = b.retryAfter("a")
-				_ = b.states()
-				_ = b.open(routes)
+				_ = b.RetryAfter("a")
+				_ = b.States()
+				_ = b.Open(routes)
 			}
 		})
 	}
@@ -302,16 +302,16 @@ func TestBreakerConcurrentUse(t *testing.T) {
 func TestBreakersCanBeDisabled(t *testing.T) {
 	b := newBreakers(config.BreakerSettings{Failures: -1})
 	for range 20 {
-		report, ok := b.allow("a")
+		report, ok := b.Allow("a")
 		if !ok {
 			t.Fatal("disabled breaker refused a call")
 		}
 		report(failed(recovery.FailServer))
 	}
-	if got := b.open([]recovery.Route{{Name: "a"}}); got != nil {
+	if got := b.Open([]recovery.Route{{Name: "a"}}); got != nil {
 		t.Errorf("disabled breakers report open routes %v", got)
 	}
-	if got := b.retryAfter("a"); got != 0 {
+	if got := b.RetryAfter("a"); got != 0 {
 		t.Errorf("disabled breakers ask to retry after %v", got)
 	}
 }

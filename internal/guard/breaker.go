@@ -1,4 +1,4 @@
-package service
+package guard
 
 import (
 	"errors"
@@ -28,8 +28,8 @@ var (
 	errNotTheRoute = errors.New("outcome says nothing about the route")
 )
 
-// breakers holds one circuit breaker per route, shared by all completions.
-type breakers struct {
+// Breakers holds one circuit breaker per route, shared by all completions.
+type Breakers struct {
 	settings config.BreakerSettings
 	// now is the clock retryAfter measures the cool-down with (time.Now by
 	// default). gobreaker reads time.Now itself to end the cool-down.
@@ -50,26 +50,26 @@ type routeBreaker struct {
 	openedAt time.Time
 }
 
-func newBreakers(s config.BreakerSettings) *breakers {
+func newBreakers(s config.BreakerSettings) *Breakers {
 	if s.Failures == 0 {
 		s.Failures = 5
 	}
 	if s.Cooldown <= 0 {
 		s.Cooldown = 30 * time.Second
 	}
-	return &breakers{settings: s, now: time.Now, byRoute: map[string]*routeBreaker{}}
+	return &Breakers{settings: s, now: time.Now, byRoute: map[string]*routeBreaker{}}
 }
 
-// newFleetBreakers are newBreakers shared through g's Redis (local-only
+// NewFleetBreakers are newBreakers shared through g's Redis (local-only
 // when g is nil).
-func newFleetBreakers(s config.BreakerSettings, g *redisGate) *breakers {
+func NewFleetBreakers(s config.BreakerSettings, g *RedisGate) *Breakers {
 	b := newBreakers(s)
 	b.shared = newSharedBreakers(g, b.gobreakerSettings)
 	return b
 }
 
 // gobreakerSettings are the settings of route's breaker, local or shared.
-func (b *breakers) gobreakerSettings(route string) gobreaker.Settings {
+func (b *Breakers) gobreakerSettings(route string) gobreaker.Settings {
 	failures := uint32(b.settings.Failures)
 	return gobreaker.Settings{
 		Name:        route,
@@ -85,24 +85,24 @@ func (b *breakers) gobreakerSettings(route string) gobreaker.Settings {
 }
 
 // useShared reports whether to ask the shared breakers now.
-func (b *breakers) useShared() bool { return b.shared != nil && b.shared.g.usable() }
+func (b *Breakers) useShared() bool { return b.shared != nil && b.shared.g.usable() }
 
 // fallBack logs, at debug level, that the local breakers answered a call the
 // shared ones could not (a Redis failure is logged by the gate, once).
-func (b *breakers) fallBack(route string, err error) {
+func (b *Breakers) fallBack(route string, err error) {
 	b.shared.g.log.Debug("circuit breaker: local state answers", "route", route, "error", err)
 }
 
-func (b *breakers) disabled() bool { return b == nil || b.settings.Failures < 0 }
+func (b *Breakers) disabled() bool { return b == nil || b.settings.Failures < 0 }
 
 // lookup returns route's breaker, or nil if route has never been called.
-func (b *breakers) lookup(route string) *routeBreaker {
+func (b *Breakers) lookup(route string) *routeBreaker {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.byRoute[route]
 }
 
-func (b *breakers) get(route string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
+func (b *Breakers) get(route string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rb, ok := b.byRoute[route]
@@ -122,16 +122,16 @@ func (b *breakers) get(route string) *gobreaker.TwoStepCircuitBreaker[struct{}] 
 	return rb.cb
 }
 
-// allow asks route's breaker for a call. When the circuit is open, or
+// Allow asks route's breaker for a call. When the circuit is open, or
 // half-open with its probe in flight, it returns false; otherwise report
 // must be called exactly once with the attempt's outcome (see
 // breakerOutcome).
-func (b *breakers) allow(route string) (report func(recovery.Event), ok bool) {
+func (b *Breakers) Allow(route string) (report func(recovery.Event), ok bool) {
 	if b.disabled() {
 		return func(recovery.Event) {}, true
 	}
 	if b.useShared() {
-		report, ok, err := b.shared.allow(route)
+		report, ok, err := b.shared.Allow(route)
 		if err == nil {
 			return report, ok
 		}
@@ -144,7 +144,7 @@ func (b *breakers) allow(route string) (report func(recovery.Event), ok bool) {
 	return func(ev recovery.Event) { done(breakerOutcome(ev)) }, true
 }
 
-// retryAfter returns how long until route's breaker lets a call through
+// RetryAfter returns how long until route's breaker lets a call through
 // again, for the RetryInfo of a refused call:
 //
 //   - open: what is left of the cool-down since the circuit opened, measured
@@ -158,12 +158,12 @@ func (b *breakers) allow(route string) (report func(recovery.Event), ok bool) {
 // fleet's circuit, whichever replica opened it, measured with b.now against
 // the expiry that replica set; probeRetryAfter while any replica's probe
 // runs.
-func (b *breakers) retryAfter(route string) time.Duration {
+func (b *Breakers) RetryAfter(route string) time.Duration {
 	if b.disabled() {
 		return 0
 	}
 	if b.useShared() {
-		d, err := b.shared.retryAfter(route, b.now())
+		d, err := b.shared.RetryAfter(route, b.now())
 		if err == nil {
 			return d
 		}
@@ -225,14 +225,14 @@ func breakerOutcome(ev recovery.Event) error {
 }
 
 // routeBreakers returns a snapshot of the known routes' breakers.
-func (b *breakers) routeBreakers() map[string]*routeBreaker {
+func (b *Breakers) routeBreakers() map[string]*routeBreaker {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return maps.Clone(b.byRoute)
 }
 
-// states returns each known route's circuit state: 0 closed, 1 half-open, 2 open.
-func (b *breakers) states() map[string]int {
+// States returns each known route's circuit state: 0 closed, 1 half-open, 2 open.
+func (b *Breakers) States() map[string]int {
 	if b == nil {
 		return nil
 	}
@@ -266,8 +266,8 @@ func (b *breakers) states() map[string]int {
 	return out
 }
 
-// open returns which of routes have an open circuit now, for the machine.
-func (b *breakers) open(routes []recovery.Route) []string {
+// Open returns which of routes have an open circuit now, for the machine.
+func (b *Breakers) Open(routes []recovery.Route) []string {
 	if b.disabled() {
 		return nil
 	}
