@@ -128,11 +128,11 @@ func (m *Machine) takeover() Action {
 		ev.Text = p.Streamed
 		m.record(OutcomeFailed, Usage{}) // its usage never reached the log
 	}
-	m.retries++
-	if budget, _ := m.p.Retry.Budget(m.canFallback()); m.retries > budget {
+	m.step.retries++
+	if budget, _ := m.p.Retry.Budget(m.canFallback()); m.step.retries > budget {
 		return m.giveUp(f, ev, 0, true, fmt.Sprintf("no retries left on %s (%d allowed)", m.cur().Name, budget))
 	}
-	return m.retry(f, ev, m.retries, 0)
+	return m.retry(f, ev, m.step.retries, 0)
 }
 
 // awaitAgain returns to awaiting the caller, as the lost replica did.
