@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,5 +208,97 @@ func BenchmarkPriorFold(b *testing.B) {
 			f.Text(1, 1, " word")
 		}
 		f.Prior(route)
+	}
+}
+
+// TestPriorFoldReadsTheMachine folds the log a driver writes of random
+// runs (as in TestMachineProperties: each ended attempt's text and usage,
+// then the step's transitions) and checks the fold against the machine
+// wherever the machine is between attempts with its last decision
+// logged (a step with transitions that calls or waits): nothing in
+// flight, the kept answer the machine's, the route, max_tokens, turn and
+// usage of the next call.
+func TestPriorFoldReadsTheMachine(t *testing.T) {
+	runs, checked := 1500, 0
+	if testing.Short() {
+		runs = 300
+	}
+	for seed := 1; seed <= runs; seed++ {
+		g := &gen{r: rand.New(rand.NewPCG(uint64(seed), 0xf01d)), now: epoch}
+		cfg := g.config()
+		m, f := New(cfg), NewPriorFold(0)
+		st := m.Start(g.now)
+		f.Started(0, 1, cfg.Routes[0].Name)
+		for steps := 0; st.Action.Kind != ActFinish; steps++ {
+			if steps > stepBound {
+				t.Fatalf("seed %d: no finish after %d steps", seed, steps)
+			}
+			logTransitions(f, st)
+			if len(st.Transitions) > 0 && (st.Action.Kind == ActCall || st.Action.Kind == ActWait) {
+				checked++
+				checkFold(t, seed, m, st, f.Prior(func(name string) (Route, bool) {
+					i := m.routeIndex(name)
+					if i < 0 {
+						return Route{}, false
+					}
+					return cfg.Routes[i], true
+				}))
+			}
+			ev := g.event(st)
+			if a := st.Action; (a.Kind == ActCall || a.Kind == ActSummarize) && !ev.NotSent &&
+				(ev.Kind == EvAttemptDone || ev.Kind == EvAttemptFailed) {
+				if a.Kind == ActCall && ev.Text != "" { // a summary streams nothing
+					f.Text(a.Call.Attempt, a.Turn, ev.Text)
+				}
+				f.Usage(a.Call.Attempt, a.Turn, ev.Usage)
+			}
+			st = m.Step(ev)
+		}
+	}
+	t.Logf("%d checks in %d runs", checked, runs)
+	if checked < runs {
+		t.Fatalf("only %d checks in %d runs: the generator is too narrow", checked, runs)
+	}
+}
+
+// logTransitions folds the transitions of st as a driver logs them.
+func logTransitions(f *PriorFold, st Step) {
+	for _, tr := range st.Transitions {
+		f.Transition(tr.Attempt, tr.Turn, tr.DiscardAttempts, tr.To.Name, tr.MaxTokens)
+	}
+}
+
+// checkFold compares the Prior folded from the log of m's run with m,
+// which has just returned st.
+func checkFold(t *testing.T, seed int, m *Machine, st Step, p Prior) {
+	t.Helper()
+	var kept []Kept
+	for _, pt := range m.parts {
+		if pt.text != "" {
+			kept = append(kept, Kept{Attempt: pt.attempt, Text: pt.text, OutputTokens: pt.tokens})
+		}
+	}
+	var pk []Kept
+	for _, k := range p.Kept {
+		if k.Text != "" {
+			pk = append(pk, k)
+		}
+	}
+	fail := func(what string, got, want any) {
+		t.Fatalf("seed %d, after %+v: the fold's %s is %v, the machine's %v", seed, st.Transitions, what, got, want)
+	}
+	switch {
+	case p.InFlight:
+		fail("attempt in flight", p.Attempt, "none")
+	case !slices.Equal(pk, kept):
+		fail("kept answer", pk, kept)
+	case p.Route != m.cur().Name:
+		fail("route", p.Route, m.cur().Name)
+	case p.MaxTokens != m.callMax():
+		fail("max_tokens", p.MaxTokens, m.callMax())
+	case p.Turn != m.turn:
+		fail("turn", p.Turn, m.turn)
+	case p.Usage != m.usage:
+		fail("usage", p.Usage, m.usage)
 	}
 }
