@@ -136,19 +136,15 @@ type budgetTracker struct {
 // New returns a machine for one completion. Call Start, then Step with each
 // event until the action is ActFinish.
 func New(cfg Config) *Machine {
-	m := &Machine{
+	return &Machine{
 		cfg:       cfg,
 		p:         cfg.Policy,
 		msgs:      slices.Clone(cfg.Messages),
-		maxTokens: cfg.MaxTokens,
+		maxTokens: cfg.StartMaxTokens(),
 		noPrefill: make([]bool, len(cfg.Routes)),
 		turn:      1,
 		decided:   map[int]bool{},
 	}
-	if m.maxTokens <= 0 {
-		m.maxTokens = m.p.Truncation.MaxOutputTokens
-	}
-	return m
 }
 
 // Start returns the first step: normally an ActCall on Routes[0], or an

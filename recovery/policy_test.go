@@ -166,3 +166,16 @@ func TestChain(t *testing.T) {
 		}
 	}
 }
+
+func TestStartMaxTokens(t *testing.T) {
+	cfg := Config{Policy: DefaultPolicy()}
+	for _, c := range []struct{ asked, want int }{{0, 8000}, {-1, 8000}, {1200, 1200}, {100000, 100000}} {
+		cfg.MaxTokens = c.asked
+		if got := cfg.StartMaxTokens(); got != c.want {
+			t.Errorf("max_tokens %d asked: %d, want %d", c.asked, got, c.want)
+		}
+		if got := New(cfg).maxTokens; got != c.want {
+			t.Errorf("max_tokens %d asked: the machine starts with %d, want %d", c.asked, got, c.want)
+		}
+	}
+}
