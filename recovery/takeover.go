@@ -8,8 +8,8 @@ import (
 // Prior is what a completion had done when the replica that ran it was
 // lost, as another replica rebuilds it from the completion's event log: the
 // numbering to continue, the answer kept so far, and the attempt that was
-// streaming, if one was. The driver folds the log's events into it; the
-// machine decides what follows (see Takeover).
+// streaming, if one was. The driver folds the log's events into it with a
+// PriorFold; the machine decides what follows (see Takeover).
 type Prior struct {
 	// Attempt is the last attempt number handed out (0 before the first
 	// call); the next call is Attempt+1.
