@@ -22,8 +22,10 @@ func (m *Machine) attemptDone(ev Event) Action {
 		p.calls = slices.Clone(ev.ToolCalls)
 	}
 	m.parts = append(m.parts, p)
-	// The step succeeded: its retry counters start over.
-	m.retries, m.overloads, m.waited, m.collapsed = 0, 0, 0, false
+	// The step succeeded: its retry counters start over, and so does the
+	// overflow ladder (the next overflow may collapse again).
+	m.step = stepState{}
+	m.thisTurn.collapsed = false
 	switch {
 	case s.Truncating():
 		return m.truncated(s)
@@ -54,14 +56,14 @@ func (m *Machine) truncated(s StopReason) Action {
 			fmt.Sprintf("answer cut (%s) at %d tokens: same request with max_tokens %d; the cut output is discarded", s, old, esc)))
 		return m.call()
 	}
-	if m.continuations < m.p.Truncation.MaxContinuations {
-		m.continuations++
+	if m.thisTurn.continuations < m.p.Truncation.MaxContinuations {
+		m.thisTurn.continuations++
 		m.extend(nil, TextBlock(ContinuationPrompt))
 		m.emit(m.transition(MaxOutputTokensRecovery, nil,
-			fmt.Sprintf("%s: partial answer kept, continuation %d of %d", s, m.continuations, m.p.Truncation.MaxContinuations)))
+			fmt.Sprintf("%s: partial answer kept, continuation %d of %d", s, m.thisTurn.continuations, m.p.Truncation.MaxContinuations)))
 		return m.callChecked()
 	}
-	return m.complete(s, nil, fmt.Sprintf("still %s after %d continuation(s): the answer is truncated", s, m.continuations))
+	return m.complete(s, nil, fmt.Sprintf("still %s after %d continuation(s): the answer is truncated", s, m.thisTurn.continuations))
 }
 
 // escalatedMax is the max_tokens MAX_OUTPUT_TOKENS_ESCALATE would ask for on
@@ -79,12 +81,12 @@ func (m *Machine) paused() Action {
 	switch {
 	case !m.prefillOK(m.route):
 		return m.complete(StopPauseTurn, nil, "the provider paused the turn and "+m.cur().Name+" cannot continue it by prefill")
-	case m.continuations >= m.p.Truncation.MaxContinuations:
-		return m.complete(StopPauseTurn, nil, fmt.Sprintf("paused again after %d continuation(s): the answer is cut", m.continuations))
+	case m.thisTurn.continuations >= m.p.Truncation.MaxContinuations:
+		return m.complete(StopPauseTurn, nil, fmt.Sprintf("paused again after %d continuation(s): the answer is cut", m.thisTurn.continuations))
 	}
-	m.continuations++
+	m.thisTurn.continuations++
 	m.emit(m.transition(StreamResume, nil,
-		fmt.Sprintf("pause_turn: continuing the paused turn by prefill (%d of %d)", m.continuations, m.p.Truncation.MaxContinuations)))
+		fmt.Sprintf("pause_turn: continuing the paused turn by prefill (%d of %d)", m.thisTurn.continuations, m.p.Truncation.MaxContinuations)))
 	return m.call()
 }
 
@@ -119,7 +121,7 @@ func (m *Machine) toolResults(ev Event) Action {
 	m.extend(uses, ev.Results...)
 	m.turn++
 	m.newAnswer()
-	m.reactiveCompactions, m.collapsed = 0, false
+	m.thisTurn = turnState{}
 	m.tools = nil
 	// Emitted after the increment: NEXT_TURN carries the turn it starts.
 	m.emit(m.transition(NextTurn, nil, fmt.Sprintf("turn %d with %d tool result(s)", m.turn, len(ev.Results))))
@@ -206,7 +208,10 @@ func (m *Machine) blocked(msg string) Action {
 	}
 	m.extend(nil, TextBlock(msg))
 	m.dropParts(m.answerStart)
-	m.newAnswer() // compaction flags are kept: a blocked answer must not reopen compaction
+	m.newAnswer()
+	// The new answer has continuations of its own, but the rest of the
+	// turn's state is kept: a blocked answer must not reopen compaction.
+	m.thisTurn.continuations = 0
 	m.emit(m.transition(StopHookBlocking, nil,
 		fmt.Sprintf("the stop hook blocked the answer (%d of %d): %s", m.hookBlocks, m.p.Turns.MaxStopHookBlocks, msg)))
 	m.checkpoint(SnapshotNext)

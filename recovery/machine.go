@@ -90,16 +90,9 @@ type Machine struct {
 	records     []AttemptRecord
 	usage       Usage
 
-	// Per step: reset when an attempt finishes, the route changes, or a
-	// turn starts.
-	retries   int
-	overloads int
-	waited    time.Duration // backoff waited on this step and route
-	collapsed bool          // the last overflow stage was a collapse
-
-	// Per turn.
-	continuations       int
-	reactiveCompactions int
+	// Per step and per turn (see stepState and turnState).
+	step     stepState
+	thisTurn turnState
 
 	// Per completion.
 	escalated             bool
@@ -107,6 +100,29 @@ type Machine struct {
 	hookBlocks            int
 	summarizedSinceGrowth bool // a compaction ran since the conversation last grew
 	budget                budgetTracker
+}
+
+// stepState is what the step in progress has spent on one route: its
+// retries and waits. A new step begins, and m.step = stepState{} with it,
+// when an attempt finishes (the step succeeded), when a fallback changes
+// the route, when a summarising call starts (it has a budget of its own)
+// or ends, and when a new answer starts (a new turn, or the retry of an
+// answer the stop hook blocked).
+type stepState struct {
+	retries   int
+	overloads int           // consecutive overloads
+	waited    time.Duration // backoff waited on this step and route
+}
+
+// turnState is what the turn in progress has spent on getting its answer:
+// m.thisTurn = turnState{} when a turn starts (NEXT_TURN). Two of its
+// fields start over more often, each where it is reset: continuations
+// with a new answer (the retry of a blocked answer), collapsed when an
+// attempt finishes.
+type turnState struct {
+	continuations       int  // MAX_OUTPUT_TOKENS_RECOVERY and pause_turn continuations of the answer
+	reactiveCompactions int  // REACTIVE_COMPACT_RETRY summaries tried
+	collapsed           bool // the last overflow stage was a collapse: the next one is not
 }
 
 // budgetTracker follows TOKEN_BUDGET_CONTINUATION.
@@ -120,19 +136,15 @@ type budgetTracker struct {
 // New returns a machine for one completion. Call Start, then Step with each
 // event until the action is ActFinish.
 func New(cfg Config) *Machine {
-	m := &Machine{
+	return &Machine{
 		cfg:       cfg,
 		p:         cfg.Policy,
 		msgs:      slices.Clone(cfg.Messages),
-		maxTokens: cfg.MaxTokens,
+		maxTokens: cfg.StartMaxTokens(),
 		noPrefill: make([]bool, len(cfg.Routes)),
 		turn:      1,
 		decided:   map[int]bool{},
 	}
-	if m.maxTokens <= 0 {
-		m.maxTokens = m.p.Truncation.MaxOutputTokens
-	}
-	return m
 }
 
 // Start returns the first step: normally an ActCall on Routes[0], or an
@@ -415,7 +427,7 @@ func (m *Machine) wait(d time.Duration) Action {
 // the machine, with retries of its own on the current route.
 func (m *Machine) summarize(c compaction) Action {
 	m.summarizing = &c
-	m.retries, m.overloads, m.waited = 0, 0, 0
+	m.step = stepState{} // collapsed stays: the summary does not undo a collapse
 	return m.summaryCall()
 }
 
@@ -567,9 +579,11 @@ func hasToolUse(msgs []Message, id string) bool {
 }
 
 // newAnswer starts a new answer: a new turn, or a retry of a blocked one.
+// A new step begins with it; each caller resets what of the turn's state
+// starts over (turnState).
 func (m *Machine) newAnswer() {
 	m.segStart, m.answerStart = len(m.parts), len(m.parts)
-	m.retries, m.overloads, m.waited, m.continuations = 0, 0, 0, 0
+	m.step = stepState{}
 }
 
 // unfinished reports whether the answer in progress ends in cut text: a

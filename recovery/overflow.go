@@ -17,11 +17,11 @@ func (m *Machine) contextLimit(f *Failure, streamed string) Action {
 	case adj >= m.callMax():
 		return m.overflow(f, streamed, fmt.Sprintf("%d + %d > %d although max_tokens is already %d",
 			f.InputTokens, f.MaxTokens, f.ContextWindow, m.callMax()))
-	case m.retries >= m.p.Retry.MaxRetries:
+	case m.step.retries >= m.p.Retry.MaxRetries:
 		return m.overflow(f, streamed, fmt.Sprintf("%d + %d > %d with no retries left on this step (%d allowed)",
 			f.InputTokens, f.MaxTokens, f.ContextWindow, m.p.Retry.MaxRetries))
 	}
-	m.retries++ // an upstream that shaves a token at a time must not loop
+	m.step.retries++ // an upstream that shaves a token at a time must not loop
 	if streamed != "" {
 		m.void(m.attempt)
 	}
@@ -40,21 +40,21 @@ func (m *Machine) overflow(f *Failure, streamed, cause string) Action {
 	if streamed != "" {
 		m.void(m.attempt)
 	}
-	if m.p.Overflow.Compaction && !m.collapsed {
+	if m.p.Overflow.Compaction && !m.thisTurn.collapsed {
 		out, blocks, bytes := Collapse(m.msgs, m.p.Overflow.KeepRecentMessages, m.p.Overflow.CollapseMinBytes)
 		if blocks > 0 {
-			m.msgs, m.collapsed = out, true
+			m.msgs, m.thisTurn.collapsed = out, true
 			m.emit(m.transition(CollapseDrainRetry, f, fmt.Sprintf(
 				"%s: elided %d old block(s), %d bytes, outside the first message and the last %d",
 				cause, blocks, bytes, m.p.Overflow.KeepRecentMessages)))
 			return m.call()
 		}
 	}
-	m.collapsed = false
-	if m.p.Overflow.Compaction && m.reactiveCompactions < m.p.Overflow.MaxReactiveCompactions {
+	m.thisTurn.collapsed = false
+	if m.p.Overflow.Compaction && m.thisTurn.reactiveCompactions < m.p.Overflow.MaxReactiveCompactions {
 		if s, ok := SplitForCompaction(m.msgs, m.p.Overflow.KeepRecentMessages); ok {
 			// Counted when tried, so a failed summary is not tried again.
-			m.reactiveCompactions++
+			m.thisTurn.reactiveCompactions++
 			return m.summarize(compaction{reactive: true, cause: f, split: s})
 		}
 	}
@@ -66,7 +66,7 @@ func (m *Machine) ladderNote() string {
 	switch {
 	case !m.p.Overflow.Compaction:
 		return "compaction is off"
-	case m.reactiveCompactions >= m.p.Overflow.MaxReactiveCompactions:
+	case m.thisTurn.reactiveCompactions >= m.p.Overflow.MaxReactiveCompactions:
 		return "reactive compaction already used"
 	}
 	return "nothing to compact"
@@ -119,7 +119,7 @@ func (m *Machine) summarized(ev Event) Action {
 	m.record(OutcomeDiscarded, ev.Usage)
 	c := *m.summarizing
 	m.summarizing = nil
-	m.retries, m.overloads, m.waited = 0, 0, 0
+	m.step = stepState{}
 	m.msgs, m.summarizedSinceGrowth = c.split.Compacted(ev.Text), true
 	r := AutoCompact
 	if c.reactive {
@@ -151,16 +151,16 @@ func (m *Machine) summaryFailed(ev Event) Action {
 	if !f.Transient() || ev.NotSent {
 		return m.compactFailed(f, "")
 	}
-	m.retries++
+	m.step.retries++
 	d, why, ok := m.retryWait(f, ev.Rand, false)
 	if !ok {
 		return m.compactFailed(f, why)
 	}
 	t := m.transition(Retry, f, fmt.Sprintf("%s: summarising call, retry %d of %d on %s %s",
-		f.Kind, m.retries, m.p.Retry.MaxRetries, m.cur().Name, after(d)))
-	t.Retry, t.Backoff = m.retries, d
+		f.Kind, m.step.retries, m.p.Retry.MaxRetries, m.cur().Name, after(d)))
+	t.Retry, t.Backoff = m.step.retries, d
 	m.emit(t)
-	m.waited += d
+	m.step.waited += d
 	if d <= 0 {
 		return m.summaryCall()
 	}
@@ -174,7 +174,7 @@ func (m *Machine) summaryFailed(ev Event) Action {
 func (m *Machine) compactFailed(f *Failure, why string) Action {
 	c := *m.summarizing
 	m.summarizing = nil
-	m.retries, m.overloads, m.waited = 0, 0, 0
+	m.step = stepState{}
 	if why != "" {
 		why = " (" + why + ")"
 	}

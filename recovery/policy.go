@@ -229,6 +229,20 @@ func (p RetryPolicy) Budget(hasFallback bool) (retries int, wait time.Duration) 
 	return p.MaxRetries, 0
 }
 
+// Chain returns the part of a route chain (the primary route, then its
+// fallbacks, in order) that a completion under p may call: the whole
+// chain, or only the primary route when p disables fallback
+// (RetryPolicy.Fallback). A driver keeps per completion only the routes
+// Chain returns (the routes of Config, their connections, their circuit
+// breakers), so that it never reads the policy itself. A machine given
+// the whole chain decides the same, for it never falls back then.
+func Chain[R any](p Policy, routes []R) []R {
+	if !p.Retry.Fallback && len(routes) > 1 {
+		return routes[:1]
+	}
+	return routes
+}
+
 func clamp01(u float64) float64 {
 	switch {
 	case u < 0:

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +147,35 @@ func TestRetryBudget(t *testing.T) {
 	p.MaxRetries = 2
 	if n, _ := p.Budget(true); n != 2 {
 		t.Errorf("a fallback budget above MaxRetries: %d", n)
+	}
+}
+
+func TestChain(t *testing.T) {
+	p := DefaultPolicy()
+	chain := []string{"a", "b", "c"}
+	if got := Chain(p, chain); !slices.Equal(got, chain) {
+		t.Errorf("with fallback: %v, want the whole chain %v", got, chain)
+	}
+	p.Retry.Fallback = false
+	if got := Chain(p, chain); !slices.Equal(got, chain[:1]) {
+		t.Errorf("without fallback: %v, want the primary route only", got)
+	}
+	for _, c := range [][]string{nil, {"a"}} {
+		if got := Chain(p, c); !slices.Equal(got, c) {
+			t.Errorf("without fallback, %v: %v", c, got)
+		}
+	}
+}
+
+func TestStartMaxTokens(t *testing.T) {
+	cfg := Config{Policy: DefaultPolicy()}
+	for _, c := range []struct{ asked, want int }{{0, 8000}, {-1, 8000}, {1200, 1200}, {100000, 100000}} {
+		cfg.MaxTokens = c.asked
+		if got := cfg.StartMaxTokens(); got != c.want {
+			t.Errorf("max_tokens %d asked: %d, want %d", c.asked, got, c.want)
+		}
+		if got := New(cfg).maxTokens; got != c.want {
+			t.Errorf("max_tokens %d asked: the machine starts with %d, want %d", c.asked, got, c.want)
+		}
 	}
 }

@@ -410,3 +410,49 @@ func (g *gen) text() string {
 	}
 	return []string{"a", "bb", "ccc", "Hello, ", "world. ", "—"}[g.pick(6)]
 }
+
+// TestChainWithoutFallbackDecidesTheSame backs Chain's promise: without
+// fallback, a machine given the whole chain of routes decides exactly as
+// one given only the primary route, so that trimming the chain (Chain) is
+// the driver's economy, not a decision. Random runs, as in
+// TestMachineProperties, every step compared.
+func TestChainWithoutFallbackDecidesTheSame(t *testing.T) {
+	runs, multi := 1500, 0
+	if testing.Short() {
+		runs = 300
+	}
+	for seed := 1; seed <= runs; seed++ {
+		g := &gen{r: rand.New(rand.NewPCG(uint64(seed), 0xc4a1)), now: epoch}
+		cfg := g.config()
+		cfg.Policy.Retry.Fallback = false
+		if len(cfg.Routes) > 1 {
+			multi++
+		}
+		short := cfg
+		short.Routes = Chain(cfg.Policy, cfg.Routes)
+		whole, trimmed := New(cfg), New(short)
+		st := whole.Start(g.now)
+		sameDecision(t, seed, st, trimmed.Start(g.now))
+		for steps := 0; st.Action.Kind != ActFinish; steps++ {
+			if steps > stepBound {
+				t.Fatalf("seed %d: no finish after %d steps", seed, steps)
+			}
+			ev := g.event(st)
+			st = whole.Step(ev)
+			sameDecision(t, seed, st, trimmed.Step(ev))
+		}
+	}
+	if multi < runs/2 {
+		t.Fatalf("only %d runs of %d had fallback routes to ignore", multi, runs)
+	}
+}
+
+// sameDecision fails the test unless the two steps are the same.
+func sameDecision(t *testing.T, seed int, whole, trimmed Step) {
+	t.Helper()
+	a, _ := json.Marshal(whole)
+	b, _ := json.Marshal(trimmed)
+	if string(a) != string(b) {
+		t.Fatalf("seed %d: the whole chain and the primary route alone decide differently:\n  whole:   %s\n  trimmed: %s", seed, a, b)
+	}
+}

@@ -49,19 +49,19 @@ func (m *Machine) attemptFailed(ev Event) Action {
 // or move to the next route when this one is overloaded, silent or spent.
 func (m *Machine) transient(f *Failure, ev Event) Action {
 	if f.Kind == FailOverloaded {
-		m.overloads++
+		m.step.overloads++
 	} else {
-		m.overloads = 0
+		m.step.overloads = 0
 	}
-	m.retries++
+	m.step.retries++
 	name := m.cur().Name
 	switch {
 	case m.open[name] && m.canFallback():
 		// The breaker has seen enough of this route: a retry would not be sent.
 		return m.fallback(m.next(), f, ev, fmt.Sprintf("the circuit of %s is open", name))
-	case f.Kind == FailOverloaded && m.overloads >= m.p.Retry.OverloadsBeforeFallback && m.canFallback():
+	case f.Kind == FailOverloaded && m.step.overloads >= m.p.Retry.OverloadsBeforeFallback && m.canFallback():
 		// A different upstream has not been hammered: no wait.
-		return m.fallback(m.next(), f, ev, fmt.Sprintf("%d consecutive overloads on %s", m.overloads, name))
+		return m.fallback(m.next(), f, ev, fmt.Sprintf("%d consecutive overloads on %s", m.step.overloads, name))
 	case f.Kind == FailTimeout && m.canFallback():
 		return m.fallback(m.next(), f, ev, fmt.Sprintf("%s timed out; a silent route is re-tried last", name))
 	}
@@ -69,16 +69,16 @@ func (m *Machine) transient(f *Failure, ev Event) Action {
 	if !ok {
 		return m.giveUp(f, ev, d, true, why)
 	}
-	return m.retry(f, ev, m.retries, d)
+	return m.retry(f, ev, m.step.retries, d)
 }
 
-// retryWait decides whether retry m.retries of the step may run on the
+// retryWait decides whether retry m.step.retries of the step may run on the
 // current route, and after which wait: within the route's retry budget
 // (see RetryPolicy.Budget), a Retry-After under the ceiling, and a wait
 // the caller's deadline outlives. When it may not, it returns the wait the
 // upstream would need (for RetryInfo) and why.
 func (m *Machine) retryWait(f *Failure, u float64, hasFallback bool) (time.Duration, string, bool) {
-	rp, n, name := m.p.Retry, m.retries, m.cur().Name
+	rp, n, name := m.p.Retry, m.step.retries, m.cur().Name
 	budget, maxWait := rp.Budget(hasFallback)
 	if f.RetryAfter > rp.RetryAfterCeiling {
 		return f.RetryAfter, fmt.Sprintf("%s asks for a wait of %s, over the ceiling of %s", name, f.RetryAfter, rp.RetryAfterCeiling), false
@@ -87,9 +87,9 @@ func (m *Machine) retryWait(f *Failure, u float64, hasFallback bool) (time.Durat
 		return rp.RetryDelay(n, f.RetryAfter, 0), fmt.Sprintf("no retries left on %s (%d allowed)", name, budget), false
 	}
 	d := rp.RetryDelay(n, f.RetryAfter, u)
-	if maxWait > 0 && m.waited+d > maxWait {
+	if maxWait > 0 && m.step.waited+d > maxWait {
 		return d, fmt.Sprintf("a wait of %s would take the waiting on %s to %s, over its budget of %s",
-			d, name, m.waited+d, maxWait), false
+			d, name, m.step.waited+d, maxWait), false
 	}
 	if dl := m.cfg.Deadline; !dl.IsZero() && m.now.Add(d).After(dl) {
 		return d, fmt.Sprintf("a wait of %s would outlive the deadline (%s left)", d, dl.Sub(m.now)), false
@@ -110,11 +110,11 @@ func (m *Machine) giveUp(f *Failure, ev Event, d time.Duration, retryable bool, 
 // that it is never sent one again: a refusal is a property of the route.
 func (m *Machine) prefillRejected(f *Failure, ev Event) Action {
 	m.noPrefill[m.route] = true
-	m.retries++
-	if budget, _ := m.p.Retry.Budget(m.canFallback()); m.retries > budget {
+	m.step.retries++
+	if budget, _ := m.p.Retry.Budget(m.canFallback()); m.step.retries > budget {
 		return m.giveUp(f, ev, 0, true, fmt.Sprintf("no retries left on %s (%d allowed)", m.cur().Name, budget))
 	}
-	return m.retry(f, ev, m.retries, 0)
+	return m.retry(f, ev, m.step.retries, 0)
 }
 
 // routeFailed handles a permanent failure that another route may not have.
@@ -144,7 +144,7 @@ func (m *Machine) retry(f *Failure, ev Event, n int, d time.Duration) Action {
 	budget, _ := m.p.Retry.Budget(m.canFallback())
 	t := m.transition(Retry, f, fmt.Sprintf("%s: retry %d of %d on %s %s", f.Kind, n, budget, name, after(d)))
 	t.Retry, t.Backoff = n, d
-	m.waited += d
+	m.step.waited += d
 	switch kept, ok := m.resume(ev, m.route); {
 	case ok:
 		t.Reason = StreamResume
@@ -162,7 +162,7 @@ func (m *Machine) retry(f *Failure, ev Event, n int, d time.Duration) Action {
 func (m *Machine) fallback(i int, f *Failure, ev Event, why string) Action {
 	from := m.cur()
 	kept, resumed := m.resume(ev, i)
-	m.route, m.retries, m.overloads, m.waited, m.ceiling = i, 0, 0, 0, 0
+	m.route, m.step, m.ceiling = i, stepState{}, 0 // collapsed stays: the conversation is the same
 	t := m.transition(ModelFallback, f, fmt.Sprintf("%s: falling back from %s to %s", why, from.Name, m.cur().Name))
 	t.From = from
 	if len(m.voids) > 0 {

@@ -112,8 +112,8 @@ func (m *Machine) snapshot(p SnapshotPhase) Snapshot {
 		Tools: slices.Clone(m.tools), Thinking: slices.Clone(m.thinking), Stop: m.stop,
 		SegStart: m.segStart, AnswerStart: m.answerStart,
 		Records: slices.Clone(m.records), Usage: m.usage,
-		Retries: m.retries, Overloads: m.overloads, Waited: m.waited, Collapsed: m.collapsed,
-		Continuations: m.continuations, ReactiveCompactions: m.reactiveCompactions,
+		Retries: m.step.retries, Overloads: m.step.overloads, Waited: m.step.waited, Collapsed: m.thisTurn.collapsed,
+		Continuations: m.thisTurn.continuations, ReactiveCompactions: m.thisTurn.reactiveCompactions,
 		Escalated: m.escalated, MediaRecoveries: m.mediaRecoveries, HookBlocks: m.hookBlocks,
 		SummarizedSinceGrowth: m.summarizedSinceGrowth,
 		BudgetNudges:          m.budget.nudges, BudgetLastCheck: m.budget.lastCheck,
@@ -153,8 +153,8 @@ func (m *Machine) restore(s *Snapshot) {
 	}
 	m.segStart, m.answerStart = min(s.SegStart, len(m.parts)), min(s.AnswerStart, len(m.parts))
 	m.records, m.usage = slices.Clone(s.Records), s.Usage
-	m.retries, m.overloads, m.waited, m.collapsed = s.Retries, s.Overloads, s.Waited, s.Collapsed
-	m.continuations, m.reactiveCompactions = s.Continuations, s.ReactiveCompactions
+	m.step = stepState{retries: s.Retries, overloads: s.Overloads, waited: s.Waited}
+	m.thisTurn = turnState{continuations: s.Continuations, reactiveCompactions: s.ReactiveCompactions, collapsed: s.Collapsed}
 	m.escalated, m.mediaRecoveries, m.hookBlocks = s.Escalated, s.MediaRecoveries, s.HookBlocks
 	m.summarizedSinceGrowth = s.SummarizedSinceGrowth
 	m.budget = budgetTracker{nudges: s.BudgetNudges, lastCheck: s.BudgetLastCheck, lastDelta: s.BudgetLastDelta, note: s.BudgetNote}

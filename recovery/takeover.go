@@ -8,8 +8,8 @@ import (
 // Prior is what a completion had done when the replica that ran it was
 // lost, as another replica rebuilds it from the completion's event log: the
 // numbering to continue, the answer kept so far, and the attempt that was
-// streaming, if one was. The driver folds the log's events into it; the
-// machine decides what follows (see Takeover).
+// streaming, if one was. The driver folds the log's events into it with a
+// PriorFold; the machine decides what follows (see Takeover).
 type Prior struct {
 	// Attempt is the last attempt number handed out (0 before the first
 	// call); the next call is Attempt+1.
@@ -128,11 +128,11 @@ func (m *Machine) takeover() Action {
 		ev.Text = p.Streamed
 		m.record(OutcomeFailed, Usage{}) // its usage never reached the log
 	}
-	m.retries++
-	if budget, _ := m.p.Retry.Budget(m.canFallback()); m.retries > budget {
+	m.step.retries++
+	if budget, _ := m.p.Retry.Budget(m.canFallback()); m.step.retries > budget {
 		return m.giveUp(f, ev, 0, true, fmt.Sprintf("no retries left on %s (%d allowed)", m.cur().Name, budget))
 	}
-	return m.retry(f, ev, m.retries, 0)
+	return m.retry(f, ev, m.step.retries, 0)
 }
 
 // awaitAgain returns to awaiting the caller, as the lost replica did.

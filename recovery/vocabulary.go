@@ -375,7 +375,8 @@ type Config struct {
 	System string
 	// Messages is the conversation; it is not modified.
 	Messages []Message
-	// MaxTokens is the requested max_tokens; 0 uses Policy.MaxOutputTokens.
+	// MaxTokens is the requested max_tokens; 0 uses
+	// Policy.Truncation.MaxOutputTokens (see StartMaxTokens).
 	MaxTokens int
 	// TokenBudget asks for about this many output tokens in total; 0 disables it.
 	TokenBudget int
@@ -394,4 +395,14 @@ type Config struct {
 	// Checkpoints asks for Step.Checkpoint: the driver saves them so that
 	// another replica can take the completion over (Takeover, Prior.Base).
 	Checkpoints bool
+}
+
+// StartMaxTokens is the max_tokens the completion starts with, before a
+// route's own limit caps it: MaxTokens, or Policy.Truncation.MaxOutputTokens
+// when MaxTokens is not positive.
+func (c Config) StartMaxTokens() int {
+	if c.MaxTokens > 0 {
+		return c.MaxTokens
+	}
+	return c.Policy.Truncation.MaxOutputTokens
 }
