@@ -255,9 +255,7 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	if err != nil {
 		return nil, err
 	}
-	if !policy.Retry.Fallback {
-		routes = routes[:1]
-	}
+	routes = recovery.Chain(policy, routes)
 	mc := recovery.Config{
 		Policy: policy, System: req.GetSystem(), Messages: toMessages(req.GetMessages()),
 		MaxTokens: int(req.GetMaxOutputTokens()), TokenBudget: int(req.GetTokenBudget()),

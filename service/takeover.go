@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -390,78 +389,47 @@ func decodeLogged(meta LogMeta) (*completionv1.CompleteRequest, *completionv1.Se
 	return req, nil, nil
 }
 
-// foldLog rebuilds from the events of a live completion what the machine
-// needs to continue it (recovery.Prior), the last seq, and the started
-// event. The attempt in flight is the last one if no transition followed
-// it; the answer kept so far is the text of the attempts no transition
-// voided.
-//
-// With a checkpoint, evs are the events after it and base the last
-// attempt it settled: the attempts up to base are the checkpoint's, and
-// their events (held output delivered, tool calls) count for nothing here.
+// foldLog reads the logged events of a live completion into the core's
+// fold (recovery.PriorFold), which rebuilds what the machine had decided:
+// the attempts kept and voided, the route, the in-flight attempt's text.
+// base is the attempt of the checkpoint the events follow (0: none). It
+// also returns the Started event, when the events hold it.
 func foldLog(evs []*completionv1.CompletionEvent, route func(name string) *config.Route, base int) (recovery.Prior, *completionv1.Started) {
-	var p recovery.Prior
+	fold := recovery.NewPriorFold(base)
 	var started *completionv1.Started
-	text := map[int]*strings.Builder{}
-	usage := map[int]recovery.Usage{}
-	voided := map[int]bool{}
-	routeOf := map[int]string{} // the route each attempt was called on
-	settledUpTo := 0            // the attempt the last transition followed
 	for _, ev := range evs {
-		a := int(ev.GetAttempt())
-		p.Turn = max(p.Turn, int(ev.GetTurn()))
-		if _, transition := ev.GetEvent().(*completionv1.CompletionEvent_Transition); base > 0 && a <= base && !transition {
-			continue
-		}
-		p.Attempt = max(p.Attempt, a)
-		if a > base && routeOf[a] == "" {
-			routeOf[a] = p.Route
-		}
+		a, t := int(ev.GetAttempt()), int(ev.GetTurn())
 		switch e := ev.GetEvent().(type) {
 		case *completionv1.CompletionEvent_Started:
-			started, p.Route = e.Started, e.Started.GetRoute()
+			fold.Started(a, t, e.Started.GetRoute())
+			if base == 0 || a > base {
+				started = e.Started
+			}
 		case *completionv1.CompletionEvent_Delta:
 			if e.Delta.GetKind() == completionv1.DeltaKind_DELTA_KIND_TEXT {
-				if text[a] == nil {
-					text[a] = &strings.Builder{}
-				}
-				text[a].WriteString(e.Delta.GetText())
+				fold.Text(a, t, e.Delta.GetText())
+			} else {
+				fold.Other(a, t)
 			}
 		case *completionv1.CompletionEvent_Usage:
 			u := e.Usage
-			usage[a] = recovery.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
-				CacheReadInputTokens: u.GetCacheReadInputTokens(), CacheCreationInputTokens: u.GetCacheCreationInputTokens()}
+			fold.Usage(a, t, recovery.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
+				CacheReadInputTokens: u.GetCacheReadInputTokens(), CacheCreationInputTokens: u.GetCacheCreationInputTokens()})
 		case *completionv1.CompletionEvent_Transition:
-			t := e.Transition
-			for _, d := range t.GetDiscardedAttempts() {
-				voided[int(d)] = true
+			tr := e.Transition
+			discarded := make([]int, len(tr.GetDiscardedAttempts()))
+			for i, d := range tr.GetDiscardedAttempts() {
+				discarded[i] = int(d)
 			}
-			if t.GetToRoute() != "" {
-				p.Route = t.GetToRoute()
-			}
-			if t.GetMaxTokens() > 0 {
-				p.MaxTokens = int(t.GetMaxTokens())
-			}
-			settledUpTo = a
+			fold.Transition(a, t, discarded, tr.GetToRoute(), int(tr.GetMaxTokens()))
+		default:
+			fold.Other(a, t)
 		}
 	}
-	p.InFlight = p.Attempt > max(settledUpTo, base)
-	for a := base + 1; a <= p.Attempt; a++ {
-		if p.InFlight && a == p.Attempt {
-			if text[a] != nil {
-				p.Streamed = text[a].String()
-			}
-			break
+	return fold.Prior(func(name string) (recovery.Route, bool) {
+		if r := route(name); r != nil {
+			return r.Spec, true
 		}
-		if text[a] != nil && !voided[a] {
-			p.Kept = append(p.Kept, recovery.Kept{Attempt: a, Text: text[a].String(), OutputTokens: usage[a].OutputTokens})
-		}
-		r := recovery.Route{Name: routeOf[a]}
-		if rt := route(routeOf[a]); rt != nil {
-			r = rt.Spec
-		}
-		p.Attempts = append(p.Attempts, recovery.AttemptRecord{Attempt: a, Route: r, Outcome: recovery.OutcomeFailed, Usage: usage[a]})
-		p.Usage = p.Usage.Add(usage[a])
-	}
-	return p, started
+		return recovery.Route{}, false
+	}), started
 }
