@@ -95,11 +95,7 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 
 // telemetryInfo is what the completion's Trail is told of it.
 func (c *completion) telemetryInfo(ctx context.Context) telemetry.Info {
-	maxTokens := c.machine.MaxTokens
-	if maxTokens <= 0 {
-		maxTokens = c.machine.Policy.Truncation.MaxOutputTokens
-	}
-	return telemetry.Info{ID: c.id, First: c.machine.Routes[0], MaxTokens: maxTokens, Key: CallerName(ctx), Chain: c.routes}
+	return telemetry.Info{ID: c.id, First: c.machine.Routes[0], MaxTokens: c.machine.StartMaxTokens(), Key: CallerName(ctx), Chain: c.routes}
 }
 
 // takeover is recovery.Takeover, never inlined into run: inlined, its
