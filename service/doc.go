@@ -15,30 +15,30 @@
 //     to a status (grpc_status.go), the wire conversions (grpc_convert.go),
 //     each Stream event encoded once for the event log and the wire
 //     (grpc_wire.go), the server's assembly with health, reflection, panic
-//     recovery and the drain (grpc_server.go), the one log line per
-//     RPC, which also reports the completion the RPC ran (grpc_log.go), and
-//     the first interceptor, which grows a completion's stack once while it
+//     recovery and the drain (grpc_server.go), and the first interceptor, which grows a completion's stack once while it
 //     is shallow (grpc_presize.go).
-//   - config*.go, fileconfig.go — configuration: routes, limits, the policy a
-//     request may only tighten (config_policy.go), the YAML file.
-//   - telemetry*.go — logs, spans and metrics of every completion and attempt;
-//     a completion's summary goes on its RPC's line, or on a line of its own
-//     when no RPC reports it (a takeover).
+//   - server_config.go — the Server's Config: the values of package config
+//     and the running parts (logger, clock, telemetry, the fleet's stores);
+//     config_policy.go — the policy a request may only tighten.
 //   - eventlog.go — the log of every completion's events, which Attach
 //     reads: an interface a shared store can implement, in memory by default;
 //     eventlog_redis.go is that store in Redis Streams.
-//   - breaker.go — the circuit breaker of every route, shared by completions.
 //   - the fleet, with Config.Redis: redis.go (the connection, its URL and
 //     health), fleet.go (each replica's log in memory and in Redis, degrading
 //     to memory), lease.go and takeover.go (ownership leases with fencing,
 //     and the takeover of a completion whose replica died), checkpoint.go
 //     (the machine's checkpoints a takeover continues from, kept with the
-//     log), shared.go,
-//     breaker_shared.go and limits_shared.go (breakers and per-key limits
-//     shared by the replicas, local while Redis is away).
+//     log).
 //   - auth.go, tls.go, limits.go — who may call (API keys with allowed
 //     routes, mTLS), TLS with certificate reload, and the limits that keep
 //     one caller from hurting the others.
+//
+// Spans, metrics and the RPC log line are package internal/telemetry's;
+// circuit breakers and per-key limits internal/guard's (limits.go keeps the
+// in-flight cap and the transport limits at the door, and maps a guard
+// Refusal to its status in grpc_status.go); configuration values config's.
+// The driver and the fleet files are to move into internal/driver and
+// internal/fleet next.
 //
 // The gRPC layer is thin: validate the request, run the driver, map the end
 // to a status.
