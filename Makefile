@@ -16,6 +16,10 @@ BENCHSTAT_VERSION          ?= v0.0.0-20260908200009-22c9c6c9d4da
 
 TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/staticcheck $(BIN)/benchstat
 
+# VERSION is completiond's release version, as cmd/completiond/version.go
+# declares it; make release-check holds everything else to it.
+VERSION := $(shell sed -n 's/^const version = "\(.*\)"$$/\1/p' cmd/completiond/version.go)
+
 .DEFAULT_GOAL := help
 
 .PHONY: help
@@ -32,7 +36,7 @@ help: ## Show this help, with the values the variables have now.
 	@$(foreach v,$(TOOL_VERSIONS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
 
 # The variables make help shows, with their current values.
-HELP_VARS     = ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BENCH BENCH_PKGS BENCH_COUNT BREAKING_REF IMAGE IMAGE_MODE DEST \
+HELP_VARS     = VERSION ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BENCH BENCH_PKGS BENCH_COUNT BREAKING_REF IMAGE IMAGE_MODE DEST \
 	LOADBENCH_LEVELS LOADBENCH_REPS LOADBENCH_OUT LOADBENCH_FLAGS
 TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION BENCHSTAT_VERSION HELM_VERSION \
 	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
@@ -76,20 +80,36 @@ SOAK_SEED ?= 1
 soak: ## Chaos soak: SOAK_N (10000) random fault scripts over Stream, Complete and Session; reports goroutines and RSS.
 	SOAK_N=$(SOAK_N) SOAK_SEED=$(SOAK_SEED) $(GO) test -run '^TestSoak$$' -count=1 -timeout 30m -v ./service
 
-# make fuzz: each fuzz target for FUZZTIME (their seed corpora run in make
-# test). Minimizing an input that finds new coverage is capped, or the
-# short runs would spend themselves minimizing.
-FUZZTIME ?= 30s
-FUZZ_TARGETS := ./provider/anthropic:FuzzStreamReader ./provider/openai:FuzzStreamReader \
-	./service:FuzzSessionCheck ./service:FuzzSessionWire ./service:FuzzValidate
+# make fuzz: every fuzz target, found by go test -list '^Fuzz' (so that a
+# new one is never left out), each for FUZZTIME (their seed corpora run in
+# make test). FUZZ_PKGS narrows the packages. Minimizing an input that
+# finds new coverage is capped, or the short runs would spend themselves
+# minimizing.
+FUZZTIME  ?= 30s
+FUZZ_PKGS ?= ./...
+
+# FUZZ_LIST prints package:FuzzName for each fuzz target of FUZZ_PKGS.
+FUZZ_LIST = $(GO) test -run '^$$' -list '^Fuzz' $(FUZZ_PKGS) | \
+	awk '/^Fuzz/ {names[n++] = $$1; next} /^ok/ {for (i = 0; i < n; i++) print $$2 ":" names[i]; n = 0}'
+
+.PHONY: fuzz-list
+fuzz-list: ## List every fuzz target (package:Fuzz…), as go test -list '^Fuzz' finds them.
+	@set -o pipefail; $(FUZZ_LIST)
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for FUZZTIME (30s) each.
-	@set -e; for t in $(FUZZ_TARGETS); do \
+fuzz: ## Run every fuzz target (make fuzz-list) for FUZZTIME (30s) each.
+	@set -eo pipefail; targets=$$($(FUZZ_LIST)); \
+	[ -n "$$targets" ] || { echo "fuzz: go test -list found no fuzz target"; exit 1; }; \
+	echo "fuzz: $$(echo "$$targets" | wc -l) targets, $(FUZZTIME) each"; \
+	for t in $$targets; do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 	done
+
+.PHONY: release-check
+release-check: ## One version everywhere: CHANGELOG, --version, the chart's appVersion, the client packages (and a v… tag on HEAD).
+	GO='$(GO)' scripts/release-check
 
 .PHONY: transcripts
 transcripts: ## Record clients/testdata/transcripts (the client libraries' golden tests) from the real server.
@@ -231,8 +251,8 @@ HELM_VERSION ?= v3.22.0
 CHART      := deploy/helm/completiond
 
 .PHONY: image
-image: buildah-installed ## Build the container image $(IMAGE) with buildah (IMAGE_MODE=local|source).
-	IMAGE='$(IMAGE)' BUILDAH='$(BUILDAH)' GO='$(GO)' scripts/image-build.sh $(IMAGE_MODE)
+image: buildah-installed ## Build the container image $(IMAGE) with buildah (IMAGE_MODE=local|source), also tagged with the version.
+	IMAGE='$(IMAGE)' IMAGE_VERSION='$(VERSION)' BUILDAH='$(BUILDAH)' GO='$(GO)' scripts/image-build.sh $(IMAGE_MODE)
 
 .PHONY: image-smoke
 image-smoke: buildah-installed $(BIN)/grpcurl ## Run $(IMAGE) (built by make image) from its read-only root as its user: health, auth, a sim Stream, SIGTERM.
