@@ -16,6 +16,10 @@ BENCHSTAT_VERSION          ?= v0.0.0-20260908200009-22c9c6c9d4da
 
 TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/staticcheck $(BIN)/benchstat
 
+# VERSION is completiond's release version, as cmd/completiond/version.go
+# declares it; make release-check holds everything else to it.
+VERSION := $(shell sed -n 's/^const version = "\(.*\)"$$/\1/p' cmd/completiond/version.go)
+
 .DEFAULT_GOAL := help
 
 .PHONY: help
@@ -32,7 +36,7 @@ help: ## Show this help, with the values the variables have now.
 	@$(foreach v,$(TOOL_VERSIONS),printf '  %-27s %s\n' '$(v)' '$($(v))';)
 
 # The variables make help shows, with their current values.
-HELP_VARS     = ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BENCH BENCH_PKGS BENCH_COUNT BREAKING_REF IMAGE IMAGE_MODE \
+HELP_VARS     = VERSION ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BENCH BENCH_PKGS BENCH_COUNT BREAKING_REF IMAGE IMAGE_MODE DEST \
 	LOADBENCH_LEVELS LOADBENCH_REPS LOADBENCH_OUT LOADBENCH_FLAGS
 TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION BENCHSTAT_VERSION HELM_VERSION \
 	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
@@ -51,6 +55,10 @@ build: ## Build bin/completiond.
 .PHONY: test
 test: test-deps ## Run every test with the race detector (installs redis-server and a C compiler when missing).
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+.PHONY: test-short
+test-short: ## The fast majority of the tests: go test -short without the race detector, a line per package as it ends.
+	$(GO) test -short -count=1 -timeout 10m ./...
 
 .PHONY: test-deps
 test-deps: redis-installed cc-installed ## Install what make test needs beyond Go: redis-server and a C compiler (apt-get, when missing).
@@ -72,20 +80,36 @@ SOAK_SEED ?= 1
 soak: ## Chaos soak: SOAK_N (10000) random fault scripts over Stream, Complete and Session; reports goroutines and RSS.
 	SOAK_N=$(SOAK_N) SOAK_SEED=$(SOAK_SEED) $(GO) test -run '^TestSoak$$' -count=1 -timeout 30m -v ./service
 
-# make fuzz: each fuzz target for FUZZTIME (their seed corpora run in make
-# test). Minimizing an input that finds new coverage is capped, or the
-# short runs would spend themselves minimizing.
-FUZZTIME ?= 30s
-FUZZ_TARGETS := ./provider/anthropic:FuzzStreamReader ./provider/openai:FuzzStreamReader \
-	./service:FuzzSessionCheck ./service:FuzzSessionWire ./service:FuzzValidate
+# make fuzz: every fuzz target, found by go test -list '^Fuzz' (so that a
+# new one is never left out), each for FUZZTIME (their seed corpora run in
+# make test). FUZZ_PKGS narrows the packages. Minimizing an input that
+# finds new coverage is capped, or the short runs would spend themselves
+# minimizing.
+FUZZTIME  ?= 30s
+FUZZ_PKGS ?= ./...
+
+# FUZZ_LIST prints package:FuzzName for each fuzz target of FUZZ_PKGS.
+FUZZ_LIST = $(GO) test -run '^$$' -list '^Fuzz' $(FUZZ_PKGS) | \
+	awk '/^Fuzz/ {names[n++] = $$1; next} /^ok/ {for (i = 0; i < n; i++) print $$2 ":" names[i]; n = 0}'
+
+.PHONY: fuzz-list
+fuzz-list: ## List every fuzz target (package:Fuzz…), as go test -list '^Fuzz' finds them.
+	@set -o pipefail; $(FUZZ_LIST)
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for FUZZTIME (30s) each.
-	@set -e; for t in $(FUZZ_TARGETS); do \
+fuzz: ## Run every fuzz target (make fuzz-list) for FUZZTIME (30s) each.
+	@set -eo pipefail; targets=$$($(FUZZ_LIST)); \
+	[ -n "$$targets" ] || { echo "fuzz: go test -list found no fuzz target"; exit 1; }; \
+	echo "fuzz: $$(echo "$$targets" | wc -l) targets, $(FUZZTIME) each"; \
+	for t in $$targets; do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 	done
+
+.PHONY: release-check
+release-check: ## One version everywhere: CHANGELOG, --version, the chart's appVersion, the client packages (and a v… tag on HEAD).
+	GO='$(GO)' scripts/release-check
 
 .PHONY: transcripts
 transcripts: ## Record clients/testdata/transcripts (the client libraries' golden tests) from the real server.
@@ -98,7 +122,7 @@ cover: ## Statement coverage of the recovery core.
 # make bench: every benchmark BENCH_COUNT times, interleaved by go test's
 # -count within each package, then benchstat: the median of each metric
 # (the x-direct ratios included) with its spread (± the 95 % confidence
-# interval), which is what the README quotes, with the date. BENCH narrows
+# interval), which is what docs/performance.md quotes, with the date. BENCH narrows
 # the benchmarks (a -bench regexp), BENCH_PKGS the packages.
 BENCH       ?= .
 BENCH_PKGS  ?= ./...
@@ -110,7 +134,7 @@ bench: $(BIN)/benchstat ## Run the benchmarks BENCH_COUNT (6) times and print th
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) $(BENCH_PKGS) | tee $(BENCH_OUT)
 	$(BIN)/benchstat $(BENCH_OUT)
 
-# make loadbench: bench/loadbench (README, "Performance") — the mock upstream,
+# make loadbench: bench/loadbench (docs/performance.md) — the mock upstream,
 # direct openai-go calls, the bare gRPC relay and completiond, each server a
 # process of its own, interleaved at LOADBENCH_LEVELS concurrent streams ×
 # LOADBENCH_REPS repetitions; the markdown table goes to stdout and to
@@ -128,6 +152,9 @@ loadbench: ## Load benchmark vs a bare gRPC relay: LOADBENCH_LEVELS streams × L
 
 .PHONY: tools
 tools: $(TOOLS) ## Install the pinned buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl, staticcheck and benchstat into ./bin.
+
+.PHONY: grpcurl
+grpcurl: $(BIN)/grpcurl ## Install the pinned grpcurl into ./bin (all the quick start needs).
 
 $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -211,7 +238,7 @@ breaking: $(BIN)/buf ## Check proto/ against BREAKING_REF (HEAD~1) for WIRE_JSON
 	echo "breaking: proto/ against $$ref ($$sha)"; \
 	$(BIN)/buf breaking --against ".git#ref=$$sha"
 
-# Container image and Helm chart: README, "Deploying". `make image` builds
+# Container image and Helm chart: docs/deploying.md. `make image` builds
 # with Debian's buildah (installed with apt-get when missing and root), in vfs
 # storage, which needs no daemon, no overlay support and no container runtime.
 # IMAGE_MODE=local (default): FROM scratch (Containerfile.local) out of a
@@ -224,12 +251,29 @@ HELM_VERSION ?= v3.22.0
 CHART      := deploy/helm/completiond
 
 .PHONY: image
-image: buildah-installed ## Build the container image $(IMAGE) with buildah (IMAGE_MODE=local|source).
-	IMAGE='$(IMAGE)' BUILDAH='$(BUILDAH)' GO='$(GO)' scripts/image-build.sh $(IMAGE_MODE)
+image: buildah-installed ## Build the container image $(IMAGE) with buildah (IMAGE_MODE=local|source), also tagged with the version.
+	IMAGE='$(IMAGE)' IMAGE_VERSION='$(VERSION)' BUILDAH='$(BUILDAH)' GO='$(GO)' scripts/image-build.sh $(IMAGE_MODE)
 
 .PHONY: image-smoke
 image-smoke: buildah-installed $(BIN)/grpcurl ## Run $(IMAGE) (built by make image) from its read-only root as its user: health, auth, a sim Stream, SIGTERM.
 	IMAGE='$(IMAGE)' BUILDAH='$(BUILDAH)' GRPCURL='$(BIN)/grpcurl' scripts/image-smoke.sh
+
+# make image-push DEST=…: the image make image built, from its vfs storage
+# (which neither docker nor a plain buildah push looks into), to any
+# destination buildah knows: docker://REGISTRY/NAME:TAG, docker-daemon:NAME:TAG,
+# docker-archive:FILE:NAME:TAG, oci:DIR:TAG, oci-archive:FILE:TAG, dir:DIR.
+DEST ?=
+
+.PHONY: image-push
+image-push: buildah-installed ## Push $(IMAGE) (built by make image) to DEST, e.g. DEST=docker://registry.example.com/completiond:TAG.
+	@[ -n '$(DEST)' ] || { echo 'make image-push needs DEST: docker://REGISTRY/completiond:TAG, docker-daemon:completiond:dev, oci:DIR:TAG, dir:DIR …'; exit 2; }
+	$(BUILDAH) push '$(IMAGE)' '$(DEST)'
+
+# make image-push-check: the push steps of docs/deploying.md, verbatim,
+# into an OCI layout and a dir: directory, and what arrived checked.
+.PHONY: image-push-check
+image-push-check: buildah-installed ## Push $(IMAGE) into an OCI layout and a dir: directory as docs/deploying.md says, and check what arrived.
+	IMAGE='$(IMAGE)' BUILDAH='$(BUILDAH)' MAKE='$(MAKE)' scripts/image-push-check.sh
 
 .PHONY: buildah-installed
 buildah-installed:

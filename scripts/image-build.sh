@@ -8,7 +8,8 @@
 #   scripts/image-build.sh source   Containerfile: golang builder, distroless final
 #                                   stage. Pulls both base images.
 #
-# Environment: IMAGE (the tag, default localhost/completiond:dev), GO (go),
+# Environment: IMAGE (the tag, default localhost/completiond:dev), IMAGE_VERSION
+# (when set, the image is also tagged with it: localhost/completiond:0.2.0), GO (go),
 # BUILDAH (the buildah command, with its global flags: default
 # "buildah --storage-driver vfs", which works as root without a daemon or
 # overlay support), IMAGE_ISOLATION (chroot: RUN steps without a runtime).
@@ -49,4 +50,12 @@ source)
 	exit 2
 	;;
 esac
+# The release version's tag too (IMAGE_VERSION, from make image): the Helm
+# chart's default image is its appVersion, which is that version.
+if [ -n "${IMAGE_VERSION:-}" ]; then
+	repo=$IMAGE
+	case ${IMAGE##*/} in *:*) repo=${IMAGE%:*} ;; esac
+	$BUILDAH tag "$IMAGE" "$repo:$IMAGE_VERSION"
+	$BUILDAH images "$repo:$IMAGE_VERSION"
+fi
 $BUILDAH images "$IMAGE"

@@ -77,7 +77,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 			"Serves completion.v1.Completion over gRPC, with reflection and grpc.health.v1.\n"+
 			"The embedded sim provider needs no API key; script its faults with the request\n"+
 			"metadata key %q (see README).\n\n"+
-			"Every flag can also be set by an environment variable: %sFLAG_NAME, e.g. %sADDR.\n"+
+			"Every flag but --version can also be set by an environment variable: %sFLAG_NAME, e.g. %sADDR.\n"+
 			"Flags win over the environment, and both over the --config file.\n\n"+
 			"Callers authenticate when keys are configured: %s (one key), --api-key-file,\n"+
 			"auth.keys in --config, or client certificates (--tls-client-ca). Without any, the\n"+
@@ -95,10 +95,20 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	return o, nil
 }
 
-// envDefaults sets each flag from its environment variable, if set.
+// actionFlags are the flags that are commands rather than settings: they
+// make the server do something else than serve, so they are never read
+// from the environment (COMPLETIOND_VERSION=1 must not turn a server into
+// a program that prints its version).
+var actionFlags = map[string]bool{"version": true}
+
+// envDefaults sets each flag but the action flags from its environment
+// variable, if set.
 func envDefaults(fs *flag.FlagSet, getenv func(string) string) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
+		if actionFlags[f.Name] {
+			return
+		}
 		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v := getenv(name); v != "" && err == nil {
 			if e := fs.Set(f.Name, v); e != nil { // fs.Set: Visit sees the flag as set

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -391,14 +392,29 @@ func checkService(t *testing.T, m manifests, metrics bool) {
 	}
 }
 
+// appVersion is the chart's appVersion: completiond's version, the default
+// image tag.
+func appVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^appVersion: "([^"]+)"$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("Chart.yaml has no quoted appVersion")
+	}
+	return string(m[1])
+}
+
 func TestDefaults(t *testing.T) {
 	m := render(t)
 	d, c := deployment(t, m)
 	checkSafe(t, d, c)
 	checkService(t, m, true)
 
-	if c.Image != "localhost/completiond:dev" {
-		t.Errorf("image = %q, want make image's localhost/completiond:dev", c.Image)
+	if want := "localhost/completiond:" + appVersion(t); c.Image != want {
+		t.Errorf("image = %q, want %s, which make image tags", c.Image, want)
 	}
 	if d.Replicas == nil || *d.Replicas != 2 {
 		t.Errorf("replicas = %v, want 2", d.Replicas)

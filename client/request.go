@@ -1,0 +1,99 @@
+package client
+
+import (
+	"maps"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+)
+
+// RequestOption sets a field of the request [Text] builds.
+type RequestOption func(*completionv1.CompleteRequest)
+
+// Text is a request of one user message holding prompt, with opts applied
+// in order: the request most calls need, without four nested literals.
+//
+//	c.Stream(ctx, client.Text("Explain backoff.", client.WithRoute("claude"), client.WithResumeGrace(time.Minute)))
+//
+// Any field without an option can be set on the result, which is a plain
+// generated message.
+func Text(prompt string, opts ...RequestOption) *completionv1.CompleteRequest {
+	req := &completionv1.CompleteRequest{Messages: []*completionv1.Message{UserText(prompt)}}
+	for _, o := range opts {
+		o(req)
+	}
+	return req
+}
+
+// UserText is a user message of one text block.
+func UserText(text string) *completionv1.Message {
+	return &completionv1.Message{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{TextBlock(text)}}
+}
+
+// AssistantText is an assistant message of one text block, for a
+// conversation's earlier answers.
+func AssistantText(text string) *completionv1.Message {
+	return &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT, Content: []*completionv1.ContentBlock{TextBlock(text)}}
+}
+
+// TextBlock is a content block of plain text.
+func TextBlock(text string) *completionv1.ContentBlock {
+	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: text}}}
+}
+
+// WithRoute names the route to call first; empty is the server's default.
+func WithRoute(route string) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.Route = route }
+}
+
+// WithSystem sets the system prompt.
+func WithSystem(system string) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.System = system }
+}
+
+// WithHistory puts earlier messages of the conversation before the prompt.
+func WithHistory(messages ...*completionv1.Message) RequestOption {
+	return func(r *completionv1.CompleteRequest) {
+		r.Messages = append(append([]*completionv1.Message{}, messages...), r.Messages...)
+	}
+}
+
+// WithTools declares tools the model may call.
+func WithTools(tools ...*completionv1.Tool) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.Tools = append(r.Tools, tools...) }
+}
+
+// WithMaxOutputTokens caps the output of one attempt.
+func WithMaxOutputTokens(n int32) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.MaxOutputTokens = &n }
+}
+
+// WithResumeGrace keeps the completion running for d after its caller's
+// connection dropped, so that the stream can attach again (and a Session
+// resume) without missing an event.
+func WithResumeGrace(d time.Duration) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.ResumeGrace = durationpb.New(d) }
+}
+
+// WithMetadata adds free-form metadata; keys starting with "sim." script
+// the embedded simulator (e.g. "sim.faults": "rate_limit").
+func WithMetadata(md map[string]string) RequestOption {
+	return func(r *completionv1.CompleteRequest) {
+		if r.Metadata == nil {
+			r.Metadata = make(map[string]string, len(md))
+		}
+		maps.Copy(r.Metadata, md)
+	}
+}
+
+// WithPolicy tightens the server's recovery policy for this request.
+func WithPolicy(p *completionv1.Policy) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.Policy = p }
+}
+
+// WithDelivery chooses when token deltas are sent (live or settled).
+func WithDelivery(m completionv1.DeliveryMode) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.Delivery = m }
+}
