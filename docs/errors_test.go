@@ -374,6 +374,10 @@ func (s *reasonScan) fieldValues(name string) []fieldValue {
 					v, _ = strconv.Unquote(x.Value)
 				case *ast.Ident:
 					v = p.consts[x.Name]
+				case *ast.SelectorExpr: // another package's constant: guard.ReasonOverloaded
+					if vals := s.constsNamed(x.Sel.Name); len(vals) == 1 {
+						v = vals[0]
+					}
 				}
 				if reasonFormat.MatchString(v) {
 					out = append(out, fieldValue{v, s.where(kv)})
