@@ -214,9 +214,8 @@ func TestConfigurationEnvironment(t *testing.T) {
 
 // yamlField is one field of a struct the configuration file decodes into.
 type yamlField struct {
-	key  string   // its yaml tag's name
-	typ  ast.Expr // its Go type
-	path string   // where the struct's own key is, filled in later
+	key string   // its yaml tag's name
+	typ ast.Expr // its Go type
 }
 
 // yamlStructs are the structs of the server's sources with yaml-tagged
