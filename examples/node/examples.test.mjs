@@ -52,6 +52,15 @@ test("error: terminal reason, retryable, RetryInfo delay, field violations", asy
   assert.match(out, /^ {2}field max_output_tokens: /m);
 });
 
+test("error: run after run, the outage is the upstream's, never a circuit an earlier run left open", async () => {
+  for (let i = 1; i <= 3; i++) {
+    const out = await example("error");
+    const outage = out.split("\nrate limit")[0];
+    assert.match(outage, /^outage: UNAVAILABLE/m, `run ${i}`);
+    assert.doesNotMatch(outage, /circuit/i, `run ${i}: ${outage}`);
+  }
+});
+
 test("toolloop: get_weather twice, then the answer", async () => {
   const out = await example("toolloop");
   assert.equal(count(out, /^\[tool get_weather\(.*\) → \{"city":.*"forecast":"sunny"/gm), 2);

@@ -1,6 +1,7 @@
 package providertest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,6 +30,9 @@ type Server struct {
 	srv    *httptest.Server
 	quit   chan struct{}
 	conns  atomic.Int64 // connections accepted
+	// closes are the connections closed so far, in order.
+	closesMu sync.Mutex
+	closes   []Close
 
 	mu    sync.Mutex
 	reqs  []*Request
@@ -67,9 +71,20 @@ func start(t testing.TB, w wire, script Script, basePath string) *Server {
 	t.Helper()
 	s := &Server{wire: w, script: script, quit: make(chan struct{})}
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
-	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
+	var infos sync.Map // net.Conn → *connInfo
+	s.srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		info := &connInfo{}
+		infos.Store(c, info)
+		return context.WithValue(ctx, connInfoKey{}, info)
+	}
+	s.srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
 			s.conns.Add(1)
+		case http.StateClosed:
+			if v, ok := infos.LoadAndDelete(c); ok {
+				s.closed(v.(*connInfo))
+			}
 		}
 	}
 	s.srv.Start()
@@ -108,6 +123,47 @@ func (s *Server) Body(t testing.TB) string {
 // Conns is the number of connections the server accepted so far: a client
 // that reuses its connections opens fewer than it makes requests.
 func (s *Server) Conns() int { return int(s.conns.Load()) }
+
+// Close is one connection closed: until t ends the server closes none of its
+// own (no timeouts, every response whole), so each is a connection its
+// client gave up rather than kept for its next request.
+type Close struct {
+	// Requests is the number of requests the connection carried.
+	Requests int
+	// AfterRequest is how long after the arrival of its last request the
+	// server saw it closed; 0 when it carried none.
+	AfterRequest time.Duration
+}
+
+// Closes are the connections closed so far.
+func (s *Server) Closes() []Close {
+	s.closesMu.Lock()
+	defer s.closesMu.Unlock()
+	return append([]Close(nil), s.closes...)
+}
+
+// connInfo is what the server knows of one connection.
+type connInfo struct {
+	mu       sync.Mutex
+	requests int
+	last     time.Time // when its last request arrived
+}
+
+// connInfoKey is the request context's key of its connection's connInfo.
+type connInfoKey struct{}
+
+// closed records the close of the connection info describes.
+func (s *Server) closed(info *connInfo) {
+	info.mu.Lock()
+	c := Close{Requests: info.requests}
+	if c.Requests > 0 {
+		c.AfterRequest = time.Since(info.last)
+	}
+	info.mu.Unlock()
+	s.closesMu.Lock()
+	s.closes = append(s.closes, c)
+	s.closesMu.Unlock()
+}
 
 // Requests is every request seen so far, in order.
 func (s *Server) Requests() []*Request {
@@ -164,6 +220,12 @@ func (r *Request) markGone() { r.goneOnce.Do(func() { close(r.gone) }) }
 func (s *Server) record(hr *http.Request) (*Request, time.Duration) {
 	body, _ := io.ReadAll(hr.Body)
 	now := time.Now()
+	if info, ok := hr.Context().Value(connInfoKey{}).(*connInfo); ok {
+		info.mu.Lock()
+		info.requests++
+		info.last = now
+		info.mu.Unlock()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.first.IsZero() {

@@ -59,6 +59,14 @@ class ExamplesTest(unittest.TestCase):
         self.assertIn("field violation  messages: at least one message is required", invalid)
         self.assertIn("field violation  max_output_tokens: ", invalid)
 
+    def test_error_leaves_the_route_as_it_found_it(self) -> None:
+        """Run after run, the outage is the upstream's, never an open circuit an earlier run left."""
+        for attempt in range(3):
+            outage = run("error.py").split("== ")[1]
+            self.assertIn("code             UNAVAILABLE", outage, f"run {attempt + 1}")
+            self.assertNotIn("circuit", outage.lower(), f"run {attempt + 1}: {outage}")
+            self.assertIn("overloaded", outage.lower(), f"run {attempt + 1}: {outage}")
+
     def test_toolloop(self) -> None:
         out = run("toolloop.py")
         self.assertEqual(len(re.findall(r"\[tool get_weather\(\{.*\}\) → \{.*\"forecast\": \"sunny\".*\}\]", out)), 2, out)
