@@ -8,7 +8,7 @@ import (
 
 // Policy holds every number the machine decides by, grouped by the rule set
 // each part governs. It is an immutable value: DefaultPolicy gives the
-// DESIGN.md defaults, Check enforces the bounds each field documents, and the
+// documented defaults (docs/api.md, "The recovery policy"), Check enforces the bounds each field documents, and the
 // server config and a request may only tighten it (see package service).
 type Policy struct {
 	// Retry governs transient failures: backoff, Retry-After, fallback.
@@ -123,7 +123,7 @@ type MediaPolicy struct {
 	MaxRecoveries int
 }
 
-// DefaultPolicy returns the DESIGN.md defaults.
+// DefaultPolicy returns the documented defaults (docs/api.md, "The recovery policy").
 func DefaultPolicy() Policy {
 	return Policy{
 		Retry: RetryPolicy{

@@ -14,7 +14,7 @@ import (
 //   - settled: an attempt's text and tool calls only when delivered.
 //
 // Both callers drop the text of the attempts the transitions void. It
-// checks the promises of DESIGN.md on every step, so the transcripts and
+// checks the promises of the stream contract (docs/api.md) on every step, so the transcripts and
 // the property test exercise them on every decision.
 type wire struct {
 	streamed  map[int]string     // the text each attempt streamed

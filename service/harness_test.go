@@ -144,7 +144,7 @@ func faults(script string) *completionv1.CompleteRequest {
 	return prompt("Tell me about recovery.", map[string]string{sim.MetaFaults: script})
 }
 
-// checkContract asserts the stream promises of DESIGN.md: seq 1..n without
+// checkContract asserts the stream promises of docs/api.md ("The stream contract"): seq 1..n without
 // gaps, started first, exactly one terminal transition followed by the
 // result, the non-discarded text deltas concatenating to the final answer,
 // and a status that agrees with the terminal reason.
@@ -154,7 +154,7 @@ func checkContract(t *testing.T, evs []*completionv1.CompletionEvent, st *status
 }
 
 // checkDelivery is checkContract for a stream in either delivery mode. On
-// top of the promises of every stream, it checks the ones of DESIGN.md for
+// top of the promises of every stream, it checks the ones of docs/api.md for
 // numbering and tool calls: turn never goes backwards, nor does attempt on
 // the events that are not an attempt's output (settled output arrives when
 // it is settled, under its own attempt); no tool call belongs to an attempt
