@@ -220,6 +220,47 @@ func TestNoPrivateReferences(t *testing.T) {
 			}
 		}
 	}
+	// The sources, configuration and scripts: no design file users lack.
+	design := regexp.MustCompile(`\.\./shared/|DESIGN\.md`)
+	root := ".."
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "bin" || name == "dist" || name == "gen") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, ".md") || !sourceFile(name) {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := design.FindString(line); m != "" {
+				t.Errorf("%s:%d: %q: users cannot follow it", path, i+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sourceFile reports whether name is a file of code, configuration or
+// script that a reader of the repository opens.
+func sourceFile(name string) bool {
+	switch filepath.Ext(name) {
+	case ".go", ".yaml", ".yml", ".proto", ".py", ".ts", ".mjs", ".js", ".sh", ".json", ".toml":
+		return true
+	}
+	return name == "Makefile" || name == "Containerfile" || name == "Containerfile.local" || name == "run" || name == "with-server"
 }
 
 // TestPagesHaveContents: every page of docs/ lists each of its sections
