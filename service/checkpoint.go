@@ -2,12 +2,8 @@ package service
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -20,17 +16,6 @@ import (
 // its caller runs, a summary. The driver saves the last one of a leased
 // completion in its log, with the seq of the last event before it; a
 // takeover continues from it and the events after it (rebuild).
-
-// checkpointLog is a log that keeps the last checkpoint of a completion:
-// the logs of a fleet.
-type checkpointLog interface {
-	// SaveCheckpoint replaces the checkpoint of the live log of id with
-	// data, taken after the event of seq.
-	SaveCheckpoint(id string, seq uint64, data []byte)
-	// Checkpoint returns the last checkpoint of id and its seq (nil data
-	// when it has none).
-	Checkpoint(id string) (seq uint64, data []byte, err error)
-}
 
 // checkpoint is what the driver saves: the machine's snapshot, with what
 // the driver alone knows at that point.
@@ -48,8 +33,7 @@ type checkpoint struct {
 // saveCheckpoint saves the checkpoint snap of c's machine, if c may be
 // taken over and still holds its lease.
 func (c *completion) saveCheckpoint(snap *recovery.Snapshot) {
-	cl, ok := c.out.log.(checkpointLog)
-	if !ok || c.out.stopped() {
+	if c.out.log == nil || c.out.stopped() {
 		return
 	}
 	ck := checkpoint{Machine: *snap}
@@ -71,7 +55,7 @@ func (c *completion) saveCheckpoint(snap *recovery.Snapshot) {
 	if err != nil {
 		return // cannot happen: a snapshot is plain data
 	}
-	cl.SaveCheckpoint(c.id, c.out.seq, data)
+	c.out.log.SaveCheckpoint(c.id, c.out.seq, data)
 }
 
 // decodeCheckpoint reads what saveCheckpoint saved.
@@ -94,134 +78,4 @@ func (ck checkpoint) held() (map[int][]*completionv1.CompletionEvent, error) {
 		out[int(ev.GetAttempt())] = append(out[int(ev.GetAttempt())], ev)
 	}
 	return out, nil
-}
-
-// SaveCheckpoint implements checkpointLog.
-func (m *memLog) SaveCheckpoint(id string, seq uint64, data []byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l := m.logs[id]; l != nil && l.ended.IsZero() {
-		l.ckptSeq, l.ckpt = seq, data
-	}
-}
-
-// Checkpoint implements checkpointLog.
-func (m *memLog) Checkpoint(id string) (uint64, []byte, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := m.logs[id]
-	if l == nil {
-		return 0, nil, errLogNotFound
-	}
-	return l.ckptSeq, l.ckpt, nil
-}
-
-// redisCheckpointScript saves a checkpoint in the meta hash of a live log,
-// field ck ("seq data"), and counts its size in the log's bytes. KEYS are
-// redisLogKeys, then the log's meta; ARGV: id, seq, data. It answers ok,
-// missing, or ended.
-var redisCheckpointScript = redis.NewScript(redisCheckpointBody)
-
-// redisFencedCheckpointScript is redisCheckpointScript fenced by a lease:
-// KEYS[1] is the lease, ARGV[1] the writer's value.
-var redisFencedCheckpointScript = redis.NewScript(LeaseCheckLua + `table.remove(KEYS, 1)
-table.remove(ARGV, 1)
-` + redisCheckpointBody)
-
-const redisCheckpointBody = `
-if redis.call('EXISTS', KEYS[5]) == 0 then return 'missing' end
-if redis.call('HEXISTS', KEYS[5], 'ended') == 1 then return 'ended' end
-local v = ARGV[2] .. ' ' .. ARGV[3]
-local delta = #v - redis.call('HSTRLEN', KEYS[5], 'ck')
-redis.call('HSET', KEYS[5], 'ck', v)
-redis.call('HINCRBY', KEYS[3], ARGV[1], delta)
-redis.call('INCRBY', KEYS[4], delta)
-return 'ok'
-`
-
-// SaveCheckpoint implements checkpointLog; failures are saveCheckpoint's.
-func (l *RedisEventLog) SaveCheckpoint(id string, seq uint64, data []byte) {
-	fence, _ := l.fences.Load(id)
-	v, _ := fence.(string)
-	_, _ = l.saveCheckpoint(id, seq, data, v)
-}
-
-// saveCheckpoint saves a checkpoint of id, fenced by the lease value fence
-// unless it is empty; it answers as the script does, or fenced.
-func (l *RedisEventLog) saveCheckpoint(id string, seq uint64, data []byte, fence string) (string, error) {
-	ctx, cancel := l.ctx()
-	defer cancel()
-	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id))
-	args := []any{id, seq, data}
-	script := redisCheckpointScript
-	if fence != "" {
-		script, keys, args = redisFencedCheckpointScript, append([]string{LeaseKey(id)}, keys...), append([]any{fence}, args...)
-	}
-	return l.runFenced(ctx, script, keys, args)
-}
-
-// Checkpoint implements checkpointLog.
-func (l *RedisEventLog) Checkpoint(id string) (uint64, []byte, error) {
-	ctx, cancel := l.ctx()
-	defer cancel()
-	v, err := l.rdb.HGet(ctx, redisMetaKey(id), "ck").Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil, nil
-	}
-	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", errLogUnavailable, err)
-	}
-	seq, data, ok := strings.Cut(v, " ")
-	n, perr := strconv.ParseUint(seq, 10, 64)
-	if !ok || perr != nil {
-		return 0, nil, fmt.Errorf("a checkpoint that does not parse in the log of %s", quote(id))
-	}
-	return n, []byte(data), nil
-}
-
-// SaveCheckpoint implements checkpointLog: kept here, and in Redis while
-// the completion is shared there (a completion apart publishes its
-// checkpoint with its events when it is shared again).
-func (f *fleetLog) SaveCheckpoint(id string, seq uint64, data []byte) {
-	f.mem.SaveCheckpoint(id, seq, data)
-	f.mu.Lock()
-	shared := f.shared[id]
-	f.mu.Unlock()
-	if !shared {
-		return
-	}
-	fence, _ := f.redis.fences.Load(id)
-	v, _ := fence.(string)
-	switch res, err := f.redis.saveCheckpoint(id, seq, data, v); {
-	case err != nil:
-		f.degrade(id, err)
-	case res == "fenced":
-		f.fencedOut(id)
-	case res == "missing":
-		f.setApart(id, "its Redis log is gone", nil)
-	}
-}
-
-// Checkpoint implements checkpointLog: this replica's copy first, as Read.
-func (f *fleetLog) Checkpoint(id string) (uint64, []byte, error) {
-	seq, data, err := f.mem.Checkpoint(id)
-	if !errors.Is(err, errLogNotFound) {
-		return seq, data, err
-	}
-	return f.redis.Checkpoint(id)
-}
-
-// publishCheckpoint saves the checkpoint of the copy c of id's log in
-// Redis, fenced by fence, after a reshare published its events.
-func (l *RedisEventLog) publishCheckpoint(id string, c logCopy, fence string) error {
-	if c.ckpt == nil || c.ended {
-		return nil
-	}
-	switch res, err := l.saveCheckpoint(id, c.ckptSeq, c.ckpt, fence); {
-	case err != nil:
-		return err
-	case res == "fenced":
-		return errLogFenced
-	}
-	return nil
 }

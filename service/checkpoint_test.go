@@ -22,7 +22,7 @@ func TestCheckpointLogs(t *testing.T) {
 	t.Cleanup(rl.Close)
 	for name, l := range map[string]EventLog{"memory": newMemLog(config.EventLogLimits{}, time.Now), "redis": rl} {
 		t.Run(name, func(t *testing.T) {
-			cl := l.(checkpointLog)
+			cl := l
 			id := "ck-" + name
 			open(t, l, id, "k")
 			appendRun(l, id, 3, false)

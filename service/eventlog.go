@@ -52,6 +52,40 @@ type EventLog interface {
 	Read(id string, after uint64) (LogPage, error)
 	// Expire drops the ended logs whose retention has passed by now.
 	Expire(now time.Time)
+
+	// The capabilities a fleet's logs have; the in-memory log answers
+	// them as a log no other replica reads: it keeps checkpoints for the
+	// completions of this process, is never fenced, keeps nothing apart
+	// and adopts nothing.
+
+	// SaveCheckpoint replaces the checkpoint of the live log of id with
+	// data, taken after the event of seq: what a takeover continues from.
+	SaveCheckpoint(id string, seq uint64, data []byte)
+	// Checkpoint returns the last checkpoint of id and its seq (nil data
+	// when it has none).
+	Checkpoint(id string) (seq uint64, data []byte, err error)
+	// Fenced reports whether the log's writes can be fenced by leases:
+	// a store other replicas share. Fence and Unfence are no-ops where
+	// it is not.
+	Fenced() bool
+	// Fence makes the writes of id happen only while l is its lease,
+	// checked by the store atomically with each write; a write refused is
+	// dropped. The server calls it once it holds the lease of id (at the
+	// start, or at a takeover), and Unfence when it lets the lease go. The
+	// owner's own deadline stops it before that in the normal course; the
+	// store's check is what holds when the owner's clock or scheduling
+	// misleads it (a long pause).
+	Fence(id string, l Lease)
+	// Unfence ends the fencing of id's writes.
+	Unfence(id string)
+	// KeptHere reports whether id runs logged in this replica's memory
+	// only: its shared log lacks events its callers here may have seen.
+	KeptHere(id string) bool
+	// Adopt starts logging here completion id, which this replica takes
+	// over, with what the shared log kept of it (meta, evs and the
+	// checkpoint ck of seq ckSeq, read for the rebuild), so that its
+	// writes reach the shared log and its copy here is whole.
+	Adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte)
 }
 
 // LogMeta is what a log knows of its completion besides its events: what
@@ -283,6 +317,23 @@ func (m *memLog) Expire(now time.Time) {
 	defer m.mu.Unlock()
 	m.expire(now)
 }
+
+// Fenced implements EventLog: no other replica writes this process's
+// memory.
+func (m *memLog) Fenced() bool { return false }
+
+// Fence implements EventLog: a no-op.
+func (m *memLog) Fence(string, Lease) {}
+
+// Unfence implements EventLog: a no-op.
+func (m *memLog) Unfence(string) {}
+
+// KeptHere implements EventLog: there is no shared log to lack anything.
+func (m *memLog) KeptHere(string) bool { return false }
+
+// Adopt implements EventLog: a no-op, no other replica logged anything
+// here.
+func (m *memLog) Adopt(string, LogMeta, []*completionv1.CompletionEvent, uint64, []byte) {}
 
 func (m *memLog) expire(now time.Time) {
 	for len(m.ended) > 0 && now.Sub(m.ended[0].ended) >= m.limits.Retention {

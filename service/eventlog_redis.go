@@ -375,13 +375,24 @@ func (l *RedisEventLog) End(id string, result *completionv1.CompletionEvent, sta
 	_, _ = l.add(id, result, status, true)
 }
 
-// Fence implements FencedLog: from now on, the writes of id happen only
+// Fenced implements EventLog: Redis checks a lease with each write.
+func (l *RedisEventLog) Fenced() bool { return true }
+
+// Fence implements EventLog: from now on, the writes of id happen only
 // while l is its lease, checked by the append script atomically with each
-// write; a write refused is dropped (add answers fenced).
+// write (it starts with LeaseCheckLua: KEYS[1] = LeaseKey(id), ARGV[1] =
+// the lease's Value); a write refused is dropped (add answers fenced).
 func (l *RedisEventLog) Fence(id string, lease Lease) { l.fences.Store(id, lease.Value()) }
 
-// Unfence implements FencedLog.
+// Unfence implements EventLog.
 func (l *RedisEventLog) Unfence(id string) { l.fences.Delete(id) }
+
+// KeptHere implements EventLog: nothing is kept apart from Redis.
+func (l *RedisEventLog) KeptHere(string) bool { return false }
+
+// Adopt implements EventLog: a completion taken over is logged in Redis
+// already.
+func (l *RedisEventLog) Adopt(string, LogMeta, []*completionv1.CompletionEvent, uint64, []byte) {}
 
 // add appends ev to the log of id, and with end ends it with status. It
 // answers what the script did (ok, missing, ended, order, or fenced when

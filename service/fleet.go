@@ -318,19 +318,20 @@ func (f *fleetLog) keepUnpublished(id string) {
 	f.unpublished[id] = v
 }
 
-// keptHere implements localKeeper: whether id runs logged in this
-// replica's memory only (its shared log lacks events its callers here
-// may have seen).
-func (f *fleetLog) keptHere(id string) bool {
+// KeptHere implements EventLog.
+func (f *fleetLog) KeptHere(id string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.apart[id] != nil
 }
 
-// Fence implements FencedLog: the Redis writes of id check its lease.
+// Fenced implements EventLog: the Redis writes check a lease.
+func (f *fleetLog) Fenced() bool { return true }
+
+// Fence implements EventLog: the Redis writes of id check its lease.
 func (f *fleetLog) Fence(id string, l Lease) { f.redis.Fence(id, l) }
 
-// Unfence implements FencedLog. A completion whose run is over while its
+// Unfence implements EventLog. A completion whose run is over while its
 // log in memory is still live was fenced (this replica lost its lease
 // and wrote nothing more): its copy here is dropped, so that the readers
 // on this replica read the log of the replica that took it over, in Redis.
@@ -356,13 +357,14 @@ func (f *fleetLog) fencedOut(id string) {
 	f.log.Warn("redis: a write refused, the completion's lease is another replica's: this replica stops writing it", "completion_id", id)
 }
 
-// adopt starts logging here completion id, which this replica takes over:
+// Adopt implements EventLog: it starts logging here completion id, which
+// this replica takes over:
 // its log in Redis goes on (shared), and this replica's memory gets a copy
 // of what Redis kept (meta, evs and the checkpoint ck of seq ckSeq, read
 // for the rebuild), so that its readers read it here first as for the
 // completions it started, and so that the log stays whole if Redis fails
 // from now on.
-func (f *fleetLog) adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte) {
+func (f *fleetLog) Adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte) {
 	f.mem.forgetLive(id) // a stale copy: this replica owned it before
 	if err := f.mem.Open(id, meta); err == nil {
 		for _, ev := range evs {

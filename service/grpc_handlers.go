@@ -32,6 +32,7 @@ type Server struct {
 	breakers *guard.Breakers
 	shared   *guard.RedisGate // Config.Redis for the breakers and limits; nil without it
 	log      EventLog         // every completion's events, for Attach
+	mem      *memLog          // log when it is this process's memory alone, else nil
 	holds    holds            // the completions kept running for a resume grace
 	sessions sessions         // the resumable Sessions that run, by id, for Session resume
 	running  running          // the completions that run, which a drain waits for
@@ -55,7 +56,8 @@ func New(cfg Config) (*Server, error) {
 	b := guard.NewFleetBreakers(cfg.Breaker, shared)
 	aborted, abort := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, obs: telemetry.NewObserver(cfg.Logger, cfg.Telemetry, b.States), breakers: b, shared: shared,
-		log: newMemLog(cfg.EventLog, cfg.Now), aborted: aborted, abort: abort}
+		aborted: aborted, abort: abort}
+	mem := newMemLog(cfg.EventLog, cfg.Now)
 	switch {
 	case cfg.Log != nil:
 		s.log = cfg.Log
@@ -66,8 +68,10 @@ func New(cfg Config) (*Server, error) {
 			rl.LeaseTTL = cfg.Leases.TTL()
 		}
 		local := redisInstruments(cfg.Telemetry.MeterProvider, s.redis.up.Load)
-		s.log = newFleetLog(s.log.(*memLog), rl, s.redis, cfg.Logger, local)
+		s.log = newFleetLog(mem, rl, s.redis, cfg.Logger, local)
 		s.closers = append(s.closers, rl.Close, s.redis.close)
+	default:
+		s.log, s.mem = mem, mem
 	}
 	return s, nil
 }
@@ -100,7 +104,7 @@ func (s *Server) Stream(req *completionv1.CompleteRequest, stream grpc.ServerStr
 	ctx, cancel := s.completionContext(stream.Context())
 	defer cancel()
 	send := stream.Send
-	wire := newWireLog(s.log, stream)
+	wire := newWireLog(s.mem, stream)
 	if wire != nil {
 		send = wire.send
 	}

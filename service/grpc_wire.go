@@ -24,11 +24,10 @@ type wireLog struct {
 	enc    encodedEvent                  // its encoding
 }
 
-// newWireLog returns the wireLog of stream over log, or nil when log is
-// not the in-memory one (a fleet's log encodes for Redis on its own).
-func newWireLog(log EventLog, stream grpc.ServerStream) *wireLog {
-	mem, ok := log.(*memLog)
-	if !ok {
+// newWireLog returns the wireLog of stream over mem, or nil without it:
+// the server's log is another (a fleet's log encodes for Redis on its own).
+func newWireLog(mem *memLog, stream grpc.ServerStream) *wireLog {
+	if mem == nil {
 		return nil
 	}
 	return &wireLog{memLog: mem, stream: stream}

@@ -35,22 +35,6 @@ type Lease struct {
 // fenced by comparing the stored value with the writer's (LeaseCheckLua).
 func (l Lease) Value() string { return strconv.FormatUint(l.Token, 10) + " " + l.Replica }
 
-// FencedLog is an EventLog that can make the writes of a completion
-// conditional on its lease, atomically with each write: the Redis event
-// log, whose append and end scripts start with LeaseCheckLua (KEYS[1] =
-// LeaseKey(id), ARGV[1] = the lease's Value). The server calls Fence once
-// it holds the lease of id (at the start, or at a takeover), and Unfence
-// when it lets it go; in between, a write of id whose lease is no longer
-// l is dropped by the store. The owner's own deadline (ownership.valid)
-// stops it before that in the normal course; the store's check is what
-// holds when the owner's clock or scheduling misleads it (a long pause).
-// An EventLog without it is fenced by the owner's deadline alone.
-type FencedLog interface {
-	EventLog
-	Fence(id string, l Lease)
-	Unfence(id string)
-}
-
 func parseLease(id, v string) (Lease, bool) {
 	tok, replica, ok := strings.Cut(v, " ")
 	n, err := strconv.ParseUint(tok, 10, 64)

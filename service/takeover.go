@@ -73,9 +73,8 @@ func (s *Server) lease(c *completion, cancel context.CancelCauseFunc) *ownership
 
 // hold runs c under lease l, acquired at from.
 func (s *Server) hold(c *completion, l Lease, from time.Time, cancel context.CancelCauseFunc) *ownership {
-	fl, storeFenced := s.log.(FencedLog)
 	lost := func() bool {
-		if lo, ok := s.log.(localKeeper); ok && lo.keptHere(c.id) {
+		if s.log.KeptHere(c.id) {
 			// The shared log lacks what this replica ran on its own while
 			// the store was away: its callers here are served to the end,
 			// and the replica that took the lease runs its own.
@@ -90,11 +89,9 @@ func (s *Server) hold(c *completion, l Lease, from time.Time, cancel context.Can
 		s.cfg.Logger.Warn("lease not renewed in time, the store does not answer: the completion goes on here, and is taken back or handed over when the store answers",
 			"completion_id", c.id, "replica", s.cfg.Replica)
 	}
-	o := own(s.cfg.Leases, l, from, storeFenced, lost, stale)
+	o := own(s.cfg.Leases, l, from, s.log.Fenced(), lost, stale)
 	c.out.fence = o.running
-	if storeFenced {
-		fl.Fence(c.id, l)
-	}
+	s.log.Fence(c.id, l)
 	s.owned.add(c.id, o)
 	return o
 }
@@ -106,9 +103,7 @@ func (s *Server) unhold(id string, o *ownership) {
 	}
 	s.owned.remove(id)
 	o.end()
-	if fl, ok := s.log.(FencedLog); ok {
-		fl.Unfence(id)
-	}
+	s.log.Unfence(id)
 }
 
 // owned are the ownerships this replica holds, by completion id.
@@ -235,20 +230,6 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 	return leave, nil
 }
 
-// localKeeper is a log that can say whether completion id ran on logged
-// in this replica only for a while (fleetLog): its shared log lacks events
-// its callers here may have seen.
-type localKeeper interface {
-	keptHere(id string) bool
-}
-
-// adopter is a log that keeps a local copy of what this replica writes
-// (fleetLog): a completion taken over must be adopted before it runs on,
-// so that its writes reach the shared log and its copy here is whole.
-type adopter interface {
-	adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte)
-}
-
 // errNothingToTake: the log ended (or is gone) by the time it was read.
 var errNothingToTake = errors.New("nothing to take over")
 
@@ -308,20 +289,14 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 	if started != nil {
 		c.started = started
 	}
-	if a, ok := s.log.(adopter); ok {
-		a.adopt(id, meta, evs, ckSeq, ckData)
-	}
+	s.log.Adopt(id, meta, evs, ckSeq, ckData)
 	return c, ctx, cancel, nil
 }
 
 // readCheckpoint reads the last checkpoint of id, if its log keeps one:
 // its seq, its data and what it decodes to.
 func (s *Server) readCheckpoint(id string) (uint64, []byte, *checkpoint, error) {
-	cl, ok := s.log.(checkpointLog)
-	if !ok {
-		return 0, nil, nil, nil
-	}
-	seq, data, err := cl.Checkpoint(id)
+	seq, data, err := s.log.Checkpoint(id)
 	switch {
 	case errors.Is(err, errLogNotFound):
 		return 0, nil, nil, errNothingToTake
