@@ -87,7 +87,7 @@ func (l *RedisEventLog) Checkpoint(id string) (uint64, []byte, error) {
 	seq, data, ok := strings.Cut(v, " ")
 	n, perr := strconv.ParseUint(seq, 10, 64)
 	if !ok || perr != nil {
-		return 0, nil, fmt.Errorf("a checkpoint that does not parse in the log of %s", quote(id))
+		return 0, nil, fmt.Errorf("a checkpoint that does not parse in the log of %q", id) // id is one of the server's own: a checkpoint exists
 	}
 	return n, []byte(data), nil
 }

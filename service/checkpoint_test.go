@@ -9,6 +9,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
 )
 
 // TestCheckpointLogs: each log a fleet uses keeps the last checkpoint of
@@ -17,7 +18,7 @@ import (
 // write is fenced by the writer's lease, and the checkpoint's bytes count
 // in the log's size and go with it at the end.
 func TestCheckpointLogs(t *testing.T) {
-	rdb := newTestRedisClient(t, redistest.Start(t))
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
 	rl := NewRedisEventLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(rl.Close)
 	for name, l := range map[string]EventLog{"memory": newMemLog(config.EventLogLimits{}, time.Now), "redis": rl} {

@@ -11,6 +11,7 @@ import (
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
 )
 
 // benchEventsPerCompletion is the length of a benchmark completion: 40
@@ -52,7 +53,7 @@ func runCompletions(b *testing.B, l EventLog, prefix string, n int) time.Duratio
 // divided by 500).
 func BenchmarkEventLogRedisVsMemory(b *testing.B) {
 	addr := redistest.Start(b)
-	rdb := newTestRedisClient(b, addr)
+	rdb := testkit.ServerRedisClient(b, addr)
 	mem := newMemLog(config.EventLogLimits{}, time.Now)
 	rl := NewRedisEventLog(rdb, config.EventLogLimits{}, time.Now)
 	defer rl.Close()

@@ -3,23 +3,15 @@ package service
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
 )
-
-// newTestRedisClient is a client of the Redis at addr, closed when t ends.
-func newTestRedisClient(t testing.TB, addr string) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
-}
 
 // clock is a settable time for the log's retention.
 type clock struct{ t time.Time }
@@ -53,14 +45,6 @@ func open(t *testing.T, l EventLog, id, owner string) {
 	}
 }
 
-func seqs(evs []*completionv1.CompletionEvent) []uint64 {
-	var out []uint64
-	for _, e := range evs {
-		out = append(out, e.GetSeq())
-	}
-	return out
-}
-
 // logImpl is one implementation of EventLog under the contract tests.
 type logImpl struct {
 	name string
@@ -80,7 +64,7 @@ func logImpls(t *testing.T) []logImpl {
 			if addr == "" {
 				addr = redistest.Start(t)
 			}
-			rdb := newTestRedisClient(t, addr)
+			rdb := testkit.ServerRedisClient(t, addr)
 			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -138,23 +122,11 @@ func testEventLogRead(t *testing.T, newLog func(config.EventLogLimits, func() ti
 			if err != nil {
 				return
 			}
-			if got := seqs(p.Events); !equalSeqs(got, tt.want) || p.Ended != tt.ended || p.Meta.Owner != tt.wantOwner {
+			if got := testkit.Seqs(p.Events); !slices.Equal(got, tt.want) || p.Ended != tt.ended || p.Meta.Owner != tt.wantOwner {
 				t.Fatalf("got %v ended=%v owner=%q, want %v ended=%v owner=%q", got, p.Ended, p.Meta.Owner, tt.want, tt.ended, tt.wantOwner)
 			}
 		})
 	}
-}
-
-func equalSeqs(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestEventLogFollow(t *testing.T) {
@@ -182,7 +154,7 @@ func testEventLogFollow(t *testing.T, l EventLog) {
 		t.Fatal("More not closed by the append")
 	}
 	p, err = l.Read("c", 1)
-	if err != nil || !p.Ended || !equalSeqs(seqs(p.Events), []uint64{2}) {
+	if err != nil || !p.Ended || !slices.Equal(testkit.Seqs(p.Events), []uint64{2}) {
 		t.Fatalf("after the result: %v %+v", err, p)
 	}
 }
@@ -276,7 +248,7 @@ func TestEventLogBounds(t *testing.T) {
 						continue
 					}
 					if want, ok := tt.firstSeq[id]; ok && (len(p.Events) == 0 || p.Events[0].GetSeq() != want) {
-						t.Errorf("%s: first kept seq %v, want %d", id, seqs(p.Events), want)
+						t.Errorf("%s: first kept seq %v, want %d", id, testkit.Seqs(p.Events), want)
 					}
 				}
 				for _, id := range tt.absent {
@@ -311,7 +283,7 @@ func testEventLogPages(t *testing.T, l EventLog) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, seqs(p.Events)...)
+		got = append(got, testkit.Seqs(p.Events)...)
 		if !p.Ended || string(p.Status) != "\x08\x0a" {
 			t.Fatalf("page after %d: ended %v, status %x", after, p.Ended, p.Status)
 		}

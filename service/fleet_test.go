@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +14,14 @@ import (
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
 )
 
 // withRedis is a Config mutation that shares the Redis at addr, with a
 // short PING interval, and logs into logs when it is not nil.
 func withRedis(t *testing.T, addr string, logs *lockedBuffer) func(*Config) {
 	return func(c *Config) {
-		c.Redis = newTestRedisClient(t, addr)
+		c.Redis = testkit.ServerRedisClient(t, addr)
 		c.RedisPing = 50 * time.Millisecond
 		if logs != nil {
 			c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
@@ -63,8 +65,8 @@ func TestFleetAttachOnAnotherReplica(t *testing.T) {
 	all := cutThenAttach(ctx, t, a.client, b.client, gate.open)
 	id := all[0].GetStarted().GetCompletionId()
 	replay, rst := attachAll(ctx, b.client, id, 0)
-	if rst.Code() != codes.OK || !equalSeqs(seqs(replay), seqs(all)) {
-		t.Fatalf("replay through B: %v, seqs %v, want %v", rst, seqs(replay), seqs(all))
+	if rst.Code() != codes.OK || !slices.Equal(testkit.Seqs(replay), testkit.Seqs(all)) {
+		t.Fatalf("replay through B: %v, seqs %v, want %v", rst, testkit.Seqs(replay), testkit.Seqs(all))
 	}
 	if _, st := attachAll(ctx, b.client, "no-such-completion", 0); st.Code() != codes.NotFound {
 		t.Fatalf("unknown id through B: %v", st)
@@ -105,8 +107,8 @@ func TestFleetRedisRestartMidRun(t *testing.T) {
 	if r := checkContract(t, all, sst); r == nil || sst.Code() != codes.OK {
 		t.Fatalf("the running completion: %v", sst)
 	}
-	if replay, ast := attachAll(ctx, a.client, id, 0); ast.Code() != codes.OK || !equalSeqs(seqs(replay), seqs(all)) {
-		t.Fatalf("attach on A while Redis is down: %v, seqs %v, want %v", ast, seqs(replay), seqs(all))
+	if replay, ast := attachAll(ctx, a.client, id, 0); ast.Code() != codes.OK || !slices.Equal(testkit.Seqs(replay), testkit.Seqs(all)) {
+		t.Fatalf("attach on A while Redis is down: %v, seqs %v, want %v", ast, testkit.Seqs(replay), testkit.Seqs(all))
 	}
 	if _, ast := attachAll(ctx, b.client, id, 0); ast.Code() != codes.Unavailable {
 		t.Fatalf("attach on B while Redis is down: %v, want UNAVAILABLE", ast)
@@ -133,18 +135,18 @@ func TestFleetRedisRestartMidRun(t *testing.T) {
 	// A publishes what ended while Redis was away: B replays it whole.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		replay, ast := attachAll(ctx, b.client, id, 0)
-		if ast.Code() == codes.OK && equalSeqs(seqs(replay), seqs(all)) {
+		if ast.Code() == codes.OK && slices.Equal(testkit.Seqs(replay), testkit.Seqs(all)) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("attach on B to the completion that ended while Redis was down, once it is back: %v, seqs %v, want %v", ast, seqs(replay), seqs(all))
+			t.Fatalf("attach on B to the completion that ended while Redis was down, once it is back: %v, seqs %v, want %v", ast, testkit.Seqs(replay), testkit.Seqs(all))
 		}
 	}
 	evs, nst = a.streamAll(t, prompt("redis is back", nil))
 	checkContract(t, evs, nst)
 	nid := evs[0].GetStarted().GetCompletionId()
 	replay, ast := attachAll(ctx, b.client, nid, 0)
-	if ast.Code() != codes.OK || !equalSeqs(seqs(replay), seqs(evs)) {
-		t.Fatalf("attach on B once Redis is back: %v, seqs %v, want %v", ast, seqs(replay), seqs(evs))
+	if ast.Code() != codes.OK || !slices.Equal(testkit.Seqs(replay), testkit.Seqs(evs)) {
+		t.Fatalf("attach on B once Redis is back: %v, seqs %v, want %v", ast, testkit.Seqs(replay), testkit.Seqs(evs))
 	}
 }

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -17,9 +18,21 @@ func NoLeaks(t *testing.T) {
 
 // RedisClient is a client of addr, one per replica as in a fleet; closed
 // when t ends.
-func RedisClient(t *testing.T, addr string) *redis.Client {
+func RedisClient(t testing.TB, addr string) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// ServerRedisClient is a client of addr as a server's event log and
+// leases use one: deadlines from the context, a second to dial, read and
+// write, so that a Redis that is down fails an operation instead of
+// holding it; closed when t ends.
+func ServerRedisClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
