@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/provider"
 )
 
@@ -93,7 +94,7 @@ func resumable(grace time.Duration) *completionv1.CompleteRequest {
 }
 
 // waitEnded waits until the log of id has ended and returns its events.
-func waitEnded(t *testing.T, l EventLog, id string) []*completionv1.CompletionEvent {
+func waitEnded(t *testing.T, l fleet.Log, id string) []*completionv1.CompletionEvent {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	var evs []*completionv1.CompletionEvent

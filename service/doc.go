@@ -20,15 +20,10 @@
 //   - server_config.go — the Server's Config: the values of package config
 //     and the running parts (logger, clock, telemetry, the fleet's stores);
 //     config_policy.go — the policy a request may only tighten.
-//   - eventlog.go — the log of every completion's events, which Attach
-//     reads: an interface a shared store can implement, in memory by default;
-//     eventlog_redis.go is that store in Redis Streams.
-//   - the fleet, with Config.Redis: redis.go (the connection, its URL and
-//     health), fleet.go (each replica's log in memory and in Redis, degrading
-//     to memory), lease.go and takeover.go (ownership leases with fencing,
-//     and the takeover of a completion whose replica died), checkpoint.go
-//     (the machine's checkpoints a takeover continues from, kept with the
-//     log).
+//   - takeover.go — the takeover of a completion whose replica died: the
+//     leases this replica holds, and the rebuild of a completion from its
+//     log and checkpoint (the logs, leases and checkpoints themselves are
+//     package internal/fleet's).
 //   - auth.go, tls.go, limits.go — who may call (API keys with allowed
 //     routes, mTLS), TLS with certificate reload, and the limits that keep
 //     one caller from hurting the others.
@@ -36,9 +31,9 @@
 // Spans, metrics and the RPC log line are package internal/telemetry's;
 // circuit breakers and per-key limits internal/guard's (limits.go keeps the
 // in-flight cap and the transport limits at the door, and maps a guard
-// Refusal to its status in grpc_status.go); configuration values config's.
-// The driver and the fleet files are to move into internal/driver and
-// internal/fleet next.
+// Refusal to its status in grpc_status.go); the event logs, leases and
+// checkpoints of a fleet internal/fleet's; configuration values config's.
+// The driver files are to move into internal/driver next.
 //
 // The gRPC layer is thin: validate the request, run the driver, map the end
 // to a status.

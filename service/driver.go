@@ -11,6 +11,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/provider"
@@ -50,7 +51,7 @@ type completion struct {
 	takenFrom string // the replica the completion was taken over from
 	// lease, when set, is the lease admit acquired for the completion
 	// (a resumable Stream of a fleet replica), at leaseFrom.
-	lease     *Lease
+	lease     *fleet.Lease
 	leaseFrom time.Time
 }
 

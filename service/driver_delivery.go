@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -23,9 +24,9 @@ type outbox struct {
 	settled     bool                                    // DELIVERY_MODE_SETTLED
 	unsettled   map[int][]*completionv1.CompletionEvent // settled mode: output by attempt, in stream order
 	seq         uint64
-	unreachable bool     // a send failed: the caller can no longer be reached
-	log         EventLog // every numbered event, for Attach; nil keeps none
-	id          string   // the completion's id in log
+	unreachable bool      // a send failed: the caller can no longer be reached
+	log         fleet.Log // every numbered event, for Attach; nil keeps none
+	id          string    // the completion's id in log
 	// observe, when set, sees every numbered event before it is logged or
 	// sent: a resumable Session registers there the calls and hook requests
 	// its caller may answer, before any caller can read them from the log.
@@ -100,7 +101,7 @@ func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
 	o.deliver(ev)
 }
 
-// end numbers the result event, ends the log with it and the encoded
+// End numbers the result event, ends the log with it and the encoded
 // status the completion ends with, and sends it.
 func (o *outbox) end(attempt, turn int, result *completionv1.CompletionEvent, status []byte) {
 	result.Attempt, result.Turn = int32(attempt), int32(turn)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider/sim"
@@ -26,7 +27,7 @@ func TestStreamWithoutLeaseWhenRedisIsDown(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Routes = config.SimRoutes(sim.New(sim.Config{}))
 	withRedis(t, addr, logs)(&cfg)
-	cfg.Leases = NewRedisLeases(gone, 300*time.Millisecond)
+	cfg.Leases = fleet.NewRedisLeases(gone, 300*time.Millisecond)
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 )
@@ -21,7 +22,7 @@ import (
 func TestFleetRedisOutageKeepsLeasedCompletions(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	rs := redistest.New(t)
-	leases := NewRedisLeases(testkit.ServerRedisClient(t, rs.Addr), ttl)
+	leases := fleet.NewRedisLeases(testkit.ServerRedisClient(t, rs.Addr), ttl)
 	fleet := inProcessFleet(t, 2, leases, rs.Addr)
 	a, b := fleet[0], fleet[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 )
 
 // errAbandoned is the cause of a completion cancelled because nobody
@@ -38,13 +39,13 @@ func (s *Server) Attach(req *completionv1.AttachRequest, stream grpc.ServerStrea
 // readFor reads the log of id after after for the caller of ctx: NOT_FOUND
 // and OUT_OF_RANGE as logStatus says, PERMISSION_DENIED when another key
 // started the completion.
-func (s *Server) readFor(ctx context.Context, id string, after uint64) (LogPage, error) {
+func (s *Server) readFor(ctx context.Context, id string, after uint64) (fleet.Page, error) {
 	page, err := s.log.Read(id, after)
 	if err != nil {
-		return LogPage{}, logStatus(err, id, after)
+		return fleet.Page{}, logStatus(err, id, after)
 	}
 	if c, ok := callerFrom(ctx); ok && c.Name != page.Meta.Owner {
-		return LogPage{}, status.Error(codes.PermissionDenied, "completion "+quote(id)+" was started by another caller")
+		return fleet.Page{}, status.Error(codes.PermissionDenied, "completion "+quote(id)+" was started by another caller")
 	}
 	return page, nil
 }
@@ -52,13 +53,13 @@ func (s *Server) readFor(ctx context.Context, id string, after uint64) (LogPage,
 // follow sends page, read from the log of id after after, then every
 // event appended after it, until the log ends; it returns the status the
 // completion ended with, as the log keeps it. A follower whose ctx ends
-// first ends SESSION_TAKEN_OVER when a newer caller took its Session
+// First ends SESSION_TAKEN_OVER when a newer caller took its Session
 // over, and with the context's status otherwise.
 //
 // In a fleet (Config.Leases), a follower of a live completion whose
 // replica died takes it over (takeover.go): it looks at the lease at once
 // and then every half lease while the log is silent.
-func (s *Server) follow(ctx context.Context, id string, after uint64, page LogPage, send func(*completionv1.CompletionEvent) error) error {
+func (s *Server) follow(ctx context.Context, id string, after uint64, page fleet.Page, send func(*completionv1.CompletionEvent) error) error {
 	first, leave := true, func() {}
 	defer func() { leave() }()
 	for {
@@ -105,11 +106,11 @@ func (s *Server) follow(ctx context.Context, id string, after uint64, page LogPa
 // logStatus is the status of an event log read that failed.
 func logStatus(err error, id string, after uint64) error {
 	switch {
-	case errors.Is(err, errLogNotFound):
+	case errors.Is(err, fleet.ErrNotFound):
 		return status.Error(codes.NotFound, "no completion "+quote(id)+" (unknown, or its log expired)")
-	case errors.Is(err, errLogOutOfRange):
+	case errors.Is(err, fleet.ErrOutOfRange):
 		return status.Errorf(codes.OutOfRange, "after_seq %d is not within the events kept of completion %s", after, quote(id))
-	case errors.Is(err, errLogUnavailable):
+	case errors.Is(err, fleet.ErrUnavailable):
 		return status.Error(codes.Unavailable, "the shared event log (Redis) does not answer: retry")
 	}
 	return status.Error(codes.Internal, err.Error())

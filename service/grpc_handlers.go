@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/recovery"
@@ -31,8 +32,8 @@ type Server struct {
 	obs      *telemetry.Observer
 	breakers *guard.Breakers
 	shared   *guard.RedisGate // Config.Redis for the breakers and limits; nil without it
-	log      EventLog         // every completion's events, for Attach
-	mem      *memLog          // log when it is this process's memory alone, else nil
+	log      fleet.Log        // every completion's events, for Attach
+	mem      *fleet.MemLog    // log when it is this process's memory alone, else nil
 	holds    holds            // the completions kept running for a resume grace
 	sessions sessions         // the resumable Sessions that run, by id, for Session resume
 	running  running          // the completions that run, which a drain waits for
@@ -41,7 +42,7 @@ type Server struct {
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
 
-	redis     *redisWatch // whether Config.Redis answers; nil without Redis
+	redis     *fleet.Health // whether Config.Redis answers; nil without Redis
 	closeOnce sync.Once
 	closers   []func()
 }
@@ -57,19 +58,19 @@ func New(cfg Config) (*Server, error) {
 	aborted, abort := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, obs: telemetry.NewObserver(cfg.Logger, cfg.Telemetry, b.States), breakers: b, shared: shared,
 		aborted: aborted, abort: abort}
-	mem := newMemLog(cfg.EventLog, cfg.Now)
+	mem := fleet.NewMemLog(cfg.EventLog, cfg.Now)
 	switch {
 	case cfg.Log != nil:
 		s.log = cfg.Log
 	case cfg.Redis != nil:
-		s.redis = newRedisWatch(cfg.Redis, cfg.RedisPing, cfg.Logger)
-		rl := NewRedisEventLog(cfg.Redis, cfg.EventLog, cfg.Now)
+		s.redis = fleet.NewHealth(cfg.Redis, cfg.RedisPing, cfg.Logger)
+		rl := fleet.NewRedisLog(cfg.Redis, cfg.EventLog, cfg.Now)
 		if cfg.Leases != nil {
 			rl.LeaseTTL = cfg.Leases.TTL()
 		}
-		local := redisInstruments(cfg.Telemetry.MeterProvider, s.redis.up.Load)
-		s.log = newFleetLog(mem, rl, s.redis, cfg.Logger, local)
-		s.closers = append(s.closers, rl.Close, s.redis.close)
+		local := fleet.RedisInstruments(cfg.Telemetry.MeterProvider, s.redis.Up)
+		s.log = fleet.NewPairLog(mem, rl, s.redis, cfg.Logger, local)
+		s.closers = append(s.closers, rl.Close, s.redis.Close)
 	default:
 		s.log, s.mem = mem, mem
 	}
@@ -315,7 +316,7 @@ func (s *Server) admit(ctx context.Context, id string, req *completionv1.Complet
 		return release, acquired{}, nil
 	}
 	resumable := req.GetResumeGrace().AsDuration() > 0
-	meta := LogMeta{Owner: CallerName(ctx), Resumable: resumable && start != nil, Replica: s.cfg.Replica}
+	meta := fleet.Meta{Owner: CallerName(ctx), Resumable: resumable && start != nil, Replica: s.cfg.Replica}
 	var a acquired
 	if resumable && s.cfg.Leases != nil {
 		a = s.acquire(ctx, id)
@@ -338,7 +339,7 @@ func (s *Server) admit(ctx context.Context, id string, req *completionv1.Complet
 
 // acquired is the lease admit acquired, at from (before it was asked).
 type acquired struct {
-	lease *Lease
+	lease *fleet.Lease
 	from  time.Time
 }
 
@@ -358,7 +359,7 @@ func (s *Server) acquire(ctx context.Context, id string) acquired {
 	return acquired{lease: &l, from: from}
 }
 
-// running counts the completions that run, so that a drain can refuse new
+// Running counts the completions that run, so that a drain can refuse new
 // ones and wait for these while the server still answers Attach and
 // Session resume.
 type running struct {

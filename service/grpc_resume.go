@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -137,7 +138,7 @@ func (s *Server) resumeSession(stream sessionStream, r *completionv1.SessionResu
 // half is being renewed — its replica is alive —: UNAVAILABLE, so that the
 // caller resumes again (through the load balancer, it reaches that
 // replica). Without a fleet it is UNAVAILABLE at once.
-func (s *Server) resumeElsewhere(stream sessionStream, id string, after uint64, page LogPage) error {
+func (s *Server) resumeElsewhere(stream sessionStream, id string, after uint64, page fleet.Page) error {
 	ctx := stream.Context()
 	unavailable := status.Error(codes.Unavailable, "completion "+quote(id)+" does not run on this server")
 	if s.cfg.Leases == nil || len(page.Meta.Request) == 0 {
@@ -194,7 +195,7 @@ func (s *Server) controlFromStart(stream sessionStream, sess *session, ctl *cont
 // from page on, until the Session ends (with the Session's status), a
 // newer caller takes control (SESSION_TAKEN_OVER) or the stream ends.
 // leave counts the stream out of the Session's holders.
-func (s *Server) controlFrom(stream sessionStream, sess *session, ctl *controller, after uint64, page LogPage, leave func()) error {
+func (s *Server) controlFrom(stream sessionStream, sess *session, ctl *controller, after uint64, page fleet.Page, leave func()) error {
 	defer leave()
 	defer ctl.cancel(context.Canceled)
 	go sess.readFrom(stream, ctl.gen)

@@ -76,7 +76,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(completionv1.Completion_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if s.redis != nil { // NOT_SERVING while Redis does not answer; Drain's Shutdown wins
-		s.redis.watch(func(up bool) {
+		s.redis.Watch(func(up bool) {
 			st := healthpb.HealthCheckResponse_SERVING
 			if !up {
 				st = healthpb.HealthCheckResponse_NOT_SERVING

@@ -5,6 +5,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 )
 
 // encodedEvent is a CompletionEvent already encoded: the server's codec
@@ -18,7 +19,7 @@ type encodedEvent struct{ b []byte }
 // outbox logs an event, then sends it, on one goroutine; so the event just
 // logged is the one sent next, and its send reuses the log's bytes.
 type wireLog struct {
-	*memLog
+	*fleet.MemLog
 	stream grpc.ServerStream
 	last   *completionv1.CompletionEvent // the event logged last
 	enc    encodedEvent                  // its encoding
@@ -26,17 +27,17 @@ type wireLog struct {
 
 // newWireLog returns the wireLog of stream over mem, or nil without it:
 // the server's log is another (a fleet's log encodes for Redis on its own).
-func newWireLog(mem *memLog, stream grpc.ServerStream) *wireLog {
+func newWireLog(mem *fleet.MemLog, stream grpc.ServerStream) *wireLog {
 	if mem == nil {
 		return nil
 	}
-	return &wireLog{memLog: mem, stream: stream}
+	return &wireLog{MemLog: mem, stream: stream}
 }
 
-// Append implements EventLog.
+// Append implements fleet.Log.
 func (w *wireLog) Append(id string, ev *completionv1.CompletionEvent) { w.add(id, ev, nil, false) }
 
-// End implements EventLog.
+// End implements fleet.Log.
 func (w *wireLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
 	w.add(id, result, status, true)
 }
@@ -48,7 +49,7 @@ func (w *wireLog) add(id string, ev *completionv1.CompletionEvent, status []byte
 		return // cannot happen: the service builds every event
 	}
 	w.last, w.enc.b = ev, b
-	w.memLog.addEncoded(id, ev.GetSeq(), b, status, end)
+	w.MemLog.AddEncoded(id, ev.GetSeq(), b, status, end)
 }
 
 // send sends ev on the stream: the log's encoding when ev is the event

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/fleet"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -115,13 +116,13 @@ func BenchmarkEventLogMemory(b *testing.B) {
 	const completions, tokens = 20, 1000
 	var heap, encoded int64
 	for range b.N {
-		l := newMemLog(config.EventLogLimits{MaxCompletions: completions, MaxEvents: 2 * tokens, MaxBytes: 1 << 30}, time.Now)
+		l := fleet.NewMemLog(config.EventLogLimits{MaxCompletions: completions, MaxEvents: 2 * tokens, MaxBytes: 1 << 30}, time.Now)
 		before := heapAfterGC()
 		for i := range completions {
 			logAnswer(l, fmt.Sprintf("cmpl_%024d", i), tokens)
 		}
 		heap += heapAfterGC() - before
-		encoded += l.bytes
+		encoded += l.Bytes
 		runtime.KeepAlive(l)
 	}
 	per := float64(b.N * completions * tokens / 1000)
@@ -138,8 +139,8 @@ func heapAfterGC() int64 {
 
 // logAnswer logs, through an outbox as the driver does, a completion of
 // id answering tokens words.
-func logAnswer(l EventLog, id string, tokens int) {
-	_ = l.Open(id, LogMeta{Owner: "bench"})
+func logAnswer(l fleet.Log, id string, tokens int) {
+	_ = l.Open(id, fleet.Meta{Owner: "bench"})
 	out := newOutbox(func(*completionv1.CompletionEvent) error { return nil }, false)
 	out.log, out.id = l, id
 	out.event(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/provider"
 )
 
@@ -415,7 +416,7 @@ func refusedWhileDraining(t *testing.T, e *testEnv) {
 // runs unlogged.
 func TestResumableSessionLogFull(t *testing.T) {
 	env := newTestEnv(t, func(c *Config) { c.EventLog.MaxCompletions = 1 })
-	if err := env.grpc.Completion.log.Open("cmpl_running", LogMeta{}); err != nil { // a live log fills it
+	if err := env.grpc.Completion.log.Open("cmpl_running", fleet.Meta{}); err != nil { // a live log fills it
 		t.Fatal(err)
 	}
 	s := env.session(t, resumableStart("", time.Minute))

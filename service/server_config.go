@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/redis/go-redis/v9"
 )
 
 // Config is the assembled configuration of a Server: its values and the
-// running parts the process hands it (logger, clock, telemetry, the fleet's
+// Running parts the process hands it (logger, clock, telemetry, the fleet's
 // stores).
 type Config struct {
 	config.Config
@@ -25,11 +26,11 @@ type Config struct {
 	// Telemetry receives traces and metrics; the zero value turns them off.
 	Telemetry telemetry.Telemetry
 	// Redis, when set, is the Redis the replicas of a fleet share (see
-	// NewRedisClient); nil runs a single process, with everything in its
+	// fleet.NewRedisClient); nil runs a single process, with everything in its
 	// memory. With it, the circuit breakers and the per-key limits are
 	// shared (local while Redis does not answer), and every completion's
 	// events are logged in Redis too
-	// (RedisEventLog, with the bounds of EventLog), so that Attach and
+	// (fleet.RedisLog, with the bounds of EventLog), so that Attach and
 	// Session resume of an ended Session work on any replica; health is
 	// NOT_SERVING while Redis does not answer, and completions then keep
 	// their events in this replica's memory only. The caller closes it,
@@ -38,13 +39,13 @@ type Config struct {
 	// Log, when set, is the event log instead of the in-memory one: the
 	// log the replicas of a fleet share (the Redis log), or one that
 	// in-process replicas share in tests.
-	Log EventLog
+	Log fleet.Log
 	// Leases, when set, make the server a replica of a fleet that shares
 	// Log: each Stream with a resume grace runs under a lease its replica
 	// renews, and a replica serving an Attach of a completion whose lease
 	// lapsed (its replica died) takes it over (takeover.go). nil: a single
 	// process, no leases.
-	Leases Leases
+	Leases fleet.Leases
 }
 
 // DefaultConfig returns a configuration that serves the simulator only.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -41,7 +42,7 @@ import (
 // A Redis outage is not a death: the owner's lease lapses for want of a
 // store, but nobody can take the completion over without one, so it goes
 // on (ownership.running), its log apart in memory; once Redis answers its
-// log is published again and its lease taken back (fleetLog.reshare). If
+// log is published again and its lease taken back (PairLog.reshare). If
 // another replica was granted the lease meanwhile (a partition), the owner
 // finishes the completion for its own callers and never shares it.
 //
@@ -64,7 +65,7 @@ var errLeaseLostCause = errors.New("this replica lost the completion's lease")
 // this replica and fences its writes with it; nil when it has none (no
 // leases, or they did not answer). cancel stops the completion if the
 // lease is lost.
-func (s *Server) lease(c *completion, cancel context.CancelCauseFunc) *ownership {
+func (s *Server) lease(c *completion, cancel context.CancelCauseFunc) *fleet.Ownership {
 	if c.lease == nil {
 		return nil
 	}
@@ -72,7 +73,7 @@ func (s *Server) lease(c *completion, cancel context.CancelCauseFunc) *ownership
 }
 
 // hold runs c under lease l, acquired at from.
-func (s *Server) hold(c *completion, l Lease, from time.Time, cancel context.CancelCauseFunc) *ownership {
+func (s *Server) hold(c *completion, l fleet.Lease, from time.Time, cancel context.CancelCauseFunc) *fleet.Ownership {
 	lost := func() bool {
 		if s.log.KeptHere(c.id) {
 			// The shared log lacks what this replica ran on its own while
@@ -89,38 +90,38 @@ func (s *Server) hold(c *completion, l Lease, from time.Time, cancel context.Can
 		s.cfg.Logger.Warn("lease not renewed in time, the store does not answer: the completion goes on here, and is taken back or handed over when the store answers",
 			"completion_id", c.id, "replica", s.cfg.Replica)
 	}
-	o := own(s.cfg.Leases, l, from, s.log.Fenced(), lost, stale)
-	c.out.fence = o.running
+	o := fleet.Own(s.cfg.Leases, l, from, s.log.Fenced(), lost, stale)
+	c.out.fence = o.Running
 	s.log.Fence(c.id, l)
 	s.owned.add(c.id, o)
 	return o
 }
 
 // unhold ends the ownership o of completion id, releasing its lease.
-func (s *Server) unhold(id string, o *ownership) {
+func (s *Server) unhold(id string, o *fleet.Ownership) {
 	if o == nil {
 		return
 	}
 	s.owned.remove(id)
-	o.end()
+	o.End()
 	s.log.Unfence(id)
 }
 
 // owned are the ownerships this replica holds, by completion id.
 type owned struct {
 	mu     sync.Mutex
-	m      map[string]*ownership
+	m      map[string]*fleet.Ownership
 	halted bool
 }
 
-func (w *owned) add(id string, o *ownership) {
+func (w *owned) add(id string, o *fleet.Ownership) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
-		w.m = map[string]*ownership{}
+		w.m = map[string]*fleet.Ownership{}
 	}
 	if w.halted {
-		o.halt()
+		o.Halt()
 	}
 	w.m[id] = o
 }
@@ -131,18 +132,18 @@ func (w *owned) remove(id string) {
 	delete(w.m, id)
 }
 
-// halt stops every ownership, as the replica's death would: no more
+// Halt stops every ownership, as the replica's death would: no more
 // writes, no more renewals, no release.
 func (w *owned) halt() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.halted = true
 	for _, o := range w.m {
-		o.halt()
+		o.Halt()
 	}
 }
 
-// halt makes the server behave as if its process had been killed: it writes
+// Halt makes the server behave as if its process had been killed: it writes
 // nothing more to the log, renews and releases no lease, and its
 // completions stop. Tests of in-process fleets kill a replica with it (and
 // stop its gRPC server); the fleet test kills a real process.
@@ -161,7 +162,7 @@ func lostLeaseStatus(id string) error {
 // the log of a live completion that may be taken over, when the lease
 // should be looked at: at once the first time, then every half lease; nil
 // otherwise. stop releases the timer.
-func (s *Server) leaseCheck(page LogPage, first bool) (wake <-chan time.Time, stop func()) {
+func (s *Server) leaseCheck(page fleet.Page, first bool) (wake <-chan time.Time, stop func()) {
 	if s.cfg.Leases == nil || page.Ended || len(page.Meta.Request) == 0 {
 		return nil, func() {}
 	}
@@ -199,7 +200,7 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 			return nil, nil
 		}
 		s.cfg.Logger.WarnContext(ctx, "takeover failed", "completion_id", id, "error", err.Error())
-		if errors.Is(err, errLogUnavailable) {
+		if errors.Is(err, fleet.ErrUnavailable) {
 			return nil, nil
 		}
 		return nil, err
@@ -298,7 +299,7 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 func (s *Server) readCheckpoint(id string) (uint64, []byte, *checkpoint, error) {
 	seq, data, err := s.log.Checkpoint(id)
 	switch {
-	case errors.Is(err, errLogNotFound):
+	case errors.Is(err, fleet.ErrNotFound):
 		return 0, nil, nil, errNothingToTake
 	case err != nil:
 		return 0, nil, nil, fmt.Errorf("read the checkpoint: %w", err)
@@ -315,18 +316,18 @@ func (s *Server) readCheckpoint(id string) (uint64, []byte, *checkpoint, error) 
 // readWhole reads every event the log of a live completion id keeps, its
 // meta, and the seq of its first event kept (1 unless the oldest were
 // dropped, --event-log-events).
-func (s *Server) readWhole(id string) ([]*completionv1.CompletionEvent, LogMeta, uint64, error) {
+func (s *Server) readWhole(id string) ([]*completionv1.CompletionEvent, fleet.Meta, uint64, error) {
 	var evs []*completionv1.CompletionEvent
-	var meta LogMeta
+	var meta fleet.Meta
 	first := uint64(1)
 	for after := uint64(0); ; {
 		page, err := s.log.Read(id, after)
-		if errors.Is(err, errLogNotFound) {
+		if errors.Is(err, fleet.ErrNotFound) {
 			return nil, meta, 0, errNothingToTake
 		}
-		var head *logRangeError
-		if errors.As(err, &head) && after == 0 && head.first > 1 {
-			after, first = head.first-1, head.first
+		var head *fleet.RangeError
+		if errors.As(err, &head) && after == 0 && head.First > 1 {
+			after, first = head.First-1, head.First
 			continue
 		}
 		if err != nil {
@@ -346,7 +347,7 @@ func (s *Server) readWhole(id string) ([]*completionv1.CompletionEvent, LogMeta,
 
 // decodeLogged decodes what a takeover runs again: a Stream's request, or
 // a Session's start (Resumable) and its request.
-func decodeLogged(meta LogMeta) (*completionv1.CompleteRequest, *completionv1.SessionStart, error) {
+func decodeLogged(meta fleet.Meta) (*completionv1.CompleteRequest, *completionv1.SessionStart, error) {
 	if meta.Resumable {
 		start := &completionv1.SessionStart{}
 		if err := proto.Unmarshal(meta.Request, start); err != nil {

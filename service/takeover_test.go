@@ -15,6 +15,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
@@ -30,17 +31,17 @@ type replica struct {
 
 // inProcessFleet starts n replicas sharing one event log and leases, as a
 // fleet shares Redis: with redisAddr, each replica's own Redis event log
-// (fleetLog, as completiond --redis-url builds it); else one in-memory log.
-func inProcessFleet(t *testing.T, n int, leases Leases, redisAddr string) []*replica {
+// (PairLog, as completiond --redis-url builds it); else one in-memory log.
+func inProcessFleet(t *testing.T, n int, leases fleet.Leases, redisAddr string) []*replica {
 	t.Helper()
 	return inProcessFleetLimited(t, n, leases, redisAddr, config.EventLogLimits{})
 }
 
 // inProcessFleetLimited is inProcessFleet with the shared in-memory log's
 // limits.
-func inProcessFleetLimited(t *testing.T, n int, leases Leases, redisAddr string, limits config.EventLogLimits) []*replica {
+func inProcessFleetLimited(t *testing.T, n int, leases fleet.Leases, redisAddr string, limits config.EventLogLimits) []*replica {
 	t.Helper()
-	log := newMemLog(limits, time.Now)
+	log := fleet.NewMemLog(limits, time.Now)
 	var rs []*replica
 	for i := range n {
 		cfg := DefaultConfig()
@@ -75,15 +76,15 @@ func inProcessFleetLimited(t *testing.T, n int, leases Leases, redisAddr string,
 
 // testLeases are leases of length ttl in memory, or in a redis-server of
 // their own (inRedis), whose address is returned.
-func testLeases(t *testing.T, inRedis bool, ttl time.Duration) (Leases, string) {
+func testLeases(t *testing.T, inRedis bool, ttl time.Duration) (fleet.Leases, string) {
 	t.Helper()
 	if !inRedis {
-		return NewMemLeases(ttl), ""
+		return fleet.NewMemLeases(ttl), ""
 	}
 	addr := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
-	return NewRedisLeases(rdb, ttl), addr
+	return fleet.NewRedisLeases(rdb, ttl), addr
 }
 
 // slowRequest is a Stream request on route with a resume grace whose sim
@@ -302,7 +303,7 @@ func BenchmarkFoldLog(b *testing.B) {
 // the attacher, which had the whole beginning, still ends with the whole
 // answer and every seq once.
 func TestTakeoverOfATrimmedLog(t *testing.T) {
-	fleet := inProcessFleetLimited(t, 2, NewMemLeases(time.Second), "", config.EventLogLimits{MaxEvents: 10})
+	fleet := inProcessFleetLimited(t, 2, fleet.NewMemLeases(time.Second), "", config.EventLogLimits{MaxEvents: 10})
 	a, b := fleet[0], fleet[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -339,10 +340,10 @@ func TestTakeoverFailsTyped(t *testing.T) {
 	}
 	for name, request := range map[string][]byte{"undecodable": {0xff, 0xff, 0xff}, "invalid": append(valid, 0x0a, 0x00)} {
 		t.Run(name, func(t *testing.T) {
-			leases := NewMemLeases(time.Second)
+			leases := fleet.NewMemLeases(time.Second)
 			b := inProcessFleet(t, 1, leases, "")[0]
 			id := "cmpl_dead_" + name
-			if err := b.srv.log.Open(id, LogMeta{Request: request, Replica: "A"}); err != nil {
+			if err := b.srv.log.Open(id, fleet.Meta{Request: request, Replica: "A"}); err != nil {
 				t.Fatal(err)
 			}
 			b.srv.log.Append(id, &completionv1.CompletionEvent{Seq: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{CompletionId: id, Route: "sim"}}})
@@ -495,7 +496,7 @@ func transcriptHasResult(res *completionv1.Result, id string) bool {
 // ALLOW delivers the answer: the deltas the caller receives assemble the
 // result's text.
 func TestSessionTakeoverAwaitingTheStopHook(t *testing.T) {
-	fleet := inProcessFleet(t, 2, NewMemLeases(time.Second), "")
+	fleet := inProcessFleet(t, 2, fleet.NewMemLeases(time.Second), "")
 	a, b := fleet[0], fleet[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

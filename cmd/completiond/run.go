@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/service"
@@ -164,8 +165,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.RedisURL = o.redisURL
 	}
 	if cfg.RedisURL != "" {
-		service.SetRedisLogger(log)
-		if cfg.Redis, err = service.NewRedisClient(cfg.RedisURL, getenv(redisPasswordEnv)); err != nil {
+		fleet.SetRedisLogger(log)
+		if cfg.Redis, err = fleet.NewRedisClient(cfg.RedisURL, getenv(redisPasswordEnv)); err != nil {
 			return err
 		}
 		defer cfg.Redis.Close()
@@ -173,7 +174,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if ttl < 0 {
 			return fmt.Errorf("--lease-ttl %s: must be positive", ttl)
 		}
-		cfg.Leases = service.NewRedisLeases(cfg.Redis, ttl)
+		cfg.Leases = fleet.NewRedisLeases(cfg.Redis, ttl)
 	}
 	if cfg.Replica = o.replica; cfg.Replica == "" {
 		host, _ := os.Hostname()

@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"context"
@@ -79,12 +79,12 @@ func TestOwnershipRenewsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := make(chan struct{})
-	o := own(ls, l, from, false, func() bool { close(lost); return true }, nil)
+	o := Own(ls, l, from, false, func() bool { close(lost); return true }, nil)
 	time.Sleep(3 * ttl)
 	if !o.valid() {
 		t.Fatal("the owner lost a lease it renews")
 	}
-	o.halt()
+	o.Halt()
 	if o.valid() {
 		t.Fatal("a halted owner may still write")
 	}
@@ -93,7 +93,7 @@ func TestOwnershipRenewsAndStops(t *testing.T) {
 	case <-time.After(2 * ttl):
 		t.Fatal("a halted owner was not told it lost the lease")
 	}
-	o.end()
+	o.End()
 	time.Sleep(ttl)
 	if _, err := ls.Acquire(ctx, "c", "B"); err != nil {
 		t.Fatalf("the dead owner's lease did not lapse: %v", err)

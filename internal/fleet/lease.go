@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"context"
@@ -53,7 +53,7 @@ func parseLease(id, v string) (Lease, bool) {
 // A replica that cannot renew in time must stop writing: the owner keeps
 // its own deadline (ownership.valid), measured from before each renewal
 // was sent, so that it stops before the store lets anybody else in; and a
-// log that can check the lease atomically with each write (FencedEventLog)
+// log that can check the lease atomically with each write (a Log that is Fenced)
 // refuses a superseded owner's writes whatever its clock says.
 type Leases interface {
 	// Acquire takes the lease of completion id for replica, if nobody holds
@@ -257,25 +257,25 @@ func (r *redisLeases) Holder(ctx context.Context, id string) (Lease, bool, error
 	return l, ok, nil
 }
 
-// ownership is a replica's hold on one completion's lease: it renews the
+// Ownership is a replica's hold on one completion's lease: it renews the
 // lease at a third of its length and knows until when it may write.
 //
 // Losing the lease: a renewal refused means another replica holds it now
 // (it took the completion over); lost runs once and says whether the
 // completion stops here (valid is false for good from then on) or goes on
 // for the callers of this replica (its log never reached the shared log
-// whole: see fleetLog). Halting (the death of the replica, in tests) stops
+// whole: see PairLog). Halting (the death of the replica, in tests) stops
 // it too.
 //
 // A renewal that fails because the store does not answer is not a loss.
 // Without a store that fences each write (storeFenced false: the owner's
 // deadline is the only fence), passing the deadline is: the completion
 // stops, as another replica may take it over once the store answers it.
-// With one (a FencedLog), the completion goes on: nobody can take it over
+// With one (a Log that is Fenced), the completion goes on: nobody can take it over
 // without the store, the store refuses a superseded owner's writes, and
 // when the store answers again the renewal takes the lease back unless
 // another replica was granted it meanwhile (Leases.Renew).
-type ownership struct {
+type Ownership struct {
 	leases      Leases
 	lease       Lease
 	lost        func() (stop bool)
@@ -294,13 +294,13 @@ type ownership struct {
 // it stops writing this much before the store could expire the lease.
 func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 
-// own starts holding l, acquired at from (before the request was sent):
+// Own starts holding l, acquired at from (before the request was sent):
 // lost is called if another replica is granted the lease, stale (when the
 // log fences its writes itself: storeFenced) when the lease lapses for
-// want of a store that answers. Call end when the completion ends.
-func own(leases Leases, l Lease, from time.Time, storeFenced bool, lost func() (stop bool), stale func()) *ownership {
+// want of a store that answers. Call End when the completion ends.
+func Own(leases Leases, l Lease, from time.Time, storeFenced bool, lost func() (stop bool), stale func()) *Ownership {
 	ttl := leases.TTL()
-	o := &ownership{leases: leases, lease: l, lost: lost, stale: stale, storeFenced: storeFenced,
+	o := &Ownership{leases: leases, lease: l, lost: lost, stale: stale, storeFenced: storeFenced,
 		stop: make(chan struct{}), done: make(chan struct{}), until: from.Add(ttl - leaseMargin(ttl))}
 	go o.renew()
 	return o
@@ -308,17 +308,17 @@ func own(leases Leases, l Lease, from time.Time, storeFenced bool, lost func() (
 
 // valid reports whether the owner holds the lease: it may write to a log
 // fenced by the deadline alone.
-func (o *ownership) valid() bool {
+func (o *Ownership) valid() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return !o.gone && time.Now().Before(o.until)
 }
 
-// running reports whether the completion goes on here: the lease was
+// Running reports whether the completion goes on here: the lease was
 // neither lost to another replica (with stop) nor was the owner halted.
 // With a store that fences each write, that is what the outbox checks; a
 // lapse for want of a store goes on.
-func (o *ownership) running() bool {
+func (o *Ownership) Running() bool {
 	if !o.storeFenced {
 		return o.valid()
 	}
@@ -327,7 +327,7 @@ func (o *ownership) running() bool {
 	return !o.gone
 }
 
-func (o *ownership) renew() {
+func (o *Ownership) renew() {
 	defer close(o.done)
 	ttl := o.leases.TTL()
 	t := time.NewTicker(ttl / 3)
@@ -376,9 +376,9 @@ func (o *ownership) renew() {
 	}
 }
 
-// end stops renewing and releases the lease if it is still held, so that
+// End stops renewing and releases the lease if it is still held, so that
 // nobody takes over a completion that has ended.
-func (o *ownership) end() {
+func (o *Ownership) End() {
 	close(o.stop)
 	<-o.done
 	if o.valid() {
@@ -388,9 +388,9 @@ func (o *ownership) end() {
 	}
 }
 
-// halt stops renewing without releasing and stops every write, as the
+// Halt stops renewing without releasing and stops every write, as the
 // death of the replica would (tests kill replicas with it).
-func (o *ownership) halt() {
+func (o *Ownership) Halt() {
 	o.mu.Lock()
 	o.gone = true
 	o.mu.Unlock()

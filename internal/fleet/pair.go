@@ -1,14 +1,12 @@
-package service
+package fleet
 
 import (
 	"context"
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -16,92 +14,10 @@ import (
 	"github.com/completiond/completiond/internal/telemetry"
 )
 
-// redisWatch follows whether Redis answers: a PING every interval, each
-// bounded by the interval. It starts up; a failed command of the event log
-// marks it down at once, and only a PING brings it back.
-type redisWatch struct {
-	rdb      redis.UniversalClient
-	interval time.Duration
-	log      *slog.Logger
-	up       atomic.Bool
-
-	mu       sync.Mutex
-	watchers []func(up bool)
-
-	stop context.CancelFunc
-	done chan struct{}
-}
-
-func newRedisWatch(rdb redis.UniversalClient, interval time.Duration, log *slog.Logger) *redisWatch {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &redisWatch{rdb: rdb, interval: interval, log: log, stop: cancel, done: make(chan struct{})}
-	w.up.Store(true)
-	w.ping(ctx) // the state at start, before anybody asks
-	go w.run(ctx)
-	return w
-}
-
-func (w *redisWatch) run(ctx context.Context) {
-	defer close(w.done)
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.ping(ctx)
-		}
-	}
-}
-
-func (w *redisWatch) ping(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, w.interval)
-	defer cancel()
-	err := w.rdb.Ping(ctx).Err()
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return // closing
-	}
-	w.set(err == nil, err)
-}
-
-// set records whether Redis answers, and on a change logs it and tells
-// the watchers.
-func (w *redisWatch) set(up bool, err error) {
-	if w.up.Swap(up) == up {
-		return
-	}
-	if up {
-		w.log.Info("redis: reachable again: new completions log to Redis; health SERVING")
-	} else {
-		w.log.Warn("redis: unreachable: completions keep their events in this replica's memory only; health NOT_SERVING",
-			"error", err)
-	}
-	w.mu.Lock()
-	ws := append([]func(bool){}, w.watchers...)
-	w.mu.Unlock()
-	for _, f := range ws {
-		f(up)
-	}
-}
-
-// watch calls f with the state now, and on each change.
-func (w *redisWatch) watch(f func(up bool)) {
-	w.mu.Lock()
-	w.watchers = append(w.watchers, f)
-	w.mu.Unlock()
-	f(w.up.Load())
-}
-
-func (w *redisWatch) close() {
-	w.stop()
-	<-w.done
-}
-
-// fleetLog is the EventLog of a replica with Redis: every completion that
+// PairLog is the Log of a replica with Redis: every completion that
 // runs here is logged in this process's memory (its attachers here read
 // it there, and it is whole whatever Redis does) and, while Redis answers,
-// in the shared RedisEventLog, which the other replicas read. A read finds
+// in the shared RedisLog, which the other replicas read. A read finds
 // a completion here first, then in Redis.
 //
 // Degrading: a completion opened while Redis is down, or whose Redis
@@ -113,17 +29,17 @@ func (w *redisWatch) close() {
 // Reconciling: once Redis answers again, the next event of a completion
 // apart (at most one try per reshareEvery, and always its end) publishes
 // its log again — Redis gets the events it lacks and the end
-// (RedisEventLog.reshare), and the completion is shared from then on: an
+// (RedisLog.reshare), and the completion is shared from then on: an
 // Attach through any replica, or a takeover, sees all of it. A completion
 // with a lease is published again only while no other replica was granted
 // the lease meanwhile (the fence); if one was — it took the completion
 // over from the stale shared log while this replica ran on alone —, this
 // replica finishes it for its own callers and never writes it to Redis
 // again (orphan): the two never mix in one log.
-type fleetLog struct {
-	mem   *memLog
-	redis *RedisEventLog
-	watch *redisWatch
+type PairLog struct {
+	mem   *MemLog
+	redis *RedisLog
+	watch *Health
 	log   *slog.Logger
 	local metric.Int64Counter
 	now   func() time.Time
@@ -138,11 +54,11 @@ type fleetLog struct {
 	unpublished map[string]string
 }
 
-// maxUnpublished bounds fleetLog.unpublished; past it the oldest are
+// maxUnpublished bounds PairLog.unpublished; past it the oldest are
 // forgotten (their stale logs in Redis lapse with LiveTTL).
 const maxUnpublished = 10_000
 
-// apartState is what fleetLog knows of a completion logged here only.
+// apartState is what PairLog knows of a completion logged here only.
 type apartState struct {
 	retry  time.Time // when to try to publish it again
 	orphan bool      // another replica was granted its lease meanwhile: never again
@@ -152,10 +68,13 @@ type apartState struct {
 // to publish its log again while it runs.
 const reshareEvery = time.Second
 
-func newFleetLog(mem *memLog, rl *RedisEventLog, watch *redisWatch, log *slog.Logger, local metric.Int64Counter) *fleetLog {
-	f := &fleetLog{mem: mem, redis: rl, watch: watch, log: log, local: local, now: time.Now,
+// NewPairLog returns the log of a replica with Redis: mem and rl
+// together, rl's writes skipped while watch says Redis is down; local
+// counts the completions logged here only (RedisInstruments).
+func NewPairLog(mem *MemLog, rl *RedisLog, watch *Health, log *slog.Logger, local metric.Int64Counter) *PairLog {
+	f := &PairLog{mem: mem, redis: rl, watch: watch, log: log, local: local, now: time.Now,
 		shared: map[string]bool{}, apart: map[string]*apartState{}, unpublished: map[string]string{}}
-	watch.watch(func(up bool) {
+	watch.Watch(func(up bool) {
 		if up {
 			f.publishEnded()
 		}
@@ -165,7 +84,7 @@ func newFleetLog(mem *memLog, rl *RedisEventLog, watch *redisWatch, log *slog.Lo
 
 // publishEnded publishes the completions that ended apart while Redis was
 // away. It runs on the watch's goroutine when Redis answers again.
-func (f *fleetLog) publishEnded() {
+func (f *PairLog) publishEnded() {
 	f.mu.Lock()
 	pending := f.unpublished
 	f.unpublished = map[string]string{}
@@ -192,12 +111,12 @@ func (f *fleetLog) publishEnded() {
 	}
 }
 
-// Open implements EventLog.
-func (f *fleetLog) Open(id string, meta LogMeta) error {
+// Open implements Log.
+func (f *PairLog) Open(id string, meta Meta) error {
 	if err := f.mem.Open(id, meta); err != nil {
 		return err
 	}
-	if !f.watch.up.Load() {
+	if !f.watch.Up() {
 		f.setApart(id, "redis unreachable", nil)
 		return nil
 	}
@@ -214,14 +133,14 @@ func (f *fleetLog) Open(id string, meta LogMeta) error {
 	return nil
 }
 
-// Append implements EventLog.
-func (f *fleetLog) Append(id string, ev *completionv1.CompletionEvent) {
+// Append implements Log.
+func (f *PairLog) Append(id string, ev *completionv1.CompletionEvent) {
 	f.mem.Append(id, ev)
 	f.share(id, ev, nil, false)
 }
 
-// End implements EventLog.
-func (f *fleetLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+// End implements Log.
+func (f *PairLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
 	f.mem.End(id, result, status)
 	f.share(id, result, status, true)
 }
@@ -230,7 +149,7 @@ func (f *fleetLog) End(id string, result *completionv1.CompletionEvent, status [
 // memory when that fails; a completion apart is published again when the
 // time comes. The events of one completion come from one goroutine, its
 // driver's, so that share never races with itself for an id.
-func (f *fleetLog) share(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
+func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
 	f.mu.Lock()
 	shared, apart := f.shared[id], f.apart[id]
 	if end {
@@ -241,7 +160,7 @@ func (f *fleetLog) share(id string, ev *completionv1.CompletionEvent, status []b
 	f.mu.Unlock()
 	if apart != nil {
 		switch {
-		case try && f.watch.up.Load():
+		case try && f.watch.Up():
 			f.reshare(id, apart, end)
 		case end && !apart.orphan:
 			f.keepUnpublished(id)
@@ -264,7 +183,7 @@ func (f *fleetLog) share(id string, ev *completionv1.CompletionEvent, status []b
 
 // reshare publishes again the log of id, apart until now; ended is
 // whether it just ended (it is off the maps already).
-func (f *fleetLog) reshare(id string, apart *apartState, ended bool) {
+func (f *PairLog) reshare(id string, apart *apartState, ended bool) {
 	c, ok := f.mem.copyOf(id)
 	if !ok {
 		return
@@ -289,14 +208,14 @@ func (f *fleetLog) reshare(id string, apart *apartState, ended bool) {
 		f.log.Warn("redis: another replica took the completion over while it ran here alone: this replica finishes it for its own callers and never shares it",
 			"completion_id", id)
 	default:
-		if ended && errors.Is(err, errLogUnavailable) {
+		if ended && errors.Is(err, ErrUnavailable) {
 			f.keepUnpublished(id)
 		} else if ended {
 			// What Redis kept of it stops short and would never end: other
 			// replicas are better told NOT_FOUND than left following it.
 			_ = f.redis.dropUnlessFenced(id)
 		}
-		if errors.Is(err, errLogUnavailable) {
+		if errors.Is(err, ErrUnavailable) {
 			f.watch.set(false, err)
 		}
 	}
@@ -304,7 +223,7 @@ func (f *fleetLog) reshare(id string, apart *apartState, ended bool) {
 
 // keepUnpublished remembers that id ended apart while Redis did not
 // answer, with its fence, for publishEnded.
-func (f *fleetLog) keepUnpublished(id string) {
+func (f *PairLog) keepUnpublished(id string) {
 	fence, _ := f.redis.fences.Load(id)
 	v, _ := fence.(string)
 	f.mu.Lock()
@@ -318,24 +237,24 @@ func (f *fleetLog) keepUnpublished(id string) {
 	f.unpublished[id] = v
 }
 
-// KeptHere implements EventLog.
-func (f *fleetLog) KeptHere(id string) bool {
+// KeptHere implements Log.
+func (f *PairLog) KeptHere(id string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.apart[id] != nil
 }
 
-// Fenced implements EventLog: the Redis writes check a lease.
-func (f *fleetLog) Fenced() bool { return true }
+// Fenced implements Log: the Redis writes check a lease.
+func (f *PairLog) Fenced() bool { return true }
 
-// Fence implements EventLog: the Redis writes of id check its lease.
-func (f *fleetLog) Fence(id string, l Lease) { f.redis.Fence(id, l) }
+// Fence implements Log: the Redis writes of id check its lease.
+func (f *PairLog) Fence(id string, l Lease) { f.redis.Fence(id, l) }
 
-// Unfence implements EventLog. A completion whose run is over while its
+// Unfence implements Log. A completion whose run is over while its
 // log in memory is still live was fenced (this replica lost its lease
 // and wrote nothing more): its copy here is dropped, so that the readers
 // on this replica read the log of the replica that took it over, in Redis.
-func (f *fleetLog) Unfence(id string) {
+func (f *PairLog) Unfence(id string) {
 	f.redis.Unfence(id)
 	if f.mem.forgetLive(id) {
 		f.mu.Lock()
@@ -349,7 +268,7 @@ func (f *fleetLog) Unfence(id string) {
 // holds now. Nothing more of id is written here (the owner's renewal
 // finds the lease lost and stops the completion), and this replica's
 // readers read the new owner's log in Redis.
-func (f *fleetLog) fencedOut(id string) {
+func (f *PairLog) fencedOut(id string) {
 	f.mu.Lock()
 	delete(f.shared, id)
 	f.mu.Unlock()
@@ -357,14 +276,14 @@ func (f *fleetLog) fencedOut(id string) {
 	f.log.Warn("redis: a write refused, the completion's lease is another replica's: this replica stops writing it", "completion_id", id)
 }
 
-// Adopt implements EventLog: it starts logging here completion id, which
+// Adopt implements Log: it starts logging here completion id, which
 // this replica takes over:
 // its log in Redis goes on (shared), and this replica's memory gets a copy
 // of what Redis kept (meta, evs and the checkpoint ck of seq ckSeq, read
 // for the rebuild), so that its readers read it here first as for the
 // completions it started, and so that the log stays whole if Redis fails
 // from now on.
-func (f *fleetLog) Adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte) {
+func (f *PairLog) Adopt(id string, meta Meta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte) {
 	f.mem.forgetLive(id) // a stale copy: this replica owned it before
 	if err := f.mem.Open(id, meta); err == nil {
 		for _, ev := range evs {
@@ -381,15 +300,15 @@ func (f *fleetLog) Adopt(id string, meta LogMeta, evs []*completionv1.Completion
 }
 
 // degrade takes id off Redis until it is published again.
-func (f *fleetLog) degrade(id string, err error) {
-	if errors.Is(err, errLogUnavailable) {
+func (f *PairLog) degrade(id string, err error) {
+	if errors.Is(err, ErrUnavailable) {
 		f.watch.set(false, err)
 	}
 	f.setApart(id, "redis failed", err)
 }
 
 // setApart logs id in memory only, until it is published again.
-func (f *fleetLog) setApart(id, why string, err error) {
+func (f *PairLog) setApart(id, why string, err error) {
 	f.mu.Lock()
 	delete(f.shared, id)
 	f.apart[id] = &apartState{retry: f.now().Add(reshareEvery)}
@@ -403,25 +322,25 @@ func (f *fleetLog) setApart(id, why string, err error) {
 	f.local.Add(context.Background(), 1)
 }
 
-// Read implements EventLog.
-func (f *fleetLog) Read(id string, after uint64) (LogPage, error) {
+// Read implements Log.
+func (f *PairLog) Read(id string, after uint64) (Page, error) {
 	p, err := f.mem.Read(id, after)
-	if !errors.Is(err, errLogNotFound) {
+	if !errors.Is(err, ErrNotFound) {
 		return p, err
 	}
 	return f.redis.Read(id, after)
 }
 
-// Expire implements EventLog.
-func (f *fleetLog) Expire(now time.Time) {
+// Expire implements Log.
+func (f *PairLog) Expire(now time.Time) {
 	f.mem.Expire(now)
 	f.redis.Expire(now)
 }
 
-// redisInstruments registers the Redis metrics on mp: the gauge
+// RedisInstruments registers the Redis metrics on mp: the gauge
 // completiond.redis.degraded (1 while Redis does not answer) and the
 // counter completiond.redis.local_only, which it returns.
-func redisInstruments(mp metric.MeterProvider, up func() bool) metric.Int64Counter {
+func RedisInstruments(mp metric.MeterProvider, up func() bool) metric.Int64Counter {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}

@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 const (
 	// redisLogsLive is a sorted set of the live logs' ids, scored by the
 	// time (Unix ms) their log lapses unless an event comes: a replica that
-	// died leaves no live log behind for longer than RedisEventLog.LiveTTL.
+	// died leaves no live log behind for longer than RedisLog.LiveTTL.
 	redisLogsLive = "completiond:logs:live"
 	// redisLogsEnded is a sorted set of the ended logs' ids, scored by the
 	// time (Unix ms) they ended, times 1000, plus a counter of the ends
@@ -44,7 +44,7 @@ const (
 // after a seq.
 func redisLogKey(id string) string { return "completiond:log:{" + id + "}" }
 
-// redisMetaKey is the hash of completion id's log: m (the encoded LogMeta),
+// redisMetaKey is the hash of completion id's log: m (the encoded Meta),
 // and once ended, ended (Unix ms) and status (a google.rpc.Status).
 func redisMetaKey(id string) string { return "completiond:meta:{" + id + "}" }
 
@@ -169,7 +169,7 @@ return 'ok'
 
 // redisReshareScript prepares the log of a completion that ran on logged
 // in its replica's memory only for a while, for the replica to append
-// what Redis lacks (RedisEventLog.reshare). KEYS[1..4] redisLogKeys,
+// what Redis lacks (RedisLog.reshare). KEYS[1..4] redisLogKeys,
 // KEYS[5] its meta, KEYS[6] its stream, KEYS[7] its LeaseKey, KEYS[8] the
 // lease's token counter; ARGV: id, encoded meta, now (ms), retention
 // (ms), max completions, live TTL (ms), the writer's lease value (empty:
@@ -208,10 +208,10 @@ return 'ok ' .. string.match(last[1], '%d+$')
 // granted it since the writer's.
 var errLogFenced = errors.New("the completion's lease is another replica's")
 
-// errLogUnavailable wraps the errors of a Redis that does not answer.
-var errLogUnavailable = errors.New("event log unavailable")
+// ErrUnavailable wraps the errors of a Redis that does not answer.
+var ErrUnavailable = errors.New("event log unavailable")
 
-// DefaultRedisLiveTTL is RedisEventLog.LiveTTL when unset.
+// DefaultRedisLiveTTL is RedisLog.LiveTTL when unset.
 const DefaultRedisLiveTTL = time.Hour
 
 // DefaultRedisOpTimeout bounds each command of the Redis event log.
@@ -222,7 +222,7 @@ const DefaultRedisOpTimeout = time.Second
 // or a log dropped by its TTL rather than by a script, is seen by then.
 const redisWakeAll = 5 * time.Second
 
-// RedisEventLog is the EventLog in Redis, shared by every replica: one
+// RedisLog is the Log in Redis, shared by every replica: one
 // Redis Stream per completion (completiond:log:{id}, entry 0-N for seq N),
 // its meta in a hash (completiond:meta:{id}), and the bounds of
 // EventLogLimits over the whole Redis (the completions and bytes kept,
@@ -245,7 +245,7 @@ const redisWakeAll = 5 * time.Second
 //
 // The scripts use keys they do not declare: a standalone Redis, or one
 // behind Sentinel, not Redis Cluster.
-type RedisEventLog struct {
+type RedisLog struct {
 	rdb    redis.UniversalClient
 	limits config.EventLogLimits
 	now    func() time.Time
@@ -266,16 +266,16 @@ type RedisEventLog struct {
 	closed chan struct{}
 }
 
-// NewRedisEventLog returns the EventLog in rdb with limits (zero fields
+// NewRedisLog returns the Log in rdb with limits (zero fields
 // take their defaults) reading the time from now (nil: time.Now). It
 // subscribes to the change notices at once; Close ends that.
-func NewRedisEventLog(rdb redis.UniversalClient, limits config.EventLogLimits, now func() time.Time) *RedisEventLog {
+func NewRedisLog(rdb redis.UniversalClient, limits config.EventLogLimits, now func() time.Time) *RedisLog {
 	limits.FillDefaults()
 	if now == nil {
 		now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &RedisEventLog{rdb: rdb, limits: limits, now: now, LiveTTL: DefaultRedisLiveTTL, OpTimeout: DefaultRedisOpTimeout,
+	l := &RedisLog{rdb: rdb, limits: limits, now: now, LiveTTL: DefaultRedisLiveTTL, OpTimeout: DefaultRedisOpTimeout,
 		wake: newWakeRegistry(), stop: cancel, closed: make(chan struct{})}
 	ps := rdb.Subscribe(ctx, redisLogChanged)
 	// The first confirmation is awaited here (within OpTimeout), so that a
@@ -289,7 +289,7 @@ func NewRedisEventLog(rdb redis.UniversalClient, limits config.EventLogLimits, n
 }
 
 // Close stops following the change notices and wakes every follower.
-func (l *RedisEventLog) Close() {
+func (l *RedisLog) Close() {
 	l.stop()
 	_ = l.ps.Close() // ends a Receive under way
 	<-l.closed
@@ -297,7 +297,7 @@ func (l *RedisEventLog) Close() {
 
 // listen closes the More of every log whose notice arrives, and all of
 // them on each (re)subscription and every redisWakeAll.
-func (l *RedisEventLog) listen(ctx context.Context, ps *redis.PubSub) {
+func (l *RedisLog) listen(ctx context.Context, ps *redis.PubSub) {
 	defer close(l.closed)
 	defer l.wake.all(2 * redisWakeAll)
 	defer ps.Close()
@@ -334,7 +334,7 @@ func (l *RedisEventLog) listen(ctx context.Context, ps *redis.PubSub) {
 // testHookRedisReceive, when set, sees each Receive of the listener.
 var testHookRedisReceive func(any, error)
 
-func (l *RedisEventLog) ctx() (context.Context, context.CancelFunc) {
+func (l *RedisLog) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), l.OpTimeout)
 }
 
@@ -342,11 +342,11 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 
 var redisLogKeys = []string{redisLogsLive, redisLogsEnded, redisLogSizes, redisLogBytes}
 
-// Open implements EventLog.
-func (l *RedisEventLog) Open(id string, meta LogMeta) error { return l.open(id, meta) }
+// Open implements Log.
+func (l *RedisLog) Open(id string, meta Meta) error { return l.open(id, meta) }
 
 // open is Open, with errLogFull or the error of a Redis that did not answer.
-func (l *RedisEventLog) open(id string, meta LogMeta) error {
+func (l *RedisLog) open(id string, meta Meta) error {
 	m, err := encodeLogMeta(meta)
 	if err != nil {
 		return err
@@ -357,7 +357,7 @@ func (l *RedisEventLog) open(id string, meta LogMeta) error {
 	res, err := redisOpenScript.Run(ctx, l.rdb, keys, id, m, ms(l.now()), l.limits.Retention.Milliseconds(),
 		l.limits.MaxCompletions, l.LiveTTL.Milliseconds()).Text()
 	if err != nil {
-		return fmt.Errorf("%w: %w", errLogUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if res == "full" {
 		return errLogFull
@@ -365,40 +365,40 @@ func (l *RedisEventLog) open(id string, meta LogMeta) error {
 	return nil
 }
 
-// Append implements EventLog.
-func (l *RedisEventLog) Append(id string, ev *completionv1.CompletionEvent) {
+// Append implements Log.
+func (l *RedisLog) Append(id string, ev *completionv1.CompletionEvent) {
 	_, _ = l.add(id, ev, nil, false)
 }
 
-// End implements EventLog.
-func (l *RedisEventLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+// End implements Log.
+func (l *RedisLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
 	_, _ = l.add(id, result, status, true)
 }
 
-// Fenced implements EventLog: Redis checks a lease with each write.
-func (l *RedisEventLog) Fenced() bool { return true }
+// Fenced implements Log: Redis checks a lease with each write.
+func (l *RedisLog) Fenced() bool { return true }
 
-// Fence implements EventLog: from now on, the writes of id happen only
+// Fence implements Log: from now on, the writes of id happen only
 // while l is its lease, checked by the append script atomically with each
 // write (it starts with LeaseCheckLua: KEYS[1] = LeaseKey(id), ARGV[1] =
 // the lease's Value); a write refused is dropped (add answers fenced).
-func (l *RedisEventLog) Fence(id string, lease Lease) { l.fences.Store(id, lease.Value()) }
+func (l *RedisLog) Fence(id string, lease Lease) { l.fences.Store(id, lease.Value()) }
 
-// Unfence implements EventLog.
-func (l *RedisEventLog) Unfence(id string) { l.fences.Delete(id) }
+// Unfence implements Log.
+func (l *RedisLog) Unfence(id string) { l.fences.Delete(id) }
 
-// KeptHere implements EventLog: nothing is kept apart from Redis.
-func (l *RedisEventLog) KeptHere(string) bool { return false }
+// KeptHere implements Log: nothing is kept apart from Redis.
+func (l *RedisLog) KeptHere(string) bool { return false }
 
-// Adopt implements EventLog: a completion taken over is logged in Redis
+// Adopt implements Log: a completion taken over is logged in Redis
 // already.
-func (l *RedisEventLog) Adopt(string, LogMeta, []*completionv1.CompletionEvent, uint64, []byte) {}
+func (l *RedisLog) Adopt(string, Meta, []*completionv1.CompletionEvent, uint64, []byte) {}
 
 // add appends ev to the log of id, and with end ends it with status. It
 // answers what the script did (ok, missing, ended, order, or fenced when
 // id is fenced and its lease is no longer the writer's) or the error of a
 // Redis that did not answer.
-func (l *RedisEventLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) (string, error) {
+func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) (string, error) {
 	b, err := proto.Marshal(ev)
 	if err != nil {
 		return "", err // cannot happen: the service builds every event
@@ -414,13 +414,13 @@ func (l *RedisEventLog) add(id string, ev *completionv1.CompletionEvent, status 
 // runFenced runs a log script that may be fenced by a lease: it answers
 // what the script answered, fenced when the lease refused the write, or
 // the error of a Redis that did not answer.
-func (l *RedisEventLog) runFenced(ctx context.Context, script *redis.Script, keys []string, args []any) (string, error) {
+func (l *RedisLog) runFenced(ctx context.Context, script *redis.Script, keys []string, args []any) (string, error) {
 	res, err := script.Run(ctx, l.rdb, keys, args...).Text()
 	if err != nil && strings.HasPrefix(err.Error(), "FENCED") {
 		return "fenced", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", errLogUnavailable, err)
+		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return res, nil
 }
@@ -428,7 +428,7 @@ func (l *RedisEventLog) runFenced(ctx context.Context, script *redis.Script, key
 // appendCall is the script, keys and arguments that append the encoded
 // event b of seq to the log of id, and with end end it with status;
 // fenced by the lease value fence unless it is empty.
-func (l *RedisEventLog) appendCall(id string, seq uint64, b, status []byte, end bool, fence string) (*redis.Script, []string, []any) {
+func (l *RedisLog) appendCall(id string, seq uint64, b, status []byte, end bool, fence string) (*redis.Script, []string, []any) {
 	fin := "0"
 	if end {
 		fin = "1"
@@ -442,9 +442,9 @@ func (l *RedisEventLog) appendCall(id string, seq uint64, b, status []byte, end 
 	return redisFencedAppendScript, append([]string{LeaseKey(id)}, keys...), append([]any{fence}, args...)
 }
 
-// Read implements EventLog: the meta, the page and the first and last
+// Read implements Log: the meta, the page and the first and last
 // entries kept are read in one MULTI, so that they agree.
-func (l *RedisEventLog) Read(id string, after uint64) (LogPage, error) {
+func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	var meta *redis.SliceCmd
@@ -457,21 +457,21 @@ func (l *RedisEventLog) Read(id string, after uint64) (LogPage, error) {
 		return nil
 	})
 	if err != nil {
-		return LogPage{}, fmt.Errorf("%w: %w", errLogUnavailable, err)
+		return Page{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	f := meta.Val()
 	m, ok := f[0].(string)
 	if !ok {
-		return LogPage{}, errLogNotFound
+		return Page{}, ErrNotFound
 	}
-	var p LogPage
+	var p Page
 	if p.Meta, err = decodeLogMeta(m); err != nil {
-		return LogPage{}, err
+		return Page{}, err
 	}
 	if e, ok := f[1].(string); ok {
 		ended, _ := strconv.ParseInt(e, 10, 64)
 		if l.now().Sub(time.UnixMilli(ended)) >= l.limits.Retention {
-			return LogPage{}, errLogNotFound // expired; the next script drops it
+			return Page{}, ErrNotFound // expired; the next script drops it
 		}
 		p.Ended = true
 		if s, ok := f[2].(string); ok && s != "" {
@@ -483,7 +483,7 @@ func (l *RedisEventLog) Read(id string, after uint64) (LogPage, error) {
 		lo, hi = entrySeq(first.Val()[0].ID), entrySeq(last.Val()[0].ID)
 	}
 	if after+1 < lo || after > hi {
-		return LogPage{}, &logRangeError{first: lo}
+		return Page{}, &RangeError{First: lo}
 	}
 	msgs := page.Val()
 	// A notice above hi that came before wait is kept by the registry, so
@@ -497,7 +497,7 @@ func (l *RedisEventLog) Read(id string, after uint64) (LogPage, error) {
 		s, _ := msg.Values["e"].(string)
 		p.Events[i] = &completionv1.CompletionEvent{}
 		if err := proto.Unmarshal([]byte(s), p.Events[i]); err != nil {
-			return LogPage{}, fmt.Errorf("event %s of %s: %w", msg.ID, id, err)
+			return Page{}, fmt.Errorf("event %s of %s: %w", msg.ID, id, err)
 		}
 	}
 	return p, nil
@@ -508,10 +508,10 @@ func (l *RedisEventLog) Read(id string, after uint64) (LogPage, error) {
 // from c, its copy: Redis gets the events it lacks, after the last it
 // kept (those it kept are the same events: the writer is the same, and
 // the fence below refuses it when another replica wrote since), and the
-// end. A fenced id is refused (errLogFenced) once another replica was
+// End. A fenced id is refused (errLogFenced) once another replica was
 // granted its lease; its lease is taken again if it lapsed. The appends
 // are pipelined, in batches.
-func (l *RedisEventLog) reshare(id string, c logCopy) error {
+func (l *RedisLog) reshare(id string, c logCopy) error {
 	fence, _ := l.fences.Load(id)
 	v, _ := fence.(string)
 	return l.reshareFenced(id, c, v)
@@ -519,7 +519,7 @@ func (l *RedisEventLog) reshare(id string, c logCopy) error {
 
 // reshareFenced is reshare with the writer's lease value given (empty:
 // not fenced), for a completion whose run is over (its fence is gone).
-func (l *RedisEventLog) reshareFenced(id string, c logCopy, fence string) error {
+func (l *RedisLog) reshareFenced(id string, c logCopy, fence string) error {
 	meta := c.meta
 	if c.ended {
 		meta.Request = nil // an ended completion is never taken over
@@ -538,7 +538,7 @@ func (l *RedisEventLog) reshareFenced(id string, c logCopy, fence string) error 
 	res, err := redisReshareScript.Run(ctx, l.rdb, keys, id, m, ms(l.now()), l.limits.Retention.Milliseconds(),
 		l.limits.MaxCompletions, l.LiveTTL.Milliseconds(), fence, token, l.leaseTTL().Milliseconds(), leaseTokenTTL.Milliseconds()).Text()
 	if err != nil {
-		return fmt.Errorf("%w: %w", errLogUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	var kept uint64
 	switch {
@@ -561,10 +561,10 @@ func (l *RedisEventLog) reshareFenced(id string, c logCopy, fence string) error 
 const redisReshareBatch = 128
 
 // appendAll appends the events of c after seq kept, pipelined.
-func (l *RedisEventLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence string) error {
+func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence string) error {
 	script, _, _ := l.appendCall(id, 0, nil, nil, false, fence)
 	if err := script.Load(ctx, l.rdb).Err(); err != nil {
-		return fmt.Errorf("%w: %w", errLogUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	for i := 0; i < len(c.events); {
 		pipe := l.rdb.Pipeline()
@@ -591,9 +591,9 @@ func (l *RedisEventLog) appendAll(ctx context.Context, id string, c logCopy, kep
 			case err != nil && strings.HasPrefix(err.Error(), "FENCED"):
 				return errLogFenced
 			case err != nil:
-				return fmt.Errorf("%w: %w", errLogUnavailable, err)
+				return fmt.Errorf("%w: %w", ErrUnavailable, err)
 			case res == "missing" || res == "ended":
-				return fmt.Errorf("%w: the log went while it was published again (%s)", errLogUnavailable, res)
+				return fmt.Errorf("%w: the log went while it was published again (%s)", ErrUnavailable, res)
 			}
 		}
 	}
@@ -601,7 +601,7 @@ func (l *RedisEventLog) appendAll(ctx context.Context, id string, c logCopy, kep
 }
 
 // leaseTTL is LeaseTTL, or DefaultLeaseTTL when unset.
-func (l *RedisEventLog) leaseTTL() time.Duration {
+func (l *RedisLog) leaseTTL() time.Duration {
 	if l.LeaseTTL > 0 {
 		return l.LeaseTTL
 	}
@@ -616,7 +616,7 @@ func entrySeq(entry string) uint64 {
 }
 
 // drop removes the log of id from Redis.
-func (l *RedisEventLog) drop(id string) error {
+func (l *RedisLog) drop(id string) error {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	return redisDropScript.Run(ctx, l.rdb, redisLogKeys, id).Err()
@@ -634,7 +634,7 @@ return 'ok'
 
 // dropUnlessFenced removes the log of id from Redis, unless id is fenced
 // and another replica holds its lease.
-func (l *RedisEventLog) dropUnlessFenced(id string) error {
+func (l *RedisLog) dropUnlessFenced(id string) error {
 	v, ok := l.fences.Load(id)
 	if !ok {
 		return l.drop(id)
@@ -645,21 +645,21 @@ func (l *RedisEventLog) dropUnlessFenced(id string) error {
 	return redisFencedDropScript.Run(ctx, l.rdb, keys, id, v).Err()
 }
 
-// Expire implements EventLog: it drops what the bounds of the time now
+// Expire implements Log: it drops what the bounds of the time now
 // no longer keep (each Open and Append does as well).
-func (l *RedisEventLog) Expire(now time.Time) { _ = l.expire(now) }
+func (l *RedisLog) Expire(now time.Time) { _ = l.expire(now) }
 
-func (l *RedisEventLog) expire(now time.Time) error {
+func (l *RedisLog) expire(now time.Time) error {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	return redisExpireScript.Run(ctx, l.rdb, redisLogKeys, ms(now), l.limits.Retention.Milliseconds()).Err()
 }
 
-// encodeLogMeta is the blob a shared log keeps of a LogMeta: its JSON, so
-// that a field added to LogMeta travels without a change here. A field
+// encodeLogMeta is the blob a shared log keeps of a Meta: its JSON, so
+// that a field added to Meta travels without a change here. A field
 // that encoding/json cannot read back (a proto message with a oneof)
 // needs a type with MarshalJSON and UnmarshalJSON (protojson).
-func encodeLogMeta(m LogMeta) (string, error) {
+func encodeLogMeta(m Meta) (string, error) {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return "", fmt.Errorf("encode log meta: %w", err)
@@ -667,8 +667,8 @@ func encodeLogMeta(m LogMeta) (string, error) {
 	return string(b), nil
 }
 
-func decodeLogMeta(s string) (LogMeta, error) {
-	var m LogMeta
+func decodeLogMeta(s string) (Meta, error) {
+	var m Meta
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
 		return m, fmt.Errorf("decode log meta: %w", err)
 	}

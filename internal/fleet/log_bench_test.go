@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"testing"
@@ -11,8 +11,8 @@ import (
 // BenchmarkEventLogAppend is the in-memory log's cost per text delta
 // appended to a live completion that nobody follows.
 func BenchmarkEventLogAppend(b *testing.B) {
-	l := newMemLog(config.EventLogLimits{MaxCompletions: 1, MaxEvents: 1 << 20, MaxBytes: 1 << 40}, time.Now)
-	_ = l.Open("cmpl_bench", LogMeta{Owner: "bench"})
+	l := NewMemLog(config.EventLogLimits{MaxCompletions: 1, MaxEvents: 1 << 20, MaxBytes: 1 << 40}, time.Now)
+	_ = l.Open("cmpl_bench", Meta{Owner: "bench"})
 	ev := &completionv1.CompletionEvent{Seq: 1, Attempt: 1, Turn: 1,
 		Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: completionv1.DeltaKind_DELTA_KIND_TEXT, Text: " token"}}}
 	b.ReportAllocs()

@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 // in the log's size and go with it at the end.
 func TestCheckpointLogs(t *testing.T) {
 	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
-	rl := NewRedisEventLog(rdb, config.EventLogLimits{}, nil)
+	rl := NewRedisLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(rl.Close)
-	for name, l := range map[string]EventLog{"memory": newMemLog(config.EventLogLimits{}, time.Now), "redis": rl} {
+	for name, l := range map[string]Log{"memory": NewMemLog(config.EventLogLimits{}, time.Now), "redis": rl} {
 		t.Run(name, func(t *testing.T) {
 			cl := l
 			id := "ck-" + name

@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func logEvent(seq uint64, result bool) *completionv1.CompletionEvent {
 
 // appendRun appends events 1..n to id, the last being the result, which
 // ends the log, when ended.
-func appendRun(l EventLog, id string, n int, ended bool) {
+func appendRun(l Log, id string, n int, ended bool) {
 	for i := 1; i <= n; i++ {
 		if ended && i == n {
 			l.End(id, logEvent(uint64(i), true), nil)
@@ -38,17 +38,17 @@ func appendRun(l EventLog, id string, n int, ended bool) {
 }
 
 // open opens the log of id owned by owner, failing the test if it cannot.
-func open(t *testing.T, l EventLog, id, owner string) {
+func open(t *testing.T, l Log, id, owner string) {
 	t.Helper()
-	if err := l.Open(id, LogMeta{Owner: owner}); err != nil {
+	if err := l.Open(id, Meta{Owner: owner}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// logImpl is one implementation of EventLog under the contract tests.
+// logImpl is one implementation of Log under the contract tests.
 type logImpl struct {
 	name string
-	new  func(t *testing.T, limits config.EventLogLimits, now func() time.Time) EventLog
+	new  func(t *testing.T, limits config.EventLogLimits, now func() time.Time) Log
 }
 
 // logImpls are the implementations every contract test runs against: the
@@ -57,10 +57,10 @@ type logImpl struct {
 func logImpls(t *testing.T) []logImpl {
 	var addr string
 	return []logImpl{
-		{"memory", func(_ *testing.T, limits config.EventLogLimits, now func() time.Time) EventLog {
-			return newMemLog(limits, now)
+		{"memory", func(_ *testing.T, limits config.EventLogLimits, now func() time.Time) Log {
+			return NewMemLog(limits, now)
 		}},
-		{"redis", func(t *testing.T, limits config.EventLogLimits, now func() time.Time) EventLog {
+		{"redis", func(t *testing.T, limits config.EventLogLimits, now func() time.Time) Log {
 			if addr == "" {
 				addr = redistest.Start(t)
 			}
@@ -68,7 +68,7 @@ func logImpls(t *testing.T) []logImpl {
 			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			l := NewRedisEventLog(rdb, limits, now)
+			l := NewRedisLog(rdb, limits, now)
 			t.Cleanup(l.Close)
 			return l
 		}},
@@ -76,10 +76,10 @@ func logImpls(t *testing.T) []logImpl {
 }
 
 // forEachLog runs f as a subtest per implementation.
-func forEachLog(t *testing.T, f func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog)) {
+func forEachLog(t *testing.T, f func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) Log)) {
 	for _, impl := range logImpls(t) {
 		t.Run(impl.name, func(t *testing.T) {
-			f(t, func(limits config.EventLogLimits, now func() time.Time) EventLog { return impl.new(t, limits, now) })
+			f(t, func(limits config.EventLogLimits, now func() time.Time) Log { return impl.new(t, limits, now) })
 		})
 	}
 }
@@ -88,7 +88,7 @@ func TestEventLogRead(t *testing.T) {
 	forEachLog(t, testEventLogRead)
 }
 
-func testEventLogRead(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog) {
+func testEventLogRead(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) Log) {
 	clk := &clock{t: time.Unix(0, 0)}
 	l := newLog(config.EventLogLimits{}, clk.now)
 	open(t, l, "live", "k1")
@@ -107,11 +107,11 @@ func testEventLogRead(t *testing.T, newLog func(config.EventLogLimits, func() ti
 		{name: "from the start", id: "live", after: 0, want: []uint64{1, 2, 3}, wantOwner: "k1"},
 		{name: "after some", id: "live", after: 2, want: []uint64{3}, wantOwner: "k1"},
 		{name: "caught up live", id: "live", after: 3, wantOwner: "k1"},
-		{name: "beyond live", id: "live", after: 4, err: errLogOutOfRange},
+		{name: "beyond live", id: "live", after: 4, err: ErrOutOfRange},
 		{name: "ended", id: "done", after: 1, want: []uint64{2, 3, 4}, ended: true},
 		{name: "ended caught up", id: "done", after: 4, ended: true},
-		{name: "beyond ended", id: "done", after: 5, err: errLogOutOfRange},
-		{name: "unknown", id: "nope", err: errLogNotFound},
+		{name: "beyond ended", id: "done", after: 5, err: ErrOutOfRange},
+		{name: "unknown", id: "nope", err: ErrNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,12 +130,12 @@ func testEventLogRead(t *testing.T, newLog func(config.EventLogLimits, func() ti
 }
 
 func TestEventLogFollow(t *testing.T) {
-	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog) {
+	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) Log) {
 		testEventLogFollow(t, newLog(config.EventLogLimits{}, time.Now))
 	})
 }
 
-func testEventLogFollow(t *testing.T, l EventLog) {
+func testEventLogFollow(t *testing.T, l Log) {
 	open(t, l, "c", "")
 	appendRun(l, "c", 1, false)
 	p, err := l.Read("c", 1)
@@ -163,7 +163,7 @@ func TestEventLogBounds(t *testing.T) {
 	tests := []struct {
 		name     string
 		limits   config.EventLogLimits
-		run      func(l EventLog, clk *clock)
+		run      func(l Log, clk *clock)
 		present  []string
 		absent   []string
 		firstSeq map[string]uint64
@@ -171,14 +171,14 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "completions: the oldest ended goes first, never a live one",
 			limits: config.EventLogLimits{MaxCompletions: 3},
-			run: func(l EventLog, clk *clock) {
+			run: func(l Log, clk *clock) {
 				for _, id := range []string{"live", "a", "b"} {
-					_ = l.Open(id, LogMeta{})
+					_ = l.Open(id, Meta{})
 					appendRun(l, id, 2, false)
 				}
 				l.End("b", logEvent(3, true), nil) // b ends first
 				l.End("a", logEvent(3, true), nil)
-				_ = l.Open("c", LogMeta{})
+				_ = l.Open("c", Meta{})
 			},
 			present: []string{"live", "a", "c"},
 			absent:  []string{"b"},
@@ -186,9 +186,9 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "completions: all live, the new one is not logged",
 			limits: config.EventLogLimits{MaxCompletions: 2},
-			run: func(l EventLog, clk *clock) {
+			run: func(l Log, clk *clock) {
 				for _, id := range []string{"x", "y", "z"} {
-					_ = l.Open(id, LogMeta{})
+					_ = l.Open(id, Meta{})
 					appendRun(l, id, 1, false)
 				}
 			},
@@ -198,8 +198,8 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "events per completion: the oldest are dropped",
 			limits: config.EventLogLimits{MaxEvents: 3},
-			run: func(l EventLog, clk *clock) {
-				_ = l.Open("c", LogMeta{})
+			run: func(l Log, clk *clock) {
+				_ = l.Open("c", Meta{})
 				appendRun(l, "c", 5, false)
 			},
 			present:  []string{"c"},
@@ -208,10 +208,10 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "bytes: ended logs evicted before a live log is trimmed",
 			limits: config.EventLogLimits{MaxBytes: 30},
-			run: func(l EventLog, clk *clock) {
-				_ = l.Open("old", LogMeta{})
+			run: func(l Log, clk *clock) {
+				_ = l.Open("old", Meta{})
 				appendRun(l, "old", 3, true)
-				_ = l.Open("live", LogMeta{})
+				_ = l.Open("live", Meta{})
 				appendRun(l, "live", 4, false)
 			},
 			present: []string{"live"},
@@ -220,10 +220,10 @@ func TestEventLogBounds(t *testing.T) {
 		{
 			name:   "retention: ended logs expire, live ones stay",
 			limits: config.EventLogLimits{Retention: time.Minute},
-			run: func(l EventLog, clk *clock) {
+			run: func(l Log, clk *clock) {
 				open(t, l, "done", "")
 				appendRun(l, "done", 2, true)
-				_ = l.Open("live", LogMeta{})
+				_ = l.Open("live", Meta{})
 				appendRun(l, "live", 2, false)
 				clk.t = clk.t.Add(time.Minute)
 				l.Expire(clk.t)
@@ -232,7 +232,7 @@ func TestEventLogBounds(t *testing.T) {
 			absent:  []string{"done"},
 		},
 	}
-	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog) {
+	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) Log) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				clk := &clock{t: time.Unix(0, 0)}
@@ -240,7 +240,7 @@ func TestEventLogBounds(t *testing.T) {
 				tt.run(l, clk)
 				for _, id := range tt.present {
 					p, err := l.Read(id, 0)
-					if errors.Is(err, errLogOutOfRange) {
+					if errors.Is(err, ErrOutOfRange) {
 						p, err = l.Read(id, tt.firstSeq[id]-1)
 					}
 					if err != nil {
@@ -252,7 +252,7 @@ func TestEventLogBounds(t *testing.T) {
 					}
 				}
 				for _, id := range tt.absent {
-					if _, err := l.Read(id, 0); !errors.Is(err, errLogNotFound) {
+					if _, err := l.Read(id, 0); !errors.Is(err, ErrNotFound) {
 						t.Errorf("%s: err = %v, want not found", id, err)
 					}
 				}
@@ -265,12 +265,12 @@ func TestEventLogBounds(t *testing.T) {
 // not reach the end has More closed already and is not Done, the last page
 // is; every page of the ended log says so, with its status.
 func TestEventLogPages(t *testing.T) {
-	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) EventLog) {
+	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) Log) {
 		testEventLogPages(t, newLog(config.EventLogLimits{}, time.Now))
 	})
 }
 
-func testEventLogPages(t *testing.T, l EventLog) {
+func testEventLogPages(t *testing.T, l Log) {
 	open(t, l, "c", "")
 	n := 2*logPageSize + 10
 	for i := 1; i < n; i++ {

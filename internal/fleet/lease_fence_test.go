@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"bytes"
@@ -20,11 +20,11 @@ import (
 func TestRedisLogFenced(t *testing.T) {
 	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
 	ctx := context.Background()
-	l := NewRedisEventLog(rdb, config.EventLogLimits{}, nil)
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(l.Close)
 	ls := NewRedisLeases(rdb, time.Minute)
 	req := []byte{0, 1, 2, 0xff, '"', '\\'}
-	if err := l.Open("c1", LogMeta{Owner: "k", Request: req, Replica: "A"}); err != nil {
+	if err := l.Open("c1", Meta{Owner: "k", Request: req, Replica: "A"}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := ls.Acquire(ctx, "c1", "A")
@@ -46,7 +46,7 @@ func TestRedisLogFenced(t *testing.T) {
 	if res, err := l.add("c1", logEvent(2, false), nil, false); res != "fenced" || err != nil {
 		t.Fatalf("the superseded owner's append: %s %v, want fenced", res, err)
 	}
-	lb := NewRedisEventLog(rdb, config.EventLogLimits{}, nil) // B's
+	lb := NewRedisLog(rdb, config.EventLogLimits{}, nil) // B's
 	t.Cleanup(lb.Close)
 	lb.Fence("c1", b)
 	if res, err := lb.add("c1", logEvent(2, false), nil, false); res != "ok" || err != nil {

@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"context"
@@ -20,7 +20,7 @@ const benchEventsPerCompletion = 41
 
 // runCompletions logs n events as completions of benchEventsPerCompletion
 // events, each opened, appended and ended, and returns the time it took.
-func runCompletions(b *testing.B, l EventLog, prefix string, n int) time.Duration {
+func runCompletions(b *testing.B, l Log, prefix string, n int) time.Duration {
 	b.Helper()
 	delta := func(seq uint64) *completionv1.CompletionEvent {
 		return &completionv1.CompletionEvent{Seq: seq, Attempt: 1, Turn: 1,
@@ -32,7 +32,7 @@ func runCompletions(b *testing.B, l EventLog, prefix string, n int) time.Duratio
 	start := time.Now()
 	for c, done := 0, 0; done < n; c++ {
 		id := prefix + strconv.Itoa(c)
-		if err := l.Open(id, LogMeta{Owner: "bench"}); err != nil {
+		if err := l.Open(id, Meta{Owner: "bench"}); err != nil {
 			b.Fatal(err)
 		}
 		for seq := uint64(1); seq < benchEventsPerCompletion && done < n; seq++ {
@@ -54,8 +54,8 @@ func runCompletions(b *testing.B, l EventLog, prefix string, n int) time.Duratio
 func BenchmarkEventLogRedisVsMemory(b *testing.B) {
 	addr := redistest.Start(b)
 	rdb := testkit.ServerRedisClient(b, addr)
-	mem := newMemLog(config.EventLogLimits{}, time.Now)
-	rl := NewRedisEventLog(rdb, config.EventLogLimits{}, time.Now)
+	mem := NewMemLog(config.EventLogLimits{}, time.Now)
+	rl := NewRedisLog(rdb, config.EventLogLimits{}, time.Now)
 	defer rl.Close()
 	b.ResetTimer()
 	memT := runCompletions(b, mem, "m", b.N)

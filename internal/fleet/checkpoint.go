@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"errors"
@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// SaveCheckpoint implements EventLog.
-func (m *memLog) SaveCheckpoint(id string, seq uint64, data []byte) {
+// SaveCheckpoint implements Log.
+func (m *MemLog) SaveCheckpoint(id string, seq uint64, data []byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if l := m.logs[id]; l != nil && l.ended.IsZero() {
@@ -18,13 +18,13 @@ func (m *memLog) SaveCheckpoint(id string, seq uint64, data []byte) {
 	}
 }
 
-// Checkpoint implements EventLog.
-func (m *memLog) Checkpoint(id string) (uint64, []byte, error) {
+// Checkpoint implements Log.
+func (m *MemLog) Checkpoint(id string) (uint64, []byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.logs[id]
 	if l == nil {
-		return 0, nil, errLogNotFound
+		return 0, nil, ErrNotFound
 	}
 	return l.ckptSeq, l.ckpt, nil
 }
@@ -52,8 +52,8 @@ redis.call('INCRBY', KEYS[4], delta)
 return 'ok'
 `
 
-// SaveCheckpoint implements EventLog; failures are saveCheckpoint's.
-func (l *RedisEventLog) SaveCheckpoint(id string, seq uint64, data []byte) {
+// SaveCheckpoint implements Log; failures are saveCheckpoint's.
+func (l *RedisLog) SaveCheckpoint(id string, seq uint64, data []byte) {
 	fence, _ := l.fences.Load(id)
 	v, _ := fence.(string)
 	_, _ = l.saveCheckpoint(id, seq, data, v)
@@ -61,7 +61,7 @@ func (l *RedisEventLog) SaveCheckpoint(id string, seq uint64, data []byte) {
 
 // saveCheckpoint saves a checkpoint of id, fenced by the lease value fence
 // unless it is empty; it answers as the script does, or fenced.
-func (l *RedisEventLog) saveCheckpoint(id string, seq uint64, data []byte, fence string) (string, error) {
+func (l *RedisLog) saveCheckpoint(id string, seq uint64, data []byte, fence string) (string, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id))
@@ -73,8 +73,8 @@ func (l *RedisEventLog) saveCheckpoint(id string, seq uint64, data []byte, fence
 	return l.runFenced(ctx, script, keys, args)
 }
 
-// Checkpoint implements EventLog.
-func (l *RedisEventLog) Checkpoint(id string) (uint64, []byte, error) {
+// Checkpoint implements Log.
+func (l *RedisLog) Checkpoint(id string) (uint64, []byte, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	v, err := l.rdb.HGet(ctx, redisMetaKey(id), "ck").Result()
@@ -82,7 +82,7 @@ func (l *RedisEventLog) Checkpoint(id string) (uint64, []byte, error) {
 		return 0, nil, nil
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", errLogUnavailable, err)
+		return 0, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	seq, data, ok := strings.Cut(v, " ")
 	n, perr := strconv.ParseUint(seq, 10, 64)
@@ -92,10 +92,10 @@ func (l *RedisEventLog) Checkpoint(id string) (uint64, []byte, error) {
 	return n, []byte(data), nil
 }
 
-// SaveCheckpoint implements EventLog: kept here, and in Redis while
+// SaveCheckpoint implements Log: kept here, and in Redis while
 // the completion is shared there (a completion apart publishes its
 // checkpoint with its events when it is shared again).
-func (f *fleetLog) SaveCheckpoint(id string, seq uint64, data []byte) {
+func (f *PairLog) SaveCheckpoint(id string, seq uint64, data []byte) {
 	f.mem.SaveCheckpoint(id, seq, data)
 	f.mu.Lock()
 	shared := f.shared[id]
@@ -115,10 +115,10 @@ func (f *fleetLog) SaveCheckpoint(id string, seq uint64, data []byte) {
 	}
 }
 
-// Checkpoint implements EventLog: this replica's copy first, as Read.
-func (f *fleetLog) Checkpoint(id string) (uint64, []byte, error) {
+// Checkpoint implements Log: this replica's copy first, as Read.
+func (f *PairLog) Checkpoint(id string) (uint64, []byte, error) {
 	seq, data, err := f.mem.Checkpoint(id)
-	if !errors.Is(err, errLogNotFound) {
+	if !errors.Is(err, ErrNotFound) {
 		return seq, data, err
 	}
 	return f.redis.Checkpoint(id)
@@ -126,7 +126,7 @@ func (f *fleetLog) Checkpoint(id string) (uint64, []byte, error) {
 
 // publishCheckpoint saves the checkpoint of the copy c of id's log in
 // Redis, fenced by fence, after a reshare published its events.
-func (l *RedisEventLog) publishCheckpoint(id string, c logCopy, fence string) error {
+func (l *RedisLog) publishCheckpoint(id string, c logCopy, fence string) error {
 	if c.ckpt == nil || c.ended {
 		return nil
 	}

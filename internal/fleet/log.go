@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"errors"
@@ -12,18 +12,18 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
-// Errors of an EventLog.
+// Errors of a Log.
 var (
-	// errLogNotFound: no log for this completion (never opened, expired or evicted).
-	errLogNotFound = errors.New("no such completion")
-	// errLogOutOfRange: after_seq is beyond the last event of an ended log,
+	// ErrNotFound: no log for this completion (never opened, expired or evicted).
+	ErrNotFound = errors.New("no such completion")
+	// ErrOutOfRange: after_seq is beyond the last event of an ended log,
 	// or before the first event the log still keeps.
-	errLogOutOfRange = errors.New("seq out of range")
+	ErrOutOfRange = errors.New("seq out of range")
 	// errLogFull: Open found no room for one more live completion.
 	errLogFull = errors.New("event log full: too many live completions")
 )
 
-// EventLog keeps the events of every completion, keyed by completion id,
+// Log keeps the events of every completion, keyed by completion id,
 // from started to the result, so that a caller may attach to a completion
 // and receive what it missed (Attach, Session resume). It is narrow so that
 // a shared store (Redis Streams) can implement it: open with what is known
@@ -35,11 +35,11 @@ var (
 // (what a status-details trailer carries), so that every reader ends with
 // the status the completion's own stream ended with, whichever process
 // serves it: empty bytes are OK.
-type EventLog interface {
+type Log interface {
 	// Open starts the log of completion id. It fails (errLogFull) when the
 	// store has no room for it: the completion then runs without a log,
 	// unless it needs one to be resumed.
-	Open(id string, meta LogMeta) error
+	Open(id string, meta Meta) error
 	// Append adds ev, already numbered and not the result, to the log of
 	// id. The events of a log are appended in seq order without a gap.
 	Append(id string, ev *completionv1.CompletionEvent)
@@ -49,7 +49,7 @@ type EventLog interface {
 	// Read returns the events of id with a seq above after: a page of them
 	// at most, whose More is closed already when more are kept. Following
 	// is reading again once the page's More channel is closed.
-	Read(id string, after uint64) (LogPage, error)
+	Read(id string, after uint64) (Page, error)
 	// Expire drops the ended logs whose retention has passed by now.
 	Expire(now time.Time)
 
@@ -85,12 +85,12 @@ type EventLog interface {
 	// over, with what the shared log kept of it (meta, evs and the
 	// checkpoint ck of seq ckSeq, read for the rebuild), so that its
 	// writes reach the shared log and its copy here is whole.
-	Adopt(id string, meta LogMeta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte)
+	Adopt(id string, meta Meta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte)
 }
 
-// LogMeta is what a log knows of its completion besides its events: what
+// Meta is what a log knows of its completion besides its events: what
 // Attach and Session resume check before they serve a caller.
-type LogMeta struct {
+type Meta struct {
 	// Owner is the name of the caller that started the completion ("" when
 	// authentication is off).
 	Owner string
@@ -107,12 +107,12 @@ type LogMeta struct {
 	Replica string
 }
 
-// LogPage is one Read of an EventLog.
-type LogPage struct {
+// Page is one Read of a Log.
+type Page struct {
 	// Events are the events after the seq asked for, in seq order.
 	Events []*completionv1.CompletionEvent
 	// Meta is what Open was given.
-	Meta LogMeta
+	Meta Meta
 	// Ended is set once the log has ended: the result is in it, last.
 	// Events reach it when Done says so.
 	Ended bool
@@ -129,7 +129,7 @@ type LogPage struct {
 // Done reports whether the page ends its log: the log has ended and the
 // page holds its last event, the result (or nothing is kept after the seq
 // read). A follower stops there.
-func (p LogPage) Done() bool {
+func (p Page) Done() bool {
 	return p.Ended && (len(p.Events) == 0 || p.Events[len(p.Events)-1].GetResult() != nil)
 }
 
@@ -144,7 +144,7 @@ var closed = func() chan struct{} {
 	return c
 }()
 
-// memLog is the embedded EventLog: everything in this process's memory.
+// MemLog is the embedded Log: everything in this process's memory.
 // Bounds evict the ended logs that ended first; a live log is never
 // evicted (one over its own bounds drops its oldest events instead).
 //
@@ -152,19 +152,19 @@ var closed = func() chan struct{} {
 // that were sent (several times the size, see BenchmarkEventLogMemory), so
 // that MaxBytes, which counts the encoded size, is close to the memory the
 // log takes; a Read decodes its page outside the lock.
-type memLog struct {
+type MemLog struct {
 	limits config.EventLogLimits
 	now    func() time.Time
 
 	mu    sync.Mutex
 	logs  map[string]*completionLog
 	ended []*completionLog // in the order they ended
-	bytes int64
+	Bytes int64
 }
 
 type completionLog struct {
 	id     string
-	meta   LogMeta
+	meta   Meta
 	events [][]byte // encoded, in seq order from first
 	first  uint64   // the seq of events[0]
 	bytes  int64
@@ -183,16 +183,16 @@ type completionLog struct {
 	watched bool
 }
 
-// newMemLog returns an in-memory EventLog with limits (zero fields take
+// NewMemLog returns an in-memory Log with limits (zero fields take
 // their defaults) reading the time from now.
-func newMemLog(limits config.EventLogLimits, now func() time.Time) *memLog {
+func NewMemLog(limits config.EventLogLimits, now func() time.Time) *MemLog {
 	limits.FillDefaults()
-	return &memLog{limits: limits, now: now, logs: map[string]*completionLog{}}
+	return &MemLog{limits: limits, now: now, logs: map[string]*completionLog{}}
 }
 
-// Open implements EventLog. When MaxCompletions live logs exist already,
+// Open implements Log. When MaxCompletions live logs exist already,
 // the completion is not logged (errLogFull).
-func (m *memLog) Open(id string, meta LogMeta) error {
+func (m *MemLog) Open(id string, meta Meta) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(m.now())
@@ -209,29 +209,29 @@ func (m *memLog) Open(id string, meta LogMeta) error {
 	return nil
 }
 
-// Append implements EventLog.
-func (m *memLog) Append(id string, ev *completionv1.CompletionEvent) {
+// Append implements Log.
+func (m *MemLog) Append(id string, ev *completionv1.CompletionEvent) {
 	m.add(id, ev, nil, false)
 }
 
-// End implements EventLog.
-func (m *memLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+// End implements Log.
+func (m *MemLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
 	m.add(id, result, status, true)
 }
 
 // add appends ev to the live log of id, within the bounds, and wakes its
 // followers; end ends the log with status.
-func (m *memLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
+func (m *MemLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
 	b, err := proto.Marshal(ev)
 	if err != nil {
 		return // cannot happen: the service builds every event
 	}
-	m.addEncoded(id, ev.GetSeq(), b, status, end)
+	m.AddEncoded(id, ev.GetSeq(), b, status, end)
 }
 
-// addEncoded is add for an event already encoded, b, whose seq is seq. The
+// AddEncoded appends (or with end, ends the log with) an event already encoded, b, whose seq is seq. The
 // log keeps b: it must not change afterwards.
-func (m *memLog) addEncoded(id string, seq uint64, b, status []byte, end bool) {
+func (m *MemLog) AddEncoded(id string, seq uint64, b, status []byte, end bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.logs[id]
@@ -244,13 +244,13 @@ func (m *memLog) addEncoded(id string, seq uint64, b, status []byte, end bool) {
 	l.events = append(l.events, b)
 	size := int64(len(b) + len(status))
 	l.bytes += size
-	m.bytes += size
-	for m.bytes > m.limits.MaxBytes && len(m.ended) > 0 {
+	m.Bytes += size
+	for m.Bytes > m.limits.MaxBytes && len(m.ended) > 0 {
 		m.drop(m.ended[0])
 	}
-	for len(l.events) > 1 && (len(l.events) > m.limits.MaxEvents || m.bytes > m.limits.MaxBytes) {
+	for len(l.events) > 1 && (len(l.events) > m.limits.MaxEvents || m.Bytes > m.limits.MaxBytes) {
 		l.bytes -= int64(len(l.events[0]))
-		m.bytes -= int64(len(l.events[0]))
+		m.Bytes -= int64(len(l.events[0]))
 		l.events[0] = nil // no longer kept alive by the array
 		l.events, l.first = l.events[1:], l.first+1
 	}
@@ -266,42 +266,42 @@ func (m *memLog) addEncoded(id string, seq uint64, b, status []byte, end bool) {
 	}
 }
 
-// Read implements EventLog: the page is copied under the lock and decoded
+// Read implements Log: the page is copied under the lock and decoded
 // outside it.
-func (m *memLog) Read(id string, after uint64) (LogPage, error) {
+func (m *MemLog) Read(id string, after uint64) (Page, error) {
 	page, raw, err := m.read(id, after)
 	if err != nil {
-		return LogPage{}, err
+		return Page{}, err
 	}
 	page.Events = make([]*completionv1.CompletionEvent, len(raw))
 	for i, b := range raw {
 		page.Events[i] = &completionv1.CompletionEvent{}
 		if err := proto.Unmarshal(b, page.Events[i]); err != nil {
-			return LogPage{}, err // cannot happen: the log encoded it
+			return Page{}, err // cannot happen: the log encoded it
 		}
 	}
 	return page, nil
 }
 
 // read is Read's page with its events still encoded.
-func (m *memLog) read(id string, after uint64) (LogPage, [][]byte, error) {
+func (m *MemLog) read(id string, after uint64) (Page, [][]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(m.now())
 	l, ok := m.logs[id]
 	if !ok {
-		return LogPage{}, nil, errLogNotFound
+		return Page{}, nil, ErrNotFound
 	}
 	first, last := l.first, l.first+uint64(len(l.events))-1
 	if len(l.events) == 0 {
 		first, last = 1, 0
 	}
 	if after+1 < first || after > last {
-		return LogPage{}, nil, &logRangeError{first: first}
+		return Page{}, nil, &RangeError{First: first}
 	}
 	i := int(after + 1 - first)
 	n := min(len(l.events)-i, logPageSize)
-	page := LogPage{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: closed}
+	page := Page{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: closed}
 	if i+n == len(l.events) {
 		if l.more == nil {
 			l.more = make(chan struct{})
@@ -311,47 +311,50 @@ func (m *memLog) read(id string, after uint64) (LogPage, [][]byte, error) {
 	return page, append([][]byte(nil), l.events[i:i+n]...), nil
 }
 
-// Expire implements EventLog.
-func (m *memLog) Expire(now time.Time) {
+// Expire implements Log.
+func (m *MemLog) Expire(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(now)
 }
 
-// Fenced implements EventLog: no other replica writes this process's
+// Fenced implements Log: no other replica writes this process's
 // memory.
-func (m *memLog) Fenced() bool { return false }
+func (m *MemLog) Fenced() bool { return false }
 
-// Fence implements EventLog: a no-op.
-func (m *memLog) Fence(string, Lease) {}
+// Fence implements Log: a no-op.
+func (m *MemLog) Fence(string, Lease) {}
 
-// Unfence implements EventLog: a no-op.
-func (m *memLog) Unfence(string) {}
+// Unfence implements Log: a no-op.
+func (m *MemLog) Unfence(string) {}
 
-// KeptHere implements EventLog: there is no shared log to lack anything.
-func (m *memLog) KeptHere(string) bool { return false }
+// KeptHere implements Log: there is no shared log to lack anything.
+func (m *MemLog) KeptHere(string) bool { return false }
 
-// Adopt implements EventLog: a no-op, no other replica logged anything
+// Adopt implements Log: a no-op, no other replica logged anything
 // here.
-func (m *memLog) Adopt(string, LogMeta, []*completionv1.CompletionEvent, uint64, []byte) {}
+func (m *MemLog) Adopt(string, Meta, []*completionv1.CompletionEvent, uint64, []byte) {}
 
-func (m *memLog) expire(now time.Time) {
+func (m *MemLog) expire(now time.Time) {
 	for len(m.ended) > 0 && now.Sub(m.ended[0].ended) >= m.limits.Retention {
 		m.drop(m.ended[0])
 	}
 }
 
-// logRangeError is errLogOutOfRange with the first seq the log keeps (a
+// RangeError is ErrOutOfRange with the first seq the log keeps (a
 // takeover of a log whose oldest events were dropped starts there).
-type logRangeError struct{ first uint64 }
+type RangeError struct{ First uint64 }
 
-func (e *logRangeError) Error() string        { return errLogOutOfRange.Error() }
-func (e *logRangeError) Is(target error) bool { return target == errLogOutOfRange }
+// Error is ErrOutOfRange's.
+func (e *RangeError) Error() string { return ErrOutOfRange.Error() }
 
-// logCopy is the whole of one completion's log as memLog keeps it: what
-// a replica publishes again to the shared log (fleetLog.reshare).
+// Is makes errors.Is(err, ErrOutOfRange) hold.
+func (e *RangeError) Is(target error) bool { return target == ErrOutOfRange }
+
+// logCopy is the whole of one completion's log as MemLog keeps it: what
+// a replica publishes again to the shared log (PairLog.reshare).
 type logCopy struct {
-	meta   LogMeta
+	meta   Meta
 	events [][]byte // encoded, from the first kept, in seq order
 	seqs   []uint64 // the seq of each event
 	ended  bool
@@ -363,7 +366,7 @@ type logCopy struct {
 
 // copyOf copies the log of id: its meta, its encoded events and their
 // seqs, and its end.
-func (m *memLog) copyOf(id string) (logCopy, bool) {
+func (m *MemLog) copyOf(id string) (logCopy, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.logs[id]
@@ -382,7 +385,7 @@ func (m *memLog) copyOf(id string) (logCopy, bool) {
 // forgetLive drops the log of id if it is live, and wakes its followers
 // (a fleet replica's copy of a completion another replica owns now). It
 // reports whether it did.
-func (m *memLog) forgetLive(id string) bool {
+func (m *MemLog) forgetLive(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.logs[id]
@@ -398,7 +401,7 @@ func (m *memLog) forgetLive(id string) bool {
 // retention drop, leaves m.ended without a copy: a full log drops one per
 // new completion, and copying the others (a thousand by default) each time
 // was a good part of what a short completion cost.
-func (m *memLog) drop(l *completionLog) {
+func (m *MemLog) drop(l *completionLog) {
 	delete(m.logs, l.id)
 	if len(m.ended) > 0 && m.ended[0] == l {
 		m.ended[0] = nil // no longer kept alive by the array
@@ -406,7 +409,7 @@ func (m *memLog) drop(l *completionLog) {
 	} else if i := slices.Index(m.ended, l); i >= 0 {
 		m.ended = slices.Delete(m.ended, i, i+1)
 	}
-	m.bytes -= l.bytes
+	m.Bytes -= l.bytes
 	if l.more != nil {
 		close(l.more)
 	}

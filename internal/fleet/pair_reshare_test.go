@@ -1,4 +1,4 @@
-package service
+package fleet
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 )
 
 // copyOfRun is the logCopy of events 1..n, the last the result when ended.
-func copyOfRun(t *testing.T, meta LogMeta, n int, ended bool) logCopy {
+func copyOfRun(t *testing.T, meta Meta, n int, ended bool) logCopy {
 	t.Helper()
 	c := logCopy{meta: meta, ended: ended}
 	if ended {
@@ -39,11 +39,11 @@ func copyOfRun(t *testing.T, meta LogMeta, n int, ended bool) logCopy {
 func TestRedisReshare(t *testing.T) {
 	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
 	ctx := context.Background()
-	l := NewRedisEventLog(rdb, config.EventLogLimits{}, nil)
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(l.Close)
 	ls := NewRedisLeases(rdb, time.Minute)
 	l.LeaseTTL = ls.TTL()
-	meta := LogMeta{Owner: "k", Request: []byte("req"), Replica: "A"}
+	meta := Meta{Owner: "k", Request: []byte("req"), Replica: "A"}
 	if err := l.Open("c1", meta); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestRedisReshare(t *testing.T) {
 	l.Fence("c1", a)
 	appendRun(l, "c1", 2, false)
 
-	readAll := func(id string) LogPage {
+	readAll := func(id string) Page {
 		t.Helper()
 		p, err := l.Read(id, 0)
 		if err != nil {
@@ -101,7 +101,7 @@ func TestRedisReshare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb := NewRedisEventLog(rdb, config.EventLogLimits{}, nil)
+	lb := NewRedisLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(lb.Close)
 	lb.Fence("c2", b2)
 	lb.Append("c2", logEvent(3, false))

@@ -1,0 +1,100 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Health follows whether Redis answers: a PING every interval, each
+// bounded by the interval. It starts up; a failed command of the event log
+// marks it down at once, and only a PING brings it back.
+type Health struct {
+	rdb      redis.UniversalClient
+	interval time.Duration
+	log      *slog.Logger
+	up       atomic.Bool
+
+	mu       sync.Mutex
+	watchers []func(up bool)
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// NewHealth returns the Health of rdb, PINGed every interval; it tells log
+// when Redis stops or starts answering. Close stops it.
+func NewHealth(rdb redis.UniversalClient, interval time.Duration, log *slog.Logger) *Health {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Health{rdb: rdb, interval: interval, log: log, stop: cancel, done: make(chan struct{})}
+	w.up.Store(true)
+	w.ping(ctx) // the state at start, before anybody asks
+	go w.run(ctx)
+	return w
+}
+
+func (w *Health) run(ctx context.Context) {
+	defer close(w.done)
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.ping(ctx)
+		}
+	}
+}
+
+func (w *Health) ping(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, w.interval)
+	defer cancel()
+	err := w.rdb.Ping(ctx).Err()
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return // closing
+	}
+	w.set(err == nil, err)
+}
+
+// set records whether Redis answers, and on a change logs it and tells
+// the watchers.
+func (w *Health) set(up bool, err error) {
+	if w.up.Swap(up) == up {
+		return
+	}
+	if up {
+		w.log.Info("redis: reachable again: new completions log to Redis; health SERVING")
+	} else {
+		w.log.Warn("redis: unreachable: completions keep their events in this replica's memory only; health NOT_SERVING",
+			"error", err)
+	}
+	w.mu.Lock()
+	ws := append([]func(bool){}, w.watchers...)
+	w.mu.Unlock()
+	for _, f := range ws {
+		f(up)
+	}
+}
+
+// Up reports whether Redis answers.
+func (w *Health) Up() bool { return w.up.Load() }
+
+// Watch calls f with the state now, and on each change.
+func (w *Health) Watch(f func(up bool)) {
+	w.mu.Lock()
+	w.watchers = append(w.watchers, f)
+	w.mu.Unlock()
+	f(w.up.Load())
+}
+
+// Close stops the PINGs.
+func (w *Health) Close() {
+	w.stop()
+	<-w.done
+}
