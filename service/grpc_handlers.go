@@ -343,12 +343,12 @@ type acquired struct {
 	from  time.Time
 }
 
-// acquire takes the lease of a new completion id, bounded by a third of
-// the lease length; it logs and returns none when that fails.
+// acquire takes the lease of a new completion id, bounded as every call to
+// the store for a lease is; it logs and returns none when that fails.
 func (s *Server) acquire(ctx context.Context, id string) acquired {
 	ls := s.cfg.Leases
-	from := time.Now()
-	actx, cancel := context.WithTimeout(ctx, ls.TTL()/3)
+	from := time.Now() // the clock of fleet.Ownership, which synctest fakes in tests
+	actx, cancel := context.WithTimeout(ctx, fleet.TimingOf(ls).StoreCall())
 	defer cancel()
 	l, err := ls.Acquire(actx, id, s.cfg.Replica)
 	if err != nil {

@@ -144,8 +144,8 @@ func (s *Server) resumeElsewhere(stream sessionStream, id string, after uint64, 
 	if s.cfg.Leases == nil || len(page.Meta.Request) == 0 {
 		return unavailable
 	}
-	ttl := s.cfg.Leases.TTL()
-	giveUp := time.Now().Add(ttl + ttl/2)
+	tm := fleet.TimingOf(s.cfg.Leases)
+	giveUp := s.cfg.Now().Add(tm.TakeoverWait())
 	for {
 		leave, err := s.takeOver(ctx, id)
 		if err != nil {
@@ -166,10 +166,10 @@ func (s *Server) resumeElsewhere(stream sessionStream, id string, after uint64, 
 			}
 			return s.follow(ctx, id, after, page, stream.Send)
 		}
-		if time.Now().After(giveUp) {
+		if s.cfg.Now().After(giveUp) {
 			return unavailable
 		}
-		t := time.NewTimer(ttl / 4)
+		t := time.NewTimer(tm.TakeoverPoll())
 		select {
 		case <-t.C:
 		case <-ctx.Done():

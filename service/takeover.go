@@ -160,13 +160,13 @@ func lostLeaseStatus(id string) error {
 
 // leaseCheck returns a channel that wakes a follower of page, read from
 // the log of a live completion that may be taken over, when the lease
-// should be looked at: at once the first time, then every half lease; nil
-// otherwise. stop releases the timer.
+// should be looked at: at once the first time, then every
+// fleet.Timing.CheckEvery; nil otherwise. stop releases the timer.
 func (s *Server) leaseCheck(page fleet.Page, first bool) (wake <-chan time.Time, stop func()) {
 	if s.cfg.Leases == nil || page.Ended || len(page.Meta.Request) == 0 {
 		return nil, func() {}
 	}
-	d := s.cfg.Leases.TTL() / 2
+	d := fleet.TimingOf(s.cfg.Leases).CheckEvery()
 	if first {
 		d = 0
 	}
@@ -188,7 +188,7 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 	if _, held, err := ls.Holder(ctx, id); err != nil || held {
 		return nil, nil
 	}
-	from := time.Now()
+	from := time.Now() // the clock of fleet.Ownership, which synctest fakes in tests
 	l, err := ls.Acquire(ctx, id, s.cfg.Replica)
 	if err != nil {
 		return nil, nil

@@ -290,18 +290,55 @@ type Ownership struct {
 	late  bool      // stale was told, and no renewal succeeded since
 }
 
-// leaseMargin is the part of the lease the owner gives up to clock drift:
-// it stops writing this much before the store could expire the lease.
-func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+// Timing is when the parts of a fleet act on a lease of length TTL, each a
+// fixed part of it. The invariant they keep: an owner renews often enough
+// that a renewal, or the next one, lands before the lease could lapse in
+// the store, and it writes only while the store would still hold the
+// lease for it; the others take a completion over only after its lease
+// lapsed, and look often enough that a dead owner's completion waits at
+// most about a lease and a half.
+type Timing struct {
+	// TTL is the lease length (Leases.TTL).
+	TTL time.Duration
+}
+
+// RenewEvery is how often the owner renews: three tries within a length,
+// so that one renewal lost (or slow) leaves the next time to land.
+func (t Timing) RenewEvery() time.Duration { return t.TTL / 3 }
+
+// StoreCall bounds one call to the store for the lease (acquire, renew,
+// release): no longer than the time between renewals, so that a store
+// that hangs cannot make the owner miss the next one.
+func (t Timing) StoreCall() time.Duration { return t.TTL / 3 }
+
+// Margin is the part of the lease the owner gives up to clock drift: it
+// stops writing this much before the store could expire the lease.
+func (t Timing) Margin() time.Duration { return t.TTL / 10 }
+
+// CheckEvery is how often a follower of a live completion that may be
+// taken over looks at its lease: twice a length, so that a lapse is seen
+// within half a lease of happening.
+func (t Timing) CheckEvery() time.Duration { return t.TTL / 2 }
+
+// TakeoverWait is how long a Session resume on another replica waits for
+// the lease to lapse to take the Session over: a length, and the half
+// a follower may take to see the lapse.
+func (t Timing) TakeoverWait() time.Duration { return t.TTL + t.TTL/2 }
+
+// TakeoverPoll is how often that wait tries the takeover again.
+func (t Timing) TakeoverPoll() time.Duration { return t.TTL / 4 }
+
+// TimingOf is the Timing of ls's leases.
+func TimingOf(ls Leases) Timing { return Timing{TTL: ls.TTL()} }
 
 // Own starts holding l, acquired at from (before the request was sent):
 // lost is called if another replica is granted the lease, stale (when the
 // log fences its writes itself: storeFenced) when the lease lapses for
 // want of a store that answers. Call End when the completion ends.
 func Own(leases Leases, l Lease, from time.Time, storeFenced bool, lost func() (stop bool), stale func()) *Ownership {
-	ttl := leases.TTL()
+	tm := TimingOf(leases)
 	o := &Ownership{leases: leases, lease: l, lost: lost, stale: stale, storeFenced: storeFenced,
-		stop: make(chan struct{}), done: make(chan struct{}), until: from.Add(ttl - leaseMargin(ttl))}
+		stop: make(chan struct{}), done: make(chan struct{}), until: from.Add(tm.TTL - tm.Margin())}
 	go o.renew()
 	return o
 }
@@ -329,8 +366,8 @@ func (o *Ownership) Running() bool {
 
 func (o *Ownership) renew() {
 	defer close(o.done)
-	ttl := o.leases.TTL()
-	t := time.NewTicker(ttl / 3)
+	tm := TimingOf(o.leases)
+	t := time.NewTicker(tm.RenewEvery())
 	defer t.Stop()
 	for {
 		select {
@@ -346,7 +383,7 @@ func (o *Ownership) renew() {
 			return
 		}
 		from := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), ttl/3)
+		ctx, cancel := context.WithTimeout(context.Background(), tm.StoreCall())
 		err := o.leases.Renew(ctx, o.lease)
 		cancel()
 		if errors.Is(err, errLeaseLost) {
@@ -358,7 +395,7 @@ func (o *Ownership) renew() {
 		}
 		o.mu.Lock()
 		if err == nil {
-			o.until, o.late = from.Add(ttl-leaseMargin(ttl)), false
+			o.until, o.late = from.Add(tm.TTL-tm.Margin()), false
 		}
 		lapsed := err != nil && !time.Now().Before(o.until)
 		tell := lapsed && o.storeFenced && !o.late
@@ -382,7 +419,7 @@ func (o *Ownership) End() {
 	close(o.stop)
 	<-o.done
 	if o.valid() {
-		ctx, cancel := context.WithTimeout(context.Background(), o.leases.TTL()/3)
+		ctx, cancel := context.WithTimeout(context.Background(), TimingOf(o.leases).StoreCall())
 		defer cancel()
 		_ = o.leases.Release(ctx, o.lease)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,93 +12,163 @@ import (
 	"github.com/completiond/completiond/internal/redistest"
 )
 
+// leasesUnderTest is one implementation of Leases under the contract
+// test, with the way its time passes: the bubble's fake clock for the
+// memory leases, the keys' own expiry for Redis (elapse takes d off every
+// lease key's PTTL), so that no test waits in real time and none depends
+// on how busy the machine is.
+type leasesUnderTest struct {
+	leases Leases
+	elapse func(t *testing.T, d time.Duration)
+}
+
 // TestLeases checks both implementations against one contract: one holder
 // at a time, growing tokens, compare-and-renew, compare-and-release, expiry.
 func TestLeases(t *testing.T) {
-	const ttl = 200 * time.Millisecond
-	impls := map[string]func(t *testing.T) Leases{
-		"memory": func(*testing.T) Leases { return NewMemLeases(ttl) },
-		"redis": func(t *testing.T) Leases {
-			rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
-			t.Cleanup(func() { rdb.Close() })
-			return NewRedisLeases(rdb, ttl)
-		},
-	}
-	for name, mk := range impls {
-		t.Run(name, func(t *testing.T) {
-			ls, ctx := mk(t), context.Background()
-			a, err := ls.Acquire(ctx, "c1", "A")
-			if err != nil || a.Token != 1 || a.Replica != "A" {
-				t.Fatalf("acquire: %+v %v", a, err)
+	t.Run("memory", func(t *testing.T) {
+		const ttl = 200 * time.Millisecond
+		synctest.Test(t, func(t *testing.T) {
+			leaseContract(t, ttl, leasesUnderTest{leases: NewMemLeases(ttl), elapse: func(_ *testing.T, d time.Duration) { time.Sleep(d) }})
+		})
+	})
+	t.Run("redis", func(t *testing.T) {
+		// Long: Redis's clock runs in real time between the steps too,
+		// and a busy machine's milliseconds must not count.
+		const ttl = 20 * time.Second
+		rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+		t.Cleanup(func() { rdb.Close() })
+		elapse := func(t *testing.T, d time.Duration) {
+			ctx := context.Background()
+			left, err := rdb.PTTL(ctx, LeaseKey("c1")).Result()
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case left < 0: // no key, or no expiry
+				return
+			case left <= d:
+				err = rdb.Del(ctx, LeaseKey("c1")).Err()
+			default:
+				err = rdb.PExpire(ctx, LeaseKey("c1"), left-d).Err()
 			}
-			if _, err := ls.Acquire(ctx, "c1", "B"); !errors.Is(err, errLeaseHeld) {
-				t.Fatalf("second acquire: %v", err)
-			}
-			if h, ok, err := ls.Holder(ctx, "c1"); err != nil || !ok || h != a {
-				t.Fatalf("holder %+v %t %v", h, ok, err)
-			}
-			for range 3 { // renewals keep it past its first length
-				time.Sleep(ttl / 2)
-				if err := ls.Renew(ctx, a); err != nil {
-					t.Fatalf("renew: %v", err)
-				}
-			}
-			time.Sleep(ttl + 50*time.Millisecond) // lapses: the owner died
-			if _, ok, _ := ls.Holder(ctx, "c1"); ok {
-				t.Fatal("lease still held after its length")
-			}
-			b, err := ls.Acquire(ctx, "c1", "B")
-			if err != nil || b.Token <= a.Token {
-				t.Fatalf("takeover acquire: %+v %v", b, err)
-			}
-			if err := ls.Renew(ctx, a); !errors.Is(err, errLeaseLost) {
-				t.Fatalf("the superseded owner renewed: %v", err)
-			}
-			_ = ls.Release(ctx, a) // not its lease any more: a no-op
-			if h, ok, _ := ls.Holder(ctx, "c1"); !ok || h != b {
-				t.Fatalf("the old owner's release dropped the new lease: %+v %t", h, ok)
-			}
-			if err := ls.Release(ctx, b); err != nil {
+			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok, _ := ls.Holder(ctx, "c1"); ok {
-				t.Fatal("held after release")
-			}
-		})
+		}
+		leaseContract(t, ttl, leasesUnderTest{leases: NewRedisLeases(rdb, ttl), elapse: elapse})
+	})
+}
+
+func leaseContract(t *testing.T, ttl time.Duration, u leasesUnderTest) {
+	ls, ctx := u.leases, context.Background()
+	a, err := ls.Acquire(ctx, "c1", "A")
+	if err != nil || a.Token != 1 || a.Replica != "A" {
+		t.Fatalf("acquire: %+v %v", a, err)
+	}
+	if _, err := ls.Acquire(ctx, "c1", "B"); !errors.Is(err, errLeaseHeld) {
+		t.Fatalf("second acquire: %v", err)
+	}
+	if h, ok, err := ls.Holder(ctx, "c1"); err != nil || !ok || h != a {
+		t.Fatalf("holder %+v %t %v", h, ok, err)
+	}
+	for range 3 { // renewals keep it past its first length
+		u.elapse(t, ttl/2)
+		if err := ls.Renew(ctx, a); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+	}
+	u.elapse(t, ttl*9/10)
+	if h, ok, _ := ls.Holder(ctx, "c1"); !ok || h != a {
+		t.Fatalf("a renewed lease lapsed before its length: %+v %t", h, ok)
+	}
+	u.elapse(t, ttl/10) // lapses: the owner died
+	if _, ok, _ := ls.Holder(ctx, "c1"); ok {
+		t.Fatal("lease still held after its length")
+	}
+	b, err := ls.Acquire(ctx, "c1", "B")
+	if err != nil || b.Token <= a.Token {
+		t.Fatalf("takeover acquire: %+v %v", b, err)
+	}
+	if err := ls.Renew(ctx, a); !errors.Is(err, errLeaseLost) {
+		t.Fatalf("the superseded owner renewed: %v", err)
+	}
+	_ = ls.Release(ctx, a) // not its lease any more: a no-op
+	if h, ok, _ := ls.Holder(ctx, "c1"); !ok || h != b {
+		t.Fatalf("the old owner's release dropped the new lease: %+v %t", h, ok)
+	}
+	if err := ls.Release(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := ls.Holder(ctx, "c1"); ok {
+		t.Fatal("held after release")
 	}
 }
 
 // TestOwnershipRenewsAndStops: an owner keeps its lease past its length by
 // renewing; once halted (dead) it stops writing at once and the lease
-// lapses for the others; one that loses its lease is told.
+// lapses for the others; one that loses its lease is told. On the
+// bubble's clock: the renewals happen exactly when Timing says.
 func TestOwnershipRenewsAndStops(t *testing.T) {
-	const ttl = 150 * time.Millisecond
-	ls, ctx := NewMemLeases(ttl), context.Background()
-	from := time.Now()
-	l, err := ls.Acquire(ctx, "c", "A")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lost := make(chan struct{})
-	o := Own(ls, l, from, false, func() bool { close(lost); return true }, nil)
-	time.Sleep(3 * ttl)
-	if !o.valid() {
-		t.Fatal("the owner lost a lease it renews")
-	}
-	o.Halt()
-	if o.valid() {
-		t.Fatal("a halted owner may still write")
-	}
-	select {
-	case <-lost:
-	case <-time.After(2 * ttl):
-		t.Fatal("a halted owner was not told it lost the lease")
-	}
-	o.End()
-	time.Sleep(ttl)
-	if _, err := ls.Acquire(ctx, "c", "B"); err != nil {
-		t.Fatalf("the dead owner's lease did not lapse: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 150 * time.Millisecond
+		ls, ctx := NewMemLeases(ttl), context.Background()
+		from := time.Now()
+		l, err := ls.Acquire(ctx, "c", "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := make(chan struct{})
+		o := Own(ls, l, from, false, func() bool { close(lost); return true }, nil)
+		time.Sleep(3*ttl + TimingOf(ls).RenewEvery()/2) // between two renewals
+		if !o.valid() {
+			t.Fatal("the owner lost a lease it renews")
+		}
+		o.Halt()
+		if o.valid() {
+			t.Fatal("a halted owner may still write")
+		}
+		select {
+		case <-lost:
+		case <-time.After(TimingOf(ls).RenewEvery()):
+			t.Fatal("a halted owner was not told it lost the lease at its next renewal")
+		}
+		o.End()
+		time.Sleep(ttl) // the last renewal was before the halt
+		if _, err := ls.Acquire(ctx, "c", "B"); err != nil {
+			t.Fatalf("the dead owner's lease did not lapse: %v", err)
+		}
+	})
+}
+
+// TestOwnershipStopsWritingBeforeTheStoreExpires: the owner's deadline
+// is the last renewal's start plus the length less the margin, so that it
+// stops writing before the store could give the lease to another.
+func TestOwnershipStopsWritingBeforeTheStoreExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 300 * time.Millisecond
+		tm := Timing{TTL: ttl}
+		ls := NewMemLeases(ttl)
+		from := time.Now()
+		l, err := ls.Acquire(context.Background(), "c", "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := Own(ls, l, from, false, func() bool { return true }, nil)
+		defer o.End()
+		o.mu.Lock()
+		first := o.until
+		o.mu.Unlock()
+		if got, want := first, from.Add(ttl-tm.Margin()); !got.Equal(want) {
+			t.Fatalf("deadline %v after acquiring, want %v", got.Sub(from), want.Sub(from))
+		}
+		time.Sleep(tm.RenewEvery())
+		synctest.Wait()
+		o.mu.Lock()
+		until := o.until
+		o.mu.Unlock()
+		if want := from.Add(tm.RenewEvery() + ttl - tm.Margin()); !until.Equal(want) {
+			t.Fatalf("deadline %v after a renewal, want %v", until.Sub(from), want.Sub(from))
+		}
+	})
 }
 
 // TestLeaseRenewTakesBackALapsedLease: a lease that lapsed with nobody
