@@ -11,7 +11,9 @@
 //     (grpc_handlers.go), Session (grpc_session.go), Attach with the
 //     resume grace of Stream (grpc_attach.go) and the resumable Sessions
 //     that a Session resume takes control of (grpc_resume.go), request
-//     validation (grpc_validate.go), the one mapping from a completion's end
+//     validation (grpc_validate.go), the server's own codec, which marks a
+//     request that does not decode and sends encoded events as they are
+//     (grpc_codec.go), the one mapping from a completion's end
 //     to a status (grpc_status.go), the wire conversions (grpc_convert.go),
 //     each Stream event encoded once for the event log and the wire
 //     (grpc_wire.go), the server's assembly with health, reflection, panic

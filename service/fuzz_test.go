@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -13,15 +12,6 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/recovery"
 )
-
-// serverCodec is the codec the server decodes requests with.
-func serverCodec(t testing.TB) encoding.CodecV2 {
-	c := encoding.GetCodecV2("proto")
-	if _, ok := c.(requestCodec); !ok {
-		t.Fatalf("the registered proto codec is %T, not the service's", c)
-	}
-	return c
-}
 
 // FuzzValidate feeds arbitrary wire bytes, through the server's codec, to
 // the validation and conversion that run before any upstream call: whatever
@@ -44,7 +34,7 @@ func FuzzValidate(f *testing.F) {
 	f.Add([]byte{0x08, 0xff})
 	cfg := DefaultConfig()
 	cfg.fillDefaults()
-	codec := serverCodec(f)
+	codec := wireCodec // the codec the server decodes requests with
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req completionv1.CompleteRequest
 		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, &req); err != nil {
@@ -111,7 +101,7 @@ func FuzzSessionWire(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	codec := serverCodec(f)
+	codec := wireCodec // the codec the server decodes requests with
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := &session{calls: map[string]bool{"call_1": false, "call_2": false}, hooks: map[string]bool{"hook_1": false}}
 		for len(data) > 0 {

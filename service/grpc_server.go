@@ -28,7 +28,8 @@ type GRPC struct {
 	Completion *Server
 }
 
-// NewGRPC assembles the gRPC server around s: authentication (s's
+// NewGRPC assembles the gRPC server around s: its own codec, set for this
+// server only (grpc_codec.go), authentication (s's
 // Config.Auth), the transport limits and the in-flight and per-key limits
 // (Config.Limits), health, and reflection unless Config.DisableReflection.
 // Extra options (for example a stats handler, or TLS credentials from
@@ -45,6 +46,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	limiter := newLimiter(s.cfg.Limits, guard.NewKeyLimits(s.cfg.Limits, s.cfg.Now, guard.NewSharedLimits(s.shared)))
 	limit, limitStream := limiter.interceptors()
 	base := append(transportOptions(s.cfg.Limits),
+		codecOption(), // this server's codec, not the process's (grpc_codec.go)
 		// Handlers run on a few long-lived goroutines rather than one new
 		// goroutine per RPC where they can: a worker keeps its grown stack.
 		// When every worker is busy (streams are long: most of the time), an

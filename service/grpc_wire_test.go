@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"testing"
 
-	"google.golang.org/grpc/encoding"
-	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -47,8 +45,10 @@ func TestStreamSendsWhatItLogs(t *testing.T) {
 
 // TestCodecSendsEncodedEvents: the server's codec sends an encodedEvent's
 // bytes as they are, and encodes any other message as grpc-go's does.
+// TestStreamSendsWhatItLogs sends encodedEvents through a server NewGRPC
+// assembled.
 func TestCodecSendsEncodedEvents(t *testing.T) {
-	codec := encoding.GetCodecV2(grpcproto.Name)
+	codec := wireCodec
 	ev := &completionv1.CompletionEvent{Seq: 7, Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Text: "hi"}}}
 	want, err := proto.Marshal(ev)
 	if err != nil {
