@@ -5,19 +5,15 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
-	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/completiond/completiond/config"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 )
@@ -85,7 +81,7 @@ func (a *authenticator) authenticate(ctx context.Context) (*Caller, error) {
 	if len(metadata.ValueFromIncomingContext(ctx, "authorization")) > 0 {
 		token, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
-			return nil, status.Error(codes.Unauthenticated, `malformed authorization metadata: want "Bearer <key>"`)
+			return nil, malformedAuthStatus()
 		}
 		sum := config.HashKey(token)
 		var found *config.APIKey
@@ -96,7 +92,7 @@ func (a *authenticator) authenticate(ctx context.Context) (*Caller, error) {
 			}
 		}
 		if found == nil {
-			return nil, status.Error(codes.Unauthenticated, "unknown API key")
+			return nil, unknownKeyStatus()
 		}
 		return &Caller{Name: found.Name, Routes: found.Routes}, nil
 	}
@@ -104,9 +100,9 @@ func (a *authenticator) authenticate(ctx context.Context) (*Caller, error) {
 		if cert := verifiedClientCert(ctx); cert != nil {
 			return a.certCaller(cert), nil
 		}
-		return nil, status.Error(codes.Unauthenticated, `missing credentials: send the metadata "authorization: Bearer <key>" or a client certificate`)
+		return nil, missingCredentialsStatus(true)
 	}
-	return nil, status.Error(codes.Unauthenticated, `missing credentials: send the metadata "authorization: Bearer <key>"`)
+	return nil, missingCredentialsStatus(false)
 }
 
 // verifiedClientCert is the leaf of the client certificate chain the TLS
@@ -151,7 +147,7 @@ func (a *authenticator) enforce(ctx context.Context) (context.Context, error) {
 	}
 	o, ok := ctx.Value(authOutcomeKey{}).(*authOutcome)
 	if !ok {
-		return nil, status.Error(codes.Unauthenticated, "missing credentials")
+		return nil, unidentifiedStatus()
 	}
 	if o.err != nil {
 		return nil, o.err
@@ -188,11 +184,11 @@ func permit(ctx context.Context, fallbacks []string, chain []*config.Route) ([]*
 		return chain, nil
 	}
 	if r := chain[0].Spec.Name; !c.may(r) {
-		return nil, routeDenied(c, r)
+		return nil, routeDeniedStatus(c, r)
 	}
 	for _, fb := range fallbacks {
 		if !c.may(fb) {
-			return nil, routeDenied(c, fb)
+			return nil, routeDeniedStatus(c, fb)
 		}
 	}
 	out := make([]*config.Route, 0, len(chain))
@@ -202,11 +198,4 @@ func permit(ctx context.Context, fallbacks []string, chain []*config.Route) ([]*
 		}
 	}
 	return out, nil
-}
-
-// routeDenied is the status of a request for a route its key may not use.
-func routeDenied(c Caller, route string) error {
-	return withDetails(codes.PermissionDenied, fmt.Sprintf("key %q may not use route %q", c.Name, route),
-		&errdetails.ErrorInfo{Reason: "ROUTE_NOT_PERMITTED", Domain: ErrorDomain,
-			Metadata: map[string]string{"route": route, "key": c.Name}}).Err()
 }

@@ -13,8 +13,9 @@
 //     that a Session resume takes control of (grpc_resume.go), request
 //     validation (grpc_validate.go), the server's own codec, which marks a
 //     request that does not decode and sends encoded events as they are
-//     (grpc_codec.go), the one mapping from a completion's end
-//     to a status (grpc_status.go), the wire conversions (grpc_convert.go),
+//     (grpc_codec.go), every status the service sends, with the one
+//     mapping from a completion's end to a status (grpc_status.go), the
+//     wire conversions (grpc_convert.go),
 //     each Stream event encoded once for the event log and the wire
 //     (grpc_wire.go), the server's assembly with health, reflection, panic
 //     recovery and the drain (grpc_server.go), and the first interceptor, which grows a completion's stack once while it

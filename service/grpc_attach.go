@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/fleet"
@@ -45,7 +43,7 @@ func (s *Server) readFor(ctx context.Context, id string, after uint64) (fleet.Pa
 		return fleet.Page{}, logStatus(err, id, after)
 	}
 	if c, ok := callerFrom(ctx); ok && c.Name != page.Meta.Owner {
-		return fleet.Page{}, status.Error(codes.PermissionDenied, "completion "+quote(id)+" was started by another caller")
+		return fleet.Page{}, notOwnerStatus(id)
 	}
 	return page, nil
 }
@@ -101,19 +99,6 @@ func (s *Server) follow(ctx context.Context, id string, after uint64, page fleet
 			return logStatus(err, id, after)
 		}
 	}
-}
-
-// logStatus is the status of an event log read that failed.
-func logStatus(err error, id string, after uint64) error {
-	switch {
-	case errors.Is(err, fleet.ErrNotFound):
-		return status.Error(codes.NotFound, "no completion "+quote(id)+" (unknown, or its log expired)")
-	case errors.Is(err, fleet.ErrOutOfRange):
-		return status.Errorf(codes.OutOfRange, "after_seq %d is not within the events kept of completion %s", after, quote(id))
-	case errors.Is(err, fleet.ErrUnavailable):
-		return status.Error(codes.Unavailable, "the shared event log (Redis) does not answer: retry")
-	}
-	return status.Error(codes.Internal, err.Error())
 }
 
 // holds keeps the completions started with a resume grace alive while

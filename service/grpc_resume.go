@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/fleet"
@@ -96,7 +94,7 @@ func (s *Server) runDetached(ctx context.Context, c *completion) {
 		if p := recover(); p != nil {
 			s.cfg.Logger.ErrorContext(ctx, "panic in a resumable Session's completion", "panic", p, "completion_id", c.id)
 			c.out.end(0, 0, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: &completionv1.Result{}}},
-				encodeStatus(status.New(codes.Internal, "internal error")))
+				encodeStatus(internalStatus()))
 		}
 	}()
 	_, _ = c.run(ctx)
@@ -140,7 +138,7 @@ func (s *Server) resumeSession(stream sessionStream, r *completionv1.SessionResu
 // replica). Without a fleet it is UNAVAILABLE at once.
 func (s *Server) resumeElsewhere(stream sessionStream, id string, after uint64, page fleet.Page) error {
 	ctx := stream.Context()
-	unavailable := status.Error(codes.Unavailable, "completion "+quote(id)+" does not run on this server")
+	unavailable := notRunningHereStatus(id)
 	if s.cfg.Leases == nil || len(page.Meta.Request) == 0 {
 		return unavailable
 	}

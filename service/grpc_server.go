@@ -7,10 +7,8 @@ import (
 
 	grpcrecovery "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/guard"
@@ -39,7 +37,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	rpcLine := telemetry.NewRPCLog(log, CallerName)
 	recOpts := []grpcrecovery.Option{grpcrecovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
-		return status.Error(codes.Internal, "internal error")
+		return internalStatus().Err()
 	})}
 	authn := &authenticator{auth: s.cfg.Auth}
 	identify, identifyStream, enforce, enforceStream := authn.interceptors()

@@ -9,11 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/recovery"
@@ -119,9 +116,9 @@ func (s *Server) recvStart(stream grpc.BidiStreamingServer[completionv1.SessionR
 	case r := <-got:
 		return r.msg, r.err
 	case <-timer.C:
-		return nil, status.Errorf(codes.DeadlineExceeded, "no start message within %s: a Session must begin with start", s.cfg.SessionStartWait)
+		return nil, startTimeoutStatus(s.cfg.SessionStartWait)
 	case <-s.aborted.Done():
-		return nil, withDetails(codes.Unavailable, "server shutting down, retry", &errdetails.RetryInfo{RetryDelay: durationpb.New(0)}).Err()
+		return nil, abortedBeforeStartStatus()
 	}
 }
 

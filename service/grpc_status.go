@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/recovery"
 )
@@ -251,6 +253,9 @@ const (
 	// reasonLogFull: the event log had no room for a completion that
 	// asked to be resumable.
 	reasonLogFull = "EVENT_LOG_FULL"
+	// reasonRouteNotPermitted: the caller's key may not use a route the
+	// request names.
+	reasonRouteNotPermitted = "ROUTE_NOT_PERMITTED"
 )
 
 // drainingStatus refuses a new completion while the server drains:
@@ -300,7 +305,7 @@ const maxTakeoverError = 256
 func refusalStatus(err error) error {
 	var r *guard.Refusal
 	if !errors.As(err, &r) {
-		return status.Error(codes.Internal, "internal error")
+		return internalStatus().Err()
 	}
 	code := codes.ResourceExhausted
 	if r.Reason == guard.ReasonOverloaded {
@@ -311,4 +316,93 @@ func refusalStatus(err error) error {
 		info.Metadata = map[string]string{"key": r.Key}
 	}
 	return withDetails(code, r.Message, info, &errdetails.RetryInfo{RetryDelay: durationpb.New(r.RetryAfter)}).Err()
+}
+
+// internalStatus is the status of a failure the server does not explain to
+// its caller (a handler's panic): INTERNAL, "internal error".
+func internalStatus() *status.Status {
+	return status.New(codes.Internal, "internal error")
+}
+
+// The refusals of a caller that did not authenticate (auth.go):
+// UNAUTHENTICATED, without details.
+
+// malformedAuthStatus refuses authorization metadata that is not a bearer
+// token.
+func malformedAuthStatus() error {
+	return status.Error(codes.Unauthenticated, `malformed authorization metadata: want "Bearer <key>"`)
+}
+
+// unknownKeyStatus refuses a bearer key that no configured key matches.
+func unknownKeyStatus() error {
+	return status.Error(codes.Unauthenticated, "unknown API key")
+}
+
+// missingCredentialsStatus refuses a call without credentials; it names a
+// client certificate too when the server accepts them (certificates).
+func missingCredentialsStatus(certificates bool) error {
+	if certificates {
+		return status.Error(codes.Unauthenticated, `missing credentials: send the metadata "authorization: Bearer <key>" or a client certificate`)
+	}
+	return status.Error(codes.Unauthenticated, `missing credentials: send the metadata "authorization: Bearer <key>"`)
+}
+
+// unidentifiedStatus refuses a call that authentication did not look at
+// (the interceptor that identifies callers did not run before the one that
+// enforces).
+func unidentifiedStatus() error {
+	return status.Error(codes.Unauthenticated, "missing credentials")
+}
+
+// routeDeniedStatus is the status of a request for a route its key may not
+// use: PERMISSION_DENIED, ErrorInfo ROUTE_NOT_PERMITTED with the route and
+// the key.
+func routeDeniedStatus(c Caller, route string) error {
+	return withDetails(codes.PermissionDenied, fmt.Sprintf("key %q may not use route %q", c.Name, route),
+		&errdetails.ErrorInfo{Reason: reasonRouteNotPermitted, Domain: ErrorDomain,
+			Metadata: map[string]string{"route": route, "key": c.Name}}).Err()
+}
+
+// notOwnerStatus refuses an Attach or a Session resume of completion id,
+// which another caller started: PERMISSION_DENIED.
+func notOwnerStatus(id string) error {
+	return status.Error(codes.PermissionDenied, "completion "+quote(id)+" was started by another caller")
+}
+
+// logStatus is the status of an event log read that failed: NOT_FOUND,
+// OUT_OF_RANGE, INTERNAL, or UNAVAILABLE without ErrorInfo when the shared
+// log does not answer — a dropped connection to the caller, who attaches
+// (or resumes) again.
+func logStatus(err error, id string, after uint64) error {
+	switch {
+	case errors.Is(err, fleet.ErrNotFound):
+		return status.Error(codes.NotFound, "no completion "+quote(id)+" (unknown, or its log expired)")
+	case errors.Is(err, fleet.ErrOutOfRange):
+		return status.Errorf(codes.OutOfRange, "after_seq %d is not within the events kept of completion %s", after, quote(id))
+	case errors.Is(err, fleet.ErrUnavailable):
+		return status.Error(codes.Unavailable, "the shared event log (Redis) does not answer: retry")
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// notRunningHereStatus ends a Session resume of completion id, a live
+// Session this replica does not run and cannot take over: UNAVAILABLE
+// without ErrorInfo, so that the caller resumes again (through the load
+// balancer, it reaches the replica that runs it).
+func notRunningHereStatus(id string) error {
+	return status.Error(codes.Unavailable, "completion "+quote(id)+" does not run on this server")
+}
+
+// startTimeoutStatus ends a Session whose first message did not come
+// within wait: DEADLINE_EXCEEDED.
+func startTimeoutStatus(wait time.Duration) error {
+	return status.Errorf(codes.DeadlineExceeded, "no start message within %s: a Session must begin with start", wait)
+}
+
+// abortedBeforeStartStatus ends a Session whose first message had not come
+// when the server aborted its completions (a drain that timed out):
+// UNAVAILABLE with RetryInfo, without ErrorInfo — no completion was
+// started, and the caller may send it again to another server.
+func abortedBeforeStartStatus() error {
+	return withDetails(codes.Unavailable, "server shutting down, retry", &errdetails.RetryInfo{RetryDelay: durationpb.New(0)}).Err()
 }
