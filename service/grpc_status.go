@@ -406,3 +406,9 @@ func startTimeoutStatus(wait time.Duration) error {
 func abortedBeforeStartStatus() error {
 	return withDetails(codes.Unavailable, "server shutting down, retry", &errdetails.RetryInfo{RetryDelay: durationpb.New(0)}).Err()
 }
+
+// lostLeaseStatus is the status of a Stream whose replica lost the lease:
+// UNAVAILABLE, so that the caller attaches again (another replica runs it).
+func lostLeaseStatus(id string) error {
+	return status.Error(codes.Unavailable, "this replica lost completion "+quote(id)+" to another one: attach to follow it")
+}

@@ -42,13 +42,6 @@ func isSelector(e ast.Expr, pkg string, names ...string) bool {
 	return ok && id.Name == pkg && slices.Contains(names, sel.Sel.Name)
 }
 
-// statusesElsewhere are the files other than grpc_status.go that still
-// build a status, and why: takeover.go is being reworked by the split of
-// this package, and its lostLeaseStatus moves into grpc_status.go then.
-var statusesElsewhere = map[string]string{
-	"takeover.go": "lostLeaseStatus: moves into grpc_status.go once takeover.go is reworked",
-}
-
 // TestStatusesAreBuiltInOneFile: every status the service sends is built in
 // grpc_status.go — no call of status.New, Newf, Error, Errorf, FromProto or
 // ErrorProto, no WithDetails and no ErrorInfo or RetryInfo outside it — so
@@ -59,7 +52,7 @@ func TestStatusesAreBuiltInOneFile(t *testing.T) {
 		t.Fatal("no grpc_status.go")
 	}
 	for name, f := range files {
-		if name == "grpc_status.go" || statusesElsewhere[name] != "" {
+		if name == "grpc_status.go" {
 			continue
 		}
 		ast.Inspect(f, func(n ast.Node) bool {

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/completiond/completiond/config"
@@ -150,12 +148,6 @@ func (w *owned) halt() {
 func (s *Server) halt() {
 	s.owned.halt()
 	s.abort()
-}
-
-// lostLeaseStatus is the status of a Stream whose replica lost the lease:
-// UNAVAILABLE, so that the caller attaches again (another replica runs it).
-func lostLeaseStatus(id string) error {
-	return status.Error(codes.Unavailable, "this replica lost completion "+quote(id)+" to another one: attach to follow it")
 }
 
 // leaseCheck returns a channel that wakes a follower of page, read from
