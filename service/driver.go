@@ -19,32 +19,25 @@ import (
 	"github.com/completiond/completiond/recovery"
 )
 
-// completion is one run of the driver loop: it owns the machine and is the
-// only place that waits, streams and calls. It decides nothing: each Step
-// of the machine says what to run, what to publish, and which attempts'
-// output is final or void; the outbox (driver_delivery.go) forwards that.
-type completion struct {
+// spec is everything a completion needs, filled in before it runs: the
+// gRPC surface builds one (assemble, then a Session's, a resumable
+// completion's or a takeover's additions) and newCompletion makes the
+// completion of it; nothing outside the driver changes a completion after.
+type spec struct {
 	cfg      *Config
 	id       string
 	req      *completionv1.CompleteRequest
 	routes   []*config.Route // the chain: the primary route, then its fallbacks
 	machine  recovery.Config
 	schema   *jsonschema.Schema
-	caller   caller                     // answers tool calls and stop hooks (driver_caller.go)
-	out      *outbox                    // numbers, holds and sends the events
-	history  []*completionv1.Transition // every transition, for Complete
-	started  *completionv1.Started
+	caller   caller              // answers tool calls and stop hooks (driver_caller.go)
 	obs      *telemetry.Observer // the server's
-	trail    *telemetry.Trail    // this completion's, from obs.start
 	breakers *guard.Breakers
-	models   map[int32]string // the model each attempt's upstream says answered; nil until one says
-	final    *completionv1.Result
 	// conclude maps the machine's result to the RPC status, when the result
 	// is sent: the status goes into the event log with it, so that every
 	// caller attached to the completion ends with the same status.
 	conclude func(*recovery.Result) *status.Status
-	status   *status.Status // the status concluded, once run has returned
-	release  func()         // called once run has returned: the server's count of running completions
+	release  func() // called once run has returned: the server's count of running completions
 	// prior, when set, is what a lost replica had done: run continues the
 	// completion from there (recovery.Takeover) instead of starting it.
 	prior     *recovery.Prior
@@ -53,6 +46,42 @@ type completion struct {
 	// (a resumable Stream of a fleet replica), at leaseFrom.
 	lease     *fleet.Lease
 	leaseFrom time.Time
+	// started is the started event, when a takeover read it from the log;
+	// run makes it otherwise.
+	started *completionv1.Started
+
+	// The delivery's (the outbox's; see its fields).
+	send     func(*completionv1.CompletionEvent) error
+	settled  bool
+	log      fleet.Log
+	observe  func(*completionv1.CompletionEvent)
+	fence    func() bool
+	afterSeq uint64                                  // a takeover's: the seq of the last event logged
+	held     map[int][]*completionv1.CompletionEvent // a takeover's: the held output of the checkpoint
+}
+
+// completion is one run of the driver loop: it owns the machine and is the
+// only place that waits, streams and calls. It decides nothing: each Step
+// of the machine says what to run, what to publish, and which attempts'
+// output is final or void; the outbox (driver_delivery.go) forwards that.
+type completion struct {
+	spec
+	out     *outbox                    // numbers, holds and sends the events
+	history []*completionv1.Transition // every transition, for Complete
+	trail   *telemetry.Trail           // this completion's, from obs.start
+	models  map[int32]string           // the model each attempt's upstream says answered; nil until one says
+	final   *completionv1.Result
+	status  *status.Status // the status concluded, once run has returned
+}
+
+// newCompletion returns the completion of sp.
+func newCompletion(sp spec) *completion {
+	out := newOutbox(sp.send, sp.settled)
+	out.log, out.id, out.observe, out.fence, out.seq = sp.log, sp.id, sp.observe, sp.fence, sp.afterSeq
+	if sp.held != nil {
+		out.unsettled = sp.held
+	}
+	return &completion{spec: sp, out: out}
 }
 
 // run drives the machine to its end and returns the result. The returned
@@ -251,8 +280,8 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 
 // route is the route of the chain named name, or nil. A chain holds a
 // few routes: a scan costs less than a map per completion.
-func (c *completion) route(name string) *config.Route {
-	for _, r := range c.routes {
+func (sp *spec) route(name string) *config.Route {
+	for _, r := range sp.routes {
 		if r.Spec.Name == name {
 			return r
 		}

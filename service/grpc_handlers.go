@@ -109,14 +109,14 @@ func (s *Server) Stream(req *completionv1.CompleteRequest, stream grpc.ServerStr
 	if wire != nil {
 		send = wire.send
 	}
-	c, err := s.prepare(ctx, req, send)
+	sp, err := s.prepare(ctx, req, send)
 	if err != nil {
 		return err
 	}
 	if wire != nil {
-		c.out.log = wire // each event encoded once, for the log and the wire
+		sp.log = wire // each event encoded once, for the log and the wire
 	}
-	return s.finish(ctx, c)
+	return s.finish(ctx, s.completionOf(sp))
 }
 
 // Complete runs one completion and answers with its aggregated result.
@@ -126,10 +126,11 @@ func (s *Server) Complete(ctx context.Context, req *completionv1.CompleteRequest
 	}
 	ctx, cancel := s.completionContext(ctx)
 	defer cancel()
-	c, err := s.prepare(ctx, req, func(*completionv1.CompletionEvent) error { return nil })
+	sp, err := s.prepare(ctx, req, func(*completionv1.CompletionEvent) error { return nil })
 	if err != nil {
 		return nil, err
 	}
+	c := s.completionOf(sp)
 	if _, err := c.run(ctx); err != nil {
 		return nil, contextStatus(ctx.Err())
 	}
@@ -162,12 +163,13 @@ func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.
 		}
 		return nil
 	}
-	c, err := s.prepare(ctx, req, send)
+	sp, err := s.prepare(ctx, req, send)
 	if err != nil {
 		return err
 	}
-	o := s.lease(c, cancel)
-	defer s.unhold(c.id, o)
+	o := s.lease(&sp, cancel)
+	defer s.unhold(sp.id, o)
+	c := s.completionOf(sp)
 	leave, end := s.holds.start(c.id, grace, cancel)
 	defer end()
 	stop := context.AfterFunc(rpc, func() {
@@ -232,33 +234,29 @@ func (s *Server) completionContextCause(ctx context.Context) (context.Context, c
 	}
 }
 
-// prepare validates req and builds the completion that will run it. A bad
-// request is refused here, before any upstream call.
-func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest, send func(*completionv1.CompletionEvent) error) (*completion, error) {
+// prepare validates req and specifies the completion that will run it. A
+// bad request is refused here, before any upstream call.
+func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest, send func(*completionv1.CompletionEvent) error) (spec, error) {
 	v, schema := s.cfg.validate(req)
 	if len(v) > 0 {
-		return nil, invalidArgument(v)
+		return spec{}, invalidArgument(v)
 	}
-	return s.build(ctx, req, schema, nil, send)
+	return s.specify(ctx, "", req, schema, nil, send)
 }
 
-// build assembles a completion for a request that passed validation, whose
-// output schema validation compiled; start is the Session's start when it
-// is a Session's (req is then start's request), nil otherwise.
-func (s *Server) build(ctx context.Context, req *completionv1.CompleteRequest, schema *jsonschema.Schema, start *completionv1.SessionStart, send func(*completionv1.CompletionEvent) error) (*completion, error) {
-	return s.assemble(ctx, "", req, schema, start, send)
-}
-
-// assemble is build for completion id: a new one when id is "", else one
-// this replica takes over, whose log exists already.
-func (s *Server) assemble(ctx context.Context, id string, req *completionv1.CompleteRequest, schema *jsonschema.Schema, start *completionv1.SessionStart, send func(*completionv1.CompletionEvent) error) (*completion, error) {
+// specify is the spec of a completion for a request that passed
+// validation, whose output schema validation compiled: a new completion
+// when id is "", else completion id, which this replica takes over (its
+// log exists already). start is the Session's start when it is a
+// Session's (req is then start's request), nil otherwise.
+func (s *Server) specify(ctx context.Context, id string, req *completionv1.CompleteRequest, schema *jsonschema.Schema, start *completionv1.SessionStart, send func(*completionv1.CompletionEvent) error) (spec, error) {
 	policy, v := s.cfg.tighten(req.GetPolicy(), start.GetMaxTurns())
 	if len(v) > 0 {
-		return nil, invalidArgument(v)
+		return spec{}, invalidArgument(v)
 	}
 	routes, err := permit(ctx, req.GetFallbackRoutes(), s.cfg.Chain(req.GetRoute(), req.GetFallbackRoutes()))
 	if err != nil {
-		return nil, err
+		return spec{}, err
 	}
 	routes = recovery.Chain(policy, routes)
 	mc := recovery.Config{
@@ -279,20 +277,28 @@ func (s *Server) assemble(ctx context.Context, id string, req *completionv1.Comp
 	}
 	release, lease, err := s.admit(ctx, id, req, start, takeover)
 	if err != nil {
-		return nil, err
+		return spec{}, err
 	}
 	// A completion another replica may take over saves checkpoints: the
 	// taking over replica continues from the last one (checkpoint.go).
 	mc.Checkpoints = lease.lease != nil || takeover
-	out := newOutbox(send, req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED)
-	out.log, out.id = s.log, id
-	return &completion{
+	return spec{
 		cfg: &s.cfg, id: id, req: req, routes: routes, machine: mc, schema: schema,
-		caller: statelessCaller{}, out: out,
-		obs: s.obs, breakers: s.breakers,
+		caller: statelessCaller{}, obs: s.obs, breakers: s.breakers,
 		conclude: func(r *recovery.Result) *status.Status { return endStatus(s.ending(ctx, r)) },
 		release:  release, lease: lease.lease, leaseFrom: lease.from,
+		send: send, settled: req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED, log: s.log,
 	}, nil
+}
+
+// completionOf is the completion of sp; a Session's caller's side gets to
+// know it (it tells the completion of its caller's answers).
+func (s *Server) completionOf(sp spec) *completion {
+	c := newCompletion(sp)
+	if sess, ok := sp.caller.(*session); ok {
+		sess.c = c
+	}
+	return c
 }
 
 // Admit counts completion id as running and opens its log, or refuses it:

@@ -35,13 +35,14 @@ type sessionStream = grpc.BidiStreamingServer[completionv1.SessionRequest, compl
 func (s *Server) sessionResumable(stream sessionStream, start *completionv1.SessionStart, schema *jsonschema.Schema, grace time.Duration) error {
 	ctx, cancel := s.detachedContext(stream.Context())
 	sess := newSession(cancel, s.cfg.CallerWait, start.GetStopHook())
-	c, err := s.sessionCompletion(ctx, start, schema, sess, func(*completionv1.CompletionEvent) error { return nil })
+	sp, err := s.sessionSpec(ctx, start, schema, sess, func(*completionv1.CompletionEvent) error { return nil })
 	if err != nil {
 		cancel(context.Canceled)
 		return err
 	}
-	c.out.observe = sess.register // before the log: a caller may answer what it reads there
-	o := s.lease(c, cancel)
+	sp.observe = sess.register // before the log: a caller may answer what it reads there
+	o := s.lease(&sp, cancel)
+	c := s.completionOf(sp)
 	leave, end := s.holds.start(c.id, grace, cancel)
 	s.sessions.add(c.id, sess)
 	rpc, release := withoutDeadline(stream.Context())

@@ -59,34 +59,35 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 	defer cancel(context.Canceled)
 	sess := newSession(cancel, s.cfg.CallerWait, start.GetStopHook())
 	sess.stream = stream
-	c, err := s.sessionCompletion(ctx, start, schema, sess, sess.send)
+	sp, err := s.sessionSpec(ctx, start, schema, sess, sess.send)
 	if err != nil {
 		return err
 	}
+	c := s.completionOf(sp)
 	go sess.read()
 	_, _ = c.run(ctx) // a caller gone meanwhile receives nothing: the status concluded stands, in the log too
 	return c.status.Err()
 }
 
-// sessionCompletion builds the completion of a Session whose caller's side
-// is sess. Its status also says whether the caller broke the protocol or
-// did not answer in time.
-func (s *Server) sessionCompletion(ctx context.Context, start *completionv1.SessionStart, schema *jsonschema.Schema, sess *session, send func(*completionv1.CompletionEvent) error) (*completion, error) {
-	c, err := s.build(ctx, start.GetRequest(), schema, start, send)
+// sessionSpec is the spec of the completion of a Session whose caller's
+// side is sess. Its status also says whether the caller broke the protocol
+// or did not answer in time.
+func (s *Server) sessionSpec(ctx context.Context, start *completionv1.SessionStart, schema *jsonschema.Schema, sess *session, send func(*completionv1.CompletionEvent) error) (spec, error) {
+	sp, err := s.specify(ctx, "", start.GetRequest(), schema, start, send)
 	if err != nil {
-		return nil, err
+		return spec{}, err
 	}
-	s.asSession(ctx, c, start, sess)
-	return c, nil
+	s.asSession(ctx, &sp, start, sess)
+	return sp, nil
 }
 
-// asSession makes c the completion of the Session started by start, whose
-// caller's side is sess.
-func (s *Server) asSession(ctx context.Context, c *completion, start *completionv1.SessionStart, sess *session) {
-	c.machine.Session = true
-	c.machine.StopHook = c.machine.StopHook || start.GetStopHook()
-	c.caller, sess.c = sess, c
-	c.conclude = func(r *recovery.Result) *status.Status {
+// asSession makes sp the spec of the completion of the Session started by
+// start, whose caller's side is sess.
+func (s *Server) asSession(ctx context.Context, sp *spec, start *completionv1.SessionStart, sess *session) {
+	sp.machine.Session = true
+	sp.machine.StopHook = sp.machine.StopHook || start.GetStopHook()
+	sp.caller = sess
+	sp.conclude = func(r *recovery.Result) *status.Status {
 		e := s.ending(ctx, r)
 		sess.mu.Lock()
 		e.violation, e.callerTimedOut = sess.violation, sess.timedOut

@@ -59,26 +59,27 @@ import (
 // errLeaseLostCause cancels a completion whose replica lost its lease.
 var errLeaseLostCause = errors.New("this replica lost the completion's lease")
 
-// lease holds the lease admit acquired for a completion c starting on
-// this replica and fences its writes with it; nil when it has none (no
-// leases, or they did not answer). cancel stops the completion if the
-// lease is lost.
-func (s *Server) lease(c *completion, cancel context.CancelCauseFunc) *fleet.Ownership {
-	if c.lease == nil {
+// lease holds the lease admit acquired for the completion of sp starting
+// on this replica, and fences its writes with it (sp.fence); nil when it
+// has none (no leases, or they did not answer). cancel stops the
+// completion if the lease is lost.
+func (s *Server) lease(sp *spec, cancel context.CancelCauseFunc) *fleet.Ownership {
+	if sp.lease == nil {
 		return nil
 	}
-	return s.hold(c, *c.lease, c.leaseFrom, cancel)
+	return s.hold(sp, *sp.lease, sp.leaseFrom, cancel)
 }
 
-// hold runs c under lease l, acquired at from.
-func (s *Server) hold(c *completion, l fleet.Lease, from time.Time, cancel context.CancelCauseFunc) *fleet.Ownership {
+// hold makes the completion of sp run under lease l, acquired at from.
+func (s *Server) hold(sp *spec, l fleet.Lease, from time.Time, cancel context.CancelCauseFunc) *fleet.Ownership {
+	id := sp.id
 	lost := func() bool {
-		if s.log.KeptHere(c.id) {
+		if s.log.KeptHere(id) {
 			// The shared log lacks what this replica ran on its own while
 			// the store was away: its callers here are served to the end,
 			// and the replica that took the lease runs its own.
 			s.cfg.Logger.Warn("lease lost while the completion was logged here only: it goes on for this replica's callers",
-				"completion_id", c.id, "replica", s.cfg.Replica)
+				"completion_id", id, "replica", s.cfg.Replica)
 			return false
 		}
 		cancel(errLeaseLostCause)
@@ -86,12 +87,12 @@ func (s *Server) hold(c *completion, l fleet.Lease, from time.Time, cancel conte
 	}
 	stale := func() {
 		s.cfg.Logger.Warn("lease not renewed in time, the store does not answer: the completion goes on here, and is taken back or handed over when the store answers",
-			"completion_id", c.id, "replica", s.cfg.Replica)
+			"completion_id", id, "replica", s.cfg.Replica)
 	}
 	o := fleet.Own(s.cfg.Leases, l, from, s.log.Fenced(), lost, stale)
-	c.out.fence = o.Running
-	s.log.Fence(c.id, l)
-	s.owned.add(c.id, o)
+	sp.fence = o.Running
+	s.log.Fence(id, l)
+	s.owned.add(id, o)
 	return o
 }
 
@@ -185,7 +186,7 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 	if err != nil {
 		return nil, nil
 	}
-	c, cctx, cancel, err := s.rebuild(id)
+	sp, cctx, cancel, err := s.rebuild(id)
 	if err != nil {
 		_ = ls.Release(context.WithoutCancel(ctx), l)
 		if errors.Is(err, errNothingToTake) {
@@ -197,7 +198,8 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 		}
 		return nil, err
 	}
-	o := s.hold(c, l, from, cancel)
+	o := s.hold(&sp, l, from, cancel)
+	c := s.completionOf(sp)
 	s.cfg.Logger.InfoContext(ctx, "took a completion over", "completion_id", id, "from_replica", c.takenFrom,
 		"replica", s.cfg.Replica, "lease_token", l.Token, "after_seq", c.out.seq)
 	leave, end := s.holds.start(id, c.req.GetResumeGrace().AsDuration(), cancel)
@@ -226,31 +228,31 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 // errNothingToTake: the log ended (or is gone) by the time it was read.
 var errNothingToTake = errors.New("nothing to take over")
 
-// rebuild reads the whole log of id and its last checkpoint, and builds
+// rebuild reads the whole log of id and its last checkpoint, and specifies
 // the completion that continues it, with its context: a Stream, or a
 // Session with its caller's side (which the caller controls by resuming).
-func (s *Server) rebuild(id string) (*completion, context.Context, context.CancelCauseFunc, error) {
+func (s *Server) rebuild(id string) (spec, context.Context, context.CancelCauseFunc, error) {
 	ckSeq, ckData, ck, err := s.readCheckpoint(id)
 	if err != nil {
-		return nil, nil, nil, err
+		return spec{}, nil, nil, err
 	}
 	evs, meta, first, err := s.readWhole(id)
 	if err != nil {
-		return nil, nil, nil, err
+		return spec{}, nil, nil, err
 	}
 	req, start, err := decodeLogged(meta)
 	if err != nil {
-		return nil, nil, nil, err
+		return spec{}, nil, nil, err
 	}
 	v, schema := s.cfg.validate(req)
 	if len(v) > 0 {
-		return nil, nil, nil, fmt.Errorf("the logged request is no longer valid here: %v", v)
+		return spec{}, nil, nil, fmt.Errorf("the logged request is no longer valid here: %v", v)
 	}
 	ctx, cancel := s.completionContextCause(context.Background())
-	c, err := s.assemble(ctx, id, req, schema, start, func(*completionv1.CompletionEvent) error { return nil })
+	sp, err := s.specify(ctx, id, req, schema, start, func(*completionv1.CompletionEvent) error { return nil })
 	if err != nil {
 		cancel(err)
-		return nil, nil, nil, err
+		return spec{}, nil, nil, err
 	}
 	base, after := 0, evs
 	var snap *recovery.Snapshot
@@ -259,31 +261,31 @@ func (s *Server) rebuild(id string) (*completion, context.Context, context.Cance
 		for len(after) > 0 && after[0].GetSeq() <= ckSeq {
 			after = after[1:] // the checkpoint's already
 		}
-		if c.out.unsettled, err = ck.held(); err != nil {
+		if sp.held, err = ck.held(); err != nil {
 			cancel(err)
-			return nil, nil, nil, err
+			return spec{}, nil, nil, err
 		}
 	}
 	if start != nil {
 		sess := newSession(cancel, s.cfg.CallerWait, start.GetStopHook())
-		s.asSession(ctx, c, start, sess)
-		c.out.observe = sess.register
+		s.asSession(ctx, &sp, start, sess)
+		sp.observe = sess.register
 		sess.recall(evs, ck)
 	}
-	fold, started := foldLog(after, c.route, base)
+	fold, started := foldLog(after, sp.route, base)
 	fold.Base, fold.Incomplete = snap, first > ckSeq+1
-	c.prior, c.takenFrom = &fold, meta.Replica
+	sp.prior, sp.takenFrom = &fold, meta.Replica
 	if len(evs) > 0 {
-		c.out.seq = evs[len(evs)-1].GetSeq()
+		sp.afterSeq = evs[len(evs)-1].GetSeq()
 		if evs[0].GetSeq() == 1 {
 			started = evs[0].GetStarted()
 		}
 	}
 	if started != nil {
-		c.started = started
+		sp.started = started
 	}
 	s.log.Adopt(id, meta, evs, ckSeq, ckData)
-	return c, ctx, cancel, nil
+	return sp, ctx, cancel, nil
 }
 
 // readCheckpoint reads the last checkpoint of id, if its log keeps one:
