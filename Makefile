@@ -320,12 +320,12 @@ $(BIN)/helm:
 # another one on PATH (pyenv) lacks those packages.
 PYTHON         ?= /usr/bin/python3
 PYTHON_CLIENT  := clients/python
-DEBIAN_PYTHON_PACKAGES := python3 python3-grpcio python3-protobuf python3-setuptools python3-pip mypy
+DEBIAN_PYTHON_PACKAGES := python3 python3-grpcio python3-protobuf python3-setuptools python3-pip python3-build python3-venv mypy
 PYTHON_ENV     := PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 .PHONY: python-deps
-python-deps: ## Install the Python client's Debian packages (python3-grpcio, python3-protobuf, setuptools, pip, mypy) with apt-get when missing.
-	@if ! $(PYTHON) -c 'import grpc, google.protobuf, setuptools, pip' 2>/dev/null || ! $(PYTHON) -m mypy --version >/dev/null 2>&1; then \
+python-deps: ## Install the Python client's Debian packages (python3-grpcio, python3-protobuf, setuptools, pip, build, venv, mypy) with apt-get when missing.
+	@if ! $(PYTHON) -c 'import grpc, google.protobuf, setuptools, pip, build, venv' 2>/dev/null || ! $(PYTHON) -m mypy --version >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing $(DEBIAN_PYTHON_PACKAGES) with apt-get"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PYTHON_PACKAGES) >/dev/null; \
