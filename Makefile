@@ -390,3 +390,12 @@ node-test: node-build ## Node client: unit, golden transcript and Session replay
 node-e2e: node-build $(NODE_EXAMPLES_MODULES) ## Node client against a real server (scripts/with-server): its e2e tests, then the examples.
 	GO='$(GO)' scripts/with-server bash -c 'npm --prefix $(NODE_CLIENT) run test:e2e && npm --prefix $(NODE_EXAMPLES) test'
 # ---- end of the Node.js client block ----
+
+# ---- Packages: make dist, make dist-check (docs/development.md) ----
+.PHONY: dist
+dist: image python-deps $(NODE_MODULES) ## Build every artifact into dist/: server tarball, image (OCI archive), Python wheel and sdist, npm tarball, SHA256SUMS.
+	VERSION='$(VERSION)' IMAGE='$(IMAGE)' BUILDAH='$(BUILDAH)' GO='$(GO)' PYTHON='$(PYTHON)' scripts/dist.sh
+
+.PHONY: dist-check
+dist-check: python-deps node-installed buildah-installed ## Install each artifact of dist/ into a clean environment and run an example of it against a real server.
+	VERSION='$(VERSION)' BUILDAH='$(BUILDAH)' GO='$(GO)' PYTHON='$(PYTHON)' scripts/dist-check.sh
