@@ -107,8 +107,13 @@ fuzz: ## Run every fuzz target (make fuzz-list) for FUZZTIME (30s) each.
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 	done
 
+# make release-check needs no tag (CI runs it on a clone without tags): it
+# holds the CHANGELOG's top entry, the chart's version and appVersion, the
+# Python and npm packages and the built --version to VERSION. Only when HEAD
+# carries a v… tag (or RELEASE=1) does it also want the tag to be vVERSION
+# and the CHANGELOG entry dated.
 .PHONY: release-check
-release-check: ## One version everywhere: CHANGELOG, --version, the chart's appVersion, the client packages (and a v… tag on HEAD).
+release-check: ## One version everywhere: CHANGELOG, --version, the chart, the client packages; needs no tag (a v… tag on HEAD must match).
 	GO='$(GO)' scripts/release-check
 
 .PHONY: transcripts
