@@ -13,8 +13,9 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 GRPCURL_VERSION            ?= v1.9.4
 STATICCHECK_VERSION        ?= v0.8.2
 BENCHSTAT_VERSION          ?= v0.0.0-20260908200009-22c9c6c9d4da
+PROTOC_GEN_DOC_VERSION     ?= v1.5.1
 
-TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/staticcheck $(BIN)/benchstat
+TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-doc $(BIN)/grpcurl $(BIN)/staticcheck $(BIN)/benchstat
 
 # VERSION is completiond's release version, as cmd/completiond/version.go
 # declares it; make release-check holds everything else to it.
@@ -38,7 +39,7 @@ help: ## Show this help, with the values the variables have now.
 # The variables make help shows, with their current values.
 HELP_VARS     = VERSION ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BENCH BENCH_PKGS BENCH_COUNT BREAKING_REF IMAGE IMAGE_MODE DEST \
 	LOADBENCH_LEVELS LOADBENCH_REPS LOADBENCH_OUT LOADBENCH_FLAGS
-TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION BENCHSTAT_VERSION HELM_VERSION \
+TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION PROTOC_GEN_DOC_VERSION GRPCURL_VERSION STATICCHECK_VERSION BENCHSTAT_VERSION HELM_VERSION \
 	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
 
 .PHONY: run
@@ -156,7 +157,7 @@ loadbench: ## Load benchmark vs a bare gRPC relay: LOADBENCH_LEVELS streams × L
 	$(GO) run ./bench/loadbench -levels '$(LOADBENCH_LEVELS)' -reps '$(LOADBENCH_REPS)' -out '$(LOADBENCH_OUT)' $(LOADBENCH_FLAGS)
 
 .PHONY: tools
-tools: $(TOOLS) ## Install the pinned buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl, staticcheck and benchstat into ./bin.
+tools: $(TOOLS) ## Install the pinned buf, protoc-gen-go, protoc-gen-go-grpc, protoc-gen-doc, grpcurl, staticcheck and benchstat into ./bin.
 
 .PHONY: grpcurl
 grpcurl: $(BIN)/grpcurl ## Install the pinned grpcurl into ./bin (all the quick start needs).
@@ -167,6 +168,8 @@ $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(BIN)/protoc-gen-go-grpc:
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(BIN)/protoc-gen-doc:
+	GOBIN=$(BIN) $(GO) install github.com/pseudomuto/protoc-gen-doc/cmd/protoc-gen-doc@$(PROTOC_GEN_DOC_VERSION)
 $(BIN)/grpcurl:
 	GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 $(BIN)/staticcheck:
@@ -175,10 +178,11 @@ $(BIN)/benchstat:
 	GOBIN=$(BIN) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
 .PHONY: generate
-generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc protoc-installed $(NODE_MODULES) ## Regenerate gen/ (Go), the Python and the TypeScript stubs from proto/ and third_party/googleapis.
+generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-doc protoc-installed $(NODE_MODULES) ## Regenerate gen/ (Go), the Python and the TypeScript stubs and docs/api-reference.md from proto/ and third_party/googleapis.
 	$(BIN)/buf generate
 	$(BIN)/buf generate --template buf.gen.googleapis.yaml
 	scripts/python-gen-imports
+	$(BIN)/buf generate --template buf.gen.docs.yaml
 
 # Generators that are not Go programs, pinned: protoc (its python and pyi
 # generators) and grpcio's grpc_python_plugin, from Debian bookworm's
@@ -209,10 +213,10 @@ lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint and 
 	$(BIN)/buf lint
 	$(BIN)/buf format -d --exit-code
 
-GENERATED := gen clients/python/src/completiond/_proto $(NODE_CLIENT)/src/gen
+GENERATED := gen clients/python/src/completiond/_proto $(NODE_CLIENT)/src/gen docs/api-reference.md
 
 .PHONY: checkgenerate
-checkgenerate: generate ## Regenerate and fail if the generated code (Go, Python, TypeScript) differs from what is committed.
+checkgenerate: generate ## Regenerate and fail if the generated code (Go, Python, TypeScript) or docs/api-reference.md differs from what is committed.
 	@git add -N $(GENERATED) >/dev/null 2>&1 || true
 	@if ! git diff --quiet -- $(GENERATED); then echo "generated code is stale: run make generate and commit"; git diff --stat -- $(GENERATED); exit 1; fi
 
