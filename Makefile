@@ -53,12 +53,15 @@ build: ## Build bin/completiond.
 # make test installs what the tests run before running them: redis-server
 # (the fleet tests) and a C compiler (the race detector needs cgo), both
 # Debian packages installed with apt-get when missing and make runs as root.
+# go test's own output is the progress: neither piped nor filtered, so each
+# package's line shows when go test prints it.
 .PHONY: test
 test: test-deps ## Run every test with the race detector (installs redis-server and a C compiler when missing).
+	@echo 'make test: go test -race compiles every package first (quiet for minutes on two busy cores), then prints a line per package, in order'
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 .PHONY: test-short
-test-short: ## The fast majority of the tests: go test -short without the race detector, a line per package as it ends.
+test-short: ## The fast majority of the tests: go test -short without the race detector, a line per package.
 	$(GO) test -short -count=1 -timeout 10m ./...
 
 .PHONY: test-deps

@@ -202,7 +202,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	// Bounded: Drain returns at most cfg.AbortGrace after dctx is done, even
 	// if a handler ignores its cancellation.
-	log.Info("draining", "timeout", o.drain, "grace", o.grace)
+	// Durations as strings ("10s"): the JSON handler would print nanoseconds.
+	log.Info("draining", "timeout", o.drain.String(), "grace", o.grace.String())
 	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
 	defer cancel()
 	g.Drain(dctx)
