@@ -73,7 +73,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	o.safety.define(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: completiond [flags]\n"+
-			"       completiond check-config FILE   (validate a --config file and print its routes)\n"+
+			"       completiond check-config FILE...   (validate --config files and print their routes)\n"+
 			"       completiond version\n\n"+
 			"Serves completion.v1.Completion over gRPC, with reflection and grpc.health.v1.\n"+
 			"The embedded sim provider needs no API key; script its faults with the request\n"+
