@@ -13,8 +13,9 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 GRPCURL_VERSION            ?= v1.9.4
 STATICCHECK_VERSION        ?= v0.8.2
 BENCHSTAT_VERSION          ?= v0.0.0-20260908200009-22c9c6c9d4da
+PROTOC_GEN_DOC_VERSION     ?= v1.5.1
 
-TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/staticcheck $(BIN)/benchstat
+TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-doc $(BIN)/grpcurl $(BIN)/staticcheck $(BIN)/benchstat
 
 # VERSION is completiond's release version, as cmd/completiond/version.go
 # declares it; make release-check holds everything else to it.
@@ -38,7 +39,7 @@ help: ## Show this help, with the values the variables have now.
 # The variables make help shows, with their current values.
 HELP_VARS     = VERSION ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BENCH BENCH_PKGS BENCH_COUNT BREAKING_REF IMAGE IMAGE_MODE DEST \
 	LOADBENCH_LEVELS LOADBENCH_REPS LOADBENCH_OUT LOADBENCH_FLAGS
-TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION GRPCURL_VERSION STATICCHECK_VERSION BENCHSTAT_VERSION HELM_VERSION \
+TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION PROTOC_GEN_DOC_VERSION GRPCURL_VERSION STATICCHECK_VERSION BENCHSTAT_VERSION HELM_VERSION \
 	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
 
 .PHONY: run
@@ -52,12 +53,15 @@ build: ## Build bin/completiond.
 # make test installs what the tests run before running them: redis-server
 # (the fleet tests) and a C compiler (the race detector needs cgo), both
 # Debian packages installed with apt-get when missing and make runs as root.
+# go test's own output is the progress: neither piped nor filtered, so each
+# package's line shows when go test prints it.
 .PHONY: test
 test: test-deps ## Run every test with the race detector (installs redis-server and a C compiler when missing).
+	@echo 'make test: go test -race compiles every package first (quiet for minutes on two busy cores), then prints a line per package, in order'
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 .PHONY: test-short
-test-short: ## The fast majority of the tests: go test -short without the race detector, a line per package as it ends.
+test-short: ## The fast majority of the tests: go test -short without the race detector, a line per package.
 	$(GO) test -short -count=1 -timeout 10m ./...
 
 .PHONY: test-deps
@@ -107,8 +111,13 @@ fuzz: ## Run every fuzz target (make fuzz-list) for FUZZTIME (30s) each.
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 	done
 
+# make release-check needs no tag (CI runs it on a clone without tags): it
+# holds the CHANGELOG's top entry, the chart's version and appVersion, the
+# Python and npm packages and the built --version to VERSION. Only when HEAD
+# carries a v… tag (or RELEASE=1) does it also want the tag to be vVERSION
+# and the CHANGELOG entry dated.
 .PHONY: release-check
-release-check: ## One version everywhere: CHANGELOG, --version, the chart's appVersion, the client packages (and a v… tag on HEAD).
+release-check: ## One version everywhere: CHANGELOG, --version, the chart, the client packages; needs no tag (a v… tag on HEAD must match).
 	GO='$(GO)' scripts/release-check
 
 .PHONY: transcripts
@@ -151,7 +160,7 @@ loadbench: ## Load benchmark vs a bare gRPC relay: LOADBENCH_LEVELS streams × L
 	$(GO) run ./bench/loadbench -levels '$(LOADBENCH_LEVELS)' -reps '$(LOADBENCH_REPS)' -out '$(LOADBENCH_OUT)' $(LOADBENCH_FLAGS)
 
 .PHONY: tools
-tools: $(TOOLS) ## Install the pinned buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl, staticcheck and benchstat into ./bin.
+tools: $(TOOLS) ## Install the pinned buf, protoc-gen-go, protoc-gen-go-grpc, protoc-gen-doc, grpcurl, staticcheck and benchstat into ./bin.
 
 .PHONY: grpcurl
 grpcurl: $(BIN)/grpcurl ## Install the pinned grpcurl into ./bin (all the quick start needs).
@@ -162,6 +171,8 @@ $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(BIN)/protoc-gen-go-grpc:
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(BIN)/protoc-gen-doc:
+	GOBIN=$(BIN) $(GO) install github.com/pseudomuto/protoc-gen-doc/cmd/protoc-gen-doc@$(PROTOC_GEN_DOC_VERSION)
 $(BIN)/grpcurl:
 	GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 $(BIN)/staticcheck:
@@ -170,10 +181,11 @@ $(BIN)/benchstat:
 	GOBIN=$(BIN) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
 .PHONY: generate
-generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc protoc-installed $(NODE_MODULES) ## Regenerate gen/ (Go), the Python and the TypeScript stubs from proto/ and third_party/googleapis.
+generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-doc protoc-installed $(NODE_MODULES) ## Regenerate gen/ (Go), the Python and the TypeScript stubs and docs/api-reference.md from proto/ and third_party/googleapis.
 	$(BIN)/buf generate
 	$(BIN)/buf generate --template buf.gen.googleapis.yaml
 	scripts/python-gen-imports
+	$(BIN)/buf generate --template buf.gen.docs.yaml
 
 # Generators that are not Go programs, pinned: protoc (its python and pyi
 # generators) and grpcio's grpc_python_plugin, from Debian bookworm's
@@ -204,10 +216,10 @@ lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint and 
 	$(BIN)/buf lint
 	$(BIN)/buf format -d --exit-code
 
-GENERATED := gen clients/python/src/completiond/_proto $(NODE_CLIENT)/src/gen
+GENERATED := gen clients/python/src/completiond/_proto $(NODE_CLIENT)/src/gen docs/api-reference.md
 
 .PHONY: checkgenerate
-checkgenerate: generate ## Regenerate and fail if the generated code (Go, Python, TypeScript) differs from what is committed.
+checkgenerate: generate ## Regenerate and fail if the generated code (Go, Python, TypeScript) or docs/api-reference.md differs from what is committed.
 	@git add -N $(GENERATED) >/dev/null 2>&1 || true
 	@if ! git diff --quiet -- $(GENERATED); then echo "generated code is stale: run make generate and commit"; git diff --stat -- $(GENERATED); exit 1; fi
 
@@ -320,12 +332,12 @@ $(BIN)/helm:
 # another one on PATH (pyenv) lacks those packages.
 PYTHON         ?= /usr/bin/python3
 PYTHON_CLIENT  := clients/python
-DEBIAN_PYTHON_PACKAGES := python3 python3-grpcio python3-protobuf python3-setuptools python3-pip mypy
+DEBIAN_PYTHON_PACKAGES := python3 python3-grpcio python3-protobuf python3-setuptools python3-pip python3-build python3-venv mypy
 PYTHON_ENV     := PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 .PHONY: python-deps
-python-deps: ## Install the Python client's Debian packages (python3-grpcio, python3-protobuf, setuptools, pip, mypy) with apt-get when missing.
-	@if ! $(PYTHON) -c 'import grpc, google.protobuf, setuptools, pip' 2>/dev/null || ! $(PYTHON) -m mypy --version >/dev/null 2>&1; then \
+python-deps: ## Install the Python client's Debian packages (python3-grpcio, python3-protobuf, setuptools, pip, build, venv, mypy) with apt-get when missing.
+	@if ! $(PYTHON) -c 'import grpc, google.protobuf, setuptools, pip, build, venv' 2>/dev/null || ! $(PYTHON) -m mypy --version >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing $(DEBIAN_PYTHON_PACKAGES) with apt-get"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PYTHON_PACKAGES) >/dev/null; \
@@ -390,3 +402,12 @@ node-test: node-build ## Node client: unit, golden transcript and Session replay
 node-e2e: node-build $(NODE_EXAMPLES_MODULES) ## Node client against a real server (scripts/with-server): its e2e tests, then the examples.
 	GO='$(GO)' scripts/with-server bash -c 'npm --prefix $(NODE_CLIENT) run test:e2e && npm --prefix $(NODE_EXAMPLES) test'
 # ---- end of the Node.js client block ----
+
+# ---- Packages: make dist, make dist-check (docs/development.md) ----
+.PHONY: dist
+dist: image python-deps $(NODE_MODULES) ## Build every artifact into dist/: server tarball, image (OCI archive), Python wheel and sdist, npm tarball, SHA256SUMS.
+	VERSION='$(VERSION)' IMAGE='$(IMAGE)' BUILDAH='$(BUILDAH)' GO='$(GO)' PYTHON='$(PYTHON)' scripts/dist.sh
+
+.PHONY: dist-check
+dist-check: python-deps node-installed buildah-installed ## Install each artifact of dist/ into a clean environment and run an example of it against a real server.
+	VERSION='$(VERSION)' BUILDAH='$(BUILDAH)' GO='$(GO)' PYTHON='$(PYTHON)' scripts/dist-check.sh

@@ -1,7 +1,8 @@
 // Package docs_test checks the documentation against itself and against the
 // code: links and anchors resolve, every page has a table of contents, the
-// README stays a front page, and the references (errors.md,
-// configuration.md) list everything the server can send or read.
+// README stays a front page, the references (errors.md,
+// configuration.md) list everything the server can send or read, and the
+// recovery machine's diagram (architecture.md) every transition reason.
 package docs_test
 
 import (

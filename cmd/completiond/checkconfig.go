@@ -24,19 +24,25 @@ import (
 )
 
 // checkConfigUsage is the synopsis of the check-config subcommand.
-const checkConfigUsage = "Usage: completiond check-config [FILE]\n\n" +
-	"Loads the --config FILE (default: $" + envPrefix + "CONFIG) as the server would, with the\n" +
+const checkConfigUsage = "Usage: completiond check-config [FILE...]\n\n" +
+	"Loads each --config FILE (default: $" + envPrefix + "CONFIG) as the server would, with the\n" +
 	"API keys of its ${VAR} references read from the environment, builds its providers\n" +
 	"without calling them, and prints the resolved routes, circuit breaker, auth keys\n" +
 	"(names only), TLS files and limits. No secret is printed: neither API keys nor\n" +
-	"key digests. A bad file exits non-zero with an error that names the field.\n"
+	"key digests. A bad file is reported with an error that names the field; the\n" +
+	"others are still checked, and the exit status is non-zero if any file is bad.\n"
 
-// checkConfig answers `completiond check-config FILE`: it loads FILE with
-// service.LoadFile and the real provider factories, as the server does at
+// checkConfig answers `completiond check-config FILE...`: it loads each FILE
+// with config.LoadFile and the real provider factories, as the server does at
 // start, and prints what the server would serve. Building a provider makes
 // no network call, so the check runs offline. The report names keys but
 // never holds a secret: the specs it keeps have their API key removed, and
 // key digests are not printed.
+//
+// Every file is checked, in order: a good file's report goes to stdout, a
+// bad file's error to stderr, and the error returned counts the bad files.
+// With one file, that file's error is returned as it is and nothing goes
+// to stderr.
 func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("completiond check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -47,16 +53,37 @@ func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		}
 		return err
 	}
-	var path string
-	switch fs.NArg() {
-	case 0:
-		path = getenv(envPrefix + "CONFIG")
-	case 1:
-		path = fs.Arg(0)
+	paths := fs.Args()
+	if len(paths) == 0 {
+		if path := getenv(envPrefix + "CONFIG"); path != "" {
+			paths = []string{path}
+		}
 	}
-	if path == "" || fs.NArg() > 1 {
-		return errors.New("check-config: want one configuration file (completiond check-config FILE)")
+	if len(paths) == 0 || slices.Contains(paths, "") {
+		return errors.New("check-config: want a configuration file (completiond check-config FILE...)")
 	}
+	if len(paths) == 1 {
+		return checkConfigFile(paths[0], getenv, stdout)
+	}
+	var bad []string
+	for i, path := range paths {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		if err := checkConfigFile(path, getenv, stdout); err != nil {
+			fmt.Fprintln(stderr, err)
+			bad = append(bad, path)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("check-config: %d of %d files are bad: %s", len(bad), len(paths), strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// checkConfigFile checks the file at path and writes its report to w. Its
+// error names the file (config.LoadFile's do).
+func checkConfigFile(path string, getenv func(string) string, w io.Writer) error {
 	specs := map[provider.Provider]config.ProviderSpec{}
 	recording := make(map[string]config.Factory, len(factories)+1)
 	for kind, f := range factories {
@@ -77,7 +104,7 @@ func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	return printConfig(stdout, path, cfg, specs)
+	return printConfig(w, path, cfg, specs)
 }
 
 // printConfig writes the report of check-config.

@@ -213,8 +213,9 @@ func TestCheckConfigArguments(t *testing.T) {
 		{"file argument", []string{good}, nil, "", ": OK, 1 routes"},
 		{"file from COMPLETIOND_CONFIG", nil, map[string]string{"COMPLETIOND_CONFIG": good}, "", good + ": OK"},
 		{"argument wins over COMPLETIOND_CONFIG", []string{good}, map[string]string{"COMPLETIOND_CONFIG": "/nonexistent"}, "", good + ": OK"},
-		{"no file", nil, nil, "want one configuration file", ""},
-		{"two files", []string{good, good}, nil, "want one configuration file", ""},
+		{"no file", nil, nil, "want a configuration file", ""},
+		{"empty file name", []string{""}, nil, "want a configuration file", ""},
+		{"two files", []string{good, good}, nil, "", good + ": OK, 1 routes"},
 		{"missing file", []string{filepath.Join(t.TempDir(), "absent.yaml")}, nil, "no such file", ""},
 		{"help", []string{"--help"}, nil, "", "Usage: completiond check-config"},
 	} {
@@ -231,6 +232,67 @@ func TestCheckConfigArguments(t *testing.T) {
 			if !strings.Contains(out.String(), tc.wantOut) {
 				t.Errorf("output lacks %q:\n%s", tc.wantOut, out.String())
 			}
+		})
+	}
+}
+
+// TestCheckConfigSeveralFiles: check-config checks every file it is given,
+// in order, whatever an earlier one did: a report on stdout for each good
+// file, the error of each bad one on stderr, and an error (the exit
+// status) that counts the bad files.
+func TestCheckConfigSeveralFiles(t *testing.T) {
+	good := writeConfig(t, "default_route: r\nproviders:\n  s: {kind: sim}\nroutes:\n  r: {provider: s, model: m}\n")
+	full := writeConfig(t, fullConfig)
+	unknown := writeConfig(t, "routes:\n  a: {provider: p, model: m, temperature: 1}\n")
+	absent := filepath.Join(t.TempDir(), "absent.yaml")
+	for _, tc := range []struct {
+		name    string
+		paths   []string
+		wantErr string // "" for success
+		good    []string
+		bad     map[string]string // path: what its error says
+	}{
+		{"all good", []string{good, full}, "", []string{good, full}, nil},
+		{"bad ones among good ones", []string{unknown, good, absent, full}, "check-config: 2 of 4 files are bad: " + unknown + ", " + absent,
+			[]string{good, full}, map[string]string{unknown: "field temperature not found", absent: "no such file"}},
+		{"all bad", []string{absent, unknown}, "check-config: 2 of 2 files are bad",
+			nil, map[string]string{unknown: "field temperature not found", absent: "no such file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), append([]string{"check-config"}, tc.paths...), checkEnv, &stdout, &stderr)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("check-config: %v\n%s", err, stderr.String())
+			case tc.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			}
+			reports := strings.Count(stdout.String(), ": OK, ")
+			if reports != len(tc.good) {
+				t.Errorf("%d reports, want %d:\n%s", reports, len(tc.good), stdout.String())
+			}
+			last := -1
+			for _, path := range tc.good { // in the order given
+				i := strings.Index(stdout.String(), path+": OK, ")
+				if i <= last {
+					t.Errorf("no report of %s after the one before it:\n%s", path, stdout.String())
+				}
+				last = i
+			}
+			if len(tc.bad) == 0 && stderr.Len() > 0 {
+				t.Errorf("stderr of good files:\n%s", stderr.String())
+			}
+			for path, want := range tc.bad {
+				// An error names its file; a YAML error may take several lines.
+				i := strings.Index(stderr.String(), path+":")
+				if i < 0 || !strings.Contains(stderr.String()[i:], want) {
+					t.Errorf("stderr does not name %s with %q after it:\n%s", path, want, stderr.String())
+				}
+				if strings.Contains(stdout.String(), path+":") {
+					t.Errorf("a report of the bad file %s:\n%s", path, stdout.String())
+				}
+			}
+			assertNoSecret(t, stdout.String()+stderr.String())
 		})
 	}
 }

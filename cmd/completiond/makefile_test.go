@@ -203,6 +203,7 @@ func TestMakeBreakingAgainstPreviousCommit(t *testing.T) {
 // real redis-server and the race detector, which needs a C compiler; on a
 // fresh machine it installs both before it runs a test (the prerequisite was
 // once lost in a merge, and only a machine that had redis already passed).
+// Its go test is not wrapped, so that each package's line shows as it comes.
 func TestMakeTestInstallsWhatItRuns(t *testing.T) {
 	out := makeIn(t, nil, "-n", "test")
 	gotest := strings.Index(out, "test -race -count")
@@ -214,5 +215,11 @@ func TestMakeTestInstallsWhatItRuns(t *testing.T) {
 		if i < 0 || i > gotest {
 			t.Errorf("make -n test does not %q before go test:\n%s", want, out)
 		}
+	}
+	// go test's line per package is the progress: a pipe or a redirection
+	// would hold it back or hide it.
+	line, _, _ := strings.Cut(out[gotest:], "\n")
+	if strings.ContainsAny(line, "|>") {
+		t.Errorf("make test wraps go test, which hides its progress: %s", line)
 	}
 }

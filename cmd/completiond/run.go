@@ -73,7 +73,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	o.safety.define(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: completiond [flags]\n"+
-			"       completiond check-config FILE   (validate a --config file and print its routes)\n"+
+			"       completiond check-config FILE...   (validate --config files and print their routes)\n"+
 			"       completiond version\n\n"+
 			"Serves completion.v1.Completion over gRPC, with reflection and grpc.health.v1.\n"+
 			"The embedded sim provider needs no API key; script its faults with the request\n"+
@@ -202,7 +202,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	// Bounded: Drain returns at most cfg.AbortGrace after dctx is done, even
 	// if a handler ignores its cancellation.
-	log.Info("draining", "timeout", o.drain, "grace", o.grace)
+	// Durations as strings ("10s"): the JSON handler would print nanoseconds.
+	log.Info("draining", "timeout", o.drain.String(), "grace", o.grace.String())
 	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
 	defer cancel()
 	g.Drain(dctx)

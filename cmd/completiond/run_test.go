@@ -63,7 +63,8 @@ func TestBadEnvironmentIsReported(t *testing.T) {
 
 // TestServesAndDrains starts the real server on a loopback port, as `make
 // run` does, talks to it like grpcurl would (reflection, health, a scripted
-// Stream), then stops it the way SIGTERM does.
+// Stream), then stops it the way SIGTERM does; its "draining" log line
+// gives the timeouts as durations ("10s"), not nanoseconds.
 func TestServesAndDrains(t *testing.T) {
 	ctx, stop := context.WithCancel(t.Context())
 	logs, logw := io.Pipe()
@@ -73,7 +74,19 @@ func TestServesAndDrains(t *testing.T) {
 	}
 	go func() { done <- run(ctx, nil, env, logw, io.Discard); logw.Close() }()
 	addr := waitForAddr(t, logs)
-	go func() { _, _ = io.Copy(io.Discard, logs) }()
+	var draining map[string]any
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(logs)
+		for sc.Scan() {
+			var line map[string]any
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "draining" {
+				draining = line
+			}
+		}
+		_, _ = io.Copy(io.Discard, logs) // after a line too long for the scanner
+	}()
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -97,6 +110,13 @@ func TestServesAndDrains(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("server did not drain")
+	}
+	<-scanned // run closed the log when it returned
+	if draining == nil {
+		t.Fatal("no draining log line")
+	}
+	if draining["timeout"] != "10s" || draining["grace"] != config.DefaultAbortGrace.String() {
+		t.Errorf("draining log line %v, want timeout 10s and grace %s", draining, config.DefaultAbortGrace)
 	}
 }
 

@@ -67,6 +67,12 @@ class ExamplesTest(unittest.TestCase):
             self.assertNotIn("circuit", outage.lower(), f"run {attempt + 1}: {outage}")
             self.assertIn("overloaded", outage.lower(), f"run {attempt + 1}: {outage}")
 
+    def test_async_stream(self) -> None:
+        out = run("async_stream.py")
+        self.assertRegex(out, r"(?m)^clean +COMPLETED +16 words$")
+        self.assertRegex(out, r"(?m)^rate-limited +RETRY COMPLETED +16 words$")
+        self.assertRegex(out, r"(?m)^cut +STREAM_RESUME COMPLETED +16 words$")
+
     def test_toolloop(self) -> None:
         out = run("toolloop.py")
         self.assertEqual(len(re.findall(r"\[tool get_weather\(\{.*\}\) → \{.*\"forecast\": \"sunny\".*\}\]", out)), 2, out)

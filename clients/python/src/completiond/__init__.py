@@ -10,24 +10,30 @@
 
 The generated messages are here under friendly names: :mod:`pb` (completion.v1),
 :mod:`pb_grpc` (its stub), :mod:`rpc_status`, :mod:`error_details` and
-:mod:`rpc_code` (google.rpc).
+:mod:`rpc_code` (google.rpc: googleapis-common-protos' modules when it is
+installed, else completiond's own copy). :class:`AsyncClient` is the asyncio
+client (grpc.aio).
 """
 
 from completiond._proto.completion.v1 import completion_pb2 as pb
 from completiond._proto.completion.v1 import completion_pb2_grpc as pb_grpc
-from completiond._proto.google.rpc import code_pb2 as rpc_code
-from completiond._proto.google.rpc import error_details_pb2 as error_details
-from completiond._proto.google.rpc import status_pb2 as rpc_status
+from completiond._rpc import code_pb2 as rpc_code
+from completiond._rpc import error_details_pb2 as error_details
+from completiond._rpc import status_pb2 as rpc_status
 from completiond.client import DEFAULT_ADDRESS, Client, default_address, text_request, user_message
 from completiond.errors import DOMAIN, CompletionError, FieldViolation, error_from_grpc, error_from_status
 from completiond.fold import Fold, Turn, tool_input
 from completiond.session import CancelSession, Session, allow, block, prevent
 from completiond.stream import Reconnect, Stream
+from completiond.aio import AsyncClient, AsyncSession, AsyncStream
 
 #: __version__ is the package's version (the repository's release).
 __version__ = "0.2.0"
 
 __all__ = [
+    "AsyncClient",
+    "AsyncSession",
+    "AsyncStream",
     "CancelSession",
     "Client",
     "CompletionError",

@@ -19,7 +19,7 @@ from google.protobuf import any_pb2
 from google.protobuf.message import Message as ProtoMessage
 
 from completiond._proto.completion.v1 import completion_pb2 as pb
-from completiond._proto.google.rpc import error_details_pb2, status_pb2
+from completiond._rpc import error_details_pb2, status_pb2
 
 if TYPE_CHECKING:
     from completiond.fold import Fold

@@ -47,10 +47,9 @@ class _Drop:
         self.at: Optional[float] = None
         self.tries = 0
 
-    def pause(self, reconnect: Reconnect, window: float, deadline: Optional[float],
-              sleep: Callable[[float], None]) -> bool:
-        """Waits before the next reconnect; False, without waiting, once the window since the drop
-        (or the deadline) would be over by then."""
+    def next_wait(self, reconnect: Reconnect, window: float, deadline: Optional[float]) -> Optional[float]:
+        """The wait before the next reconnect; None once the window since the drop (or the
+        deadline) would be over by then."""
         now = time.monotonic()
         if self.at is None:
             self.at = now
@@ -60,6 +59,15 @@ class _Drop:
         if deadline is not None:
             end = min(end, deadline)
         if now + wait > end:
+            return None
+        return wait
+
+    def pause(self, reconnect: Reconnect, window: float, deadline: Optional[float],
+              sleep: Callable[[float], None]) -> bool:
+        """Waits before the next reconnect; False, without waiting, once the window since the drop
+        (or the deadline) would be over by then."""
+        wait = self.next_wait(reconnect, window, deadline)
+        if wait is None:
             return False
         sleep(wait)
         return True
