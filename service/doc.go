@@ -7,6 +7,8 @@
 //     and the caller's side of tool calls and stop hooks (driver_caller.go).
 //     The driver decides nothing: every Step of the machine says what to
 //     run, what to publish, and which attempts' output is final or void.
+//     A completion is made of a spec filled in before it runs
+//     (newCompletion); the gRPC surface never changes one after.
 //   - grpc_*.go — the gRPC surface: the handlers of Stream, Complete
 //     (grpc_handlers.go), Session (grpc_session.go), Attach with the
 //     resume grace of Stream (grpc_attach.go) and the resumable Sessions
