@@ -46,11 +46,7 @@ func (c *completion) saveCheckpoint(snap *recovery.Snapshot) {
 			ck.Held = append(ck.Held, b)
 		}
 	}
-	if s, ok := c.caller.(*session); ok {
-		s.mu.Lock()
-		ck.Hooks = s.hookSeq
-		s.mu.Unlock()
-	}
+	ck.Hooks = c.out.hooks
 	data, err := json.Marshal(ck)
 	if err != nil {
 		return // cannot happen: a snapshot is plain data

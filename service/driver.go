@@ -58,6 +58,7 @@ type spec struct {
 	fence    func() bool
 	afterSeq uint64                                  // a takeover's: the seq of the last event logged
 	held     map[int][]*completionv1.CompletionEvent // a takeover's: the held output of the checkpoint
+	hooks    int                                     // a takeover's: the stop-hook requests sent before
 }
 
 // completion is one run of the driver loop: it owns the machine and is the
@@ -77,7 +78,7 @@ type completion struct {
 // newCompletion returns the completion of sp.
 func newCompletion(sp spec) *completion {
 	out := newOutbox(sp.send, sp.settled)
-	out.log, out.id, out.observe, out.fence, out.seq = sp.log, sp.id, sp.observe, sp.fence, sp.afterSeq
+	out.log, out.id, out.observe, out.fence, out.seq, out.hooks = sp.log, sp.id, sp.observe, sp.fence, sp.afterSeq, sp.hooks
 	if sp.held != nil {
 		out.unsettled = sp.held
 	}

@@ -37,6 +37,10 @@ type outbox struct {
 	// completion, and the caller attaches there.
 	fence  func() bool
 	fenced bool
+	// hooks counts the stop-hook requests numbered (with a takeover's
+	// before them): what a checkpoint records, so that the replica that
+	// takes a Session over names its next hook request anew.
+	hooks int
 }
 
 func newOutbox(send func(*completionv1.CompletionEvent) error, settled bool) *outbox {
@@ -84,6 +88,9 @@ func (o *outbox) settle(step recovery.Step) {
 // event numbers ev with attempt and turn and sends it.
 func (o *outbox) event(attempt, turn int, ev *completionv1.CompletionEvent) {
 	ev.Attempt, ev.Turn = int32(attempt), int32(turn)
+	if ev.GetStopHookRequest() != nil && !o.stopped() {
+		o.hooks++
+	}
 	o.sendNumbered(ev)
 }
 

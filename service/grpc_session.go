@@ -312,6 +312,14 @@ func (s *session) awaitTools(ctx context.Context, a recovery.Action) recovery.Ev
 	return recovery.Event{Kind: recovery.EvToolResults, Results: results}
 }
 
+// hooksSent is how many stop-hook requests the Session has sent (or,
+// after a takeover, its log and checkpoint say it had).
+func (s *session) hooksSent() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hookSeq
+}
+
 // awaitStopHook asks the caller for a verdict when it registered as a hook.
 func (s *session) awaitStopHook(ctx context.Context, a recovery.Action) recovery.Event {
 	if !s.hookEnabled {

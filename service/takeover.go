@@ -271,6 +271,7 @@ func (s *Server) rebuild(id string) (spec, context.Context, context.CancelCauseF
 		s.asSession(ctx, &sp, start, sess)
 		sp.observe = sess.register
 		sess.recall(evs, ck)
+		sp.hooks = sess.hooksSent()
 	}
 	fold, started := foldLog(after, sp.route, base)
 	fold.Base, fold.Incomplete = snap, first > ckSeq+1
