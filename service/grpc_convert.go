@@ -92,6 +92,19 @@ func fromUsage(u recovery.Usage) *completionv1.Usage {
 		CacheReadInputTokens: u.CacheReadInputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens}
 }
 
+// verdicts are the machine's verdicts by the wire's, by name: no enum is
+// converted by its number.
+var verdicts = map[completionv1.Verdict]recovery.Verdict{
+	completionv1.Verdict_VERDICT_ALLOW:   recovery.VerdictAllow,
+	completionv1.Verdict_VERDICT_BLOCK:   recovery.VerdictBlock,
+	completionv1.Verdict_VERDICT_PREVENT: recovery.VerdictPrevent,
+}
+
+// toVerdict is the machine's verdict for v; 0 (no verdict) for
+// VERDICT_UNSPECIFIED and for a number the API does not define, which the
+// Session refuses.
+func toVerdict(v completionv1.Verdict) recovery.Verdict { return verdicts[v] }
+
 func fromReason(r recovery.Reason) completionv1.TransitionReason {
 	v, ok := completionv1.TransitionReason_value["TRANSITION_REASON_"+r.String()]
 	if !ok {

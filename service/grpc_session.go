@@ -263,7 +263,7 @@ func (s *session) check(msg *completionv1.SessionRequest) string {
 		if !known || answered {
 			return fmt.Sprintf("verdict for hook %q, which nobody asked for", m.StopHookVerdict.GetHookId())
 		}
-		if v := m.StopHookVerdict.GetVerdict(); v < completionv1.Verdict_VERDICT_ALLOW || v > completionv1.Verdict_VERDICT_PREVENT {
+		if v := m.StopHookVerdict.GetVerdict(); toVerdict(v) == 0 {
 			return fmt.Sprintf("verdict %v is not one of ALLOW, BLOCK, PREVENT", v)
 		}
 		s.hooks[m.StopHookVerdict.GetHookId()] = true
@@ -346,7 +346,7 @@ func (s *session) awaitStopHook(ctx context.Context, a recovery.Action) recovery
 		s.fail("tool results arrived while a stop-hook verdict was awaited")
 		return cancelled("protocol violation")
 	}
-	return recovery.Event{Kind: recovery.EvStopHookVerdict, Verdict: recovery.Verdict(v.GetVerdict()), VerdictMessage: v.GetMessage()}
+	return recovery.Event{Kind: recovery.EvStopHookVerdict, Verdict: toVerdict(v.GetVerdict()), VerdictMessage: v.GetMessage()}
 }
 
 // next waits for the caller's next message, the caller's departure, or the wait limit.
