@@ -88,10 +88,16 @@ func (o *outbox) settle(step recovery.Step) {
 // event numbers ev with attempt and turn and sends it.
 func (o *outbox) event(attempt, turn int, ev *completionv1.CompletionEvent) {
 	ev.Attempt, ev.Turn = int32(attempt), int32(turn)
-	if ev.GetStopHookRequest() != nil && !o.stopped() {
+	o.sendNumbered(ev)
+}
+
+// hookRequest is event for a stop-hook request, which it counts when it
+// is numbered: the per-token path does not look at every event for it.
+func (o *outbox) hookRequest(attempt, turn int, ev *completionv1.CompletionEvent) {
+	if !o.stopped() {
 		o.hooks++
 	}
-	o.sendNumbered(ev)
+	o.event(attempt, turn, ev)
 }
 
 // sendNumbered gives ev the next seq, appends it to the log and sends it,

@@ -27,7 +27,7 @@ func TestCheckpointCountsHookRequests(t *testing.T) {
 		return &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_StopHookRequest{StopHookRequest: &completionv1.StopHookRequest{HookId: "hook_3"}}}
 	}
 	c.out.event(1, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{CompletionId: "c"}}})
-	c.out.event(1, 1, hook())
+	c.out.hookRequest(1, 1, hook())
 	c.saveCheckpoint(&recovery.Snapshot{})
 	_, data, err := log.Checkpoint("c")
 	if err != nil || data == nil {
@@ -41,7 +41,7 @@ func TestCheckpointCountsHookRequests(t *testing.T) {
 		t.Fatalf("checkpoint hooks %d, want 3 (2 before the takeover, 1 since)", ck.Hooks)
 	}
 	fenced = true
-	c.out.event(1, 1, hook())
+	c.out.hookRequest(1, 1, hook())
 	if c.out.hooks != 3 {
 		t.Fatalf("a request the fenced outbox dropped was counted: %d", c.out.hooks)
 	}

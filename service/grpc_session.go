@@ -331,7 +331,7 @@ func (s *session) awaitStopHook(ctx context.Context, a recovery.Action) recovery
 	s.mu.Unlock()
 	req := &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_StopHookRequest{
 		StopHookRequest: &completionv1.StopHookRequest{HookId: id, Answer: fromRecoveryMessage(a.Answer)}}}
-	s.c.out.event(a.Attempt, a.Turn, req)
+	s.c.out.hookRequest(a.Attempt, a.Turn, req)
 	if s.c.out.callerGone() {
 		return cancelled("caller went away")
 	}
