@@ -17,6 +17,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 	pt "github.com/completiond/completiond/provider/providertest"
 )
 
@@ -256,7 +257,7 @@ func conversationRequest(n int) *completionv1.CompleteRequest {
 			role = completionv1.Role_ROLE_USER
 		}
 		req.Messages = append(req.Messages, &completionv1.Message{Role: role,
-			Content: []*completionv1.ContentBlock{textBlock("message " + strings.Repeat("x", i))}})
+			Content: []*completionv1.ContentBlock{convert.TextBlock("message " + strings.Repeat("x", i))}})
 	}
 	return req
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/telemetry"
@@ -150,7 +151,7 @@ func (c *completion) forward(step recovery.Step) {
 
 // publish sends one transition, numbered by the machine.
 func (c *completion) publish(t recovery.Transition) {
-	pt := fromTransition(t)
+	pt := convert.FromTransition(t)
 	c.history = append(c.history, pt)
 	c.trail.Transition(t)
 	c.out.event(t.Attempt, t.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Transition{Transition: pt}})
@@ -176,7 +177,7 @@ func (c *completion) finish(a recovery.Action) (*recovery.Result, error) {
 // is scrubbed of anything that looks like a credential and bounded (the
 // providers, which know their keys, have scrubbed those already).
 func (c *completion) result(r *recovery.Result) *completionv1.Result {
-	out := fromResult(r)
+	out := convert.FromResult(r)
 	out.Model = ""
 	for _, a := range out.GetAttempts() {
 		if m := c.models[a.GetAttempt()]; m != "" {
@@ -257,7 +258,7 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 		}
 		return nil
 	})
-	c.out.event(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Usage{Usage: fromUsage(fin.Usage)}})
+	c.out.event(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Usage{Usage: convert.FromUsage(fin.Usage)}})
 	// The model and id an upstream names are its own words: scrubbed here,
 	// once, where they enter, for the result, the span and the metrics.
 	fin.Model, fin.ID = scrubName(fin.Model), scrubName(fin.ID)
@@ -318,7 +319,7 @@ func attemptEvent(fin provider.Finish, err error, text string, calls []recovery.
 func (c *completion) request(call recovery.Call, route *config.Route, summary bool) *provider.Request {
 	r := &provider.Request{
 		Attempt: call.Attempt, Model: call.Route.Model, System: call.System, Messages: call.Messages,
-		Tools: toTools(c.req.GetTools()), MaxTokens: call.MaxTokens, Prefill: call.Prefill,
+		Tools: convert.ToTools(c.req.GetTools()), MaxTokens: call.MaxTokens, Prefill: call.Prefill,
 		ThinkingBudget: route.ThinkingBudget, Metadata: c.req.GetMetadata(), Timeouts: route.Timeouts,
 	}
 	if summary {

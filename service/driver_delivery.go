@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/recovery"
 )
@@ -80,7 +81,7 @@ func (o *outbox) settle(step recovery.Step) {
 		}
 		delete(o.unsettled, d.Attempt)
 		for _, tc := range d.ToolCalls {
-			o.event(d.Attempt, step.Action.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_ToolCall{ToolCall: fromToolCall(tc)}})
+			o.event(d.Attempt, step.Action.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_ToolCall{ToolCall: convert.FromToolCall(tc)}})
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/recovery"
 )
 
@@ -51,11 +52,11 @@ func FuzzValidate(f *testing.F) {
 		if why, bad := malformed(&req); bad {
 			t.Fatalf("validation accepted a request that did not decode: %s", why)
 		}
-		msgs := toMessages(req.GetMessages())
+		msgs := convert.ToMessages(req.GetMessages())
 		if len(msgs) != len(req.GetMessages()) {
 			t.Fatalf("converted %d of %d messages", len(msgs), len(req.GetMessages()))
 		}
-		_ = toTools(req.GetTools())
+		_ = convert.ToTools(req.GetTools())
 		if _, pv := cfg.tighten(req.GetPolicy(), 0); len(pv) > 0 {
 			t.Fatalf("validation passed but tighten refused: %v", pv)
 		}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/telemetry"
@@ -260,7 +261,7 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 	}
 	routes = recovery.Chain(policy, routes)
 	mc := recovery.Config{
-		Policy: policy, System: req.GetSystem(), Messages: toMessages(req.GetMessages()),
+		Policy: policy, System: req.GetSystem(), Messages: convert.ToMessages(req.GetMessages()),
 		MaxTokens: int(req.GetMaxOutputTokens()), TokenBudget: int(req.GetTokenBudget()),
 		StopHook: schema != nil,
 	}

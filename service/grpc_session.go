@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/recovery"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -263,7 +264,7 @@ func (s *session) check(msg *completionv1.SessionRequest) string {
 		if !known || answered {
 			return fmt.Sprintf("verdict for hook %q, which nobody asked for", m.StopHookVerdict.GetHookId())
 		}
-		if v := m.StopHookVerdict.GetVerdict(); toVerdict(v) == 0 {
+		if v := m.StopHookVerdict.GetVerdict(); convert.ToVerdict(v) == 0 {
 			return fmt.Sprintf("verdict %v is not one of ALLOW, BLOCK, PREVENT", v)
 		}
 		s.hooks[m.StopHookVerdict.GetHookId()] = true
@@ -306,7 +307,7 @@ func (s *session) awaitTools(ctx context.Context, a recovery.Action) recovery.Ev
 				return cancelled("protocol violation")
 			}
 			delete(pending, r.GetToolUseId())
-			results = append(results, toToolResult(r))
+			results = append(results, convert.ToToolResult(r))
 		}
 	}
 	return recovery.Event{Kind: recovery.EvToolResults, Results: results}
@@ -330,7 +331,7 @@ func (s *session) awaitStopHook(ctx context.Context, a recovery.Action) recovery
 	id := "hook_" + strconv.Itoa(s.hookSeq)
 	s.mu.Unlock()
 	req := &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_StopHookRequest{
-		StopHookRequest: &completionv1.StopHookRequest{HookId: id, Answer: fromRecoveryMessage(a.Answer)}}}
+		StopHookRequest: &completionv1.StopHookRequest{HookId: id, Answer: convert.FromMessage(a.Answer)}}}
 	s.c.out.hookRequest(a.Attempt, a.Turn, req)
 	if s.c.out.callerGone() {
 		return cancelled("caller went away")
@@ -346,7 +347,7 @@ func (s *session) awaitStopHook(ctx context.Context, a recovery.Action) recovery
 		s.fail("tool results arrived while a stop-hook verdict was awaited")
 		return cancelled("protocol violation")
 	}
-	return recovery.Event{Kind: recovery.EvStopHookVerdict, Verdict: toVerdict(v.GetVerdict()), VerdictMessage: v.GetMessage()}
+	return recovery.Event{Kind: recovery.EvStopHookVerdict, Verdict: convert.ToVerdict(v.GetVerdict()), VerdictMessage: v.GetMessage()}
 }
 
 // next waits for the caller's next message, the caller's departure, or the wait limit.

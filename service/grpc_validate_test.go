@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 )
 
 func TestBadRequestsAreRefusedBeforeAnyUpstreamCall(t *testing.T) {
@@ -31,7 +32,7 @@ func TestBadRequestsAreRefusedBeforeAnyUpstreamCall(t *testing.T) {
 		{"unknown role", ok(func(r *completionv1.CompleteRequest) { r.Messages[0].Role = 7 }), "messages[0].role"},
 		{"unspecified role", ok(func(r *completionv1.CompleteRequest) { r.Messages[0].Role = 0 }), "messages[0].role"},
 		{"empty content", ok(func(r *completionv1.CompleteRequest) { r.Messages = append(r.Messages, user()) }), "messages[1].content"},
-		{"empty text", ok(func(r *completionv1.CompleteRequest) { r.Messages[0].Content[0] = textBlock("  ") }), "messages[0].content[0].text.text"},
+		{"empty text", ok(func(r *completionv1.CompleteRequest) { r.Messages[0].Content[0] = convert.TextBlock("  ") }), "messages[0].content[0].text.text"},
 		{"unset block", ok(func(r *completionv1.CompleteRequest) {
 			r.Messages[0].Content = append(r.Messages[0].Content, &completionv1.ContentBlock{})
 		}), "messages[0].content[1]"},
@@ -41,7 +42,7 @@ func TestBadRequestsAreRefusedBeforeAnyUpstreamCall(t *testing.T) {
 		{"unknown route", ok(func(r *completionv1.CompleteRequest) { r.Route = "gpt-17" }), "route"},
 		{"unknown fallback", ok(func(r *completionv1.CompleteRequest) { r.FallbackRoutes = []string{"sim", "nope"} }), "fallback_routes[1]"},
 		{"payload over limit", ok(func(r *completionv1.CompleteRequest) {
-			r.Messages[0].Content[0] = textBlock(strings.Repeat("x", 8<<20+1<<19))
+			r.Messages[0].Content[0] = convert.TextBlock(strings.Repeat("x", 8<<20+1<<19))
 		}), "messages"},
 		{"invalid JSON schema", ok(func(r *completionv1.CompleteRequest) { r.OutputJsonSchema = `{"type": 12}` }), "output_json_schema"},
 		{"schema not JSON", ok(func(r *completionv1.CompleteRequest) { r.OutputJsonSchema = `{type` }), "output_json_schema"},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 )
@@ -134,7 +135,7 @@ func recvAll(recv func() (*completionv1.CompletionEvent, error)) ([]*completionv
 // prompt is a request with one user message.
 func prompt(text string, md map[string]string) *completionv1.CompleteRequest {
 	return &completionv1.CompleteRequest{
-		Messages: []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{textBlock(text)}}},
+		Messages: []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{convert.TextBlock(text)}}},
 		Metadata: md,
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider"
@@ -225,7 +226,7 @@ func TestCompactionHasItsOwnSpan(t *testing.T) {
 		if i%2 == 1 {
 			role = completionv1.Role_ROLE_USER
 		}
-		req.Messages = append(req.Messages, &completionv1.Message{Role: role, Content: []*completionv1.ContentBlock{textBlock("turn " + strings.Repeat("x", i))}})
+		req.Messages = append(req.Messages, &completionv1.Message{Role: role, Content: []*completionv1.ContentBlock{convert.TextBlock("turn " + strings.Repeat("x", i))}})
 	}
 	evs := streamEvents(t.Context(), t, r.client, req)
 	if !slices.Contains(transitions(evs), "REACTIVE_COMPACT_RETRY") {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
 )
@@ -30,7 +31,7 @@ func conversation(n, size int, bulky bool, md map[string]string) *completionv1.C
 		if bulky && i == 2 {
 			text = strings.Repeat("log line ", 1000)
 		}
-		req.Messages = append(req.Messages, &completionv1.Message{Role: role, Content: []*completionv1.ContentBlock{textBlock(text)}})
+		req.Messages = append(req.Messages, &completionv1.Message{Role: role, Content: []*completionv1.ContentBlock{convert.TextBlock(text)}})
 	}
 	return req
 }
@@ -213,7 +214,7 @@ func TestEveryReasonIsCovered(t *testing.T) {
 		}
 	}
 	for n := range completionv1.TransitionReason_name {
-		if n != 0 && fromReason(recovery.Reason(n)) != completionv1.TransitionReason(n) {
+		if n != 0 && convert.FromReason(recovery.Reason(n)) != completionv1.TransitionReason(n) {
 			t.Errorf("proto reason %d has no recovery reason", n)
 		}
 	}

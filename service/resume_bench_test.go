@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/internal/fleet"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -156,6 +157,6 @@ func logAnswer(l fleet.Log, id string, tokens int) {
 		Reason: completionv1.TransitionReason_TRANSITION_REASON_COMPLETED, Terminal: true}}})
 	out.end(1, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: &completionv1.Result{
 		Reason:  completionv1.TransitionReason_TRANSITION_REASON_COMPLETED,
-		Message: &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT, Content: []*completionv1.ContentBlock{textBlock(text.String())}},
+		Message: &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT, Content: []*completionv1.ContentBlock{convert.TextBlock(text.String())}},
 	}}}, nil)
 }

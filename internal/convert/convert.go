@@ -1,4 +1,4 @@
-package service
+package convert
 
 import (
 	"encoding/json"
@@ -11,9 +11,8 @@ import (
 	"github.com/completiond/completiond/recovery"
 )
 
-// This file is the one place where completion.v1 meets package recovery.
-
-func toMessages(in []*completionv1.Message) []recovery.Message {
+// ToMessages is the machine's conversation for the request's messages.
+func ToMessages(in []*completionv1.Message) []recovery.Message {
 	out := make([]recovery.Message, 0, len(in))
 	for _, m := range in {
 		msg := recovery.Message{Role: toRole(m.GetRole())}
@@ -40,17 +39,19 @@ func toBlock(b *completionv1.ContentBlock) recovery.Block {
 		return recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: blk.ToolUse.GetId(),
 			ToolName: blk.ToolUse.GetName(), ToolInput: structJSON(blk.ToolUse.GetInput())}
 	case *completionv1.ContentBlock_ToolResult:
-		return toToolResult(blk.ToolResult)
+		return ToToolResult(blk.ToolResult)
 	}
 	return recovery.TextBlock(b.GetText().GetText())
 }
 
-func toToolResult(r *completionv1.ToolResultBlock) recovery.Block {
+// ToToolResult is the machine's block for a tool result a Session's caller sent.
+func ToToolResult(r *completionv1.ToolResultBlock) recovery.Block {
 	return recovery.Block{Kind: recovery.BlockToolResult, ToolUseID: r.GetToolUseId(), Text: r.GetText(),
 		IsError: r.GetIsError(), Halt: r.GetHalt()}
 }
 
-func toTools(in []*completionv1.Tool) []provider.Tool {
+// ToTools is the provider's tool list for the request's tools.
+func ToTools(in []*completionv1.Tool) []provider.Tool {
 	out := make([]provider.Tool, 0, len(in))
 	for _, t := range in {
 		out = append(out, provider.Tool{Name: t.GetName(), Description: t.GetDescription(), InputSchema: structJSON(t.GetInputSchema())})
@@ -83,11 +84,13 @@ func jsonStruct(raw []byte) *structpb.Struct {
 	return s
 }
 
-func fromToolCall(c recovery.ToolCall) *completionv1.ToolCall {
+// FromToolCall is the wire's tool call for one the machine delivers.
+func FromToolCall(c recovery.ToolCall) *completionv1.ToolCall {
 	return &completionv1.ToolCall{Id: c.ID, Name: c.Name, Input: jsonStruct(c.Input)}
 }
 
-func fromUsage(u recovery.Usage) *completionv1.Usage {
+// FromUsage is the wire's token usage for the machine's.
+func FromUsage(u recovery.Usage) *completionv1.Usage {
 	return &completionv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CacheReadInputTokens: u.CacheReadInputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens}
 }
@@ -100,12 +103,14 @@ var verdicts = map[completionv1.Verdict]recovery.Verdict{
 	completionv1.Verdict_VERDICT_PREVENT: recovery.VerdictPrevent,
 }
 
-// toVerdict is the machine's verdict for v; 0 (no verdict) for
+// ToVerdict is the machine's verdict for v; 0 (no verdict) for
 // VERDICT_UNSPECIFIED and for a number the API does not define, which the
 // Session refuses.
-func toVerdict(v completionv1.Verdict) recovery.Verdict { return verdicts[v] }
+func ToVerdict(v completionv1.Verdict) recovery.Verdict { return verdicts[v] }
 
-func fromReason(r recovery.Reason) completionv1.TransitionReason {
+// FromReason is the wire's transition reason for the machine's, by name;
+// TRANSITION_REASON_UNSPECIFIED for a reason the API does not define.
+func FromReason(r recovery.Reason) completionv1.TransitionReason {
 	v, ok := completionv1.TransitionReason_value["TRANSITION_REASON_"+r.String()]
 	if !ok {
 		return completionv1.TransitionReason_TRANSITION_REASON_UNSPECIFIED
@@ -146,9 +151,10 @@ func fromFailure(f *recovery.Failure) *completionv1.UpstreamError {
 	return e
 }
 
-func fromTransition(t recovery.Transition) *completionv1.Transition {
+// FromTransition is the wire's transition for one the machine published.
+func FromTransition(t recovery.Transition) *completionv1.Transition {
 	pt := &completionv1.Transition{
-		Reason: fromReason(t.Reason), Terminal: t.Terminal, DiscardOutput: t.DiscardOutput,
+		Reason: FromReason(t.Reason), Terminal: t.Terminal, DiscardOutput: t.DiscardOutput,
 		FromRoute: t.From.Name, FromModel: t.From.Model, ToRoute: t.To.Name, ToModel: t.To.Model,
 		MaxTokens: int32(t.MaxTokens), Error: fromFailure(t.Failure), Message: t.Message, Retry: int32(t.Retry),
 	}
@@ -179,34 +185,39 @@ var outcomes = map[recovery.Outcome]completionv1.AttemptOutcome{
 	recovery.OutcomeFailed:    completionv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED,
 }
 
-func fromResult(r *recovery.Result) *completionv1.Result {
+// FromResult is the wire's result for the machine's: the answer, its
+// transcript and the usage of every attempt. The driver fills in the
+// models the upstreams named.
+func FromResult(r *recovery.Result) *completionv1.Result {
 	msg := &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT}
 	if r.Text != "" {
-		msg.Content = append(msg.Content, textBlock(r.Text))
+		msg.Content = append(msg.Content, TextBlock(r.Text))
 	}
 	for _, c := range r.ToolCalls {
 		msg.Content = append(msg.Content, &completionv1.ContentBlock{Block: &completionv1.ContentBlock_ToolUse{
 			ToolUse: &completionv1.ToolUseBlock{Id: c.ID, Name: c.Name, Input: jsonStruct(c.Input)}}})
 	}
 	out := &completionv1.Result{
-		Reason: fromReason(r.Reason), Message: msg, StopReason: stopReasons[r.StopReason], Truncated: r.Truncated,
-		Route: r.Route.Name, Model: r.Route.Model, Usage: fromUsage(r.Usage), Error: fromFailure(r.Failure),
+		Reason: FromReason(r.Reason), Message: msg, StopReason: stopReasons[r.StopReason], Truncated: r.Truncated,
+		Route: r.Route.Name, Model: r.Route.Model, Usage: FromUsage(r.Usage), Error: fromFailure(r.Failure),
 	}
 	for _, m := range r.Transcript {
-		out.Transcript = append(out.Transcript, fromRecoveryMessage(m))
+		out.Transcript = append(out.Transcript, FromMessage(m))
 	}
 	for _, a := range r.Attempts {
 		out.Attempts = append(out.Attempts, &completionv1.AttemptUsage{Attempt: int32(a.Attempt), Route: a.Route.Name,
-			Model: a.Route.Model, Outcome: outcomes[a.Outcome], Usage: fromUsage(a.Usage)})
+			Model: a.Route.Model, Outcome: outcomes[a.Outcome], Usage: FromUsage(a.Usage)})
 	}
 	return out
 }
 
-func textBlock(s string) *completionv1.ContentBlock {
+// TextBlock is a content block of text s.
+func TextBlock(s string) *completionv1.ContentBlock {
 	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: s}}}
 }
 
-func fromRecoveryMessage(m recovery.Message) *completionv1.Message {
+// FromMessage is the wire's message for one of the machine's conversation.
+func FromMessage(m recovery.Message) *completionv1.Message {
 	out := &completionv1.Message{Role: completionv1.Role_ROLE_USER}
 	if m.Role == recovery.RoleAssistant {
 		out.Role = completionv1.Role_ROLE_ASSISTANT
@@ -214,7 +225,7 @@ func fromRecoveryMessage(m recovery.Message) *completionv1.Message {
 	for _, b := range m.Blocks {
 		switch b.Kind {
 		case recovery.BlockText:
-			out.Content = append(out.Content, textBlock(b.Text))
+			out.Content = append(out.Content, TextBlock(b.Text))
 		case recovery.BlockToolUse:
 			out.Content = append(out.Content, &completionv1.ContentBlock{Block: &completionv1.ContentBlock_ToolUse{
 				ToolUse: &completionv1.ToolUseBlock{Id: b.ToolUseID, Name: b.ToolName, Input: jsonStruct(b.ToolInput)}}})
