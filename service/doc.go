@@ -1,14 +1,8 @@
-// Package service is everything in completiond that does I/O. Its files say
-// which part they belong to:
+// Package service is completiond's gRPC surface: it validates a request,
+// fills in the driver.Spec of its completion, runs it (package
+// internal/driver) and maps the end to a status. Its files say which part
+// they belong to:
 //
-//   - driver*.go — the driver: the run loop that performs the recovery
-//     machine's actions and forwards its decisions (driver.go), delivery of
-//     the events with seq numbering and held output (driver_delivery.go),
-//     and the caller's side of tool calls and stop hooks (driver_caller.go).
-//     The driver decides nothing: every Step of the machine says what to
-//     run, what to publish, and which attempts' output is final or void.
-//     A completion is made of a spec filled in before it runs
-//     (newCompletion); the gRPC surface never changes one after.
 //   - grpc_*.go — the gRPC surface: the handlers of Stream, Complete
 //     (grpc_handlers.go), Session (grpc_session.go), Attach with the
 //     resume grace of Stream (grpc_attach.go) and the resumable Sessions
@@ -16,12 +10,12 @@
 //     validation (grpc_validate.go), the server's own codec, which marks a
 //     request that does not decode and sends encoded events as they are
 //     (grpc_codec.go), every status the service sends, with the one
-//     mapping from a completion's end to a status (grpc_status.go), the
-//     wire conversions (grpc_convert.go),
+//     mapping from a completion's end to a status (grpc_status.go),
 //     each Stream event encoded once for the event log and the wire
 //     (grpc_wire.go), the server's assembly with health, reflection, panic
-//     recovery and the drain (grpc_server.go), and the first interceptor, which grows a completion's stack once while it
-//     is shallow (grpc_presize.go).
+//     recovery and the drain (grpc_server.go), and the first interceptor,
+//     which grows a completion's stack once while it is shallow
+//     (grpc_presize.go).
 //   - server_config.go — the Server's Config: the values of package config
 //     and the running parts (logger, clock, telemetry, the fleet's stores);
 //     config_policy.go — the policy a request may only tighten.
@@ -33,13 +27,12 @@
 //     routes, mTLS), TLS with certificate reload, and the limits that keep
 //     one caller from hurting the others.
 //
-// Spans, metrics and the RPC log line are package internal/telemetry's;
+// One completion's run loop, its provider calls, the delivery of its
+// events and its checkpoints are package internal/driver's; the wire's
+// conversions to the machine's values internal/convert's. Spans, metrics
+// and the RPC log line are package internal/telemetry's;
 // circuit breakers and per-key limits internal/guard's (limits.go keeps the
 // in-flight cap and the transport limits at the door, and maps a guard
 // Refusal to its status in grpc_status.go); the event logs, leases and
 // checkpoints of a fleet internal/fleet's; configuration values config's.
-// The driver files are to move into internal/driver next.
-//
-// The gRPC layer is thin: validate the request, run the driver, map the end
-// to a status.
 package service

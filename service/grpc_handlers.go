@@ -10,12 +10,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/convert"
+	"github.com/completiond/completiond/internal/driver"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/telemetry"
@@ -110,14 +109,14 @@ func (s *Server) Stream(req *completionv1.CompleteRequest, stream grpc.ServerStr
 	if wire != nil {
 		send = wire.send
 	}
-	sp, err := s.prepare(ctx, req, send)
+	sp, _, err := s.prepare(ctx, req, send)
 	if err != nil {
 		return err
 	}
 	if wire != nil {
-		sp.log = wire // each event encoded once, for the log and the wire
+		sp.Log = wire // each event encoded once, for the log and the wire
 	}
-	return s.finish(ctx, s.completionOf(sp))
+	return s.finish(ctx, driver.New(sp))
 }
 
 // Complete runs one completion and answers with its aggregated result.
@@ -127,18 +126,18 @@ func (s *Server) Complete(ctx context.Context, req *completionv1.CompleteRequest
 	}
 	ctx, cancel := s.completionContext(ctx)
 	defer cancel()
-	sp, err := s.prepare(ctx, req, func(*completionv1.CompletionEvent) error { return nil })
+	sp, _, err := s.prepare(ctx, req, func(*completionv1.CompletionEvent) error { return nil })
 	if err != nil {
 		return nil, err
 	}
-	c := s.completionOf(sp)
-	if _, err := c.run(ctx); err != nil {
+	c := driver.New(sp)
+	if _, err := c.Run(ctx); err != nil {
 		return nil, contextStatus(ctx.Err())
 	}
-	if c.status.Code() != codes.OK {
-		return nil, c.status.Err()
+	if err := c.Conclusion().Err; err != nil {
+		return nil, err
 	}
-	return &completionv1.CompleteResponse{CompletionId: c.id, Result: c.final, Transitions: c.history}, nil
+	return &completionv1.CompleteResponse{CompletionId: c.ID(), Result: c.Result(), Transitions: c.Transitions()}, nil
 }
 
 // streamResumable is Stream for a request with a resume grace: the
@@ -164,14 +163,14 @@ func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.
 		}
 		return nil
 	}
-	sp, err := s.prepare(ctx, req, send)
+	sp, lease, err := s.prepare(ctx, req, send)
 	if err != nil {
 		return err
 	}
-	o := s.lease(&sp, cancel)
-	defer s.unhold(sp.id, o)
-	c := s.completionOf(sp)
-	leave, end := s.holds.start(c.id, grace, cancel)
+	o := s.lease(&sp, lease, cancel)
+	defer s.unhold(sp.ID, o)
+	c := driver.New(sp)
+	leave, end := s.holds.start(c.ID(), grace, cancel)
 	defer end()
 	stop := context.AfterFunc(rpc, func() {
 		gone.Store(true)
@@ -198,15 +197,15 @@ func (s *Server) detachedContext(rpc context.Context) (context.Context, context.
 }
 
 // Finish runs a prepared completion and returns the status it concluded.
-func (s *Server) finish(ctx context.Context, c *completion) error {
-	_, err := c.run(ctx)
-	if c.out.fenced {
-		return lostLeaseStatus(c.id)
+func (s *Server) finish(ctx context.Context, c *driver.Completion) error {
+	_, err := c.Run(ctx)
+	if c.Fenced() {
+		return lostLeaseStatus(c.ID())
 	}
 	if err != nil {
 		return contextStatus(ctx.Err())
 	}
-	return c.status.Err()
+	return c.Conclusion().Err
 }
 
 // ending is how a completion run under ctx ended: an abort caused by the
@@ -235,12 +234,13 @@ func (s *Server) completionContextCause(ctx context.Context) (context.Context, c
 	}
 }
 
-// prepare validates req and specifies the completion that will run it. A
-// bad request is refused here, before any upstream call.
-func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest, send func(*completionv1.CompletionEvent) error) (spec, error) {
+// prepare validates req and specifies the completion that will run it,
+// with the lease admit acquired for it. A bad request is refused here,
+// before any upstream call.
+func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest, send func(*completionv1.CompletionEvent) error) (driver.Spec, acquired, error) {
 	v, schema := s.cfg.validate(req)
 	if len(v) > 0 {
-		return spec{}, invalidArgument(v)
+		return driver.Spec{}, acquired{}, invalidArgument(v)
 	}
 	return s.specify(ctx, "", req, schema, nil, send)
 }
@@ -249,15 +249,16 @@ func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest,
 // validation, whose output schema validation compiled: a new completion
 // when id is "", else completion id, which this replica takes over (its
 // log exists already). start is the Session's start when it is a
-// Session's (req is then start's request), nil otherwise.
-func (s *Server) specify(ctx context.Context, id string, req *completionv1.CompleteRequest, schema *jsonschema.Schema, start *completionv1.SessionStart, send func(*completionv1.CompletionEvent) error) (spec, error) {
+// Session's (req is then start's request), nil otherwise. It returns the
+// lease admit acquired for a new resumable completion of a fleet replica.
+func (s *Server) specify(ctx context.Context, id string, req *completionv1.CompleteRequest, schema *jsonschema.Schema, start *completionv1.SessionStart, send func(*completionv1.CompletionEvent) error) (driver.Spec, acquired, error) {
 	policy, v := s.cfg.tighten(req.GetPolicy(), start.GetMaxTurns())
 	if len(v) > 0 {
-		return spec{}, invalidArgument(v)
+		return driver.Spec{}, acquired{}, invalidArgument(v)
 	}
 	routes, err := permit(ctx, req.GetFallbackRoutes(), s.cfg.Chain(req.GetRoute(), req.GetFallbackRoutes()))
 	if err != nil {
-		return spec{}, err
+		return driver.Spec{}, acquired{}, err
 	}
 	routes = recovery.Chain(policy, routes)
 	mc := recovery.Config{
@@ -278,28 +279,18 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 	}
 	release, lease, err := s.admit(ctx, id, req, start, takeover)
 	if err != nil {
-		return spec{}, err
+		return driver.Spec{}, acquired{}, err
 	}
 	// A completion another replica may take over saves checkpoints: the
-	// taking over replica continues from the last one (checkpoint.go).
+	// taking over replica continues from the last one.
 	mc.Checkpoints = lease.lease != nil || takeover
-	return spec{
-		cfg: &s.cfg, id: id, req: req, routes: routes, machine: mc, schema: schema,
-		caller: statelessCaller{}, obs: s.obs, breakers: s.breakers,
-		conclude: func(r *recovery.Result) *status.Status { return endStatus(s.ending(ctx, r)) },
-		release:  release, lease: lease.lease, leaseFrom: lease.from,
-		send: send, settled: req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED, log: s.log,
-	}, nil
-}
-
-// completionOf is the completion of sp; a Session's caller's side gets to
-// know it (it tells the completion of its caller's answers).
-func (s *Server) completionOf(sp spec) *completion {
-	c := newCompletion(sp)
-	if sess, ok := sp.caller.(*session); ok {
-		sess.c = c
-	}
-	return c
+	return driver.Spec{
+		ID: id, Request: req, Routes: routes, Machine: mc, Schema: schema,
+		Caller: driver.Stateless{}, Key: CallerName(ctx), Observer: s.obs, Breakers: s.breakers, Now: s.cfg.Now, Rand: s.cfg.Rand,
+		Conclude: func(r *recovery.Result) driver.Conclusion { return conclusion(endStatus(s.ending(ctx, r))) },
+		Release:  release,
+		Send:     send, Settled: req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED, Log: s.log,
+	}, lease, nil
 }
 
 // Admit counts completion id as running and opens its log, or refuses it:

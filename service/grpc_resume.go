@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/driver"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -35,16 +36,16 @@ type sessionStream = grpc.BidiStreamingServer[completionv1.SessionRequest, compl
 func (s *Server) sessionResumable(stream sessionStream, start *completionv1.SessionStart, schema *jsonschema.Schema, grace time.Duration) error {
 	ctx, cancel := s.detachedContext(stream.Context())
 	sess := newSession(cancel, s.cfg.CallerWait, start.GetStopHook())
-	sp, err := s.sessionSpec(ctx, start, schema, sess, func(*completionv1.CompletionEvent) error { return nil })
+	sp, lease, err := s.sessionSpec(ctx, start, schema, sess, func(*completionv1.CompletionEvent) error { return nil })
 	if err != nil {
 		cancel(context.Canceled)
 		return err
 	}
-	sp.observe = sess.register // before the log: a caller may answer what it reads there
-	o := s.lease(&sp, cancel)
-	c := s.completionOf(sp)
-	leave, end := s.holds.start(c.id, grace, cancel)
-	s.sessions.add(c.id, sess)
+	sp.Observe = sess.register // before the log: a caller may answer what it reads there
+	o := s.lease(&sp, lease, cancel)
+	c := driver.New(sp)
+	leave, end := s.holds.start(c.ID(), grace, cancel)
+	s.sessions.add(c.ID(), sess)
 	rpc, release := withoutDeadline(stream.Context())
 	defer release()
 	ctl := sess.takeControl(rpc)
@@ -53,7 +54,7 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 		defer close(done)
 		defer cancel(context.Canceled)
 		defer end()
-		defer s.unhold(c.id, o)
+		defer s.unhold(c.ID(), o)
 		s.runDetached(ctx, c)
 	}()
 	err = s.controlFromStart(stream, sess, ctl, leave)
@@ -89,16 +90,15 @@ func withoutDeadline(ctx context.Context) (_ context.Context, release func()) {
 // INTERNAL, so that its followers end too. The Session leaves the
 // registry once its log has ended, so that a resume then finds the end
 // there.
-func (s *Server) runDetached(ctx context.Context, c *completion) {
-	defer s.sessions.remove(c.id)
+func (s *Server) runDetached(ctx context.Context, c *driver.Completion) {
+	defer s.sessions.remove(c.ID())
 	defer func() {
 		if p := recover(); p != nil {
-			s.cfg.Logger.ErrorContext(ctx, "panic in a resumable Session's completion", "panic", p, "completion_id", c.id)
-			c.out.end(0, 0, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: &completionv1.Result{}}},
-				encodeStatus(internalStatus()))
+			s.cfg.Logger.ErrorContext(ctx, "panic in a resumable Session's completion", "panic", p, "completion_id", c.ID())
+			c.Abort(encodeStatus(internalStatus()))
 		}
 	}()
-	_, _ = c.run(ctx)
+	_, _ = c.Run(ctx)
 }
 
 // resumeSession serves a Session stream whose first message is a resume:
@@ -181,10 +181,10 @@ func (s *Server) resumeElsewhere(stream sessionStream, id string, after uint64, 
 // controlFromStart serves the stream that started sess, from the first
 // event of its log.
 func (s *Server) controlFromStart(stream sessionStream, sess *session, ctl *controller, leave func()) error {
-	page, err := s.log.Read(sess.c.id, 0)
+	page, err := s.log.Read(sess.id, 0)
 	if err != nil {
 		leave()
-		return logStatus(err, sess.c.id, 0)
+		return logStatus(err, sess.id, 0)
 	}
 	return s.controlFrom(stream, sess, ctl, 0, page, leave)
 }
@@ -198,7 +198,7 @@ func (s *Server) controlFrom(stream sessionStream, sess *session, ctl *controlle
 	defer leave()
 	defer ctl.cancel(context.Canceled)
 	go sess.readFrom(stream, ctl.gen)
-	return s.follow(ctl.ctx, sess.c.id, after, page, stream.Send)
+	return s.follow(ctl.ctx, sess.id, after, page, stream.Send)
 }
 
 // control is who controls a resumable Session: the newest stream that

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/convert"
+	"github.com/completiond/completiond/internal/driver"
 	"github.com/completiond/completiond/recovery"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -60,40 +60,41 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 	defer cancel(context.Canceled)
 	sess := newSession(cancel, s.cfg.CallerWait, start.GetStopHook())
 	sess.stream = stream
-	sp, err := s.sessionSpec(ctx, start, schema, sess, sess.send)
+	sp, _, err := s.sessionSpec(ctx, start, schema, sess, sess.send)
 	if err != nil {
 		return err
 	}
-	c := s.completionOf(sp)
+	c := driver.New(sp)
 	go sess.read()
-	_, _ = c.run(ctx) // a caller gone meanwhile receives nothing: the status concluded stands, in the log too
-	return c.status.Err()
+	_, _ = c.Run(ctx) // a caller gone meanwhile receives nothing: the status concluded stands, in the log too
+	return c.Conclusion().Err
 }
 
 // sessionSpec is the spec of the completion of a Session whose caller's
 // side is sess. Its status also says whether the caller broke the protocol
 // or did not answer in time.
-func (s *Server) sessionSpec(ctx context.Context, start *completionv1.SessionStart, schema *jsonschema.Schema, sess *session, send func(*completionv1.CompletionEvent) error) (spec, error) {
-	sp, err := s.specify(ctx, "", start.GetRequest(), schema, start, send)
+func (s *Server) sessionSpec(ctx context.Context, start *completionv1.SessionStart, schema *jsonschema.Schema, sess *session, send func(*completionv1.CompletionEvent) error) (driver.Spec, acquired, error) {
+	sp, lease, err := s.specify(ctx, "", start.GetRequest(), schema, start, send)
 	if err != nil {
-		return spec{}, err
+		return driver.Spec{}, acquired{}, err
 	}
 	s.asSession(ctx, &sp, start, sess)
-	return sp, nil
+	return sp, lease, nil
 }
 
 // asSession makes sp the spec of the completion of the Session started by
 // start, whose caller's side is sess.
-func (s *Server) asSession(ctx context.Context, sp *spec, start *completionv1.SessionStart, sess *session) {
-	sp.machine.Session = true
-	sp.machine.StopHook = sp.machine.StopHook || start.GetStopHook()
-	sp.caller = sess
-	sp.conclude = func(r *recovery.Result) *status.Status {
+func (s *Server) asSession(ctx context.Context, sp *driver.Spec, start *completionv1.SessionStart, sess *session) {
+	sp.Machine.Session = true
+	sp.Machine.StopHook = sp.Machine.StopHook || start.GetStopHook()
+	sp.Caller = sess
+	sess.id = sp.ID
+	sp.Conclude = func(r *recovery.Result) driver.Conclusion {
 		e := s.ending(ctx, r)
 		sess.mu.Lock()
 		e.violation, e.callerTimedOut = sess.violation, sess.timedOut
 		sess.mu.Unlock()
-		return endStatus(e)
+		return conclusion(endStatus(e))
 	}
 }
 
@@ -130,7 +131,7 @@ func (s *Server) recvStart(stream grpc.BidiStreamingServer[completionv1.SessionR
 // (grpc_resume.go); the others from their one stream.
 type session struct {
 	stream      grpc.BidiStreamingServer[completionv1.SessionRequest, completionv1.CompletionEvent] // nil when resumable
-	c           *completion                                                                         // the completion whose events the session numbers
+	id          string                                                                              // the completion's
 	cancel      context.CancelCauseFunc
 	wait        time.Duration
 	in          chan *completionv1.SessionRequest // tool results and verdicts, in order
@@ -175,7 +176,7 @@ func (s *session) register(ev *completionv1.CompletionEvent) {
 // stop-hook requests the log shows are known, and answered but for the
 // calls ck awaits, so that a caller resending an answer after its resume
 // is not taken for a violation; the hook ids go on from the last one.
-func (s *session) recall(evs []*completionv1.CompletionEvent, ck *checkpoint) {
+func (s *session) recall(evs []*completionv1.CompletionEvent, ck *driver.Checkpoint) {
 	hooks := 0
 	for _, ev := range evs {
 		s.register(ev)
@@ -283,8 +284,8 @@ func (s *session) fail(why string) {
 	s.cancel(errProtocol)
 }
 
-// awaitTools waits until every pending call has a result.
-func (s *session) awaitTools(ctx context.Context, a recovery.Action) recovery.Event {
+// AwaitTools waits until every pending call has a result.
+func (s *session) AwaitTools(ctx context.Context, a recovery.Action) recovery.Event {
 	pending := map[string]bool{}
 	for _, c := range a.ToolCalls {
 		pending[c.ID] = true
@@ -321,8 +322,8 @@ func (s *session) hooksSent() int {
 	return s.hookSeq
 }
 
-// awaitStopHook asks the caller for a verdict when it registered as a hook.
-func (s *session) awaitStopHook(ctx context.Context, a recovery.Action) recovery.Event {
+// AwaitStopHook asks the caller for a verdict when it registered as a hook.
+func (s *session) AwaitStopHook(ctx context.Context, a recovery.Action, ask func(*completionv1.CompletionEvent) bool) recovery.Event {
 	if !s.hookEnabled {
 		return recovery.Event{Kind: recovery.EvStopHookVerdict, Verdict: recovery.VerdictAllow}
 	}
@@ -332,8 +333,7 @@ func (s *session) awaitStopHook(ctx context.Context, a recovery.Action) recovery
 	s.mu.Unlock()
 	req := &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_StopHookRequest{
 		StopHookRequest: &completionv1.StopHookRequest{HookId: id, Answer: convert.FromMessage(a.Answer)}}}
-	s.c.out.hookRequest(a.Attempt, a.Turn, req)
-	if s.c.out.callerGone() {
+	if !ask(req) {
 		return cancelled("caller went away")
 	}
 	timer := time.NewTimer(s.wait)

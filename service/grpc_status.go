@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/completiond/completiond/internal/driver"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/recovery"
@@ -221,6 +222,12 @@ func encodeStatus(st *status.Status) []byte {
 		return nil // cannot happen: a status built here always encodes
 	}
 	return b
+}
+
+// conclusion is how a completion's RPC ends with st: the driver hands it
+// back to the handler and keeps its encoding in the log with the result.
+func conclusion(st *status.Status) driver.Conclusion {
+	return driver.Conclusion{Err: st.Err(), Status: encodeStatus(st)}
 }
 
 // loggedStatus is the status a completion ended with, from the bytes its

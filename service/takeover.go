@@ -11,6 +11,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/driver"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/recovery"
 )
@@ -45,7 +46,7 @@ import (
 // finishes the completion for its own callers and never shares it.
 //
 // A Session started with a resume grace is taken over the same way, from
-// its log and its last checkpoint (checkpoint.go: the machine's state
+// its log and its last checkpoint (driver.Checkpoint: the machine's state
 // where it holds what the events do not show — the conversation with
 // the caller's answers, the calls the caller runs): lost while it awaited
 // its caller, it awaits again (the caller resumes through any replica and
@@ -59,20 +60,20 @@ import (
 // errLeaseLostCause cancels a completion whose replica lost its lease.
 var errLeaseLostCause = errors.New("this replica lost the completion's lease")
 
-// lease holds the lease admit acquired for the completion of sp starting
-// on this replica, and fences its writes with it (sp.fence); nil when it
-// has none (no leases, or they did not answer). cancel stops the
+// lease holds the lease a admit acquired for the completion of sp
+// starting on this replica, and fences its writes with it (sp.Fence); nil
+// when it has none (no leases, or they did not answer). cancel stops the
 // completion if the lease is lost.
-func (s *Server) lease(sp *spec, cancel context.CancelCauseFunc) *fleet.Ownership {
-	if sp.lease == nil {
+func (s *Server) lease(sp *driver.Spec, a acquired, cancel context.CancelCauseFunc) *fleet.Ownership {
+	if a.lease == nil {
 		return nil
 	}
-	return s.hold(sp, *sp.lease, sp.leaseFrom, cancel)
+	return s.hold(sp, *a.lease, a.from, cancel)
 }
 
 // hold makes the completion of sp run under lease l, acquired at from.
-func (s *Server) hold(sp *spec, l fleet.Lease, from time.Time, cancel context.CancelCauseFunc) *fleet.Ownership {
-	id := sp.id
+func (s *Server) hold(sp *driver.Spec, l fleet.Lease, from time.Time, cancel context.CancelCauseFunc) *fleet.Ownership {
+	id := sp.ID
 	lost := func() bool {
 		if s.log.KeptHere(id) {
 			// The shared log lacks what this replica ran on its own while
@@ -90,7 +91,7 @@ func (s *Server) hold(sp *spec, l fleet.Lease, from time.Time, cancel context.Ca
 			"completion_id", id, "replica", s.cfg.Replica)
 	}
 	o := fleet.Own(s.cfg.Leases, l, from, s.log.Fenced(), lost, stale)
-	sp.fence = o.Running
+	sp.Fence = o.Running
 	s.log.Fence(id, l)
 	s.owned.add(id, o)
 	return o
@@ -199,11 +200,11 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 		return nil, err
 	}
 	o := s.hold(&sp, l, from, cancel)
-	c := s.completionOf(sp)
-	s.cfg.Logger.InfoContext(ctx, "took a completion over", "completion_id", id, "from_replica", c.takenFrom,
-		"replica", s.cfg.Replica, "lease_token", l.Token, "after_seq", c.out.seq)
-	leave, end := s.holds.start(id, c.req.GetResumeGrace().AsDuration(), cancel)
-	sess, _ := c.caller.(*session)
+	c := driver.New(sp)
+	s.cfg.Logger.InfoContext(ctx, "took a completion over", "completion_id", id, "from_replica", sp.TakenFrom,
+		"replica", s.cfg.Replica, "lease_token", l.Token, "after_seq", sp.AfterSeq)
+	leave, end := s.holds.start(id, sp.Request.GetResumeGrace().AsDuration(), cancel)
+	sess, _ := sp.Caller.(*session)
 	if sess != nil {
 		s.sessions.add(id, sess) // a resume here takes control of it
 	}
@@ -220,7 +221,7 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 				s.cfg.Logger.ErrorContext(cctx, "panic in a completion taken over", "panic", p, "completion_id", id)
 			}
 		}()
-		_, _ = c.run(cctx)
+		_, _ = c.Run(cctx)
 	}()
 	return leave, nil
 }
@@ -231,28 +232,28 @@ var errNothingToTake = errors.New("nothing to take over")
 // rebuild reads the whole log of id and its last checkpoint, and specifies
 // the completion that continues it, with its context: a Stream, or a
 // Session with its caller's side (which the caller controls by resuming).
-func (s *Server) rebuild(id string) (spec, context.Context, context.CancelCauseFunc, error) {
+func (s *Server) rebuild(id string) (driver.Spec, context.Context, context.CancelCauseFunc, error) {
 	ckSeq, ckData, ck, err := s.readCheckpoint(id)
 	if err != nil {
-		return spec{}, nil, nil, err
+		return driver.Spec{}, nil, nil, err
 	}
 	evs, meta, first, err := s.readWhole(id)
 	if err != nil {
-		return spec{}, nil, nil, err
+		return driver.Spec{}, nil, nil, err
 	}
 	req, start, err := decodeLogged(meta)
 	if err != nil {
-		return spec{}, nil, nil, err
+		return driver.Spec{}, nil, nil, err
 	}
 	v, schema := s.cfg.validate(req)
 	if len(v) > 0 {
-		return spec{}, nil, nil, fmt.Errorf("the logged request is no longer valid here: %v", v)
+		return driver.Spec{}, nil, nil, fmt.Errorf("the logged request is no longer valid here: %v", v)
 	}
 	ctx, cancel := s.completionContextCause(context.Background())
-	sp, err := s.specify(ctx, id, req, schema, start, func(*completionv1.CompletionEvent) error { return nil })
+	sp, _, err := s.specify(ctx, id, req, schema, start, func(*completionv1.CompletionEvent) error { return nil })
 	if err != nil {
 		cancel(err)
-		return spec{}, nil, nil, err
+		return driver.Spec{}, nil, nil, err
 	}
 	base, after := 0, evs
 	var snap *recovery.Snapshot
@@ -261,29 +262,29 @@ func (s *Server) rebuild(id string) (spec, context.Context, context.CancelCauseF
 		for len(after) > 0 && after[0].GetSeq() <= ckSeq {
 			after = after[1:] // the checkpoint's already
 		}
-		if sp.held, err = ck.held(); err != nil {
+		if sp.Held, err = ck.HeldEvents(); err != nil {
 			cancel(err)
-			return spec{}, nil, nil, err
+			return driver.Spec{}, nil, nil, err
 		}
 	}
 	if start != nil {
 		sess := newSession(cancel, s.cfg.CallerWait, start.GetStopHook())
 		s.asSession(ctx, &sp, start, sess)
-		sp.observe = sess.register
+		sp.Observe = sess.register
 		sess.recall(evs, ck)
-		sp.hooks = sess.hooksSent()
+		sp.Hooks = sess.hooksSent()
 	}
-	fold, started := foldLog(after, sp.route, base)
+	fold, started := foldLog(after, sp.Route, base)
 	fold.Base, fold.Incomplete = snap, first > ckSeq+1
-	sp.prior, sp.takenFrom = &fold, meta.Replica
+	sp.Prior, sp.TakenFrom = &fold, meta.Replica
 	if len(evs) > 0 {
-		sp.afterSeq = evs[len(evs)-1].GetSeq()
+		sp.AfterSeq = evs[len(evs)-1].GetSeq()
 		if evs[0].GetSeq() == 1 {
 			started = evs[0].GetStarted()
 		}
 	}
 	if started != nil {
-		sp.started = started
+		sp.Started = started
 	}
 	s.log.Adopt(id, meta, evs, ckSeq, ckData)
 	return sp, ctx, cancel, nil
@@ -291,7 +292,7 @@ func (s *Server) rebuild(id string) (spec, context.Context, context.CancelCauseF
 
 // readCheckpoint reads the last checkpoint of id, if its log keeps one:
 // its seq, its data and what it decodes to.
-func (s *Server) readCheckpoint(id string) (uint64, []byte, *checkpoint, error) {
+func (s *Server) readCheckpoint(id string) (uint64, []byte, *driver.Checkpoint, error) {
 	seq, data, err := s.log.Checkpoint(id)
 	switch {
 	case errors.Is(err, fleet.ErrNotFound):
@@ -301,7 +302,7 @@ func (s *Server) readCheckpoint(id string) (uint64, []byte, *checkpoint, error) 
 	case data == nil:
 		return 0, nil, nil, nil
 	}
-	ck, err := decodeCheckpoint(data)
+	ck, err := driver.DecodeCheckpoint(data)
 	if err != nil {
 		return 0, nil, nil, err
 	}

@@ -14,9 +14,10 @@ const module = "github.com/completiond/completiond/"
 
 // rules names, for every package of the module (by its path inside it),
 // the module's packages its non-test files may import. The layers run one
-// way: cmd → service → {internal/guard, internal/telemetry} → {recovery,
-// provider, config}; recovery imports nothing of the module; config holds
-// values only. A rule that ends in "/..." allows a folder's packages.
+// way: cmd → service → internal/driver → {internal/fleet, internal/guard,
+// internal/telemetry, internal/convert} → {recovery, provider, config};
+// recovery imports nothing of the module; config holds values only. The
+// gRPC surface (service) calls no provider itself: the driver does. A rule that ends in "/..." allows a folder's packages.
 var rules = map[string][]string{
 	"recovery":                          {},
 	"provider":                          {"recovery"},
@@ -32,7 +33,8 @@ var rules = map[string][]string{
 	"internal/telemetry":                {"config", "provider", "recovery"},
 	"internal/fleet":                    {"config", "gen/...", "internal/telemetry"},
 	"internal/convert":                  {"gen/...", "provider", "recovery"},
-	"service":                           {"config", "gen/...", "internal/convert", "internal/fleet", "internal/guard", "internal/telemetry", "provider", "provider/classify", "provider/sim", "recovery"},
+	"internal/driver":                   {"config", "gen/...", "internal/convert", "internal/fleet", "internal/guard", "internal/telemetry", "provider", "provider/classify", "recovery"},
+	"service":                           {"config", "gen/...", "internal/convert", "internal/driver", "internal/fleet", "internal/guard", "internal/telemetry", "provider/sim", "recovery"},
 	"cmd/completiond":                   {"config", "internal/fleet", "internal/telemetry", "provider/...", "provider", "recovery", "service"},
 	"gen/completion/v1":                 {},
 	"client":                            {"gen/..."},

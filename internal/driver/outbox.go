@@ -1,16 +1,11 @@
-package service
+package driver
 
 import (
-	"errors"
-
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/recovery"
 )
-
-// errClientGone marks a send that failed because the caller went away.
-var errClientGone = errors.New("client gone")
 
 // outbox is the delivery half of the driver: it numbers a completion's
 // events (seq 1, 2, 3 …; attempt and turn as the machine gives them), holds
@@ -44,13 +39,9 @@ type outbox struct {
 	hooks int
 }
 
-func newOutbox(send func(*completionv1.CompletionEvent) error, settled bool) *outbox {
-	return &outbox{send: send, settled: settled, unsettled: map[int][]*completionv1.CompletionEvent{}}
-}
-
 // output takes one delta of an attempt (its number and turn, as the
 // action that runs it says): sent at once when live, held when settled. It
-// returns errClientGone once the caller is unreachable, which stops the
+// returns ErrCallerGone once the caller is unreachable, which stops the
 // upstream call. It takes the two numbers, not the action: the callback
 // of every upstream call captures what it passes here, and so keeps it
 // on the heap for as long as the attempt lasts.
@@ -63,7 +54,7 @@ func (o *outbox) output(attempt, turn int, kind completionv1.DeltaKind, text str
 	}
 	o.event(attempt, turn, ev)
 	if o.unreachable {
-		return errClientGone
+		return ErrCallerGone
 	}
 	return nil
 }

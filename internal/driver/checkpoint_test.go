@@ -1,4 +1,4 @@
-package service
+package driver
 
 import (
 	"testing"
@@ -21,8 +21,8 @@ func TestCheckpointCountsHookRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	fenced := false
-	c := newCompletion(spec{id: "c", log: log, hooks: 2, fence: func() bool { return !fenced },
-		send: func(*completionv1.CompletionEvent) error { return nil }})
+	c := New(Spec{ID: "c", Log: log, Hooks: 2, Fence: func() bool { return !fenced },
+		Send: func(*completionv1.CompletionEvent) error { return nil }})
 	hook := func() *completionv1.CompletionEvent {
 		return &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_StopHookRequest{StopHookRequest: &completionv1.StopHookRequest{HookId: "hook_3"}}}
 	}
@@ -33,7 +33,7 @@ func TestCheckpointCountsHookRequests(t *testing.T) {
 	if err != nil || data == nil {
 		t.Fatalf("no checkpoint: %v", err)
 	}
-	ck, err := decodeCheckpoint(data)
+	ck, err := DecodeCheckpoint(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package service
+package driver
 
 import (
 	"context"
@@ -6,110 +6,92 @@ import (
 	"strings"
 	"time"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"google.golang.org/grpc/status"
-
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/convert"
-	"github.com/completiond/completiond/internal/fleet"
-	"github.com/completiond/completiond/internal/guard"
 	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
 	"github.com/completiond/completiond/recovery"
 )
 
-// spec is everything a completion needs, filled in before it runs: the
-// gRPC surface builds one (assemble, then a Session's, a resumable
-// completion's or a takeover's additions) and newCompletion makes the
-// completion of it; nothing outside the driver changes a completion after.
-type spec struct {
-	cfg      *Config
-	id       string
-	req      *completionv1.CompleteRequest
-	routes   []*config.Route // the chain: the primary route, then its fallbacks
-	machine  recovery.Config
-	schema   *jsonschema.Schema
-	caller   caller              // answers tool calls and stop hooks (driver_caller.go)
-	obs      *telemetry.Observer // the server's
-	breakers *guard.Breakers
-	// conclude maps the machine's result to the RPC status, when the result
-	// is sent: the status goes into the event log with it, so that every
-	// caller attached to the completion ends with the same status.
-	conclude func(*recovery.Result) *status.Status
-	release  func() // called once run has returned: the server's count of running completions
-	// prior, when set, is what a lost replica had done: run continues the
-	// completion from there (recovery.Takeover) instead of starting it.
-	prior     *recovery.Prior
-	takenFrom string // the replica the completion was taken over from
-	// lease, when set, is the lease admit acquired for the completion
-	// (a resumable Stream of a fleet replica), at leaseFrom.
-	lease     *fleet.Lease
-	leaseFrom time.Time
-	// started is the started event, when a takeover read it from the log;
-	// run makes it otherwise.
-	started *completionv1.Started
+// ErrCallerGone is what Run returns when the caller went away before the
+// result was sent.
+var ErrCallerGone = errors.New("client gone")
 
-	// The delivery's (the outbox's; see its fields).
-	send     func(*completionv1.CompletionEvent) error
-	settled  bool
-	log      fleet.Log
-	observe  func(*completionv1.CompletionEvent)
-	fence    func() bool
-	afterSeq uint64                                  // a takeover's: the seq of the last event logged
-	held     map[int][]*completionv1.CompletionEvent // a takeover's: the held output of the checkpoint
-	hooks    int                                     // a takeover's: the stop-hook requests sent before
-}
-
-// completion is one run of the driver loop: it owns the machine and is the
+// Completion is one run of the driver loop: it owns the machine and is the
 // only place that waits, streams and calls. It decides nothing: each Step
 // of the machine says what to run, what to publish, and which attempts'
-// output is final or void; the outbox (driver_delivery.go) forwards that.
-type completion struct {
-	spec
-	out     *outbox                    // numbers, holds and sends the events
-	history []*completionv1.Transition // every transition, for Complete
-	trail   *telemetry.Trail           // this completion's, from obs.start
-	models  map[int32]string           // the model each attempt's upstream says answered; nil until one says
-	final   *completionv1.Result
-	status  *status.Status // the status concluded, once run has returned
+// output is final or void; the outbox (outbox.go) forwards that.
+type Completion struct {
+	spec       Spec
+	out        *outbox                    // numbers, holds and sends the events
+	history    []*completionv1.Transition // every transition, for Complete
+	trail      *telemetry.Trail           // this completion's, from Observer.Start
+	models     map[int32]string           // the model each attempt's upstream says answered; nil until one says
+	final      *completionv1.Result
+	conclusion Conclusion // once Run has returned
 }
 
-// newCompletion returns the completion of sp.
-func newCompletion(sp spec) *completion {
-	out := newOutbox(sp.send, sp.settled)
-	out.log, out.id, out.observe, out.fence, out.seq, out.hooks = sp.log, sp.id, sp.observe, sp.fence, sp.afterSeq, sp.hooks
-	if sp.held != nil {
-		out.unsettled = sp.held
+// New returns the completion of sp.
+func New(sp Spec) *Completion {
+	out := &outbox{send: sp.Send, settled: sp.Settled, unsettled: sp.Held,
+		log: sp.Log, id: sp.ID, observe: sp.Observe, fence: sp.Fence, seq: sp.AfterSeq, hooks: sp.Hooks}
+	if out.unsettled == nil {
+		out.unsettled = map[int][]*completionv1.CompletionEvent{}
 	}
-	return &completion{spec: sp, out: out}
+	return &Completion{spec: sp, out: out}
 }
 
-// run drives the machine to its end and returns the result. The returned
-// error is set only when the caller went away before the result was sent.
-func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
-	defer c.release()
-	c.machine.OpenRoutes = c.breakers.Open(c.machine.Routes)
+// ID is the completion's id.
+func (c *Completion) ID() string { return c.spec.ID }
+
+// Result is the result sent, once Run has returned with one.
+func (c *Completion) Result() *completionv1.Result { return c.final }
+
+// Transitions are every transition published, once Run has returned.
+func (c *Completion) Transitions() []*completionv1.Transition { return c.history }
+
+// Conclusion is how the completion's RPC ends, once Run has returned.
+func (c *Completion) Conclusion() Conclusion { return c.conclusion }
+
+// Fenced reports whether the replica lost the completion's lease while it
+// ran: it stopped writing, and its caller attaches elsewhere.
+func (c *Completion) Fenced() bool { return c.out.fenced }
+
+// Abort ends the completion's log with an empty result and status, for a
+// run that cannot go on (it panicked), so that its followers end too.
+func (c *Completion) Abort(status []byte) {
+	c.out.end(0, 0, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: &completionv1.Result{}}}, status)
+}
+
+// Run drives the machine to its end and returns the result. The returned
+// error is ErrCallerGone when the caller went away before the result was
+// sent.
+func (c *Completion) Run(ctx context.Context) (*recovery.Result, error) {
+	defer c.spec.Release()
+	mc := &c.spec.Machine
+	mc.OpenRoutes = c.spec.Breakers.Open(mc.Routes)
 	var m *recovery.Machine
-	if c.prior != nil {
-		m = takeover(c.machine, *c.prior)
+	if c.spec.Prior != nil {
+		m = takeover(*mc, *c.spec.Prior)
 	} else {
-		m = recovery.New(c.machine) // inlined: the machine is in run's frame
+		m = recovery.New(*mc) // inlined: the machine is in Run's frame
 	}
-	if c.started == nil {
-		first := c.machine.Routes[0]
-		c.started = &completionv1.Started{CompletionId: c.id, Route: first.Name, Model: first.Model, Provider: first.Provider}
+	started := c.spec.Started
+	if started == nil {
+		first := mc.Routes[0]
+		started = &completionv1.Started{CompletionId: c.spec.ID, Route: first.Name, Model: first.Model, Provider: first.Provider}
 	}
 	var traceID string
-	c.trail, traceID = c.obs.Start(ctx, c.telemetryInfo(ctx))
+	c.trail, traceID = c.spec.Observer.Start(ctx, c.telemetryInfo())
 	if traceID != "" {
-		c.started.TraceId = traceID
+		started.TraceId = traceID
 	}
-	if c.prior == nil {
-		c.out.event(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: c.started}})
+	if c.spec.Prior == nil {
+		c.out.event(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: started}})
 	}
-	step := m.Start(c.cfg.Now())
+	step := m.Start(c.spec.Now())
 	for {
 		if step.Checkpoint != nil {
 			c.saveCheckpoint(step.Checkpoint) // before the step's events: a takeover reads the events after it
@@ -120,18 +102,18 @@ func (c *completion) run(ctx context.Context) (*recovery.Result, error) {
 			return c.finish(a)
 		}
 		ev := c.perform(ctx, a)
-		ev.Now, ev.Rand, ev.OpenRoutes = c.cfg.Now(), c.cfg.Rand(), c.breakers.Open(c.machine.Routes)
+		ev.Now, ev.Rand, ev.OpenRoutes = c.spec.Now(), c.spec.Rand(), c.spec.Breakers.Open(mc.Routes)
 		step = m.Step(ev)
 	}
 }
 
 // telemetryInfo is what the completion's Trail is told of it.
-func (c *completion) telemetryInfo(ctx context.Context) telemetry.Info {
-	return telemetry.Info{ID: c.id, First: c.machine.Routes[0], MaxTokens: c.machine.StartMaxTokens(), Key: CallerName(ctx), Chain: c.routes}
+func (c *Completion) telemetryInfo() telemetry.Info {
+	return telemetry.Info{ID: c.spec.ID, First: c.spec.Machine.Routes[0], MaxTokens: c.spec.Machine.StartMaxTokens(), Key: c.spec.Key, Chain: c.spec.Routes}
 }
 
-// takeover is recovery.Takeover, never inlined into run: inlined, its
-// machine (over a KiB) would take a second place in run's frame beside
+// takeover is recovery.Takeover, never inlined into Run: inlined, its
+// machine (over a KiB) would take a second place in Run's frame beside
 // the new one's, on the goroutine's stack for as long as every completion
 // lasts; a completion taken over has its machine on the heap instead.
 //
@@ -142,7 +124,7 @@ func takeover(cfg recovery.Config, p recovery.Prior) *recovery.Machine {
 
 // forward does what a step says before its action runs: settle the held
 // output, then publish the transitions.
-func (c *completion) forward(step recovery.Step) {
+func (c *Completion) forward(step recovery.Step) {
 	c.out.settle(step)
 	for _, t := range step.Transitions {
 		c.publish(t)
@@ -150,21 +132,21 @@ func (c *completion) forward(step recovery.Step) {
 }
 
 // publish sends one transition, numbered by the machine.
-func (c *completion) publish(t recovery.Transition) {
+func (c *Completion) publish(t recovery.Transition) {
 	pt := convert.FromTransition(t)
 	c.history = append(c.history, pt)
 	c.trail.Transition(t)
 	c.out.event(t.Attempt, t.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Transition{Transition: pt}})
 }
 
-// Finish sends the result of an ActFinish and ends the run.
-func (c *completion) finish(a recovery.Action) (*recovery.Result, error) {
+// finish sends the result of an ActFinish and ends the run.
+func (c *Completion) finish(a recovery.Action) (*recovery.Result, error) {
 	c.final = c.result(a.Result)
-	c.status = c.conclude(a.Result)
-	c.out.end(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: c.final}}, encodeStatus(c.status))
+	c.conclusion = c.spec.Conclude(a.Result)
+	c.out.end(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{Result: c.final}}, c.conclusion.Status)
 	c.trail.Finish(a.Result)
 	if c.out.callerGone() {
-		return a.Result, errClientGone
+		return a.Result, ErrCallerGone
 	}
 	return a.Result, nil
 }
@@ -176,7 +158,7 @@ func (c *completion) finish(a recovery.Action) (*recovery.Result, error) {
 // A model an upstream names is its own words: like its error messages, it
 // is scrubbed of anything that looks like a credential and bounded (the
 // providers, which know their keys, have scrubbed those already).
-func (c *completion) result(r *recovery.Result) *completionv1.Result {
+func (c *Completion) result(r *recovery.Result) *completionv1.Result {
 	out := convert.FromResult(r)
 	out.Model = ""
 	for _, a := range out.GetAttempts() {
@@ -193,7 +175,7 @@ func (c *completion) result(r *recovery.Result) *completionv1.Result {
 // perform runs one action and reports what happened. An action that
 // finished is reported as such even if the caller left meanwhile; the next
 // one then reports the cancellation, so the machine knows where it stopped.
-func (c *completion) perform(ctx context.Context, a recovery.Action) recovery.Event {
+func (c *Completion) perform(ctx context.Context, a recovery.Action) recovery.Event {
 	if c.out.callerGone() || ctx.Err() != nil {
 		calling := a.Kind == recovery.ActCall || a.Kind == recovery.ActSummarize
 		return recovery.Event{Kind: recovery.EvCancelled, Reason: cancelReason(ctx, c.out.callerGone()), NotSent: calling}
@@ -204,7 +186,7 @@ func (c *completion) perform(ctx context.Context, a recovery.Action) recovery.Ev
 	case recovery.ActWait:
 		return c.wait(ctx, a.Delay)
 	case recovery.ActAwaitTools:
-		return c.caller.awaitTools(ctx, a)
+		return c.spec.Caller.AwaitTools(ctx, a)
 	case recovery.ActAwaitStopHook:
 		return c.stopHook(ctx, a)
 	}
@@ -223,13 +205,14 @@ func cancelReason(ctx context.Context, gone bool) string {
 // of which the caller sees nothing. Both go through the route's breaker
 // and have a span of their own. Tool calls are only collected: the machine
 // hands the answer's calls over when they are settled.
-func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event {
+func (c *Completion) call(ctx context.Context, a recovery.Action) recovery.Event {
 	call, summary := a.Call, a.Kind == recovery.ActSummarize
-	route := c.route(call.Route.Name)
-	report, ok := c.breakers.Allow(route.Spec.Name)
+	route := c.spec.Route(call.Route.Name)
+	breakers := c.spec.Breakers
+	report, ok := breakers.Allow(route.Spec.Name)
 	if !ok {
 		return recovery.Event{Kind: recovery.EvAttemptFailed, NotSent: true, Failure: &recovery.Failure{
-			Kind: recovery.FailCircuitOpen, Provider: route.Spec.Provider, RetryAfter: c.breakers.RetryAfter(route.Spec.Name),
+			Kind: recovery.FailCircuitOpen, Provider: route.Spec.Provider, RetryAfter: breakers.RetryAfter(route.Spec.Name),
 			Message: "circuit open for route " + route.Spec.Name}}
 	}
 	// The provider stops its call when Stream returns (provider.Provider),
@@ -280,17 +263,6 @@ func (c *completion) call(ctx context.Context, a recovery.Action) recovery.Event
 	return ev
 }
 
-// route is the route of the chain named name, or nil. A chain holds a
-// few routes: a scan costs less than a map per completion.
-func (sp *spec) route(name string) *config.Route {
-	for _, r := range sp.routes {
-		if r.Spec.Name == name {
-			return r
-		}
-	}
-	return nil
-}
-
 // scrubName is classify.ScrubModel, of which an empty name costs nothing.
 func scrubName(s string) string {
 	if s == "" {
@@ -305,7 +277,7 @@ func attemptEvent(fin provider.Finish, err error, text string, calls []recovery.
 	}
 	f, ok := provider.AsFailure(err)
 	if !ok {
-		if errors.Is(err, errClientGone) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, ErrCallerGone) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return recovery.Event{Kind: recovery.EvCancelled, Reason: err.Error(), Text: text, Usage: fin.Usage}
 		}
 		f = &recovery.Failure{Kind: recovery.FailUnknown, Message: "unclassified upstream error"}
@@ -316,11 +288,12 @@ func attemptEvent(fin provider.Finish, err error, text string, calls []recovery.
 // request builds the provider request of a call. A summary carries neither
 // the caller's tools nor its metadata (the sim's fault script belongs to the
 // caller's own calls), and needs no thinking.
-func (c *completion) request(call recovery.Call, route *config.Route, summary bool) *provider.Request {
+func (c *Completion) request(call recovery.Call, route *config.Route, summary bool) *provider.Request {
+	req := c.spec.Request
 	r := &provider.Request{
 		Attempt: call.Attempt, Model: call.Route.Model, System: call.System, Messages: call.Messages,
-		Tools: convert.ToTools(c.req.GetTools()), MaxTokens: call.MaxTokens, Prefill: call.Prefill,
-		ThinkingBudget: route.ThinkingBudget, Metadata: c.req.GetMetadata(), Timeouts: route.Timeouts,
+		Tools: convert.ToTools(req.GetTools()), MaxTokens: call.MaxTokens, Prefill: call.Prefill,
+		ThinkingBudget: route.ThinkingBudget, Metadata: req.GetMetadata(), Timeouts: route.Timeouts,
 	}
 	if summary {
 		r.Tools, r.Metadata, r.ThinkingBudget = nil, nil, 0
@@ -329,7 +302,7 @@ func (c *completion) request(call recovery.Call, route *config.Route, summary bo
 }
 
 // wait sleeps for d unless the caller goes away first.
-func (c *completion) wait(ctx context.Context, d time.Duration) recovery.Event {
+func (c *Completion) wait(ctx context.Context, d time.Duration) recovery.Event {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -342,11 +315,14 @@ func (c *completion) wait(ctx context.Context, d time.Duration) recovery.Event {
 
 // stopHook checks a final answer: the output schema first (built in), then
 // the caller's hook when it registered one.
-func (c *completion) stopHook(ctx context.Context, a recovery.Action) recovery.Event {
-	if c.schema != nil {
-		if msg, ok := checkAnswer(c.schema, a.Answer.Text()); !ok {
+func (c *Completion) stopHook(ctx context.Context, a recovery.Action) recovery.Event {
+	if c.spec.Schema != nil {
+		if msg, ok := checkAnswer(c.spec.Schema, a.Answer.Text()); !ok {
 			return recovery.Event{Kind: recovery.EvStopHookVerdict, Verdict: recovery.VerdictBlock, VerdictMessage: msg}
 		}
 	}
-	return c.caller.awaitStopHook(ctx, a)
+	return c.spec.Caller.AwaitStopHook(ctx, a, func(req *completionv1.CompletionEvent) bool {
+		c.out.hookRequest(a.Attempt, a.Turn, req)
+		return !c.out.callerGone()
+	})
 }

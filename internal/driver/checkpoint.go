@@ -1,4 +1,4 @@
-package service
+package driver
 
 import (
 	"encoding/json"
@@ -15,11 +15,11 @@ import (
 // show — a Session's conversation after its caller's answers, the calls
 // its caller runs, a summary. The driver saves the last one of a leased
 // completion in its log, with the seq of the last event before it; a
-// takeover continues from it and the events after it (rebuild).
+// takeover continues from it and the events after it.
 
-// checkpoint is what the driver saves: the machine's snapshot, with what
+// Checkpoint is what the driver saves: the machine's snapshot, with what
 // the driver alone knows at that point.
-type checkpoint struct {
+type Checkpoint struct {
 	// Machine is the machine's snapshot.
 	Machine recovery.Snapshot `json:"machine"`
 	// Held are the encoded events of the snapshot's undecided attempts
@@ -32,11 +32,11 @@ type checkpoint struct {
 
 // saveCheckpoint saves the checkpoint snap of c's machine, if c may be
 // taken over and still holds its lease.
-func (c *completion) saveCheckpoint(snap *recovery.Snapshot) {
+func (c *Completion) saveCheckpoint(snap *recovery.Snapshot) {
 	if c.out.log == nil || c.out.stopped() {
 		return
 	}
-	ck := checkpoint{Machine: *snap}
+	ck := Checkpoint{Machine: *snap}
 	for _, a := range snap.Undecided {
 		for _, ev := range c.out.unsettled[a] {
 			b, err := proto.Marshal(ev)
@@ -51,20 +51,21 @@ func (c *completion) saveCheckpoint(snap *recovery.Snapshot) {
 	if err != nil {
 		return // cannot happen: a snapshot is plain data
 	}
-	c.out.log.SaveCheckpoint(c.id, c.out.seq, data)
+	c.out.log.SaveCheckpoint(c.spec.ID, c.out.seq, data)
 }
 
-// decodeCheckpoint reads what saveCheckpoint saved.
-func decodeCheckpoint(data []byte) (checkpoint, error) {
-	var ck checkpoint
+// DecodeCheckpoint reads what the driver saved.
+func DecodeCheckpoint(data []byte) (Checkpoint, error) {
+	var ck Checkpoint
 	if err := json.Unmarshal(data, &ck); err != nil {
 		return ck, fmt.Errorf("decode the checkpoint: %w", err)
 	}
 	return ck, nil
 }
 
-// held decodes the held events of ck, by attempt.
-func (ck checkpoint) held() (map[int][]*completionv1.CompletionEvent, error) {
+// HeldEvents decodes the held events of ck, by attempt: a takeover's
+// Spec.Held.
+func (ck Checkpoint) HeldEvents() (map[int][]*completionv1.CompletionEvent, error) {
 	out := map[int][]*completionv1.CompletionEvent{}
 	for _, b := range ck.Held {
 		ev := &completionv1.CompletionEvent{}
