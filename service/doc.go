@@ -35,4 +35,8 @@
 // in-flight cap and the transport limits at the door, and maps a guard
 // Refusal to its status in grpc_status.go); the event logs, leases and
 // checkpoints of a fleet internal/fleet's; configuration values config's.
+//
+// The service never calls a provider (the driver does), never builds a
+// gRPC status outside grpc_status.go, and never lets anything a caller
+// sends make the server load a file or URL (schemas, images).
 package service

@@ -53,24 +53,29 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	shared := guard.NewRedisGate(cfg.Redis, cfg.Logger)
-	b := guard.NewFleetBreakers(cfg.Breaker, shared)
 	aborted, abort := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, obs: telemetry.NewObserver(cfg.Logger, cfg.Telemetry, b.States), breakers: b, shared: shared,
-		aborted: aborted, abort: abort}
+	s := &Server{cfg: cfg, aborted: aborted, abort: abort}
+	if cfg.Redis != nil {
+		// The one tracker of Redis: the event log, the shared breakers and
+		// limits, and the health check all go by it.
+		s.redis = fleet.NewHealth(cfg.Redis, cfg.RedisPing, cfg.Logger)
+		s.shared = guard.NewRedisGate(cfg.Redis, s.redis, cfg.Logger)
+		s.closers = append(s.closers, s.redis.Close)
+	}
+	s.breakers = guard.NewFleetBreakers(cfg.Breaker, s.shared)
+	s.obs = telemetry.NewObserver(cfg.Logger, cfg.Telemetry, s.breakers.States)
 	mem := fleet.NewMemLog(cfg.EventLog, cfg.Now)
 	switch {
 	case cfg.Log != nil:
 		s.log = cfg.Log
 	case cfg.Redis != nil:
-		s.redis = fleet.NewHealth(cfg.Redis, cfg.RedisPing, cfg.Logger)
 		rl := fleet.NewRedisLog(cfg.Redis, cfg.EventLog, cfg.Now)
 		if cfg.Leases != nil {
 			rl.LeaseTTL = cfg.Leases.TTL()
 		}
 		local := fleet.RedisInstruments(cfg.Telemetry.MeterProvider, s.redis.Up)
 		s.log = fleet.NewPairLog(mem, rl, s.redis, cfg.Logger, local)
-		s.closers = append(s.closers, rl.Close, s.redis.Close)
+		s.closers = append([]func(){rl.Close}, s.closers...) // the log's subscription before the PINGs
 	default:
 		s.log, s.mem = mem, mem
 	}
@@ -116,7 +121,7 @@ func (s *Server) Stream(req *completionv1.CompleteRequest, stream grpc.ServerStr
 	if wire != nil {
 		sp.Log = wire // each event encoded once, for the log and the wire
 	}
-	return s.finish(ctx, driver.New(sp))
+	return s.serveCompletion(ctx, driver.New(sp))
 }
 
 // Complete runs one completion and answers with its aggregated result.
@@ -167,8 +172,8 @@ func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.
 	if err != nil {
 		return err
 	}
-	o := s.lease(&sp, lease, cancel)
-	defer s.unhold(sp.ID, o)
+	o := s.own(&sp, lease, cancel)
+	defer s.disown(sp.ID, o)
 	c := driver.New(sp)
 	leave, end := s.holds.start(c.ID(), grace, cancel)
 	defer end()
@@ -177,7 +182,7 @@ func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.
 		leave()
 	})
 	defer stop()
-	return s.finish(ctx, c)
+	return s.serveCompletion(ctx, c)
 }
 
 // detachedContext is the context of a completion that outlives its RPC's
@@ -196,8 +201,9 @@ func (s *Server) detachedContext(rpc context.Context) (context.Context, context.
 	}
 }
 
-// Finish runs a prepared completion and returns the status it concluded.
-func (s *Server) finish(ctx context.Context, c *driver.Completion) error {
+// serveCompletion runs a prepared completion and returns the status it
+// concluded.
+func (s *Server) serveCompletion(ctx context.Context, c *driver.Completion) error {
 	_, err := c.Run(ctx)
 	if c.Fenced() {
 		return lostLeaseStatus(c.ID())

@@ -13,17 +13,15 @@ import (
 // goroutine starts with a few KiB, so the runtime grew each RPC's stack two
 // or three times, and each growth copies the stack and walks every frame on
 // it to adjust pointers — the deeper the stack, the dearer the copy
-// (golang/go#18138). At the depths where it happened that was 7–11 % of
-// completiond's CPU for one-token answers at 100 streams, all of it before
-// the first token (make loadbench's short-answer profile). grpc-go's stream
+// (golang/go#18138), all of it before the first token. grpc-go's stream
 // workers keep grown stacks only while there are more workers than
 // concurrent RPCs, and streams are long.
 //
 // presizeStack, the first interceptor, takes a frame of presizeFrame bytes
 // while the stack is still shallow, so that the runtime grows it once, to
-// the size the handler reaches anyway, copying a few frames. An idle
-// stream's goroutine held no more stack for it (make loadbench: stacks per
-// idle stream 42.8 KiB against 42.9 before, at 1 000 streams).
+// the size the handler reaches anyway, copying a few frames; an idle
+// stream holds no more stack for it. make loadbench measures both (its
+// short-answer profile and the stacks per idle stream).
 const presizeFrame = 16 << 10
 
 // presizeStack is the stream interceptor that runs first: see presizeFrame.

@@ -42,7 +42,7 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 		return err
 	}
 	sp.Observe = sess.register // before the log: a caller may answer what it reads there
-	o := s.lease(&sp, lease, cancel)
+	o := s.own(&sp, lease, cancel)
 	c := driver.New(sp)
 	leave, end := s.holds.start(c.ID(), grace, cancel)
 	s.sessions.add(c.ID(), sess)
@@ -54,7 +54,7 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 		defer close(done)
 		defer cancel(context.Canceled)
 		defer end()
-		defer s.unhold(c.ID(), o)
+		defer s.disown(c.ID(), o)
 		s.runDetached(ctx, c)
 	}()
 	err = s.controlFromStart(stream, sess, ctl, leave)

@@ -60,19 +60,20 @@ import (
 // errLeaseLostCause cancels a completion whose replica lost its lease.
 var errLeaseLostCause = errors.New("this replica lost the completion's lease")
 
-// lease holds the lease a admit acquired for the completion of sp
-// starting on this replica, and fences its writes with it (sp.Fence); nil
-// when it has none (no leases, or they did not answer). cancel stops the
-// completion if the lease is lost.
-func (s *Server) lease(sp *driver.Spec, a acquired, cancel context.CancelCauseFunc) *fleet.Ownership {
+// own makes this replica the owner of the completion of sp, starting here,
+// under the lease a admit acquired for it, and fences its writes with it
+// (sp.Fence); nil when it has none (no leases, or they did not answer).
+// cancel stops the completion if the lease is lost. (Ownership is the
+// lease's; a resume grace keeps a completion running, holds.)
+func (s *Server) own(sp *driver.Spec, a acquired, cancel context.CancelCauseFunc) *fleet.Ownership {
 	if a.lease == nil {
 		return nil
 	}
-	return s.hold(sp, *a.lease, a.from, cancel)
+	return s.ownLease(sp, *a.lease, a.from, cancel)
 }
 
-// hold makes the completion of sp run under lease l, acquired at from.
-func (s *Server) hold(sp *driver.Spec, l fleet.Lease, from time.Time, cancel context.CancelCauseFunc) *fleet.Ownership {
+// ownLease makes the completion of sp run under lease l, acquired at from.
+func (s *Server) ownLease(sp *driver.Spec, l fleet.Lease, from time.Time, cancel context.CancelCauseFunc) *fleet.Ownership {
 	id := sp.ID
 	lost := func() bool {
 		if s.log.KeptHere(id) {
@@ -97,8 +98,8 @@ func (s *Server) hold(sp *driver.Spec, l fleet.Lease, from time.Time, cancel con
 	return o
 }
 
-// unhold ends the ownership o of completion id, releasing its lease.
-func (s *Server) unhold(id string, o *fleet.Ownership) {
+// disown ends the ownership o of completion id, releasing its lease.
+func (s *Server) disown(id string, o *fleet.Ownership) {
 	if o == nil {
 		return
 	}
@@ -199,7 +200,7 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 		}
 		return nil, err
 	}
-	o := s.hold(&sp, l, from, cancel)
+	o := s.ownLease(&sp, l, from, cancel)
 	c := driver.New(sp)
 	s.cfg.Logger.InfoContext(ctx, "took a completion over", "completion_id", id, "from_replica", sp.TakenFrom,
 		"replica", s.cfg.Replica, "lease_token", l.Token, "after_seq", sp.AfterSeq)
@@ -211,7 +212,7 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 	go func() {
 		defer cancel(context.Canceled)
 		defer end()
-		defer s.unhold(id, o)
+		defer s.disown(id, o)
 		if sess != nil {
 			s.runDetached(cctx, c)
 			return

@@ -21,4 +21,7 @@
 //
 // The driver knows nothing of gRPC: how a result becomes a status is the
 // Spec's Conclude, and a Caller is whatever answers tool calls and hooks.
+// It never decides a recovery (the machine does), never sends an event it
+// has not numbered and logged first, never writes once its lease is lost,
+// and imports nothing of completiond's above it (service, cmd).
 package driver

@@ -69,9 +69,9 @@ func (w *Health) set(up bool, err error) {
 		return
 	}
 	if up {
-		w.log.Info("redis: reachable again: new completions log to Redis; health SERVING")
+		w.log.Info("redis: reachable again: new completions log to Redis, circuit breakers and per-key limits are shared by the fleet again; health SERVING")
 	} else {
-		w.log.Warn("redis: unreachable: completions keep their events in this replica's memory only; health NOT_SERVING",
+		w.log.Warn("redis: unreachable: completions keep their events in this replica's memory only, circuit breakers and per-key limits fall back to this replica's own; health NOT_SERVING",
 			"error", err)
 	}
 	w.mu.Lock()
@@ -81,6 +81,10 @@ func (w *Health) set(up bool, err error) {
 		f(up)
 	}
 }
+
+// Failed marks Redis down after a failed command (of the event log, the
+// shared breakers or the limits); only a PING brings it back.
+func (w *Health) Failed(err error) { w.set(false, err) }
 
 // Up reports whether Redis answers.
 func (w *Health) Up() bool { return w.up.Load() }

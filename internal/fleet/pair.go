@@ -216,7 +216,7 @@ func (f *PairLog) reshare(id string, apart *apartState, ended bool) {
 			_ = f.redis.dropUnlessFenced(id)
 		}
 		if errors.Is(err, ErrUnavailable) {
-			f.watch.set(false, err)
+			f.watch.Failed(err)
 		}
 	}
 }
@@ -302,7 +302,7 @@ func (f *PairLog) Adopt(id string, meta Meta, evs []*completionv1.CompletionEven
 // degrade takes id off Redis until it is published again.
 func (f *PairLog) degrade(id string, err error) {
 	if errors.Is(err, ErrUnavailable) {
-		f.watch.set(false, err)
+		f.watch.Failed(err)
 	}
 	f.setApart(id, "redis failed", err)
 }

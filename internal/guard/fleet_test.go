@@ -4,22 +4,36 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
 	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/recovery"
-	"github.com/sony/gobreaker/v2"
 )
+
+// gate is one replica's gate to the Redis at addr, following the server's
+// one Redis health tracker.
+func gate(t *testing.T, addr string) *RedisGate {
+	rdb := testkit.RedisClient(t, addr)
+	log := slog.New(slog.DiscardHandler)
+	h := fleet.NewHealth(rdb, time.Second, log)
+	t.Cleanup(h.Close)
+	return NewRedisGate(rdb, h, log)
+}
 
 // fleetBreakers are n replicas' breakers sharing the Redis at addr.
 func fleetBreakers(t *testing.T, addr string, n int, s config.BreakerSettings) []*Breakers {
 	t.Helper()
 	out := make([]*Breakers, n)
 	for i := range out {
-		out[i] = NewFleetBreakers(s, NewRedisGate(testkit.RedisClient(t, addr), slog.New(slog.DiscardHandler)))
+		out[i] = NewFleetBreakers(s, gate(t, addr))
 	}
 	return out
 }
@@ -187,7 +201,7 @@ func TestSharedKeySlotsOfADeadReplicaLapse(t *testing.T) {
 	addr := redistest.Start(t)
 	const ttl = 300 * time.Millisecond
 	replica := func() *sharedLimits {
-		s := NewSharedLimits(NewRedisGate(testkit.RedisClient(t, addr), slog.New(slog.DiscardHandler)))
+		s := NewSharedLimits(gate(t, addr))
 		s.slotTTL = ttl
 		return s
 	}
@@ -247,5 +261,46 @@ func TestSharedBreakerAfterRedisLostItsData(t *testing.T) {
 		if got := r.Open(routes); len(got) != 1 {
 			t.Errorf("replica %d: open %v after two failures on the new state, want [r]", i, got)
 		}
+	}
+}
+
+// fakeHealth is a Health whose state the test sets.
+type fakeHealth struct {
+	up     atomic.Bool
+	failed atomic.Int32
+}
+
+func (h *fakeHealth) Up() bool { return h.up.Load() }
+func (h *fakeHealth) Failed(error) {
+	h.failed.Add(1)
+	h.up.Store(false)
+}
+
+// TestGateFollowsTheOneHealth: the shared state is used exactly while the
+// server's Redis health says up, and a failed operation marks it down at
+// once (redis.Nil, an answer, does not).
+func TestGateFollowsTheOneHealth(t *testing.T) {
+	h := &fakeHealth{}
+	h.up.Store(true)
+	g := NewRedisGate(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), h, slog.New(slog.DiscardHandler))
+	if !g.usable() {
+		t.Fatal("not usable while the health says up")
+	}
+	if err := g.observe("get", redis.Nil); err != nil || h.failed.Load() != 0 {
+		t.Fatalf("redis.Nil: %v, %d failures", err, h.failed.Load())
+	}
+	if err := g.observe("get", errors.New("connection refused")); err == nil || h.failed.Load() != 1 {
+		t.Fatalf("a failure: %v, %d failures", err, h.failed.Load())
+	}
+	if g.usable() {
+		t.Fatal("usable after a failure, before the health says up")
+	}
+	h.up.Store(true) // a PING answered
+	if !g.usable() {
+		t.Fatal("not usable once the health is up again")
+	}
+	var none *RedisGate
+	if none.usable() {
+		t.Fatal("a nil gate (no Redis) is usable")
 	}
 }

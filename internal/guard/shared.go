@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,79 +17,59 @@ import (
 // The circuit breakers and the per-key limits are shared by the replicas of
 // a fleet through Config.Redis. Whatever Redis does, a completion never fails
 // because of it: when an operation on the shared state fails, the breakers
-// and the limits fall back to the replica's own local state, and Redis is
-// tried again after sharedRetryEvery.
-const (
-	// sharedOpTimeout bounds one Redis operation of the shared breakers and
-	// limits, so that an unresponsive Redis delays a completion by this
-	// much at most before the local fallback answers.
-	sharedOpTimeout = 250 * time.Millisecond
-	// sharedRetryEvery is how long the shared state is left alone after a
-	// Redis failure; then one call tries Redis again.
-	sharedRetryEvery = 2 * time.Second
-)
+// and the limits fall back to the replica's own local state until the
+// server's Health sees Redis answer again.
 
-// RedisGate says whether the shared state in Redis is to be used, and logs
-// when it is lost and when it is back.
-type RedisGate struct {
-	rdb redis.UniversalClient
-	log *slog.Logger
+// sharedOpTimeout bounds one Redis operation of the shared breakers and
+// limits, so that an unresponsive Redis delays a completion by this much at
+// most before the local fallback answers.
+const sharedOpTimeout = 250 * time.Millisecond
 
-	mu        sync.Mutex
-	down      bool
-	downUntil time.Time // while down: Redis is not tried before then
+// Health is the server's one tracker of whether Redis answers
+// (fleet.Health): the breakers and limits use the shared state while it
+// says Redis is up, and tell it at once when an operation fails; its PINGs
+// say when Redis is back. One tracker, so that the event log, the shared
+// state and the health check never disagree about Redis.
+type Health interface {
+	// Up reports whether Redis answers.
+	Up() bool
+	// Failed marks Redis down after a failed operation.
+	Failed(err error)
 }
 
-func NewRedisGate(rdb redis.UniversalClient, log *slog.Logger) *RedisGate {
+// RedisGate says whether the shared state in Redis is to be used.
+type RedisGate struct {
+	rdb    redis.UniversalClient
+	health Health
+	log    *slog.Logger
+}
+
+// NewRedisGate returns the gate of rdb, which health follows, logging to
+// log; nil (no shared state) when rdb is nil.
+func NewRedisGate(rdb redis.UniversalClient, health Health, log *slog.Logger) *RedisGate {
 	if rdb == nil {
 		return nil
 	}
-	return &RedisGate{rdb: rdb, log: log}
+	return &RedisGate{rdb: rdb, health: health, log: log}
 }
 
-// usable reports whether to use the shared state now: Redis is up, or it is
-// down and the caller is the one that tries it again.
-func (g *RedisGate) usable() bool {
-	if g == nil {
-		return false
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.down {
-		return true
-	}
-	now := time.Now()
-	if now.Before(g.downUntil) {
-		return false
-	}
-	g.downUntil = now.Add(sharedRetryEvery) // the others stay local meanwhile
-	return true
-}
+// usable reports whether to use the shared state now.
+func (g *RedisGate) usable() bool { return g != nil && g.health.Up() }
 
 // ctx is the context of one shared operation.
 func (g *RedisGate) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), sharedOpTimeout)
 }
 
-// observe records the outcome of an operation on Redis: a failure makes the
-// Breakers and limits local-only for sharedRetryEvery, a success after one
-// makes them shared again; each change is logged once. It returns err.
+// observe records the outcome of an operation on Redis: a failure marks
+// Redis down, which makes the breakers and limits local-only until a PING
+// answers. It returns err (nil for redis.Nil, which is an answer).
 func (g *RedisGate) observe(what string, err error) error {
 	if errors.Is(err, redis.Nil) {
-		err = nil
+		return nil
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	switch {
-	case err != nil && !g.down:
-		g.down, g.downUntil = true, time.Now().Add(sharedRetryEvery)
-		g.log.Warn("redis unreachable: circuit breakers and per-key limits fall back to this replica's local state",
-			"op", what, "error", err)
-	case err != nil:
-		g.downUntil = time.Now().Add(sharedRetryEvery)
-	case g.down:
-		g.down = false
-		g.log.Info("redis reachable again: circuit breakers and per-key limits are shared by the fleet again", "op", what)
+	if err != nil {
+		g.health.Failed(fmt.Errorf("%s: %w", what, err))
 	}
 	return err
 }

@@ -202,22 +202,18 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 // The body goes as bytes through the client's generic call (Client.Post):
 // the streaming method (ChatCompletionService.NewStreaming) takes params,
 // whose zero value it encodes by reflection before a body option replaces
-// it, and then sets "stream": true by re-parsing the body (sjson): the
-// encoding alone was 7.5 % of completiond's CPU for one-token answers (make
-// loadbench's short-answer profile at 100 streams), all of it on the way to
-// the first token; BenchmarkSend compares the two calls. The
-// provider's body carries "stream": true itself; the parity tests hold the
-// request to the one NewStreaming sends, headers included.
+// it, and then sets "stream": true by re-parsing the body (sjson), all of
+// it on the way to the first token; BenchmarkSend compares the two calls.
+// The provider's body carries "stream": true itself; the parity tests hold
+// the request to the one NewStreaming sends, headers included.
 //
 // It runs on the goroutine that then reads the stream. Sending from a
-// goroutine of its own kept that goroutine's stack at 16 KiB (the send
-// path grows it past that, and a grown stack stays so for the whole
-// answer), but the hand-over to and from it added about 0.1 ms to the
-// first token at 100 streams (make loadbench: added TTFT p50 1.18–1.32×
-// the relay against 0.97–1.0× inline), while the resident memory of an
-// idle stream barely moved: the senders' freed stacks stay resident a
-// while. The body the provider encodes (Provider.body) keeps the send
-// path itself at 16 KiB (BenchmarkSenderStack).
+// goroutine of its own would keep that goroutine's stack small (the send
+// path grows it, and a grown stack stays so for the whole answer), but the
+// hand-over to and from it delays the first token more than it saves in
+// memory (make loadbench measures both). The body the provider encodes
+// (Provider.body) keeps the send path's own stack small
+// (BenchmarkSenderStack).
 func (p *Provider) send(a *classify.Attempt, body []byte, prefill bool) (*http.Response, error) {
 	var res *http.Response
 	opts := []option.RequestOption{option.WithMiddleware(a.Middleware)}
