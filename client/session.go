@@ -108,7 +108,7 @@ func (s *session) run() error {
 		if s.grace <= 0 || !dropped(s.ctx, err, &s.fold) {
 			return failure(err, &s.fold)
 		}
-		if rerr := s.resume(); rerr != nil {
+		if rerr := s.resume(err); rerr != nil {
 			if errors.Is(rerr, errWindowOver) {
 				return failure(err, &s.fold)
 			}
@@ -139,10 +139,11 @@ func (s *session) follow() error {
 	}
 }
 
-// resume waits its backoff, then opens a stream that resumes the session
-// after the last event folded and sends the unconfirmed answers again.
-func (s *session) resume() error {
-	if err := s.c.reconnect.pause(s.ctx, &s.drop, min(s.c.reconnect.Window, s.grace)); err != nil {
+// resume waits its backoff after the drop cause, then opens a stream that
+// resumes the session after the last event folded and sends the
+// unconfirmed answers again.
+func (s *session) resume(cause error) error {
+	if err := s.c.reconnect.pause(s.ctx, &s.drop, min(s.c.reconnect.Window, s.grace), cause); err != nil {
 		return err
 	}
 	err := s.open(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Resume{

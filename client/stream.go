@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"iter"
+	"math/rand/v2"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,28 +19,48 @@ import (
 // Reconnect says how a Stream attaches again after its connection dropped.
 // It applies to a Stream whose request has a resume_grace (the server keeps
 // the completion running that long without a caller) and to Attach streams.
+//
+// Each pause is drawn with full jitter, uniformly between 0 and the
+// backoff of that try, so that the callers of a replica that died do not
+// all come back to the survivors at the same instant; a status that
+// carries RetryInfo (OVERLOADED: 1 s) makes the pause at least its delay.
 type Reconnect struct {
-	// Backoff is the pause before the first attach; it doubles on each
-	// failed one, up to MaxBackoff.
+	// Backoff is the most the pause before the first attach may be; it
+	// doubles on each failed one, up to MaxBackoff.
 	Backoff, MaxBackoff time.Duration
 	// Window bounds how long after a drop the stream keeps trying, and is
 	// further bounded by the request's resume_grace.
 	Window time.Duration
+	// Rand returns the fraction, in [0, 1), of the backoff a pause waits;
+	// nil: math/rand/v2's Float64. Tests set it.
+	Rand func() float64
 }
 
-// DefaultReconnect returns the policy a Client starts with: 50 ms doubling
-// to 1 s, for up to 30 s.
+// DefaultReconnect returns the policy a Client starts with: pauses of up
+// to 50 ms, doubling to 1 s, for up to 30 s.
 func DefaultReconnect() Reconnect {
 	return Reconnect{Backoff: 50 * time.Millisecond, MaxBackoff: time.Second, Window: 30 * time.Second}
 }
 
-// delay is the pause before attach number try (1-based).
+// delay is the backoff of attach number try (1-based): the longest its
+// pause may be.
 func (r Reconnect) delay(try int) time.Duration {
 	d := r.Backoff
 	for i := 1; i < try && d < r.MaxBackoff; i++ {
 		d *= 2
 	}
 	return min(d, r.MaxBackoff)
+}
+
+// wait is the pause before attach number try after a drop whose status
+// asked for floor (its RetryInfo delay; 0 without): a random part of the
+// backoff, at least floor.
+func (r Reconnect) wait(try int, floor time.Duration) time.Duration {
+	random := r.Rand
+	if random == nil {
+		random = rand.Float64
+	}
+	return max(time.Duration(random()*float64(r.delay(try))), floor)
 }
 
 // Stream is one completion's events, from Client.Stream or Client.Attach.
@@ -63,15 +85,16 @@ type drop struct {
 	tries int       // attaches since
 }
 
-// pause waits before the next attach after d, and reports false, without
-// waiting, once the window since the drop would be over by then.
-func (r Reconnect) pause(ctx context.Context, d *drop, window time.Duration) error {
+// pause waits before the next attach after d, which cause ended, and
+// returns errWindowOver, without waiting, once the window since the drop
+// would be over by then.
+func (r Reconnect) pause(ctx context.Context, d *drop, window time.Duration, cause error) error {
 	now := time.Now()
 	if d.at.IsZero() {
 		d.at = now
 	}
 	d.tries++
-	wait := r.delay(d.tries)
+	wait := r.wait(d.tries, retryDelay(cause))
 	if now.Add(wait).After(d.at.Add(window)) {
 		return errWindowOver
 	}
@@ -161,15 +184,32 @@ func (s *Stream) resumable(err error) bool {
 	return (s.attachOnly || s.grace > 0) && dropped(s.ctx, err, &s.fold)
 }
 
-// dropped reports whether err, ending a stream of f's completion, is a
-// lost connection rather than the server's word: the server's status only
-// ever follows the result, and a completion without an id has nothing to
-// attach to.
+// dropped reports whether err, ending a stream of f's completion, is one
+// to reconnect after (the rule of docs/clients.md, which the three client
+// libraries share, pinned by clients/testdata/reconnect.json): before the
+// result and once the completion has an id, an end without a status (the
+// stream cut) or UNAVAILABLE, with or without ErrorInfo — a transport
+// drop, a replica that lost the completion's lease, Redis away, an attach
+// refused as OVERLOADED. The server's word on the completion itself only
+// ever follows the result; before it, UNAVAILABLE is about this
+// connection or replica, and the completion's log, which an attach
+// replays, is the truth. Every other code is final; so is the caller's
+// own cancellation.
 func dropped(ctx context.Context, err error, f *Fold) bool {
 	if f.Done() || f.CompletionID() == "" || ctx.Err() != nil {
 		return false
 	}
 	return errors.Is(err, io.EOF) || status.Code(err) == codes.Unavailable
+}
+
+// retryDelay is the RetryInfo delay of err's status, 0 without one.
+func retryDelay(err error) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
 }
 
 // reattach waits its backoff and calls Attach after the last seq folded.
@@ -179,7 +219,7 @@ func (s *Stream) reattach(cause error) error {
 	if !s.attachOnly {
 		window = min(window, s.grace)
 	}
-	if err := s.c.reconnect.pause(s.ctx, &s.drop, window); err != nil {
+	if err := s.c.reconnect.pause(s.ctx, &s.drop, window, cause); err != nil {
 		if errors.Is(err, errWindowOver) {
 			return cause
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/completiond/completiond/internal/redistest"
 )
 
 // The monitoring files the repository ships, relative to this package.
@@ -75,7 +77,7 @@ func TestAlertsAndDashboardUseServedMetrics(t *testing.T) {
 			checkExpr(t, "alert "+r.Alert, r.Expr, served)
 		}
 	}
-	for _, want := range []string{"CompletiondCircuitOpen", "CompletiondHighFallbackRate", "CompletiondHighErrorRate", "CompletiondSlowFirstChunk"} {
+	for _, want := range []string{"CompletiondCircuitOpen", "CompletiondHighFallbackRate", "CompletiondHighErrorRate", "CompletiondSlowFirstChunk", "CompletiondRedisDegraded"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s; have %v", want, alerts)
 		}
@@ -208,12 +210,13 @@ func readDashboard(t *testing.T) dashboard {
 	return d
 }
 
-// servedMetrics runs the server with the Prometheus endpoint, makes one
-// completion with a retry, and returns the names of the series /metrics
-// then serves (histograms as their _bucket, _sum and _count).
+// servedMetrics runs the server with the Prometheus endpoint and a Redis
+// (so that the fleet's metrics are served too), makes one completion with
+// a retry, and returns the names of the series /metrics then serves
+// (histograms as their _bucket, _sum and _count).
 func servedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	metricsAddr, stop := servedOnce(t, nil)
+	metricsAddr, stop := servedOnce(t, map[string]string{"COMPLETIOND_REDIS_URL": "redis://" + redistest.Start(t)})
 	defer stop()
 	served := map[string]bool{}
 	series := regexp.MustCompile(`(?m)^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]`)

@@ -169,6 +169,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if cfg.Redis, err = fleet.NewRedisClient(cfg.RedisURL, getenv(redisPasswordEnv)); err != nil {
 			return err
 		}
+		// Before anything is built on it: the fleet's parts count on the
+		// instruments the client carries.
+		cfg.Redis = fleet.Instrument(cfg.Redis, cfg.Telemetry.MeterProvider)
 		defer cfg.Redis.Close()
 		ttl := cmp.Or(o.leaseTTL, cfg.LeaseTTL, config.DefaultLeaseTTL)
 		if ttl < 0 {

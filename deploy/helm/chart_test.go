@@ -74,7 +74,12 @@ type container struct {
 	Env []struct {
 		Name      string `yaml:"name"`
 		Value     string `yaml:"value"`
-		ValueFrom any    `yaml:"valueFrom"`
+		ValueFrom *struct {
+			SecretKeyRef *struct {
+				Name string `yaml:"name"`
+				Key  string `yaml:"key"`
+			} `yaml:"secretKeyRef"`
+		} `yaml:"valueFrom"`
 	} `yaml:"env"`
 	EnvFrom []struct {
 		SecretRef *struct {
@@ -224,8 +229,9 @@ func decodeSpec[T any](t *testing.T, o object) T {
 	return v
 }
 
-// template runs helm template with args, and returns its output or error.
-func template(t *testing.T, args ...string) (manifests, error) {
+// templateText runs helm template with args, and returns its output or
+// error.
+func templateText(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	// The Kubernetes version is explicit: a helm built without its release
 	// flags assumes 1.20, below the chart's kubeVersion. 1.30: the first
@@ -235,10 +241,27 @@ func template(t *testing.T, args ...string) (manifests, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, errors.New(strings.TrimSpace(stderr.String()))
+		return "", errors.New(strings.TrimSpace(stderr.String()))
 	}
+	return stdout.String(), nil
+}
+
+// template runs helm template with args, and returns what it rendered or
+// its error.
+func template(t *testing.T, args ...string) (manifests, error) {
+	t.Helper()
+	text, err := templateText(t, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeManifests(t, text), nil
+}
+
+// decodeManifests decodes the objects of a rendered chart.
+func decodeManifests(t *testing.T, text string) manifests {
+	t.Helper()
 	var out manifests
-	dec := yaml.NewDecoder(&stdout)
+	dec := yaml.NewDecoder(strings.NewReader(text))
 	for {
 		var o object
 		err := dec.Decode(&o)
@@ -252,7 +275,7 @@ func template(t *testing.T, args ...string) (manifests, error) {
 			out = append(out, o)
 		}
 	}
-	return out, nil
+	return out
 }
 
 func render(t *testing.T, args ...string) manifests {
@@ -416,8 +439,14 @@ func TestDefaults(t *testing.T) {
 	if want := "localhost/completiond:" + appVersion(t); c.Image != want {
 		t.Errorf("image = %q, want %s, which make image tags", c.Image, want)
 	}
-	if d.Replicas == nil || *d.Replicas != 2 {
-		t.Errorf("replicas = %v, want 2", d.Replicas)
+	// One replica: more need a Redis (TestFleet), which is not there by default.
+	if d.Replicas == nil || *d.Replicas != 1 {
+		t.Errorf("replicas = %v, want 1", deref(d.Replicas))
+	}
+	for _, name := range []string{"COMPLETIOND_REDIS_URL", "COMPLETIOND_REDIS_PASSWORD", "COMPLETIOND_LEASE_TTL"} {
+		if _, ok := c.env(name); ok {
+			t.Errorf("%s without redis values", name)
+		}
 	}
 	if got := d.Template.Spec.TerminationGracePeriodSeconds; got != 18 {
 		t.Errorf("terminationGracePeriodSeconds = %d, want 10 + 3 + 5", got)
@@ -482,6 +511,11 @@ func TestAllValues(t *testing.T) {
 	}
 	if d.Replicas != nil {
 		t.Errorf("replicas = %d with an autoscaler", *d.Replicas)
+	}
+	// Up to 10 replicas: they share the Redis, its password from a Secret.
+	checkRedis(t, c, "rediss://redis.example.com:6380/0", "fleet-redis", "password")
+	if v, _ := c.env("COMPLETIOND_LEASE_TTL"); v != "3s" {
+		t.Errorf("COMPLETIOND_LEASE_TTL = %q, want 3s", v)
 	}
 	if got := d.Template.Spec.TerminationGracePeriodSeconds; got != 60 {
 		t.Errorf("terminationGracePeriodSeconds = %d, want 60", got)

@@ -18,6 +18,7 @@ type Health struct {
 	rdb      redis.UniversalClient
 	interval time.Duration
 	log      *slog.Logger
+	m        *metrics // rdb's (Instrument)
 	up       atomic.Bool
 
 	mu       sync.Mutex
@@ -31,7 +32,7 @@ type Health struct {
 // when Redis stops or starts answering. Close stops it.
 func NewHealth(rdb redis.UniversalClient, interval time.Duration, log *slog.Logger) *Health {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Health{rdb: rdb, interval: interval, log: log, stop: cancel, done: make(chan struct{})}
+	w := &Health{rdb: rdb, interval: interval, log: log, m: metricsOf(rdb), stop: cancel, done: make(chan struct{})}
 	w.up.Store(true)
 	w.ping(ctx) // the state at start, before anybody asks
 	go w.run(ctx)
@@ -71,6 +72,7 @@ func (w *Health) set(up bool, err error) {
 	if up {
 		w.log.Info("redis: reachable again: new completions log to Redis, circuit breakers and per-key limits are shared by the fleet again; health SERVING")
 	} else {
+		w.m.outages.Add(context.Background(), 1)
 		w.log.Warn("redis: unreachable: completions keep their events in this replica's memory only, circuit breakers and per-key limits fall back to this replica's own; health NOT_SERVING",
 			"error", err)
 	}

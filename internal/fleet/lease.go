@@ -205,11 +205,12 @@ return 0`)
 type redisLeases struct {
 	rdb redis.UniversalClient
 	ttl time.Duration
+	m   *metrics // rdb's (Instrument): what befalls the Ownerships of these leases
 }
 
 // NewRedisLeases returns Leases of length ttl kept in rdb.
 func NewRedisLeases(rdb redis.UniversalClient, ttl time.Duration) Leases {
-	return &redisLeases{rdb: rdb, ttl: ttl}
+	return &redisLeases{rdb: rdb, ttl: ttl, m: metricsOf(rdb)}
 }
 
 func (r *redisLeases) TTL() time.Duration { return r.ttl }
@@ -277,6 +278,7 @@ func (r *redisLeases) Holder(ctx context.Context, id string) (Lease, bool, error
 // another replica was granted it meanwhile (Leases.Renew).
 type Ownership struct {
 	leases      Leases
+	m           *metrics
 	lease       Lease
 	lost        func() (stop bool)
 	stale       func() // the deadline passed without a renewal (storeFenced only)
@@ -337,7 +339,7 @@ func TimingOf(ls Leases) Timing { return Timing{TTL: ls.TTL()} }
 // want of a store that answers. Call End when the completion ends.
 func Own(leases Leases, l Lease, from time.Time, storeFenced bool, lost func() (stop bool), stale func()) *Ownership {
 	tm := TimingOf(leases)
-	o := &Ownership{leases: leases, lease: l, lost: lost, stale: stale, storeFenced: storeFenced,
+	o := &Ownership{leases: leases, m: leaseMetrics(leases), lease: l, lost: lost, stale: stale, storeFenced: storeFenced,
 		stop: make(chan struct{}), done: make(chan struct{}), until: from.Add(tm.TTL - tm.Margin())}
 	go o.renew()
 	return o
@@ -387,6 +389,7 @@ func (o *Ownership) renew() {
 		err := o.leases.Renew(ctx, o.lease)
 		cancel()
 		if errors.Is(err, errLeaseLost) {
+			o.m.lost.Add(context.Background(), 1)
 			stop := o.lost()
 			o.mu.Lock()
 			o.gone = o.gone || stop
@@ -403,6 +406,9 @@ func (o *Ownership) renew() {
 		stop := lapsed && !o.storeFenced
 		o.gone = o.gone || stop
 		o.mu.Unlock()
+		if tell || stop {
+			o.m.lapsed.Add(context.Background(), 1)
+		}
 		if tell && o.stale != nil {
 			o.stale()
 		}
@@ -411,6 +417,15 @@ func (o *Ownership) renew() {
 			return
 		}
 	}
+}
+
+// leaseMetrics are the instruments of ls's Ownerships: those of the
+// Redis client of Leases in Redis, no-ops for the others.
+func leaseMetrics(ls Leases) *metrics {
+	if r, ok := ls.(*redisLeases); ok {
+		return r.m
+	}
+	return noMetrics
 }
 
 // End stops renewing and releases the lease if it is still held, so that

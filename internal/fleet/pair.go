@@ -282,8 +282,11 @@ func (f *PairLog) fencedOut(id string) {
 // of what Redis kept (meta, evs and the checkpoint ck of seq ckSeq, read
 // for the rebuild), so that its readers read it here first as for the
 // completions it started, and so that the log stays whole if Redis fails
-// from now on.
+// from now on. It counts the takeover (completiond.takeovers): Adopt is
+// what a replica does once it has the lease and the rebuild of a
+// completion another replica ran.
 func (f *PairLog) Adopt(id string, meta Meta, evs []*completionv1.CompletionEvent, ckSeq uint64, ck []byte) {
+	f.redis.m.takeovers.Add(context.Background(), 1)
 	f.mem.forgetLive(id) // a stale copy: this replica owned it before
 	if err := f.mem.Open(id, meta); err == nil {
 		for _, ev := range evs {
@@ -339,7 +342,8 @@ func (f *PairLog) Expire(now time.Time) {
 
 // RedisInstruments registers the Redis metrics on mp: the gauge
 // completiond.redis.degraded (1 while Redis does not answer) and the
-// counter completiond.redis.local_only, which it returns.
+// counter completiond.redis.local_only, which it returns. The fleet's
+// other instruments come with the client (Instrument).
 func RedisInstruments(mp metric.MeterProvider, up func() bool) metric.Int64Counter {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
@@ -347,7 +351,10 @@ func RedisInstruments(mp metric.MeterProvider, up func() bool) metric.Int64Count
 	m := mp.Meter(telemetry.Instrumentation)
 	local, _ := m.Int64Counter("completiond.redis.local_only", metric.WithUnit("{completion}"),
 		metric.WithDescription("Completions whose events this replica kept in its memory only, as Redis did not answer when they started or failed while they ran: other replicas cannot attach to them."))
-	_, _ = m.Int64ObservableGauge("completiond.redis.degraded", metric.WithUnit("1"),
+	local.Add(context.Background(), 0) // the series exists, at 0, before the first
+	// The unit is an annotation, not "1": Prometheus would name the gauge
+	// completiond_redis_degraded_ratio, which it is not.
+	_, _ = m.Int64ObservableGauge("completiond.redis.degraded", metric.WithUnit("{state}"),
 		metric.WithDescription("1 while Redis does not answer (completions are logged in this replica's memory only, health is NOT_SERVING), 0 when it does."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			v := int64(0)

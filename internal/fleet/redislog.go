@@ -259,6 +259,7 @@ type RedisLog struct {
 	LeaseTTL time.Duration
 
 	fences sync.Map // id → the lease value its writes need (Fence)
+	m      *metrics // rdb's (Instrument)
 
 	wake   *wakeRegistry
 	ps     *redis.PubSub
@@ -276,7 +277,7 @@ func NewRedisLog(rdb redis.UniversalClient, limits config.EventLogLimits, now fu
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &RedisLog{rdb: rdb, limits: limits, now: now, LiveTTL: DefaultRedisLiveTTL, OpTimeout: DefaultRedisOpTimeout,
-		wake: newWakeRegistry(), stop: cancel, closed: make(chan struct{})}
+		m: metricsOf(rdb), wake: newWakeRegistry(), stop: cancel, closed: make(chan struct{})}
 	ps := rdb.Subscribe(ctx, redisLogChanged)
 	// The first confirmation is awaited here (within OpTimeout), so that a
 	// Read made after New is woken by the next change, not by it.
@@ -417,6 +418,7 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 func (l *RedisLog) runFenced(ctx context.Context, script *redis.Script, keys []string, args []any) (string, error) {
 	res, err := script.Run(ctx, l.rdb, keys, args...).Text()
 	if err != nil && strings.HasPrefix(err.Error(), "FENCED") {
+		l.refused()
 		return "fenced", nil
 	}
 	if err != nil {
@@ -424,6 +426,10 @@ func (l *RedisLog) runFenced(ctx context.Context, script *redis.Script, keys []s
 	}
 	return res, nil
 }
+
+// refused counts a write that Redis refused because another replica holds
+// the completion's lease.
+func (l *RedisLog) refused() { l.m.fenced.Add(context.Background(), 1) }
 
 // appendCall is the script, keys and arguments that append the encoded
 // event b of seq to the log of id, and with end end it with status;
@@ -543,6 +549,7 @@ func (l *RedisLog) reshareFenced(id string, c logCopy, fence string) error {
 	var kept uint64
 	switch {
 	case res == "fenced":
+		l.refused()
 		return errLogFenced
 	case res == "full":
 		return errLogFull
@@ -589,6 +596,7 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 			res, err := cmd.Text()
 			switch {
 			case err != nil && strings.HasPrefix(err.Error(), "FENCED"):
+				l.refused()
 				return errLogFenced
 			case err != nil:
 				return fmt.Errorf("%w: %w", ErrUnavailable, err)

@@ -170,7 +170,7 @@ export async function runSessionOver(
     for (;;) {
       const failure = await follow();
       if (failure === undefined && fold.done) break;
-      if (reconnect === undefined || windowMs <= 0 || !dropped(failure, fold) || !(await drop.pause(policy, windowMs))) {
+      if (reconnect === undefined || windowMs <= 0 || !dropped(failure, fold) || !(await drop.pause(policy, windowMs, failure))) {
         throw ended(failure, fold);
       }
       call.cancel();

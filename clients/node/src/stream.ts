@@ -107,7 +107,7 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
         } catch (err) {
           failure = err;
         }
-        if (!this.#resumable(failure) || !(await drop.pause(this.#src.policy, this.#window()))) {
+        if (!this.#resumable(failure) || !(await drop.pause(this.#src.policy, this.#window(), failure))) {
           // The server never ends OK before the result: a proxy or a
           // restarting server did.
           throw this.#typed(failure ?? errorFromStatus(GrpcStatus.INTERNAL, "the stream ended without a result"));

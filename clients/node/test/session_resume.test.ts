@@ -24,7 +24,9 @@ import { Events, detailsBin } from "./build";
 import { FakeSessions, type Leg, type Sent } from "./fakes";
 
 const R = TransitionReason;
-const FAST: ReconnectPolicy = { initialBackoffMs: 1, maxBackoffMs: 4, windowMs: 5_000 };
+// The whole backoff every time (random 1): the pauses, and so the counts of
+// reconnects within a window, are then fixed.
+const FAST: ReconnectPolicy = { initialBackoffMs: 1, maxBackoffMs: 4, windowMs: 5_000, random: () => 1 };
 const DROP = { code: GrpcStatus.UNAVAILABLE, message: "Connection dropped" };
 const OK = { code: 0 };
 
@@ -183,17 +185,18 @@ describe("runSessionOver resumes a Session with resumeGrace after a drop", { tim
     assert.deepEqual(requests(src.calls[1]!.sent), [resume(2), result("toolu_1")]);
   });
 
-  test("no resume: without reconnect, without a grace, before started, after the result, another code, a status completiond decided", async () => {
+  test("no resume: without reconnect, without a grace, before started, after the result, another code, a final status with ErrorInfo", async () => {
     const e = new Events();
     const evs = [e.started("cmpl_s"), e.toolCall(1, "toolu_1"), e.completed(1), e.result(1, "")];
-    const decided = detailsBin(14, "shutting down", { reason: "ABORTED_STREAMING", retrySeconds: 1 });
+    // Any code but UNAVAILABLE is final (clients/testdata/reconnect.json).
+    const decided = detailsBin(9, "cannot continue it here", { reason: "TAKEOVER_FAILED" });
     const cases: [string, Leg, { grace?: number; noReconnect?: boolean }, string][] = [
       ["without reconnect", { events: evs.slice(0, 2), end: DROP }, { noReconnect: true }, "UNAVAILABLE"],
       ["without a grace", { events: evs.slice(0, 2), end: DROP }, { grace: 0 }, "UNAVAILABLE"],
       ["before started", { events: [], end: DROP }, {}, "UNAVAILABLE"],
       ["after the result", { events: evs, end: DROP }, {}, "UNAVAILABLE"],
       ["another code", { events: evs.slice(0, 2), end: { code: GrpcStatus.ABORTED, message: "taken over" } }, {}, "ABORTED"],
-      ["decided", { events: evs.slice(0, 2), end: { ...DROP, detailsBin: decided } }, {}, "UNAVAILABLE"],
+      ["final", { events: evs.slice(0, 2), end: { code: GrpcStatus.FAILED_PRECONDITION, message: "x", detailsBin: decided } }, {}, "FAILED_PRECONDITION"],
     ];
     for (const [name, leg, opts, code] of cases) {
       const { src, err } = await run([leg, { events: evs.slice(2), end: OK }], opts);
@@ -217,7 +220,7 @@ describe("runSessionOver resumes a Session with resumeGrace after a drop", { tim
     const legs: Leg[] = [{ events: [e.started("cmpl_s"), e.toolCall(1, "toolu_1")], end: DROP }];
     for (let i = 0; i < 1000; i++) legs.push({ events: [], end: DROP });
     const started = Date.now();
-    const { src, err } = await run(legs, { policy: { initialBackoffMs: 2, maxBackoffMs: 8, windowMs: 60 } });
+    const { src, err } = await run(legs, { policy: { initialBackoffMs: 2, maxBackoffMs: 8, windowMs: 60, random: () => 1 } });
     assert.equal(err?.codeName, "UNAVAILABLE");
     assert.ok(src.calls.length >= 4, `${src.calls.length} calls`);
     assert.ok(src.calls.length < 60, `${src.calls.length} calls`);

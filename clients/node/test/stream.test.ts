@@ -16,7 +16,9 @@ import {
 import { Events, detailsBin } from "./build";
 import { FakeSource, type Leg } from "./fakes";
 
-const FAST: ReconnectPolicy = { initialBackoffMs: 1, maxBackoffMs: 4, windowMs: 5_000 };
+// The whole backoff every time (random 1): the pauses, and so the counts of
+// reconnects within a window, are then fixed.
+const FAST: ReconnectPolicy = { initialBackoffMs: 1, maxBackoffMs: 4, windowMs: 5_000, random: () => 1 };
 const DROP = { code: GrpcStatus.UNAVAILABLE, message: "Connection dropped" };
 
 interface Opts {
@@ -155,7 +157,7 @@ describe("CompletionStream", { timeout: 10_000 }, () => {
     const evs = whole(2);
     const legs: Leg[] = [{ events: evs.slice(0, 2), end: DROP }];
     for (let i = 0; i < 1000; i++) legs.push({ events: [], end: DROP });
-    const policy = { initialBackoffMs: 2, maxBackoffMs: 8, windowMs: 60 };
+    const policy = { initialBackoffMs: 2, maxBackoffMs: 8, windowMs: 60, random: () => 1 };
     const started = Date.now();
     const { s, src } = stream(legs, { policy });
     const { seqs, err } = await drain(s);
@@ -167,13 +169,14 @@ describe("CompletionStream", { timeout: 10_000 }, () => {
     assert.ok(Date.now() - started < 60 + 1000, "no Attach after the window");
   });
 
-  test("no Attach: without resume grace, before started, for a status completiond decided, or past the grace", async () => {
+  test("no Attach: without resume grace, before started, for a final status, or past the grace", async () => {
     const evs = whole(2);
-    const decided = detailsBin(14, "shutting down", { reason: "ABORTED_STREAMING", retrySeconds: 1 });
+    // Any code but UNAVAILABLE is final (clients/testdata/reconnect.json).
+    const decided = detailsBin(9, "cannot continue it here", { reason: "TAKEOVER_FAILED" });
     const cases: [string, Leg[], { resumable?: boolean; graceMs?: number }][] = [
       ["not resumable", [{ events: evs.slice(0, 2), end: DROP }], { resumable: false }],
       ["before started", [{ events: [], end: DROP }], {}],
-      ["decided", [{ events: evs.slice(0, 2), end: { ...DROP, detailsBin: decided } }], {}],
+      ["final", [{ events: evs.slice(0, 2), end: { code: GrpcStatus.FAILED_PRECONDITION, message: "x", detailsBin: decided } }], {}],
       ["past the grace", [{ events: evs.slice(0, 2), end: DROP }], { graceMs: 0.5 }],
       ["not UNAVAILABLE", [{ events: evs.slice(0, 2), end: { code: GrpcStatus.INTERNAL, message: "x" } }], {}],
     ];

@@ -17,7 +17,8 @@ from completiond import error_details, pb, pb_grpc
 from .support import completed, event, text
 from .test_errors import status_bin
 
-FAST = completiond.Reconnect(backoff=0.01, max_backoff=0.02, window=0.5)
+# The whole backoff every time (jitter 1): the counts of reconnects within a window are then fixed.
+FAST = completiond.Reconnect(backoff=0.01, max_backoff=0.02, window=0.5, jitter=lambda: 1.0)
 
 #: An end of a call: (code, message, details_bin).
 End = Tuple[grpc.StatusCode, str, bytes]

@@ -20,7 +20,8 @@ from completiond import error_details, pb
 from .support import FakeChannel, FakeRpcError, completed, event, text
 from .test_errors import status_bin
 
-FAST = completiond.Reconnect(backoff=0.01, max_backoff=0.02, window=0.3)
+# The whole backoff every time (jitter 1): the counts of reconnects within a window are then fixed.
+FAST = completiond.Reconnect(backoff=0.01, max_backoff=0.02, window=0.3, jitter=lambda: 1.0)
 R = pb.TransitionReason
 
 

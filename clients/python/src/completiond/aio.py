@@ -148,14 +148,14 @@ class AsyncStream(AsyncIterator[pb.CompletionEvent]):
                 raise
             if err is None and self.fold.ended:
                 return
-            call = await self._reattach(drop) if self._resumable(err) else None
+            call = await self._reattach(drop, err) if self._resumable(err) else None
             if call is None:
                 if err is None:  # the server never ends a stream OK without its result
                     raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
                 raise self._error(error_from_grpc(err)) from None
 
-    async def _reattach(self, drop: _Drop) -> Any:
-        wait = drop.next_wait(self._reconnect, self._window, self._deadline)
+    async def _reattach(self, drop: _Drop, cause: Optional[grpc.RpcError]) -> Any:
+        wait = drop.next_wait(self._reconnect, self._window, self._deadline, cause)
         if wait is None:
             return None
         await asyncio.sleep(wait)

@@ -175,7 +175,7 @@ class Session(Iterator[pb.CompletionEvent]):
                     err = e
                 if err is None and self.fold.ended:
                     return
-                call = self._resume(drop) if self._resumable(err) else None
+                call = self._resume(drop, err) if self._resumable(err) else None
                 if call is None:
                     if err is None:  # the server never ends a session OK without its result
                         raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
@@ -187,10 +187,10 @@ class Session(Iterator[pb.CompletionEvent]):
         """Whether the stream's end is a dropped connection of a Session that may be resumed."""
         return self._window > 0 and not self._cancelled and dropped(err, self.fold)
 
-    def _resume(self, drop: _Drop) -> Any:
-        """Waits the next backoff, then opens a Session stream that resumes after the last seq and
-        sends the unconfirmed messages again; None once the window is over."""
-        if not drop.pause(self._reconnect, self._window, self._deadline, self._sleep):
+    def _resume(self, drop: _Drop, cause: Optional[grpc.RpcError]) -> Any:
+        """Waits the next backoff after cause, then opens a Session stream that resumes after the
+        last seq and sends the unconfirmed messages again; None once the window is over."""
+        if not drop.pause(self._reconnect, self._window, self._deadline, self._sleep, cause):
             return None
         with self._lock:
             if self._cancelled:

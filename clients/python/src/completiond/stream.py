@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import threading
 import time
 from typing import Any, Callable, Iterator, Optional
@@ -20,20 +21,34 @@ class Reconnect:
     It applies to a Stream whose request has a resume_grace (the server keeps
     the completion running that long without a caller), which attaches again,
     to Attach streams, and to a Session whose request has one, which resumes.
+
+    Each pause is drawn with full jitter, uniformly between 0 and the backoff
+    of that try, so that the callers of a replica that died do not all come
+    back to the survivors at the same instant; a status that carries
+    RetryInfo (OVERLOADED: 1 s) makes the pause at least its delay.
     """
 
-    #: backoff is the pause before the first reconnect (Attach, or a Session
-    #: resume), in seconds; it doubles on each failed one, up to max_backoff.
+    #: backoff is the most the pause before the first reconnect (Attach, or a
+    #: Session resume) may be, in seconds; it doubles on each failed one, up
+    #: to max_backoff.
     backoff: float = 0.05
-    #: max_backoff caps the pause between two reconnects, in seconds.
+    #: max_backoff caps the backoff, in seconds.
     max_backoff: float = 1.0
     #: window bounds how long after a drop the stream keeps trying, in
     #: seconds, further bounded by the request's resume_grace.
     window: float = 30.0
+    #: jitter returns the fraction, in [0, 1), of the backoff a pause waits
+    #: (random.random; tests set it).
+    jitter: Callable[[], float] = random.random
 
     def delay(self, attempt: int) -> float:
-        """The pause before reconnect number attempt (1-based) since the drop."""
+        """The backoff of reconnect number attempt (1-based) since the drop: the longest its pause may be."""
         return min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+
+    def wait(self, attempt: int, floor: float = 0.0) -> float:
+        """The pause before reconnect number attempt after a drop whose status asked for floor
+        (its RetryInfo delay): a random part of the backoff, at least floor."""
+        return max(self.jitter() * self.delay(attempt), floor)
 
 
 class _Drop:
@@ -47,14 +62,16 @@ class _Drop:
         self.at: Optional[float] = None
         self.tries = 0
 
-    def next_wait(self, reconnect: Reconnect, window: float, deadline: Optional[float]) -> Optional[float]:
-        """The wait before the next reconnect; None once the window since the drop (or the
-        deadline) would be over by then."""
+    def next_wait(self, reconnect: Reconnect, window: float, deadline: Optional[float],
+                  cause: Optional[grpc.RpcError] = None) -> Optional[float]:
+        """The wait before the next reconnect after cause (the drop's error, None for a stream that
+        ended without one); None once the window since the drop (or the deadline) would be over by
+        then."""
         now = time.monotonic()
         if self.at is None:
             self.at = now
         self.tries += 1
-        wait = reconnect.delay(self.tries)
+        wait = reconnect.wait(self.tries, retry_delay(cause))
         end = self.at + window
         if deadline is not None:
             end = min(end, deadline)
@@ -63,10 +80,10 @@ class _Drop:
         return wait
 
     def pause(self, reconnect: Reconnect, window: float, deadline: Optional[float],
-              sleep: Callable[[float], None]) -> bool:
-        """Waits before the next reconnect; False, without waiting, once the window since the drop
-        (or the deadline) would be over by then."""
-        wait = self.next_wait(reconnect, window, deadline)
+              sleep: Callable[[float], None], cause: Optional[grpc.RpcError] = None) -> bool:
+        """Waits before the next reconnect after cause; False, without waiting, once the window
+        since the drop (or the deadline) would be over by then."""
+        wait = self.next_wait(reconnect, window, deadline, cause)
         if wait is None:
             return False
         sleep(wait)
@@ -74,11 +91,17 @@ class _Drop:
 
 
 def dropped(err: Optional[grpc.RpcError], fold: Fold) -> bool:
-    """Whether err (None: the call ended OK), ending a stream of fold's completion, is a lost connection.
+    """Whether err (None: the call ended OK), ending a stream of fold's completion, is one to reconnect after.
 
-    The server's own status only ever follows the result, so an end before it
-    (UNAVAILABLE, or OK without a result) is the connection's; a completion
-    without an id has nothing to reconnect to.
+    The rule the three client libraries share (docs/clients.md, pinned by
+    clients/testdata/reconnect.json): before the result and once the
+    completion has an id, an end without a status (the stream cut) or
+    UNAVAILABLE, with or without ErrorInfo — a transport drop, a replica that
+    lost the completion's lease, Redis away, an attach refused as OVERLOADED.
+    The server's word on the completion itself only ever follows the result;
+    before it, UNAVAILABLE is about this connection or replica, and the
+    completion's log, which a reconnect replays, is the truth. Every other
+    code is final.
     """
     if fold.ended or not fold.completion_id:
         return False
@@ -86,6 +109,13 @@ def dropped(err: Optional[grpc.RpcError], fold: Fold) -> bool:
         return True
     code = err.code() if callable(getattr(err, "code", None)) else None
     return bool(code == grpc.StatusCode.UNAVAILABLE)
+
+
+def retry_delay(err: Optional[grpc.RpcError]) -> float:
+    """The RetryInfo delay of err's status in seconds, 0 without one."""
+    if err is None:
+        return 0.0
+    return error_from_grpc(err).retry_delay or 0.0
 
 
 def seconds(d: Any) -> float:
@@ -213,15 +243,15 @@ class Stream(Iterator[pb.CompletionEvent]):
                 err = e
             if err is None and self.fold.ended:
                 return
-            call = self._reattach(drop) if self._resumable(err) else None
+            call = self._reattach(drop, err) if self._resumable(err) else None
             if call is None:
                 if err is None:  # the server never ends a stream OK without its result
                     raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
                 raise self._error(error_from_grpc(err)) from None
 
-    def _reattach(self, drop: _Drop) -> Any:
-        """Waits the next backoff and calls Attach after the last seq; None once the window is over."""
-        if not drop.pause(self._reconnect, self._window, self._deadline, self._sleep):
+    def _reattach(self, drop: _Drop, cause: Optional[grpc.RpcError]) -> Any:
+        """Waits the next backoff after cause and calls Attach after the last seq; None once the window is over."""
+        if not drop.pause(self._reconnect, self._window, self._deadline, self._sleep, cause):
             return None
         call = self._start(lambda: self._open_attach(self.fold.completion_id, self.fold.last_seq, self._remaining()))
         self.reconnects += 1

@@ -111,3 +111,73 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail "auth.insecureNoAuth=true with an API key: set auth.apiKey.generate=false (and no value or existingSecret), or leave authentication on" }}
 {{- end }}
 {{- end }}
+
+{{/* The in-chart Redis's resource name (its Deployment, Service and Secret). */}}
+{{- define "completiond.redisName" -}}
+{{- printf "%s-redis" (include "completiond.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The in-chart Redis's selector labels: never the server's, so that neither its Service nor its PodDisruptionBudget selects the Redis pod. */}}
+{{- define "completiond.redisSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "completiond.name" . }}-redis
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: redis
+{{- end }}
+
+{{- define "completiond.redisLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "completiond.redisSelectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The Redis URL the server gets (COMPLETIOND_REDIS_URL), or "" when the chart passes none. */}}
+{{- define "completiond.redisURL" -}}
+{{- if .Values.redis.inChart.enabled }}
+{{- printf "redis://%s.%s.svc:6379/0" (include "completiond.redisName" .) .Release.Namespace }}
+{{- else }}
+{{- .Values.redis.url }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret of the Redis password, or "" for a Redis without one. */}}
+{{- define "completiond.redisPasswordSecret" -}}
+{{- if .Values.redis.inChart.enabled }}
+{{- include "completiond.redisName" . }}
+{{- else }}
+{{- .Values.redis.password.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "completiond.redisPasswordKey" -}}
+{{- if .Values.redis.inChart.enabled }}redis-password{{ else }}{{ .Values.redis.password.existingSecretKey }}{{ end }}
+{{- end }}
+
+{{/* Whether the replicas share a Redis: the chart's URL, its own Redis, or the config file's redis section. */}}
+{{- define "completiond.hasRedis" -}}
+{{- $configRedis := .Values.redis.inConfig }}
+{{- if kindIs "map" .Values.config }}
+{{- $configRedis = or $configRedis (hasKey .Values.config "redis") }}
+{{- else if kindIs "string" .Values.config }}
+{{- $configRedis = or $configRedis (regexMatch "(?m)^redis:" .Values.config) }}
+{{- end }}
+{{- if or .Values.redis.url .Values.redis.inChart.enabled $configRedis }}true{{- end }}
+{{- end }}
+
+{{/* Refuses to render a fleet without Redis: each replica would keep its completions to itself, and a caller's reconnect through the Service would find nothing on another pod (NOT_FOUND). Refuses a Redis password in plain values. */}}
+{{- define "completiond.checkFleet" -}}
+{{- $most := int .Values.replicaCount }}
+{{- $what := printf "replicaCount=%d" $most }}
+{{- if .Values.autoscaling.enabled }}
+{{- $most = int .Values.autoscaling.maxReplicas }}
+{{- $what = printf "autoscaling.maxReplicas=%d" $most }}
+{{- end }}
+{{- if and (gt $most 1) (not (include "completiond.hasRedis" .)) }}
+{{- fail (printf "%s needs Redis: set redis.url (and redis.password.existingSecret), redis.inChart.enabled=true to try it out, or redis.inConfig=true when the config file has redis.url; without one, a caller's Attach or Session resume through the Service lands on another replica and gets NOT_FOUND" $what) }}
+{{- end }}
+{{- if and .Values.redis.url .Values.redis.inChart.enabled }}
+{{- fail "redis.url and redis.inChart.enabled=true: choose one Redis" }}
+{{- end }}
+{{- if regexMatch "^[a-z]+://[^/@]*:[^/@]*@" .Values.redis.url }}
+{{- fail "redis.url holds a password: put it in a Secret and name it in redis.password.existingSecret (the URL is a plain environment variable of the pod)" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,179 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/completiond/completiond/internal/telemetry"
+)
+
+// metrics are the fleet's instruments. They travel with the Redis client
+// that Instrument returns, so that every part of the fleet built on that
+// client (NewHealth, NewRedisLog and the PairLog over it, NewRedisLeases
+// and the Ownerships of its leases) counts on them without being handed
+// them one by one; a client that was not instrumented counts on no-ops.
+type metrics struct {
+	roundTrip metric.Float64Histogram
+	outages   metric.Int64Counter
+	fenced    metric.Int64Counter
+	lapsed    metric.Int64Counter
+	lost      metric.Int64Counter
+	takeovers metric.Int64Counter
+}
+
+// roundTripBuckets are the bounds (s) of the Redis round-trip histogram:
+// a loopback round trip is tens of microseconds, a command is abandoned
+// at RedisTimeout.
+var roundTripBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+
+// noMetrics are the instruments of a client that was not instrumented.
+var noMetrics = newMetrics(noop.NewMeterProvider())
+
+// newMetrics creates the instruments on mp. Their errors are not fatal:
+// the API then hands back working no-op instruments.
+func newMetrics(mp metric.MeterProvider) *metrics {
+	m := mp.Meter(telemetry.Instrumentation)
+	var in metrics
+	in.roundTrip, _ = m.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("Redis round trips of this replica (a command, or a pipeline), by command; error.type when it failed."),
+		metric.WithExplicitBucketBoundaries(roundTripBuckets...))
+	in.outages, _ = m.Int64Counter("completiond.redis.outages", metric.WithUnit("{outage}"),
+		metric.WithDescription("Times Redis stopped answering this replica (health turned NOT_SERVING; completiond.redis.degraded is 1 until it answers again)."))
+	in.fenced, _ = m.Int64Counter("completiond.redis.fenced", metric.WithUnit("{write}"),
+		metric.WithDescription("Writes of this replica to the shared log that Redis refused because another replica holds the completion's lease: this replica was superseded."))
+	in.lapsed, _ = m.Int64Counter("completiond.lease.lapsed", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases of this replica not renewed within their length because Redis did not answer: the completion goes on here, and its lease is taken back when Redis answers unless another replica was granted it."))
+	in.lost, _ = m.Int64Counter("completiond.lease.lost", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases of this replica's completions found granted to another replica (a renewal refused): this replica was paused or cut off past its lease, and another took the completion over."))
+	in.takeovers, _ = m.Int64Counter("completiond.takeovers", metric.WithUnit("{completion}"),
+		metric.WithDescription("Completions this replica took over from a replica whose lease lapsed (its death, a pause, a partition)."))
+	return &in
+}
+
+// zero records 0 on every counter, so that each series exists from the
+// start: a rate over it is 0, not absent, until the first event.
+func (m *metrics) zero() {
+	ctx := context.Background()
+	for _, c := range []metric.Int64Counter{m.outages, m.fenced, m.lapsed, m.lost, m.takeovers} {
+		c.Add(ctx, 0)
+	}
+}
+
+// instrumented is a Redis client with the fleet's instruments.
+type instrumented struct {
+	redis.UniversalClient
+	m *metrics
+}
+
+// Instrument returns rdb with the fleet's metrics on mp (nil: none): the
+// duration of every Redis round trip (db.client.operation.duration), and
+// for the fleet built on the client it returns — pass that one to
+// NewHealth, NewRedisLog and NewRedisLeases — Redis outages, writes
+// refused by a lease's fence, leases lapsed and lost, and takeovers
+// (completiond.redis.outages, completiond.redis.fenced,
+// completiond.lease.lapsed, completiond.lease.lost,
+// completiond.takeovers). Call it once per client: the round-trip hook is
+// added to rdb itself.
+func Instrument(rdb redis.UniversalClient, mp metric.MeterProvider) redis.UniversalClient {
+	if mp == nil {
+		return rdb
+	}
+	m := newMetrics(mp)
+	m.zero()
+	rdb.AddHook(roundTripHook{m.roundTrip})
+	return &instrumented{UniversalClient: rdb, m: m}
+}
+
+// metricsOf is the instruments rdb carries (Instrument), or no-ops.
+func metricsOf(rdb redis.UniversalClient) *metrics {
+	if c, ok := rdb.(*instrumented); ok {
+		return c.m
+	}
+	return noMetrics
+}
+
+// roundTripHook times each command and pipeline of a client.
+type roundTripHook struct{ h metric.Float64Histogram }
+
+// DialHook implements redis.Hook: a dial is timed as part of the command
+// that needed it.
+func (roundTripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (r roundTripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		start := time.Now()
+		err := next(ctx, cmd)
+		r.record(ctx, start, strings.ToUpper(cmd.Name()), err)
+		return err
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook: a pipeline is one round trip,
+// named PIPELINE (MULTI for a transaction).
+func (r roundTripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		start := time.Now()
+		err := next(ctx, cmds)
+		name := "PIPELINE"
+		if len(cmds) > 0 && cmds[0].Name() == "multi" {
+			name = "MULTI"
+		}
+		r.record(ctx, start, name, err)
+		return err
+	}
+}
+
+func (r roundTripHook) record(ctx context.Context, start time.Time, op string, err error) {
+	attrs := []attribute.KeyValue{attribute.String("db.system.name", "redis"), attribute.String("db.operation.name", op)}
+	if kind := errorType(err); kind != "" {
+		attrs = append(attrs, attribute.String("error.type", kind))
+	}
+	// The caller's context may be done (the command timed out): the
+	// measurement is still this replica's.
+	r.h.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(attrs...))
+}
+
+// errorType names a round trip's failure with a bounded set of values: ""
+// for none (a missing key is an answer), timeout, connection, the prefix
+// of an error Redis answered (ERR, NOSCRIPT, FENCED, … up to 16 capitals),
+// or _OTHER.
+func errorType(err error) string {
+	var rerr redis.Error
+	var nerr net.Error
+	switch {
+	case err == nil || errors.Is(err, redis.Nil):
+		return ""
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr) && nerr.Timeout():
+		return "timeout"
+	case errors.As(err, &rerr):
+		if prefix, _, _ := strings.Cut(rerr.Error(), " "); isErrorPrefix(prefix) {
+			return prefix
+		}
+	case errors.As(err, &nerr), errors.Is(err, redis.ErrClosed):
+		return "connection"
+	}
+	return "_OTHER"
+}
+
+// isErrorPrefix reports whether s looks like the prefix of a Redis error
+// reply: 1 to 16 capital letters.
+func isErrorPrefix(s string) bool {
+	if s == "" || len(s) > 16 {
+		return false
+	}
+	for _, r := range s {
+		if r < 'A' || r > 'Z' {
+			return false
+		}
+	}
+	return true
+}
