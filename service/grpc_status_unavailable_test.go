@@ -30,12 +30,13 @@ const unavailableTranscript = "testdata/unavailable.txt"
 // TestStatusUnavailableTranscript replays testdata/unavailable.txt: one
 // command per way the server ends a call UNAVAILABLE, each run through the
 // real server over gRPC. The output says what the caller receives: the
-// ErrorInfo reason — the server's answer, which the clients report — or
-// "none → reconnect" — a dropped connection, which the clients (client/,
-// clients/python, clients/node) follow by Attach or a Session resume. It
-// also checks what lets a client tell the two apart by position alone (the
-// Go and Python clients do): an UNAVAILABLE with ErrorInfo comes before the
-// started event or after the result, never between them.
+// ErrorInfo reason — the server's answer — or "none → reconnect" — a
+// dropped connection, which the clients (client/, clients/python,
+// clients/node) follow by Attach or a Session resume. It also checks what
+// lets the clients tell the two apart by position alone: an UNAVAILABLE
+// with ErrorInfo comes before the started event or after the result,
+// never between them, so that one between them is always a reconnect
+// (clients/testdata/reconnect.json).
 //
 // Each command names the function whose status it ends with (site=); the
 // sites are every function of the package that names codes.Unavailable
