@@ -194,7 +194,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"tls", cfg.TLS.On(), "auth_keys", keyNames(cfg), "client_certificates", cfg.Auth.ClientCertificates,
 		"redis", redisShown(cfg.RedisURL), "replica", cfg.Replica, "lease_ttl", leaseTTL(cfg))
 	errc := make(chan error, 1)
-	go func() { errc <- g.Server.Serve(lis) }()
+	go func() { errc <- g.Serve(lis) }()
 	select {
 	case err := <-errc:
 		return err
