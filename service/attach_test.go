@@ -350,3 +350,26 @@ func TestAnotherKeyLearnsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestAnotherKeyLearnsNothingOfADroppedHead: when the log no longer keeps
+// a completion's first events, another key is PERMISSION_DENIED before and
+// after them, as the owner is OUT_OF_RANGE before them.
+func TestAnotherKeyLearnsNothingOfADroppedHead(t *testing.T) {
+	e, _ := authEnv(t, func(c *Config) { c.EventLog.MaxEvents = 4 })
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ops, narrow := bearer(ctx, "Bearer ops-secret-key"), bearer(ctx, "Bearer narrow-secret-key")
+	streamed, _ := e.streamAllCtx(t, ops, prompt("hello", nil))
+	id, end := last(streamed)
+	if end <= 4 {
+		t.Fatalf("%d events: too few to drop any", end)
+	}
+	if _, st := attachAll(ops, e.client, id, 0); st.Code() != codes.OutOfRange {
+		t.Fatalf("the owner, from the dropped head: %v, want OUT_OF_RANGE", st)
+	}
+	for _, after := range []uint64{0, end - 2, end + 1} {
+		if _, st := attachAll(narrow, e.client, id, after); st.Code() != codes.PermissionDenied {
+			t.Errorf("another key after %d: %v, want PERMISSION_DENIED", after, st)
+		}
+	}
+}
