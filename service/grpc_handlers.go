@@ -237,7 +237,7 @@ func (s *Server) completionContextCause(ctx context.Context) (context.Context, c
 // prepare validates req and specifies the completion that will run it. A
 // bad request is refused here, before any upstream call.
 func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest, send func(*completionv1.CompletionEvent) error) (spec, error) {
-	v, schema := s.cfg.validate(req)
+	v, schema := s.cfg.validateFor(ctx, req)
 	if len(v) > 0 {
 		return spec{}, invalidArgument(v)
 	}
