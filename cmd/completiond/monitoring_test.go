@@ -1,8 +1,10 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc/credentials"
 )
 
 // The monitoring files the repository ships, relative to this package.
@@ -75,7 +78,7 @@ func TestAlertsAndDashboardUseServedMetrics(t *testing.T) {
 			checkExpr(t, "alert "+r.Alert, r.Expr, served)
 		}
 	}
-	for _, want := range []string{"CompletiondCircuitOpen", "CompletiondHighFallbackRate", "CompletiondHighErrorRate", "CompletiondSlowFirstChunk"} {
+	for _, want := range []string{"CompletiondCircuitOpen", "CompletiondHighFallbackRate", "CompletiondHighErrorRate", "CompletiondSlowFirstChunk", "CompletiondCertificateExpiresSoon"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s; have %v", want, alerts)
 		}
@@ -208,12 +211,21 @@ func readDashboard(t *testing.T) dashboard {
 	return d
 }
 
-// servedMetrics runs the server with the Prometheus endpoint, makes one
-// completion with a retry, and returns the names of the series /metrics
-// then serves (histograms as their _bucket, _sum and _count).
+// servedMetrics runs the server with the Prometheus endpoint, over TLS (the
+// certificate's expiry is a metric), makes one completion with a retry,
+// and returns the names of the series /metrics then serves (histograms as
+// their _bucket, _sum and _count).
 func servedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	metricsAddr, stop := servedOnce(t, nil)
+	certPEM, keyPEM, pool := localhostCert(t)
+	dir := t.TempDir()
+	env := map[string]string{"COMPLETIOND_TLS_CERT": filepath.Join(dir, "server.crt"), "COMPLETIOND_TLS_KEY": filepath.Join(dir, "server.key")}
+	for path, b := range map[string][]byte{env["COMPLETIOND_TLS_CERT"]: certPEM, env["COMPLETIOND_TLS_KEY"]: keyPEM} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	metricsAddr, stop := servedWith(t, env, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"}))
 	defer stop()
 	served := map[string]bool{}
 	series := regexp.MustCompile(`(?m)^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]`)

@@ -151,16 +151,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := o.safety.apply(&cfg, o.addr, getenv); err != nil {
 		return err
 	}
-	opts, err := serverOptions(cfg, log)
-	if err != nil {
-		return err
-	}
 	tel, err := setupTelemetry(ctx, o.metrics, getenv, log)
 	if err != nil {
 		return err
 	}
 	defer tel.close(log)
 	cfg.Telemetry = tel.Telemetry
+	opts, err := serverOptions(cfg, log) // after telemetry: the certificate's expiry is a metric
+	if err != nil {
+		return err
+	}
 	if o.redisURL != "" {
 		cfg.RedisURL = o.redisURL
 	}

@@ -160,12 +160,13 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// serverOptions are the gRPC options of cfg's TLS, if any.
+// serverOptions are the gRPC options of cfg's TLS, if any; the
+// certificate's expiry is a gauge of cfg.Telemetry.
 func serverOptions(cfg service.Config, log *slog.Logger) ([]grpc.ServerOption, error) {
 	if !cfg.TLS.On() {
 		return nil, nil
 	}
-	tc, err := service.ServerTLS(cfg.TLS, log, time.Now)
+	tc, err := service.ServerTLS(cfg.TLS, log, time.Now, cfg.Telemetry)
 	if err != nil {
 		return nil, err
 	}
