@@ -29,9 +29,13 @@
 //     leases this replica holds, and the rebuild of a completion from its
 //     log and checkpoint (the logs, leases and checkpoints themselves are
 //     package internal/fleet's).
-//   - auth.go, tls.go, limits.go — who may call (API keys with allowed
-//     routes, mTLS), TLS with certificate reload, and the limits that keep
-//     one caller from hurting the others.
+//   - door.go, auth.go, tls.go, limits.go — the door, which checks a
+//     call's credentials on its headers before its body is read, caps
+//     health calls and, as a listener, connections and handshakes; who may
+//     call (API keys with allowed routes, mTLS); TLS with certificate
+//     reload and the warnings and expiry of a certificate; and the limits
+//     that keep one caller from hurting the others, whose refusals'
+//     RetryInfo is spread over the callers refused alike.
 //
 // Spans, metrics and the RPC log line are package internal/telemetry's;
 // circuit breakers and per-key limits internal/guard's (limits.go keeps the
