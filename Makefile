@@ -76,13 +76,16 @@ cc-installed:
 		else echo "go test -race needs a C compiler: apt-get install gcc"; exit 1; fi; }
 
 # make soak: the chaos soak of service/soak_test.go with SOAK_N completions
-# (a run of 200 is part of make test). SOAK_SEED picks the requests.
+# (a run of 200 is part of make test), then the auth-on hostile soak of
+# service/soak_hostile_test.go: SOAK_N completions by clients obeying
+# RetryInfo at a key's rate limit while others send wrong keys and 8 MiB
+# requests without a key. SOAK_SEED picks the chaos soak's requests.
 SOAK_N    ?= 10000
 SOAK_SEED ?= 1
 
 .PHONY: soak
-soak: ## Chaos soak: SOAK_N (10000) random fault scripts over Stream, Complete and Session; reports goroutines and RSS.
-	SOAK_N=$(SOAK_N) SOAK_SEED=$(SOAK_SEED) $(GO) test -run '^TestSoak$$' -count=1 -timeout 30m -v ./service
+soak: ## Chaos soak (SOAK_N=10000 fault scripts) and hostile auth-on soak; reports goroutines, RSS and refusals.
+	SOAK_N=$(SOAK_N) SOAK_SEED=$(SOAK_SEED) $(GO) test -run '^TestSoak(Hostile)?$$' -count=1 -timeout 30m -v ./service
 
 # make fuzz: every fuzz target, found by go test -list '^Fuzz' (so that a
 # new one is never left out), each for FUZZTIME (their seed corpora run in

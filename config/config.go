@@ -82,6 +82,26 @@ type Limits struct {
 	// reconnect and spread over replicas; its RPCs may then run for
 	// MaxConnectionAgeGrace before the connection is closed. 0 is no bound.
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+
+	// MaxConnections bounds the connections the server holds at once,
+	// handshaking or not; past it, new ones wait in the kernel's backlog
+	// until one closes. 0 is no bound.
+	MaxConnections int
+	// MaxHandshakes bounds the connections still in their handshake (TLS
+	// and the HTTP/2 preface) at once, part of MaxConnections; past it,
+	// new ones wait in the backlog. 0 is no bound.
+	MaxHandshakes int
+	// HandshakeTimeout bounds a connection's handshake; one that takes
+	// longer is closed. 0 is gRPC's default (120 s).
+	HandshakeTimeout time.Duration
+	// MaxHealthWatches bounds the Health.Watch streams open at once,
+	// which need no credentials; one more is refused on its headers with
+	// RESOURCE_EXHAUSTED. 0 is no bound.
+	MaxHealthWatches int
+	// MaxHealthChecks bounds the Health.Check calls running at once; one
+	// more is refused on its headers with RESOURCE_EXHAUSTED. 0 is no
+	// bound.
+	MaxHealthChecks int
 }
 
 // DefaultLimits returns the limits used when the configuration sets none.
@@ -105,6 +125,11 @@ func DefaultLimits() Limits {
 		MaxConnectionIdle:     15 * time.Minute,
 		MaxConnectionAge:      30 * time.Minute,
 		MaxConnectionAgeGrace: 20 * time.Minute,
+		MaxConnections:        4096,
+		MaxHandshakes:         256,
+		HandshakeTimeout:      10 * time.Second,
+		MaxHealthWatches:      256,
+		MaxHealthChecks:       64,
 	}
 }
 

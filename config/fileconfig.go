@@ -523,6 +523,16 @@ type FileLimits struct {
 	MaxConnectionAge string `yaml:"max_connection_age"`
 	// MaxConnectionAgeGrace is Limits.MaxConnectionAgeGrace.
 	MaxConnectionAgeGrace string `yaml:"max_connection_age_grace"`
+	// MaxConnections is Limits.MaxConnections.
+	MaxConnections *int `yaml:"max_connections"`
+	// MaxHandshakes is Limits.MaxHandshakes.
+	MaxHandshakes *int `yaml:"max_handshakes"`
+	// HandshakeTimeout is Limits.HandshakeTimeout, e.g. "10s".
+	HandshakeTimeout string `yaml:"handshake_timeout"`
+	// MaxHealthWatches is Limits.MaxHealthWatches.
+	MaxHealthWatches *int `yaml:"max_health_watches"`
+	// MaxHealthChecks is Limits.MaxHealthChecks.
+	MaxHealthChecks *int `yaml:"max_health_checks"`
 }
 
 // applySafety applies the auth, tls and limits sections to cfg.
@@ -592,7 +602,9 @@ func (fl *FileLimits) apply(l *Limits) error {
 		src  *int
 		dst  *int
 	}{{"max_request_bytes", fl.MaxRequestBytes, &l.MaxRequestBytes}, {"max_in_flight", fl.MaxInFlight, &l.MaxInFlight},
-		{"key_max_concurrent", fl.KeyMaxConcurrent, &l.KeyMaxConcurrent}, {"key_burst", fl.KeyBurst, &l.KeyBurst}} {
+		{"key_max_concurrent", fl.KeyMaxConcurrent, &l.KeyMaxConcurrent}, {"key_burst", fl.KeyBurst, &l.KeyBurst},
+		{"max_connections", fl.MaxConnections, &l.MaxConnections}, {"max_handshakes", fl.MaxHandshakes, &l.MaxHandshakes},
+		{"max_health_watches", fl.MaxHealthWatches, &l.MaxHealthWatches}, {"max_health_checks", fl.MaxHealthChecks, &l.MaxHealthChecks}} {
 		if f.src == nil {
 			continue
 		}
@@ -622,7 +634,8 @@ func (fl *FileLimits) apply(l *Limits) error {
 		dst  *time.Duration
 	}{{"keepalive_min_time", fl.KeepaliveMinTime, &l.KeepaliveMinTime}, {"keepalive_time", fl.KeepaliveTime, &l.KeepaliveTime},
 		{"keepalive_timeout", fl.KeepaliveTimeout, &l.KeepaliveTimeout}, {"max_connection_idle", fl.MaxConnectionIdle, &l.MaxConnectionIdle},
-		{"max_connection_age", fl.MaxConnectionAge, &l.MaxConnectionAge}, {"max_connection_age_grace", fl.MaxConnectionAgeGrace, &l.MaxConnectionAgeGrace}} {
+		{"max_connection_age", fl.MaxConnectionAge, &l.MaxConnectionAge}, {"max_connection_age_grace", fl.MaxConnectionAgeGrace, &l.MaxConnectionAgeGrace},
+		{"handshake_timeout", fl.HandshakeTimeout, &l.HandshakeTimeout}} {
 		if f.src == "" {
 			continue
 		}

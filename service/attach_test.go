@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -299,4 +300,76 @@ func cutThenAttach(ctx context.Context, t *testing.T, from, to completionv1.Comp
 		t.Fatal("no result")
 	}
 	return all
+}
+
+// TestAnotherKeyLearnsNothing: Attach and Session resume check the owner
+// before the range, so that another key's refusal is the same whatever
+// after_seq it asks for — at 2^40 it used to be OUT_OF_RANGE, which told
+// how far the completion had got. The owner still gets OUT_OF_RANGE.
+func TestAnotherKeyLearnsNothing(t *testing.T) {
+	e, _ := authEnv(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ops, narrow := bearer(ctx, "Bearer ops-secret-key"), bearer(ctx, "Bearer narrow-secret-key")
+	streamed, _ := e.streamAllCtx(t, ops, prompt("hello", nil))
+	session := openSession(t, ops, e.client, startMsg(resumableStart("", time.Minute)))
+	if res, _ := finish(t, nil, session); res == nil || len(streamed) == 0 {
+		t.Fatal("the completions did not end")
+	}
+	streamID, streamLast := last(streamed)
+	sessionID, sessionLast := last(session.events)
+	attach := func(ctx context.Context, id string, after uint64) *status.Status {
+		_, st := attachAll(ctx, e.client, id, after)
+		return st
+	}
+	resume := func(ctx context.Context, id string, after uint64) *status.Status {
+		s := openSession(t, ctx, e.client, resumeMsg(id, after))
+		s.until(func(*completionv1.CompletionEvent) bool { return false })
+		return statusOf(s.status)
+	}
+	for _, c := range []struct {
+		rpc  string
+		call func(context.Context, string, uint64) *status.Status
+		id   string
+		last uint64
+	}{{"Attach", attach, streamID, streamLast}, {"resume", resume, sessionID, sessionLast}} {
+		var first *status.Status
+		for _, after := range []uint64{0, 1, c.last, c.last + 1, 1 << 40} {
+			st := c.call(narrow, c.id, after)
+			if st.Code() != codes.PermissionDenied {
+				t.Errorf("%s by another key after %d: %v, want PERMISSION_DENIED", c.rpc, after, st)
+			}
+			if first == nil {
+				first = st
+			} else if !proto.Equal(st.Proto(), first.Proto()) {
+				t.Errorf("%s by another key after %d: %v, unlike after 0: %v", c.rpc, after, st, first)
+			}
+		}
+		if st := c.call(ops, c.id, 1<<40); st.Code() != codes.OutOfRange {
+			t.Errorf("%s by the owner after 2^40: %v, want OUT_OF_RANGE", c.rpc, st)
+		}
+	}
+}
+
+// TestAnotherKeyLearnsNothingOfADroppedHead: when the log no longer keeps
+// a completion's first events, another key is PERMISSION_DENIED before and
+// after them, as the owner is OUT_OF_RANGE before them.
+func TestAnotherKeyLearnsNothingOfADroppedHead(t *testing.T) {
+	e, _ := authEnv(t, func(c *Config) { c.EventLog.MaxEvents = 4 })
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ops, narrow := bearer(ctx, "Bearer ops-secret-key"), bearer(ctx, "Bearer narrow-secret-key")
+	streamed, _ := e.streamAllCtx(t, ops, prompt("hello", nil))
+	id, end := last(streamed)
+	if end <= 4 {
+		t.Fatalf("%d events: too few to drop any", end)
+	}
+	if _, st := attachAll(ops, e.client, id, 0); st.Code() != codes.OutOfRange {
+		t.Fatalf("the owner, from the dropped head: %v, want OUT_OF_RANGE", st)
+	}
+	for _, after := range []uint64{0, end - 2, end + 1} {
+		if _, st := attachAll(narrow, e.client, id, after); st.Code() != codes.PermissionDenied {
+			t.Errorf("another key after %d: %v, want PERMISSION_DENIED", after, st)
+		}
+	}
 }

@@ -70,6 +70,9 @@ func (a *authenticator) identify(ctx context.Context) context.Context {
 	if !a.auth.On() {
 		return ctx
 	}
+	if _, ok := ctx.Value(authOutcomeKey{}).(*authOutcome); ok {
+		return ctx // the door (door.go) identified the caller already
+	}
 	c, err := a.authenticate(ctx)
 	return context.WithValue(ctx, authOutcomeKey{}, &authOutcome{caller: c, err: err})
 }
@@ -78,7 +81,9 @@ func (a *authenticator) identify(ctx context.Context) context.Context {
 // certificate. A key is compared by its SHA-256 digest in constant time, and
 // every configured key is compared.
 func (a *authenticator) authenticate(ctx context.Context) (*Caller, error) {
-	if len(metadata.ValueFromIncomingContext(ctx, "authorization")) > 0 {
+	if vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) > 1 {
+		return nil, duplicateAuthStatus()
+	} else if len(vals) == 1 {
 		token, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
 			return nil, malformedAuthStatus()

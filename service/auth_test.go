@@ -192,6 +192,50 @@ func TestPermissionDeniedNamesRouteAndKey(t *testing.T) {
 	}
 }
 
+// TestUnknownRouteListsOnlyTheKeysRoutes: an unknown route's violation
+// lists the routes the caller's key may use, not every route the server
+// has; a key allowed every route sees them all; over Session too.
+func TestUnknownRouteListsOnlyTheKeysRoutes(t *testing.T) {
+	e, _ := authEnv(t)
+	req := prompt("hi", nil)
+	req.Route = "gpt-17"
+	for _, tc := range []struct {
+		key       string
+		want, not []string
+	}{
+		{"narrow", []string{"may use: sim)"}, []string{"sim-large", "sim-fallback"}},
+		{"ops", []string{"sim", "sim-large", "sim-fallback"}, nil},
+	} {
+		ctx := bearer(t.Context(), "Bearer "+tc.key+"-secret-key")
+		_, err := e.client.Complete(ctx, req)
+		sessionErr := runSessionStart(ctx, e.client, req)
+		for rpc, err := range map[string]error{"Complete": err, "Session": sessionErr} {
+			st := status.Convert(err)
+			if st.Code() != codes.InvalidArgument {
+				t.Fatalf("%s, key %s, unknown route: %v", rpc, tc.key, st)
+			}
+			text := st.Message()
+			for _, d := range st.Details() {
+				if br, ok := d.(*errdetails.BadRequest); ok {
+					for _, v := range br.GetFieldViolations() {
+						text += " " + v.GetDescription()
+					}
+				}
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("%s, key %s: %q does not list %s", rpc, tc.key, text, w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(text, n) {
+					t.Errorf("%s, key %s: %q lists %s, which the key may not use", rpc, tc.key, text, n)
+				}
+			}
+		}
+	}
+}
+
 // TestKeyNameInLogsAndSpans: the key's name, never the key, is on the RPC's
 // log line, which reports the completion too, and on the completion span.
 func TestKeyNameInLogsAndSpans(t *testing.T) {

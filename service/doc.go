@@ -23,9 +23,13 @@
 //     leases this replica holds, and the rebuild of a completion from its
 //     log and checkpoint (the logs, leases and checkpoints themselves are
 //     package internal/fleet's).
-//   - auth.go, tls.go, limits.go — who may call (API keys with allowed
-//     routes, mTLS), TLS with certificate reload, and the limits that keep
-//     one caller from hurting the others.
+//   - door.go, auth.go, tls.go, limits.go — the door, which checks a
+//     call's credentials on its headers before its body is read, caps
+//     health calls and, as a listener, connections and handshakes; who may
+//     call (API keys with allowed routes, mTLS); TLS with certificate
+//     reload and the warnings and expiry of a certificate; and the limits
+//     that keep one caller from hurting the others, whose refusals'
+//     RetryInfo is spread over the callers refused alike.
 //
 // One completion's run loop, its provider calls, the delivery of its
 // events and its checkpoints are package internal/driver's; the wire's

@@ -34,11 +34,18 @@ func (s *Server) Attach(req *completionv1.AttachRequest, stream grpc.ServerStrea
 	return s.follow(stream.Context(), id, after, page, stream.Send)
 }
 
-// readFor reads the log of id after after for the caller of ctx: NOT_FOUND
-// and OUT_OF_RANGE as logStatus says, PERMISSION_DENIED when another key
-// started the completion.
+// readFor reads the log of id after after for the caller of ctx:
+// PERMISSION_DENIED when another key started the completion, whatever
+// after is — the owner is checked before the range, so that no other key
+// learns how far the completion has got —, else NOT_FOUND and
+// OUT_OF_RANGE as logStatus says.
 func (s *Server) readFor(ctx context.Context, id string, after uint64) (fleet.Page, error) {
 	page, err := s.log.Read(id, after)
+	if errors.Is(err, fleet.ErrOutOfRange) {
+		if denied := s.checkOwner(ctx, id, err); denied != nil {
+			return fleet.Page{}, denied
+		}
+	}
 	if err != nil {
 		return fleet.Page{}, logStatus(err, id, after)
 	}
@@ -46,6 +53,36 @@ func (s *Server) readFor(ctx context.Context, id string, after uint64) (fleet.Pa
 		return fleet.Page{}, notOwnerStatus(id)
 	}
 	return page, nil
+}
+
+// checkOwner is readFor's check of the owner of id when its read was out
+// of range (rangeErr): it reads the log where it starts, which a
+// RangeError names. nil when the caller of ctx may see id; otherwise the
+// refusal, the same as when the range was right, or the error of a log
+// that cannot say whose id is.
+func (s *Server) checkOwner(ctx context.Context, id string, rangeErr error) error {
+	c, ok := callerFrom(ctx)
+	if !ok {
+		return nil
+	}
+	for range 3 { // the head of a live log may move on between two reads
+		from := uint64(0)
+		if re, ok := errors.AsType[*fleet.RangeError](rangeErr); ok && re.First > 0 {
+			from = re.First - 1
+		}
+		page, err := s.log.Read(id, from)
+		if err == nil {
+			if page.Meta.Owner != c.Name {
+				return notOwnerStatus(id)
+			}
+			return nil
+		}
+		if !errors.Is(err, fleet.ErrOutOfRange) {
+			return logStatus(err, id, from)
+		}
+		rangeErr = err
+	}
+	return notOwnerStatus(id) // whose it is cannot be told: say nothing more
 }
 
 // follow sends page, read from the log of id after after, then every

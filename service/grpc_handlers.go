@@ -244,7 +244,7 @@ func (s *Server) completionContextCause(ctx context.Context) (context.Context, c
 // with the lease admit acquired for it. A bad request is refused here,
 // before any upstream call.
 func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest, send func(*completionv1.CompletionEvent) error) (driver.Spec, acquired, error) {
-	v, schema := s.cfg.validate(req)
+	v, schema := s.cfg.validateFor(ctx, req)
 	if len(v) > 0 {
 		return driver.Spec{}, acquired{}, invalidArgument(v)
 	}

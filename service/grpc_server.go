@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"net"
 	"runtime"
 	"time"
 
@@ -41,10 +42,13 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	})}
 	authn := &authenticator{auth: s.cfg.Auth}
 	identify, identifyStream, enforce, enforceStream := authn.interceptors()
-	limiter := newLimiter(s.cfg.Limits, guard.NewKeyLimits(s.cfg.Limits, s.cfg.Now, guard.NewSharedLimits(s.shared)))
+	refusals := telemetry.NewRefusals(log, s.cfg.Telemetry.MeterProvider, s.cfg.Now)
+	limiter := newLimiter(&s.cfg, guard.NewKeyLimits(s.cfg.Limits, s.cfg.Now, guard.NewSharedLimits(s.shared)), refusals)
 	limit, limitStream := limiter.interceptors()
+	entry := &door{authn: authn, limits: s.cfg.Limits, refusals: refusals}
 	base := append(transportOptions(s.cfg.Limits),
-		codecOption(), // this server's codec, not the process's (grpc_codec.go)
+		grpc.InTapHandle(entry.tap), // on the headers, before any body is read (door.go)
+		codecOption(),               // this server's codec, not the process's (grpc_codec.go)
 		// Handlers run on a few long-lived goroutines rather than one new
 		// goroutine per RPC where they can: a worker keeps its grown stack.
 		// When every worker is busy (streams are long: most of the time), an
@@ -72,7 +76,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	g := grpc.NewServer(append(base, opts...)...)
 	s.Register(g)
 	h := health.NewServer()
-	healthpb.RegisterHealthServer(g, h)
+	healthpb.RegisterHealthServer(g, boundedHealth{h})
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(completionv1.Completion_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if s.redis != nil { // NOT_SERVING while Redis does not answer; Drain's Shutdown wins
@@ -89,6 +93,13 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 		registerReflection(g, log) // with the proto's comments
 	}
 	return &GRPC{Server: g, Health: h, Completion: s}
+}
+
+// Serve serves g on lis, within the connection limits of its Config
+// (Listener): what cmd/completiond runs. Tests that need no such limits
+// may serve g.Server directly.
+func (g *GRPC) Serve(lis net.Listener) error {
+	return g.Server.Serve(Listener(lis, g.Completion.cfg.Limits))
 }
 
 // Drain stops the server within a bound, whatever its handlers do: health

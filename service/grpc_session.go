@@ -46,7 +46,7 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 	if start == nil {
 		return invalidArgument(notFirst)
 	}
-	v, schema := s.cfg.validate(start.GetRequest())
+	v, schema := s.cfg.validateFor(stream.Context(), start.GetRequest())
 	if n := start.GetMaxTurns(); n < 0 {
 		v.add("max_turns", "must not be negative, got %d", n)
 	}

@@ -263,7 +263,19 @@ const (
 	// reasonRouteNotPermitted: the caller's key may not use a route the
 	// request names.
 	reasonRouteNotPermitted = "ROUTE_NOT_PERMITTED"
+	// reasonHealthBusy: as many health calls of the kind run as the
+	// server lets anybody run without a key.
+	reasonHealthBusy = "HEALTH_BUSY"
 )
+
+// healthBusyStatus refuses a health call past its cap (what, limit), on
+// its headers: RESOURCE_EXHAUSTED, ErrorInfo HEALTH_BUSY, RetryInfo of
+// ShedRetryDelay.
+func healthBusyStatus(what string, limit int) error {
+	return withDetails(codes.ResourceExhausted, fmt.Sprintf("%d %s run already, the server's limit: retry later", limit, what),
+		&errdetails.ErrorInfo{Reason: reasonHealthBusy, Domain: ErrorDomain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(guard.ShedRetryDelay)}).Err()
+}
 
 // drainingStatus refuses a new completion while the server drains:
 // UNAVAILABLE with RetryInfo, to be retried on another server at once.
@@ -338,6 +350,12 @@ func internalStatus() *status.Status {
 // token.
 func malformedAuthStatus() error {
 	return status.Error(codes.Unauthenticated, `malformed authorization metadata: want "Bearer <key>"`)
+}
+
+// duplicateAuthStatus refuses a call with more than one authorization
+// header: a proxy that adds its own must not be overridden by the caller's.
+func duplicateAuthStatus() error {
+	return status.Error(codes.Unauthenticated, "more than one authorization metadata: send one")
 }
 
 // unknownKeyStatus refuses a bearer key that no configured key matches.

@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -88,6 +89,22 @@ var (
 // validate checks req against the configuration before anything is called.
 // It returns every violation it finds, and the compiled output schema.
 func (c *Config) validate(req *completionv1.CompleteRequest) (violations, *jsonschema.Schema) {
+	return c.validateAs(req, nil)
+}
+
+// validateFor is validate for the caller of ctx: an unknown route's
+// violation lists only the routes its key may use, not every route the
+// server has.
+func (c *Config) validateFor(ctx context.Context, req *completionv1.CompleteRequest) (violations, *jsonschema.Schema) {
+	if caller, ok := callerFrom(ctx); ok && caller.Routes != nil {
+		return c.validateAs(req, caller.may)
+	}
+	return c.validateAs(req, nil)
+}
+
+// validateAs is validate, where an unknown route's violation lists the
+// routes may allows (every one when may is nil).
+func (c *Config) validateAs(req *completionv1.CompleteRequest, may func(string) bool) (violations, *jsonschema.Schema) {
 	var v violations
 	if why, ok := malformed(req); ok {
 		v.add("request", "not a valid completion.v1.CompleteRequest: %s", why)
@@ -97,7 +114,7 @@ func (c *Config) validate(req *completionv1.CompleteRequest) (violations, *jsons
 		v.add("messages", "request is %d bytes, over the limit of %d", n, c.Limits.MaxRequestBytes)
 		return v, nil // do not walk an oversized request
 	}
-	c.validateRoutes(req, &v)
+	c.validateRoutes(req, may, &v)
 	c.validateMessages(req.GetMessages(), &v)
 	c.validateTools(req.GetTools(), &v)
 	c.validateNumbers(req, &v)
@@ -111,10 +128,10 @@ func (c *Config) validate(req *completionv1.CompleteRequest) (violations, *jsons
 	return v, schema
 }
 
-func (c *Config) validateRoutes(req *completionv1.CompleteRequest, v *violations) {
+func (c *Config) validateRoutes(req *completionv1.CompleteRequest, may func(string) bool, v *violations) {
 	if r := req.GetRoute(); r != "" {
 		if _, ok := c.Routes[r]; !ok {
-			v.add("route", "unknown route %s (configured: %s)", quote(r), strings.Join(c.routeNames(), ", "))
+			v.add("route", "unknown route %s (%s)", quote(r), c.routesShown(may))
 		}
 	}
 	for i, r := range req.GetFallbackRoutes() {
@@ -334,3 +351,33 @@ type refuseLoader struct{}
 func (refuseLoader) Load(string) (any, error) { return nil, errExternalRef }
 
 func (c *Config) routeNames() []string { return config.SortedKeys(c.Routes) }
+
+// maxRoutesShown bounds the routes an unknown route's violation lists.
+const maxRoutesShown = 16
+
+// routesShown lists, for an unknown route's violation, the routes may
+// allows (every one when may is nil), at most maxRoutesShown of them.
+func (c *Config) routesShown(may func(string) bool) string {
+	var names []string
+	more := 0
+	for _, n := range c.routeNames() {
+		switch {
+		case may != nil && !may(n):
+		case len(names) == maxRoutesShown:
+			more++
+		default:
+			names = append(names, n)
+		}
+	}
+	label := "configured: "
+	if may != nil {
+		label = "routes your key may use: "
+	}
+	if len(names) == 0 {
+		return label + "none"
+	}
+	if more > 0 {
+		names = append(names, fmt.Sprintf("and %d more", more))
+	}
+	return label + strings.Join(names, ", ")
+}

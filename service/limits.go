@@ -2,16 +2,20 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/guard"
+	"github.com/completiond/completiond/internal/telemetry"
 )
 
 // completionPrefix is the method prefix of the Completion service, the only
@@ -25,10 +29,17 @@ type limiter struct {
 	l        config.Limits
 	inFlight atomic.Int64
 	keys     *guard.KeyLimits
+	// waiting spreads the RetryInfo of the callers refused alike, so that
+	// those who obey it do not all come back at once.
+	waiting *guard.Waiting
+	now     func() time.Time
+	rand    func() float64
+	// refusals counts each refusal and logs them, sampled.
+	refusals *telemetry.Refusals
 }
 
-func newLimiter(l config.Limits, keys *guard.KeyLimits) *limiter {
-	return &limiter{l: l, keys: keys}
+func newLimiter(cfg *Config, keys *guard.KeyLimits, refusals *telemetry.Refusals) *limiter {
+	return &limiter{l: cfg.Limits, keys: keys, waiting: guard.NewWaiting(), now: cfg.Now, rand: cfg.Rand, refusals: refusals}
 }
 
 // acquire admits a call of method or refuses it: UNAVAILABLE when the server
@@ -41,7 +52,8 @@ func (l *limiter) acquire(ctx context.Context, method string) (release func(), e
 	}
 	if n := l.inFlight.Add(1); l.l.MaxInFlight > 0 && n > int64(l.l.MaxInFlight) {
 		l.inFlight.Add(-1)
-		return nil, refusalStatus(&guard.Refusal{Reason: guard.ReasonOverloaded, RetryAfter: guard.ShedRetryDelay,
+		return nil, l.refuse(ctx, method, &guard.Refusal{Reason: guard.ReasonOverloaded, RetryAfter: guard.ShedRetryDelay,
+			Spacing: guard.ShedRetryDelay / time.Duration(l.l.MaxInFlight),
 			Message: fmt.Sprintf("server overloaded: %d completions in flight, retry later", l.l.MaxInFlight)})
 	}
 	c, ok := callerFrom(ctx)
@@ -51,12 +63,26 @@ func (l *limiter) acquire(ctx context.Context, method string) (release func(), e
 	releaseKey, err := l.keys.Admit(c.Name)
 	if err != nil {
 		l.inFlight.Add(-1)
-		return nil, refusalStatus(err)
+		var r *guard.Refusal
+		if !errors.As(err, &r) {
+			return nil, refusalStatus(err)
+		}
+		return nil, l.refuse(ctx, method, r)
 	}
 	return func() {
 		releaseKey()
 		l.inFlight.Add(-1)
 	}, nil
+}
+
+// refuse is the status of refusal r of a call of method: its RetryInfo
+// spread over the callers refused alike, the refusal counted and logged
+// (sampled).
+func (l *limiter) refuse(ctx context.Context, method string, r *guard.Refusal) error {
+	l.waiting.Spread(r, l.now(), l.rand())
+	err := refusalStatus(r)
+	l.refusals.Refused(ctx, method, r.Reason, r.Key, status.Code(err), r.Message)
+	return err
 }
 
 // interceptors return the limiter as unary and stream interceptors.
@@ -81,7 +107,8 @@ func (l *limiter) interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServer
 }
 
 // transportOptions are the server options of l: streams per connection,
-// keepalive enforcement and parameters, the receive size.
+// keepalive enforcement and parameters, the receive size, the handshake's
+// timeout.
 func transportOptions(l config.Limits) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(2*l.MaxRequestBytes + 1<<20), // room to refuse oversized requests with field violations
@@ -90,6 +117,9 @@ func transportOptions(l config.Limits) []grpc.ServerOption {
 			MaxConnectionIdle: l.MaxConnectionIdle, MaxConnectionAge: l.MaxConnectionAge,
 			MaxConnectionAgeGrace: l.MaxConnectionAgeGrace, Time: l.KeepaliveTime, Timeout: l.KeepaliveTimeout,
 		}),
+	}
+	if l.HandshakeTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(l.HandshakeTimeout))
 	}
 	if l.MaxConcurrentStreams > 0 {
 		opts = append(opts, grpc.MaxConcurrentStreams(l.MaxConcurrentStreams))

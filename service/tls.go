@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/telemetry"
 )
 
 // ServerTLS returns the server's TLS configuration. The certificate is read
@@ -18,8 +20,11 @@ import (
 // modification time or size), checked at most every ReloadInterval during a
 // handshake: new connections get the new certificate, existing ones and
 // their streams keep running. A file that fails to load is logged and the
-// previous certificate kept. now is the clock; nil uses time.Now.
-func ServerTLS(f config.TLSFiles, log *slog.Logger, now func() time.Time) (*tls.Config, error) {
+// previous certificate kept. A certificate that is expired, not valid
+// yet, about to expire or self-signed is loaded with a warning, and the
+// expiry of the one served is the gauge completiond.tls.certificate.expiry
+// of tel. now is the clock; nil uses time.Now.
+func ServerTLS(f config.TLSFiles, log *slog.Logger, now func() time.Time, tel telemetry.Telemetry) (*tls.Config, error) {
 	if f.CertFile == "" || f.KeyFile == "" {
 		return nil, errors.New("tls: both a certificate file and a key file are required")
 	}
@@ -37,6 +42,7 @@ func ServerTLS(f config.TLSFiles, log *slog.Logger, now func() time.Time) (*tls.
 		return nil, err
 	}
 	r.checked = now()
+	telemetry.ObserveCertificateExpiry(tel, r.notAfter)
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.get}
 	if f.ClientCAFile != "" {
 		pem, err := os.ReadFile(f.ClientCAFile)
@@ -94,8 +100,49 @@ func (r *certReloader) load() error {
 	if err != nil {
 		return fmt.Errorf("tls: %w", err)
 	}
+	if cert.Leaf == nil { // set by LoadX509KeyPair, unless GODEBUG x509keypairleaf=0
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+	}
 	r.cert, r.stamp = &cert, stamp
+	r.warn(cert.Leaf)
 	return nil
+}
+
+// CertExpiryWarning is how long before its expiry a certificate loaded
+// is warned about.
+const CertExpiryWarning = 14 * 24 * time.Hour
+
+// warn logs what will make clients refuse leaf, the certificate just
+// loaded: expired, not valid yet, expiring within CertExpiryWarning,
+// self-signed. It is loaded all the same: a renewal may be on its way, and
+// a test setup may want one.
+func (r *certReloader) warn(leaf *x509.Certificate) {
+	now, file := r.now(), r.files.CertFile
+	switch {
+	case now.After(leaf.NotAfter):
+		r.log.Warn("tls certificate expired: clients will refuse it", "cert", file, "not_after", leaf.NotAfter)
+	case now.Before(leaf.NotBefore):
+		r.log.Warn("tls certificate not valid yet: clients will refuse it", "cert", file, "not_before", leaf.NotBefore)
+	case leaf.NotAfter.Sub(now) < CertExpiryWarning:
+		r.log.Warn("tls certificate expires soon", "cert", file, "not_after", leaf.NotAfter)
+	}
+	if selfSigned(leaf) {
+		r.log.Warn("tls certificate is self-signed: only clients given it will trust it", "cert", file)
+	}
+}
+
+// selfSigned reports whether c is signed by its own key.
+func selfSigned(c *x509.Certificate) bool {
+	return bytes.Equal(c.RawIssuer, c.RawSubject) && c.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) == nil
+}
+
+// notAfter is the expiry of the certificate served now.
+func (r *certReloader) notAfter() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cert.Leaf.NotAfter
 }
 
 // get is tls.Config.GetCertificate.

@@ -2,14 +2,25 @@ package service
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"log/slog"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -20,6 +31,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/internal/testcerts"
 )
 
@@ -109,7 +121,7 @@ func TestCertificateReload(t *testing.T) {
 	files := writeFiles(t, dir, c1, k1, base)
 	var skew atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	tc, err := ServerTLS(files, nil, now)
+	tc, err := ServerTLS(files, nil, now, telemetry.Telemetry{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +174,7 @@ func TestServerTLSRefusesBadFiles(t *testing.T) {
 		{"client CA is not PEM", config.TLSFiles{CertFile: good.CertFile, KeyFile: good.KeyFile, ClientCAFile: notPEM}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := ServerTLS(tc.files, nil, nil); err == nil {
+			if _, err := ServerTLS(tc.files, nil, nil, telemetry.Telemetry{}); err == nil {
 				t.Error("ServerTLS accepted bad files")
 			}
 		})
@@ -182,7 +194,7 @@ func TestClientCertificates(t *testing.T) {
 	if err := os.WriteFile(files.ClientCAFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := ServerTLS(files, nil, nil)
+	tc, err := ServerTLS(files, nil, nil, telemetry.Telemetry{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,4 +246,119 @@ func TestClientCertificates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// selfSignedPEM is a certificate for localhost signed by its own key,
+// valid for a year, and the key, PEM-encoded.
+func selfSignedPEM(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// TestCertificateWarnings: a server started or reloaded with a certificate
+// clients will refuse says so — expired, not valid yet, self-signed, about
+// to expire — and serves the expiry of the one it serves as a gauge.
+func TestCertificateWarnings(t *testing.T) {
+	ca := newTestCA(t, "test CA")
+	issued, issuedKey := ca.issue(t, "server", 3, true) // valid for a day: within CertExpiryWarning
+	self, selfKey := selfSignedPEM(t)
+	for _, tc := range []struct {
+		name      string
+		cert, key []byte
+		skew      time.Duration
+		want      []string
+	}{
+		{"about to expire", issued, issuedKey, 0, []string{"tls certificate expires soon"}},
+		{"expired", issued, issuedKey, 48 * time.Hour, []string{"tls certificate expired: clients will refuse it"}},
+		{"not valid yet", issued, issuedKey, -3 * time.Hour, []string{"tls certificate not valid yet: clients will refuse it"}},
+		{"self-signed", self, selfKey, 0, []string{"tls certificate is self-signed: only clients given it will trust it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log syncBuffer
+			files := writeFiles(t, t.TempDir(), tc.cert, tc.key, time.Now())
+			now := func() time.Time { return time.Now().Add(tc.skew) }
+			if _, err := ServerTLS(files, slog.New(slog.NewJSONHandler(&log, nil)), now, telemetry.Telemetry{}); err != nil {
+				t.Fatal(err)
+			}
+			var said []string
+			for _, l := range log.lines(t) {
+				said = append(said, l["msg"].(string))
+			}
+			if !slices.Equal(said, tc.want) {
+				t.Errorf("logged %q, want %q", said, tc.want)
+			}
+		})
+	}
+}
+
+// TestCertificateExpiryGauge: completiond.tls.certificate.expiry is the
+// expiry of the certificate served, the reloaded one after a reload, which
+// warns as a start does.
+func TestCertificateExpiryGauge(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(t.Context()) })
+	expiry := func() int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(t.Context(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		return counters(rm)["completiond.tls.certificate.expiry{}"]
+	}
+	dir := t.TempDir()
+	self, selfKey := selfSignedPEM(t)
+	files := writeFiles(t, dir, self, selfKey, time.Now().Add(-time.Minute))
+	var log syncBuffer
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	tc, err := ServerTLS(files, slog.New(slog.NewJSONHandler(&log, nil)), now, telemetry.Telemetry{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := expiry(), leafOf(t, self).NotAfter.Unix(); got != want {
+		t.Errorf("expiry gauge %d, want the self-signed certificate's %d", got, want)
+	}
+	ca := newTestCA(t, "test CA")
+	issued, issuedKey := ca.issue(t, "server", 4, true)
+	writeFiles(t, dir, issued, issuedKey, time.Now())
+	skew.Store(int64(48 * time.Hour)) // past the reload interval, and past the new certificate's expiry
+	if _, err := tc.GetCertificate(&tls.ClientHelloInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := expiry(), leafOf(t, issued).NotAfter.Unix(); got != want {
+		t.Errorf("expiry gauge after the reload %d, want the new certificate's %d", got, want)
+	}
+	var said []string
+	for _, l := range log.lines(t) {
+		said = append(said, l["msg"].(string))
+	}
+	if !slices.Contains(said, "tls certificate expired: clients will refuse it") {
+		t.Errorf("the reload of an expired certificate logged %q, no warning", said)
+	}
+}
+
+// leafOf parses the first certificate of certPEM.
+func leafOf(t *testing.T, certPEM []byte) *x509.Certificate {
+	t.Helper()
+	b, _ := pem.Decode(certPEM)
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -284,6 +284,11 @@ func printLimits(p func(string, ...any), l config.Limits) {
 		{"max_connection_idle", l.MaxConnectionIdle, d.MaxConnectionIdle},
 		{"max_connection_age", l.MaxConnectionAge, d.MaxConnectionAge},
 		{"max_connection_age_grace", l.MaxConnectionAgeGrace, d.MaxConnectionAgeGrace},
+		{"max_connections", l.MaxConnections, d.MaxConnections},
+		{"max_handshakes", l.MaxHandshakes, d.MaxHandshakes},
+		{"handshake_timeout", l.HandshakeTimeout, d.HandshakeTimeout},
+		{"max_health_watches", l.MaxHealthWatches, d.MaxHealthWatches},
+		{"max_health_checks", l.MaxHealthChecks, d.MaxHealthChecks},
 	} {
 		note := ""
 		if f.val == f.deflt {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/completiond/completiond/internal/redistest"
 )
@@ -77,7 +80,7 @@ func TestAlertsAndDashboardUseServedMetrics(t *testing.T) {
 			checkExpr(t, "alert "+r.Alert, r.Expr, served)
 		}
 	}
-	for _, want := range []string{"CompletiondCircuitOpen", "CompletiondHighFallbackRate", "CompletiondHighErrorRate", "CompletiondSlowFirstChunk", "CompletiondRedisDegraded"} {
+	for _, want := range []string{"CompletiondCircuitOpen", "CompletiondHighFallbackRate", "CompletiondHighErrorRate", "CompletiondSlowFirstChunk", "CompletiondRedisDegraded", "CompletiondCertificateExpiresSoon"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s; have %v", want, alerts)
 		}
@@ -210,13 +213,23 @@ func readDashboard(t *testing.T) dashboard {
 	return d
 }
 
-// servedMetrics runs the server with the Prometheus endpoint and a Redis
-// (so that the fleet's metrics are served too), makes one completion with
-// a retry, and returns the names of the series /metrics then serves
-// (histograms as their _bucket, _sum and _count).
+// servedMetrics runs the server with the Prometheus endpoint, over TLS (the
+// certificate's expiry is a metric) and with a Redis (so that the fleet's
+// metrics are served too), makes one completion with a retry,
+// and returns the names of the series /metrics then serves (histograms as
+// their _bucket, _sum and _count).
 func servedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	metricsAddr, stop := servedOnce(t, map[string]string{"COMPLETIOND_REDIS_URL": "redis://" + redistest.Start(t)})
+	certPEM, keyPEM, pool := localhostCert(t)
+	dir := t.TempDir()
+	env := map[string]string{"COMPLETIOND_TLS_CERT": filepath.Join(dir, "server.crt"), "COMPLETIOND_TLS_KEY": filepath.Join(dir, "server.key"),
+		"COMPLETIOND_REDIS_URL": "redis://" + redistest.Start(t)}
+	for path, b := range map[string][]byte{env["COMPLETIOND_TLS_CERT"]: certPEM, env["COMPLETIOND_TLS_KEY"]: keyPEM} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	metricsAddr, stop := servedWith(t, env, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"}))
 	defer stop()
 	served := map[string]bool{}
 	series := regexp.MustCompile(`(?m)^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]`)

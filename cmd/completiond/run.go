@@ -151,16 +151,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := o.safety.apply(&cfg, o.addr, getenv); err != nil {
 		return err
 	}
-	opts, err := serverOptions(cfg, log)
-	if err != nil {
-		return err
-	}
 	tel, err := setupTelemetry(ctx, o.metrics, getenv, log)
 	if err != nil {
 		return err
 	}
 	defer tel.close(log)
 	cfg.Telemetry = tel.Telemetry
+	opts, err := serverOptions(cfg, log) // after telemetry: the certificate's expiry is a metric
+	if err != nil {
+		return err
+	}
 	if o.redisURL != "" {
 		cfg.RedisURL = o.redisURL
 	}
@@ -197,7 +197,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"tls", cfg.TLS.On(), "auth_keys", keyNames(cfg), "client_certificates", cfg.Auth.ClientCertificates,
 		"redis", redisShown(cfg.RedisURL), "replica", cfg.Replica, "lease_ttl", leaseTTL(cfg))
 	errc := make(chan error, 1)
-	go func() { errc <- g.Server.Serve(lis) }()
+	go func() { errc <- g.Serve(lis) }()
 	select {
 	case err := <-errc:
 		return err

@@ -48,6 +48,11 @@ var limitFlags = map[string]func(dst *config.Limits, s *safety){
 	"max-connection-idle":      func(d *config.Limits, s *safety) { d.MaxConnectionIdle = s.limits.MaxConnectionIdle },
 	"max-connection-age":       func(d *config.Limits, s *safety) { d.MaxConnectionAge = s.limits.MaxConnectionAge },
 	"max-connection-age-grace": func(d *config.Limits, s *safety) { d.MaxConnectionAgeGrace = s.limits.MaxConnectionAgeGrace },
+	"max-connections":          func(d *config.Limits, s *safety) { d.MaxConnections = s.limits.MaxConnections },
+	"max-handshakes":           func(d *config.Limits, s *safety) { d.MaxHandshakes = s.limits.MaxHandshakes },
+	"handshake-timeout":        func(d *config.Limits, s *safety) { d.HandshakeTimeout = s.limits.HandshakeTimeout },
+	"max-health-watches":       func(d *config.Limits, s *safety) { d.MaxHealthWatches = s.limits.MaxHealthWatches },
+	"max-health-checks":        func(d *config.Limits, s *safety) { d.MaxHealthChecks = s.limits.MaxHealthChecks },
 }
 
 // define registers the flags on fs.
@@ -72,6 +77,11 @@ func (s *safety) define(fs *flag.FlagSet) {
 	fs.DurationVar(&s.limits.MaxConnectionIdle, "max-connection-idle", d.MaxConnectionIdle, "close a connection without RPCs for this long (0: never)")
 	fs.DurationVar(&s.limits.MaxConnectionAge, "max-connection-age", d.MaxConnectionAge, "send GOAWAY to a connection this old, so that clients spread over replicas (0: never)")
 	fs.DurationVar(&s.limits.MaxConnectionAgeGrace, "max-connection-age-grace", d.MaxConnectionAgeGrace, "how long the RPCs of a connection past its age may still run")
+	fs.IntVar(&s.limits.MaxConnections, "max-connections", d.MaxConnections, "connections held at once, handshaking or not; more wait in the listen backlog (0: no cap)")
+	fs.IntVar(&s.limits.MaxHandshakes, "max-handshakes", d.MaxHandshakes, "connections in their TLS or HTTP/2 handshake at once; more wait in the listen backlog (0: no cap)")
+	fs.DurationVar(&s.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "close a connection whose handshake takes longer (0: gRPC's 120s)")
+	fs.IntVar(&s.limits.MaxHealthWatches, "max-health-watches", d.MaxHealthWatches, "Health.Watch streams open at once (no key needed); more: RESOURCE_EXHAUSTED (0: no cap)")
+	fs.IntVar(&s.limits.MaxHealthChecks, "max-health-checks", d.MaxHealthChecks, "Health.Check calls running at once (no key needed); more: RESOURCE_EXHAUSTED (0: no cap)")
 }
 
 // apply puts the flags into cfg, over the configuration file, and checks
@@ -150,12 +160,13 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// serverOptions are the gRPC options of cfg's TLS, if any.
+// serverOptions are the gRPC options of cfg's TLS, if any; the
+// certificate's expiry is a gauge of cfg.Telemetry.
 func serverOptions(cfg service.Config, log *slog.Logger) ([]grpc.ServerOption, error) {
 	if !cfg.TLS.On() {
 		return nil, nil
 	}
-	tc, err := service.ServerTLS(cfg.TLS, log, time.Now)
+	tc, err := service.ServerTLS(cfg.TLS, log, time.Now, cfg.Telemetry)
 	if err != nil {
 		return nil, err
 	}

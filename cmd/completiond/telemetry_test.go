@@ -19,6 +19,7 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -264,6 +265,12 @@ func grepLines(s, sub string) string {
 // fine; the test's end stops it too.
 func servedOnce(t *testing.T, extra map[string]string) (metricsAddr string, stop func()) {
 	t.Helper()
+	return servedWith(t, extra, insecure.NewCredentials())
+}
+
+// servedWith is servedOnce, the client connecting with creds.
+func servedWith(t *testing.T, extra map[string]string, creds credentials.TransportCredentials) (metricsAddr string, stop func()) {
+	t.Helper()
 	env := map[string]string{"COMPLETIOND_ADDR": "127.0.0.1:0", "COMPLETIOND_METRICS_ADDR": "127.0.0.1:0", "COMPLETIOND_SIM_PACE": "1ms"}
 	maps.Copy(env, extra)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -279,7 +286,7 @@ func servedOnce(t *testing.T, extra map[string]string) (metricsAddr string, stop
 		}
 	})
 	t.Cleanup(stop)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

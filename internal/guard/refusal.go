@@ -27,6 +27,10 @@ type Refusal struct {
 	Key        string
 	RetryAfter time.Duration
 	Message    string
+	// Spacing is how far apart two callers refused alike should come
+	// back for both to succeed: the limit's time for one more call
+	// (Waiting.Spread spreads RetryAfter by it).
+	Spacing time.Duration
 }
 
 // Error is the refusal's message.
@@ -35,11 +39,20 @@ func (r *Refusal) Error() string { return r.Message }
 // concurrencyRefusal refuses one more completion of key, which runs running.
 func concurrencyRefusal(key string, running int) *Refusal {
 	return &Refusal{Reason: ReasonKeyConcurrency, Key: key, RetryAfter: ShedRetryDelay,
+		Spacing: ShedRetryDelay / time.Duration(max(running, 1)),
 		Message: fmt.Sprintf("key %q runs %d completions, its limit", key, running)}
 }
 
 // rateRefusal refuses a start of key over its rate; a token is due after due.
 func rateRefusal(key string, rate float64, due time.Duration) *Refusal {
-	return &Refusal{Reason: ReasonKeyRate, Key: key, RetryAfter: due,
+	return &Refusal{Reason: ReasonKeyRate, Key: key, RetryAfter: due, Spacing: RateSpacing(rate),
 		Message: fmt.Sprintf("key %q exceeds its rate of %g completions per second", key, rate)}
+}
+
+// RateSpacing is the time between two tokens of rate per second.
+func RateSpacing(rate float64) time.Duration {
+	if rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Second) / rate)
 }

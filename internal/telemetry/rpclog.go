@@ -59,7 +59,10 @@ func (l rpcLog) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 }
 
 func (l rpcLog) line(ctx context.Context, s *rpcScope, fullMethod string, start time.Time, err error) {
-	sum, ok := s.close()
+	sum, ok, refused := s.close()
+	if refused {
+		return
+	}
 	code := status.Code(err)
 	level := codeLevel(code)
 	if !l.log.Enabled(ctx, level) {
@@ -116,10 +119,11 @@ type rpcScope struct {
 	parent            context.Context
 	grpc.ServerStream // nil for a unary RPC
 
-	mu     sync.Mutex
-	closed bool // the RPC's line is being written: a completion ending now writes its own
-	has    bool // sum is set
-	sum    completionSummary
+	mu      sync.Mutex
+	closed  bool // the RPC's line is being written: a completion ending now writes its own
+	has     bool // sum is set
+	sum     completionSummary
+	refused bool // Refusals logged the call's refusal, sampled: no line of its own
 }
 
 // rpcScopeKey is the context key of an RPC's rpcScope.
@@ -165,12 +169,13 @@ func (s *rpcScope) offer(sum completionSummary) bool {
 	return true
 }
 
-// close ends what the scope gathers and returns the summary offered, if any.
-func (s *rpcScope) close() (completionSummary, bool) {
+// close ends what the scope gathers and returns the summary offered, if
+// any, and whether the call's refusal was logged already (MarkRefused).
+func (s *rpcScope) close() (completionSummary, bool, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	return s.sum, s.has
+	return s.sum, s.has, s.refused
 }
 
 // completionSummary is what an operator needs of a completion on the line

@@ -60,7 +60,7 @@ func TestCompletionLineWithoutRPC(t *testing.T) {
 				}
 				return
 			}
-			sum, ok := s.close()
+			sum, ok, _ := s.close()
 			if !ok || sum.id != "cmpl_test" || sum.output != 5 || sum.attempts != 1 {
 				t.Errorf("the RPC's scope holds %+v, %v", sum, ok)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -213,4 +214,22 @@ func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
 	return traceHandler{h.Handler.WithGroup(name)}
+}
+
+// ObserveCertificateExpiry registers, on tel's meter provider, the gauge
+// completiond.tls.certificate.expiry: when the server certificate
+// notAfter returns expires, in seconds since the Unix epoch, read at each
+// collection (after a reload, the new one's). An alert compares it with
+// the time (deploy/prometheus/alerts.yaml). Without metrics it does
+// nothing.
+func ObserveCertificateExpiry(tel Telemetry, notAfter func() time.Time) {
+	if tel.MeterProvider == nil {
+		return
+	}
+	_, _ = tel.MeterProvider.Meter(Instrumentation).Int64ObservableGauge("completiond.tls.certificate.expiry", metric.WithUnit("s"),
+		metric.WithDescription("When the server's TLS certificate expires, in seconds since the Unix epoch."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(notAfter().Unix())
+			return nil
+		}))
 }
