@@ -23,7 +23,9 @@ import (
 func gate(t *testing.T, addr string) *RedisGate {
 	rdb := testkit.RedisClient(t, addr)
 	log := slog.New(slog.DiscardHandler)
-	h := fleet.NewHealth(rdb, time.Second, log)
+	// PINGs far apart, each bounded by as much: on a loaded machine a PING
+	// that takes a second must not make the shared state local mid-test.
+	h := fleet.NewHealth(rdb, 10*time.Second, log)
 	t.Cleanup(h.Close)
 	return NewRedisGate(rdb, h, log)
 }
