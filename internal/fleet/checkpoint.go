@@ -29,48 +29,20 @@ func (m *MemLog) Checkpoint(id string) (uint64, []byte, error) {
 	return l.ckptSeq, l.ckpt, nil
 }
 
-// redisCheckpointScript saves a checkpoint in the meta hash of a live log,
-// field ck ("seq data"), and counts its size in the log's bytes. KEYS are
-// redisLogKeys, then the log's meta; ARGV: id, seq, data. It answers ok,
-// missing, or ended.
-var redisCheckpointScript = redis.NewScript(redisCheckpointBody)
-
-// redisFencedCheckpointScript is redisCheckpointScript fenced by a lease:
-// KEYS[1] is the lease, ARGV[1] the writer's value.
-var redisFencedCheckpointScript = redis.NewScript(LeaseCheckLua + `table.remove(KEYS, 1)
-table.remove(ARGV, 1)
-` + redisCheckpointBody)
-
-const redisCheckpointBody = `
-if redis.call('EXISTS', KEYS[5]) == 0 then return 'missing' end
-if redis.call('HEXISTS', KEYS[5], 'ended') == 1 then return 'ended' end
-local v = ARGV[2] .. ' ' .. ARGV[3]
-local delta = #v - redis.call('HSTRLEN', KEYS[5], 'ck')
-redis.call('HSET', KEYS[5], 'ck', v)
-redis.call('HINCRBY', KEYS[3], ARGV[1], delta)
-redis.call('INCRBY', KEYS[4], delta)
-return 'ok'
-`
-
 // SaveCheckpoint implements Log; failures are saveCheckpoint's.
 func (l *RedisLog) SaveCheckpoint(id string, seq uint64, data []byte) {
-	fence, _ := l.fences.Load(id)
-	v, _ := fence.(string)
-	_, _ = l.saveCheckpoint(id, seq, data, v)
+	_, _ = l.saveCheckpoint(id, seq, data, l.fence(id))
 }
 
-// saveCheckpoint saves a checkpoint of id, fenced by the lease value fence
-// unless it is empty; it answers as the script does, or fenced.
+// saveCheckpoint saves a checkpoint of id (lua/checkpoint.lua), fenced by
+// the lease value fence unless it is empty; it answers as the script does,
+// or fenced.
 func (l *RedisLog) saveCheckpoint(id string, seq uint64, data []byte, fence string) (string, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
-	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id))
-	args := []any{id, seq, data}
-	script := redisCheckpointScript
-	if fence != "" {
-		script, keys, args = redisFencedCheckpointScript, append([]string{LeaseKey(id)}, keys...), append([]any{fence}, args...)
-	}
-	return l.runFenced(ctx, script, keys, args)
+	res, err := fenced(checkpointScript.Run(ctx, l.rdb, id, fence, id, seq, data))
+	l.countFenced(res, err)
+	return res[0], err
 }
 
 // Checkpoint implements Log.
@@ -103,9 +75,7 @@ func (f *PairLog) SaveCheckpoint(id string, seq uint64, data []byte) {
 	if !shared {
 		return
 	}
-	fence, _ := f.redis.fences.Load(id)
-	v, _ := fence.(string)
-	switch res, err := f.redis.saveCheckpoint(id, seq, data, v); {
+	switch res, err := f.redis.saveCheckpoint(id, seq, data, f.redis.fence(id)); {
 	case err != nil:
 		f.degrade(id, err)
 	case res == "fenced":

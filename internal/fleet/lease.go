@@ -32,7 +32,7 @@ type Lease struct {
 }
 
 // Value is the lease as its store keeps it: "token replica". A write is
-// fenced by comparing the stored value with the writer's (LeaseCheckLua).
+// fenced by comparing the stored value with the writer's (lua/append.lua).
 func (l Lease) Value() string { return strconv.FormatUint(l.Token, 10) + " " + l.Replica }
 
 func parseLease(id, v string) (Lease, bool) {
@@ -142,66 +142,14 @@ func (m *memLeases) Holder(_ context.Context, id string) (Lease, bool, error) {
 	return l.Lease, ok, nil
 }
 
-// LeaseKey is the Redis key of completion id's lease. The id is a hash tag,
-// so that in a Redis Cluster the lease, its token counter and the
-// completion's other keys named this way (completiond:log:{id}) live in one
-// slot, and one script may check the lease and write the log atomically.
-func LeaseKey(id string) string { return "completiond:lease:{" + id + "}" }
-
-// leaseTokenKey counts the tokens granted for id. It outlives the lease by
-// far (leaseTokenTTL), so that tokens keep growing while the completion
-// may still be running or taken over.
-func leaseTokenKey(id string) string { return "completiond:lease:token:{" + id + "}" }
-
+// leaseTokenTTL is how long a completion's token counter lives after its
+// last lease was granted: far longer than any completion runs.
 const leaseTokenTTL = 24 * time.Hour
 
-// LeaseCheckLua is the fencing precondition of a Redis script that writes
-// for the owner of a completion: KEYS[1] is LeaseKey(id), ARGV[1] the
-// writer's lease value ("token replica", as Acquire stored it). A script
-// that starts with it does not write once another replica holds the lease,
-// atomically with the write (the Redis event log's fenced append):
-//
-//	local v = redis.call('GET', KEYS[1])
-//	if v and v ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
-//
-// A lease that is gone (it lapsed, or Redis restarted empty) does not
-// refuse the write: nobody else can have written since without taking the
-// lease, and the writer's next renewal takes it back or finds it lost
-// (Leases.Renew), which stops the writer.
-const LeaseCheckLua = `local v = redis.call('GET', KEYS[1])
-if v and v ~= ARGV[1] then return redis.error_reply('FENCED lease lost') end
-`
-
-var (
-	// acquireScript: KEYS lease, token counter; ARGV replica, ttl ms,
-	// counter ttl ms. Returns the token, or 0 when the lease is held.
-	acquireScript = redis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local t = redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('SET', KEYS[1], t .. ' ' .. ARGV[1], 'PX', ARGV[2])
-return t`)
-	// renewScript: compare-and-pexpire, or take the lease again when it
-	// is gone and nobody was granted one since (the token counter is ours,
-	// or gone too: Redis restarted empty, or lost the keys). KEYS lease,
-	// token counter; ARGV value, ttl ms, token, counter ttl ms. Returns 1
-	// when the lease is the caller's for ttl, 0 when it is lost.
-	renewScript = redis.NewScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-if v then return 0 end
-local t = redis.call('GET', KEYS[2])
-if t and t ~= ARGV[3] then return 0 end
-redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1`)
-	// releaseScript: compare-and-delete. KEYS lease; ARGV value.
-	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-)
-
-// redisLeases are Leases in Redis: completiond:lease:{id} holds "token
-// replica" with a PX expiry (SET NX PX in a script that draws the token
-// from INCR completiond:lease:token:{id}); a renewal is a compare-and-
-// PEXPIRE, a release a compare-and-DEL.
+// redisLeases are Leases in Redis: LeaseKey(id) holds "token replica" with
+// a PX expiry, set by lua/acquire.lua with a token drawn from INCR of
+// leaseTokenKey(id); a renewal is a compare-and-PEXPIRE (lua/renew.lua), a
+// release a compare-and-DEL (lua/release.lua).
 type redisLeases struct {
 	rdb redis.UniversalClient
 	ttl time.Duration
@@ -216,8 +164,7 @@ func NewRedisLeases(rdb redis.UniversalClient, ttl time.Duration) Leases {
 func (r *redisLeases) TTL() time.Duration { return r.ttl }
 
 func (r *redisLeases) Acquire(ctx context.Context, id, replica string) (Lease, error) {
-	n, err := acquireScript.Run(ctx, r.rdb, []string{LeaseKey(id), leaseTokenKey(id)},
-		replica, r.ttl.Milliseconds(), leaseTokenTTL.Milliseconds()).Int64()
+	n, err := acquireScript.Run(ctx, r.rdb, id, replica, r.ttl.Milliseconds(), leaseTokenTTL.Milliseconds()).Int64()
 	if err != nil {
 		return Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
@@ -228,7 +175,7 @@ func (r *redisLeases) Acquire(ctx context.Context, id, replica string) (Lease, e
 }
 
 func (r *redisLeases) Renew(ctx context.Context, l Lease) error {
-	n, err := renewScript.Run(ctx, r.rdb, []string{LeaseKey(l.ID), leaseTokenKey(l.ID)}, l.Value(), r.ttl.Milliseconds(),
+	n, err := renewScript.Run(ctx, r.rdb, l.ID, l.Value(), r.ttl.Milliseconds(),
 		l.Token, leaseTokenTTL.Milliseconds()).Int64()
 	switch {
 	case err != nil:
@@ -240,7 +187,7 @@ func (r *redisLeases) Renew(ctx context.Context, l Lease) error {
 }
 
 func (r *redisLeases) Release(ctx context.Context, l Lease) error {
-	if err := releaseScript.Run(ctx, r.rdb, []string{LeaseKey(l.ID)}, l.Value()).Err(); err != nil {
+	if err := releaseScript.Run(ctx, r.rdb, l.ID, l.Value()).Err(); err != nil {
 		return fmt.Errorf("release lease: %w", err)
 	}
 	return nil

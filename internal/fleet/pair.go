@@ -224,8 +224,7 @@ func (f *PairLog) reshare(id string, apart *apartState, ended bool) {
 // keepUnpublished remembers that id ended apart while Redis did not
 // answer, with its fence, for publishEnded.
 func (f *PairLog) keepUnpublished(id string) {
-	fence, _ := f.redis.fences.Load(id)
-	v, _ := fence.(string)
+	v := f.redis.fence(id)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.unpublished) >= maxUnpublished {

@@ -18,192 +18,6 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
-// Keys of the Redis event log. Every key is prefixed completiond: and names
-// its kind; a completion's keys carry its id in braces.
-const (
-	// redisLogsLive is a sorted set of the live logs' ids, scored by the
-	// time (Unix ms) their log lapses unless an event comes: a replica that
-	// died leaves no live log behind for longer than RedisLog.LiveTTL.
-	redisLogsLive = "completiond:logs:live"
-	// redisLogsEnded is a sorted set of the ended logs' ids, scored by the
-	// time (Unix ms) they ended, times 1000, plus a counter of the ends
-	// modulo 1000 (completiond:logs:endseq), so that logs ended within the
-	// same millisecond keep their order: the oldest is evicted first.
-	redisLogsEnded = "completiond:logs:ended"
-	// redisLogSizes is a hash of each log's encoded bytes kept.
-	redisLogSizes = "completiond:logs:bytes"
-	// redisLogBytes is the encoded bytes kept by every log.
-	redisLogBytes = "completiond:logs:total"
-	// redisLogChanged is the Pub/Sub channel on which every change of a
-	// log publishes the log's id.
-	redisLogChanged = "completiond:logchanged"
-)
-
-// redisLogKey is the Redis Stream of completion id's events: entry 0-N is
-// the event of seq N, so that XRANGE from 0-(after+1) is exactly the events
-// after a seq.
-func redisLogKey(id string) string { return "completiond:log:{" + id + "}" }
-
-// redisMetaKey is the hash of completion id's log: m (the encoded Meta),
-// and once ended, ended (Unix ms) and status (a google.rpc.Status).
-func redisMetaKey(id string) string { return "completiond:meta:{" + id + "}" }
-
-// redisLogLib is the Lua shared by the scripts: drop removes a log and its
-// accounting and wakes its followers; open opens one within the bound on
-// completions, evicting the oldest ended ones (false when every log kept
-// is live); expire drops the ended logs whose retention has passed and the
-// live logs that lapsed. KEYS[1..4] are redisLogsLive, redisLogsEnded,
-// redisLogSizes, redisLogBytes.
-const redisLogLib = `
-local function drop(id)
-  redis.call('DEL', 'completiond:log:{' .. id .. '}', 'completiond:meta:{' .. id .. '}')
-  local size = tonumber(redis.call('HGET', KEYS[3], id) or '0')
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('DECRBY', KEYS[4], size)
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('PUBLISH', 'completiond:logchanged', id)
-end
-local function open(id, metakey, meta, now, maxc, ttl)
-  while redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= maxc do
-    local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-    if not oldest then return false end
-    drop(oldest)
-  end
-  redis.call('HSET', metakey, 'm', meta)
-  redis.call('PEXPIRE', metakey, ttl)
-  redis.call('ZADD', KEYS[1], now + ttl, id)
-  return true
-end
-local function expire(now, retention)
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', (now - retention) * 1000 + 999, 'LIMIT', 0, 100)) do drop(id) end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 100)) do drop(id) end
-end
-`
-
-// redisOpenScript opens a log. KEYS[5] is its meta; ARGV: id, encoded
-// meta, now (ms), retention (ms), max completions, live TTL (ms). It
-// answers ok, or full when every log kept is live.
-var redisOpenScript = redis.NewScript(redisLogLib + `
-local id, now, retention, maxc, ttl = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-expire(now, retention)
-if redis.call('EXISTS', KEYS[5]) == 1 then return 'ok' end
-if not open(id, KEYS[5], ARGV[2], now, maxc, ttl) then return 'full' end
-return 'ok'
-`)
-
-// redisAppendScript appends an event, and with end=1 ends the log. KEYS[5]
-// is its meta, KEYS[6] its stream; ARGV: id, seq, event, status, end, now
-// (ms), retention (ms), max events, max bytes, live TTL (ms). It answers
-// ok; missing when the log is not in Redis (never opened there, dropped,
-// or Redis lost it); ended; or order for a seq not above the last.
-var redisAppendScript = redis.NewScript(redisAppendBody)
-
-const redisAppendBody = redisLogLib + `
-local id, seq, ev, status, fin = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local now, retention, maxe, maxb, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-expire(now, retention)
-if redis.call('EXISTS', KEYS[5]) == 0 then return 'missing' end
-if redis.call('HEXISTS', KEYS[5], 'ended') == 1 then return 'ended' end
-local added = redis.pcall('XADD', KEYS[6], '0-' .. seq, 'e', ev)
-if type(added) == 'table' and added.err then return 'order' end
-local size = #ev + #status
-redis.call('HINCRBY', KEYS[3], id, size)
-local total = redis.call('INCRBY', KEYS[4], size)
-while total > maxb do
-  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if not oldest then break end
-  drop(oldest)
-  total = tonumber(redis.call('GET', KEYS[4]) or '0')
-end
-local n = redis.call('XLEN', KEYS[6])
-while n > 1 and (n > maxe or total > maxb) do
-  local first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1]
-  local b = #first[2][2]
-  redis.call('XDEL', KEYS[6], first[1])
-  redis.call('HINCRBY', KEYS[3], id, -b)
-  total = redis.call('DECRBY', KEYS[4], b)
-  n = n - 1
-end
-if fin == '1' then
-  local ck = redis.call('HSTRLEN', KEYS[5], 'ck')
-  if ck > 0 then
-    redis.call('HDEL', KEYS[5], 'ck')
-    redis.call('HINCRBY', KEYS[3], id, -ck)
-    redis.call('DECRBY', KEYS[4], ck)
-  end
-  redis.call('HSET', KEYS[5], 'status', status, 'ended', now)
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('ZADD', KEYS[2], now * 1000 + redis.call('INCR', 'completiond:logs:endseq') % 1000, id)
-  redis.call('PEXPIRE', KEYS[5], retention)
-  redis.call('PEXPIRE', KEYS[6], retention)
-else
-  redis.call('ZADD', KEYS[1], now + ttl, id)
-  redis.call('PEXPIRE', KEYS[5], ttl)
-  redis.call('PEXPIRE', KEYS[6], ttl)
-end
-redis.call('PUBLISH', 'completiond:logchanged', id .. ' ' .. seq)
-return 'ok'
-`
-
-// redisFencedAppendScript is redisAppendScript for the owner of a fenced
-// completion: KEYS[1] is its LeaseKey and ARGV[1] its lease value, before
-// the append's own keys and arguments; the append happens only while the
-// writer still holds the lease, atomically with the check (LeaseCheckLua),
-// which otherwise answers the error FENCED.
-var redisFencedAppendScript = redis.NewScript(LeaseCheckLua + `table.remove(KEYS, 1)
-table.remove(ARGV, 1)
-` + redisAppendBody)
-
-// redisExpireScript runs expire alone; ARGV: now (ms), retention (ms).
-var redisExpireScript = redis.NewScript(redisLogLib + `
-expire(tonumber(ARGV[1]), tonumber(ARGV[2]))
-return 'ok'
-`)
-
-// redisDropScript drops the log ARGV[1] and its accounting.
-var redisDropScript = redis.NewScript(redisLogLib + `
-drop(ARGV[1])
-return 'ok'
-`)
-
-// redisReshareScript prepares the log of a completion that ran on logged
-// in its replica's memory only for a while, for the replica to append
-// what Redis lacks (RedisLog.reshare). KEYS[1..4] redisLogKeys,
-// KEYS[5] its meta, KEYS[6] its stream, KEYS[7] its LeaseKey, KEYS[8] the
-// lease's token counter; ARGV: id, encoded meta, now (ms), retention
-// (ms), max completions, live TTL (ms), the writer's lease value (empty:
-// not fenced), its token, the lease TTL (ms), the counter's TTL (ms).
-//
-// Fenced, it answers fenced when another replica holds the lease, or was
-// granted it since the writer's (the counter moved on), and takes the
-// lease again when it is gone (as Leases.Renew does), so that nobody takes
-// the completion over while the writer appends. It opens the log when
-// Redis no longer has it, and answers "ok N" with N the last seq the log
-// keeps (0: none), "ended" when it ended, or "full".
-var redisReshareScript = redis.NewScript(redisLogLib + `
-local id, now, retention, maxc, ttl = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-if ARGV[7] ~= '' then
-  local v = redis.call('GET', KEYS[7])
-  if v and v ~= ARGV[7] then return 'fenced' end
-  if not v then
-    local t = redis.call('GET', KEYS[8])
-    if t and t ~= ARGV[8] then return 'fenced' end
-    redis.call('SET', KEYS[8], ARGV[8], 'PX', ARGV[10])
-    redis.call('SET', KEYS[7], ARGV[7], 'PX', ARGV[9])
-  end
-end
-expire(now, retention)
-if redis.call('EXISTS', KEYS[5]) == 0 then
-  redis.call('DEL', KEYS[6])
-  if not open(id, KEYS[5], ARGV[2], now, maxc, ttl) then return 'full' end
-end
-if redis.call('HEXISTS', KEYS[5], 'ended') == 1 then return 'ended' end
-local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)[1]
-if not last then return 'ok 0' end
-return 'ok ' .. string.match(last[1], '%d+$')
-`)
-
 // errLogFenced: another replica holds the completion's lease, or was
 // granted it since the writer's.
 var errLogFenced = errors.New("the completion's lease is another replica's")
@@ -222,18 +36,21 @@ const DefaultRedisOpTimeout = time.Second
 // or a log dropped by its TTL rather than by a script, is seen by then.
 const redisWakeAll = 5 * time.Second
 
-// RedisLog is the Log in Redis, shared by every replica: one
-// Redis Stream per completion (completiond:log:{id}, entry 0-N for seq N),
-// its meta in a hash (completiond:meta:{id}), and the bounds of
-// EventLogLimits over the whole Redis (the completions and bytes kept,
-// counted in completiond:logs:*), enforced by Lua scripts so that each
-// Open and Append is one atomic round trip. Retention is kept both ways:
-// the scripts drop the logs that ended Retention ago (by the log's clock),
-// and every key also expires (PEXPIRE) on its own, so that nothing
-// outlives a fleet that stopped. A live log lapses after LiveTTL without
-// an event (its replica died).
+// RedisLog is the Log in Redis, shared by every replica: one Redis Stream
+// per completion (redisLogKey, entry 0-N for seq N), its meta in a hash
+// (redisMetaKey), and the bounds of EventLogLimits over the whole Redis
+// (the completions and bytes kept, counted in completiond:logs:*). The
+// scripts in lua/ keep them: each Open and Append is one atomic round trip
+// that declares every key it touches (keys.go has the one table of them),
+// and answers the ids of the other logs its bound evicts, which the writer
+// then drops one by one (lua/drop.lua), each with its own keys declared.
+// Retention is kept both ways: every replica drops, every redisWakeAll, the
+// logs that ended Retention ago (by the log's clock) and the live logs that
+// lapsed (sweep), and every key also expires (PEXPIRE) on its own, so that
+// nothing outlives a fleet that stopped. A live log lapses after LiveTTL
+// without an event (its replica died).
 //
-// Following: one Pub/Sub subscription per process, on completiond:logchanged,
+// Following: one Pub/Sub subscription per process, on redisLogChanged,
 // whose messages name the log that changed and the seq appended ("id seq",
 // or "id" for a log dropped); a Read's More is a channel of a per-id
 // registry, closed when a notice of the id above the last seq the Read saw
@@ -243,8 +60,9 @@ const redisWakeAll = 5 * time.Second
 // a notice lost while the subscription was down delays a follower by that
 // much at most.
 //
-// The scripts use keys they do not declare: a standalone Redis, or one
-// behind Sentinel, not Redis Cluster.
+// A script writes one completion's keys and the fleet-wide counts of
+// completiond:logs:*, which are not in that completion's hash slot: a
+// standalone Redis, or one behind Sentinel, not Redis Cluster.
 type RedisLog struct {
 	rdb    redis.UniversalClient
 	limits config.EventLogLimits
@@ -327,6 +145,7 @@ func (l *RedisLog) listen(ctx context.Context, ps *redis.PubSub) {
 		}
 		if time.Since(last) >= redisWakeAll {
 			l.wake.all(2 * redisWakeAll)
+			_ = l.expire(l.now())
 			last = time.Now()
 		}
 	}
@@ -341,8 +160,6 @@ func (l *RedisLog) ctx() (context.Context, context.CancelFunc) {
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
-var redisLogKeys = []string{redisLogsLive, redisLogsEnded, redisLogSizes, redisLogBytes}
-
 // Open implements Log.
 func (l *RedisLog) Open(id string, meta Meta) error { return l.open(id, meta) }
 
@@ -354,16 +171,14 @@ func (l *RedisLog) open(id string, meta Meta) error {
 	}
 	ctx, cancel := l.ctx()
 	defer cancel()
-	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id))
-	res, err := redisOpenScript.Run(ctx, l.rdb, keys, id, m, ms(l.now()), l.limits.Retention.Milliseconds(),
-		l.limits.MaxCompletions, l.LiveTTL.Milliseconds()).Text()
+	res, err := openScript.Run(ctx, l.rdb, id, id, m, ms(l.now()), l.limits.MaxCompletions, l.LiveTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if res == "full" {
+	if res[0] == "full" {
 		return errLogFull
 	}
-	return nil
+	return l.dropAll(ctx, res[1:])
 }
 
 // Append implements Log.
@@ -380,9 +195,9 @@ func (l *RedisLog) End(id string, result *completionv1.CompletionEvent, status [
 func (l *RedisLog) Fenced() bool { return true }
 
 // Fence implements Log: from now on, the writes of id happen only
-// while l is its lease, checked by the append script atomically with each
-// write (it starts with LeaseCheckLua: KEYS[1] = LeaseKey(id), ARGV[1] =
-// the lease's Value); a write refused is dropped (add answers fenced).
+// while l is its lease, checked by each script that writes atomically with
+// the write (lua/append.lua and lua/checkpoint.lua compare LeaseKey(id)
+// with the lease's Value); a write refused is dropped (add answers fenced).
 func (l *RedisLog) Fence(id string, lease Lease) { l.fences.Store(id, lease.Value()) }
 
 // Unfence implements Log.
@@ -406,46 +221,64 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	}
 	ctx, cancel := l.ctx()
 	defer cancel()
-	fence, _ := l.fences.Load(id)
-	v, _ := fence.(string)
-	script, keys, args := l.appendCall(id, ev.GetSeq(), b, status, end, v)
-	return l.runFenced(ctx, script, keys, args)
+	res, err := fenced(appendScript.Run(ctx, l.rdb, id, l.appendArgs(id, ev.GetSeq(), b, status, end, l.fence(id))...))
+	if err != nil || res[0] != "ok" {
+		l.countFenced(res, err)
+		return res[0], err
+	}
+	return "ok", l.dropAll(ctx, res[1:])
 }
 
-// runFenced runs a log script that may be fenced by a lease: it answers
-// what the script answered, fenced when the lease refused the write, or
-// the error of a Redis that did not answer.
-func (l *RedisLog) runFenced(ctx context.Context, script *redis.Script, keys []string, args []any) (string, error) {
-	res, err := script.Run(ctx, l.rdb, keys, args...).Text()
-	if err != nil && strings.HasPrefix(err.Error(), "FENCED") {
-		l.refused()
-		return "fenced", nil
+// fence is the lease value the writes of id need (Fence), or "".
+func (l *RedisLog) fence(id string) string {
+	v, _ := l.fences.Load(id)
+	s, _ := v.(string)
+	return s
+}
+
+// fenced is the reply of a script that may be fenced by a lease: its
+// strings, {"fenced"} when the lease refused the write (the error FENCED),
+// or the error of a Redis that did not answer.
+func fenced(cmd *redis.Cmd) ([]string, error) {
+	v, err := cmd.Result()
+	switch {
+	case err != nil && strings.HasPrefix(err.Error(), "FENCED"):
+		return []string{"fenced"}, nil
+	case err != nil:
+		return []string{""}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if s, ok := v.(string); ok {
+		return []string{s}, nil
+	}
+	res, err := cmd.StringSlice()
+	if err != nil || len(res) == 0 {
+		return []string{""}, fmt.Errorf("%w: a script answered %v", ErrUnavailable, v)
 	}
 	return res, nil
+}
+
+// countFenced counts a write that Redis refused because another replica
+// holds the completion's lease.
+func (l *RedisLog) countFenced(res []string, err error) {
+	if err == nil && res[0] == "fenced" {
+		l.refused()
+	}
 }
 
 // refused counts a write that Redis refused because another replica holds
 // the completion's lease.
 func (l *RedisLog) refused() { l.m.fenced.Add(context.Background(), 1) }
 
-// appendCall is the script, keys and arguments that append the encoded
+// appendArgs are the arguments of lua/append.lua that append the encoded
 // event b of seq to the log of id, and with end end it with status;
 // fenced by the lease value fence unless it is empty.
-func (l *RedisLog) appendCall(id string, seq uint64, b, status []byte, end bool, fence string) (*redis.Script, []string, []any) {
+func (l *RedisLog) appendArgs(id string, seq uint64, b, status []byte, end bool, fence string) []any {
 	fin := "0"
 	if end {
 		fin = "1"
 	}
-	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id))
-	args := []any{id, seq, b, status, fin, ms(l.now()),
-		l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds()}
-	if fence == "" {
-		return redisAppendScript, keys, args
-	}
-	return redisFencedAppendScript, append([]string{LeaseKey(id)}, keys...), append([]any{fence}, args...)
+	return []any{fence, id, seq, b, status, fin, ms(l.now()), l.limits.Retention.Milliseconds(),
+		l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds(), redisLogChanged}
 }
 
 // Read implements Log: the meta, the page and the first and last
@@ -518,9 +351,7 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 // granted its lease; its lease is taken again if it lapsed. The appends
 // are pipelined, in batches.
 func (l *RedisLog) reshare(id string, c logCopy) error {
-	fence, _ := l.fences.Load(id)
-	v, _ := fence.(string)
-	return l.reshareFenced(id, c, v)
+	return l.reshareFenced(id, c, l.fence(id))
 }
 
 // reshareFenced is reshare with the writer's lease value given (empty:
@@ -530,19 +361,13 @@ func (l *RedisLog) reshareFenced(id string, c logCopy, fence string) error {
 	if c.ended {
 		meta.Request = nil // an ended completion is never taken over
 	}
-	m, err := encodeLogMeta(meta)
-	if err != nil {
-		return err
-	}
 	var token any = ""
 	if lease, ok := parseLease(id, fence); ok {
 		token = lease.Token
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.OpTimeout+time.Duration(len(c.events)/redisReshareBatch+1)*l.OpTimeout)
 	defer cancel()
-	keys := append(append([]string(nil), redisLogKeys...), redisMetaKey(id), redisLogKey(id), LeaseKey(id), leaseTokenKey(id))
-	res, err := redisReshareScript.Run(ctx, l.rdb, keys, id, m, ms(l.now()), l.limits.Retention.Milliseconds(),
-		l.limits.MaxCompletions, l.LiveTTL.Milliseconds(), fence, token, l.leaseTTL().Milliseconds(), leaseTokenTTL.Milliseconds()).Text()
+	res, err := reshareScript.Run(ctx, l.rdb, id, fence, token, l.leaseTTL().Milliseconds(), leaseTokenTTL.Milliseconds()).Text()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -551,8 +376,12 @@ func (l *RedisLog) reshareFenced(id string, c logCopy, fence string) error {
 	case res == "fenced":
 		l.refused()
 		return errLogFenced
-	case res == "full":
-		return errLogFull
+	case res == "missing":
+		// The lease is the writer's now (or the log is not fenced): the
+		// log opened here is this writer's to fill.
+		if err := l.open(id, meta); err != nil {
+			return err
+		}
 	case res == "ended":
 		return nil
 	default:
@@ -569,8 +398,7 @@ const redisReshareBatch = 128
 
 // appendAll appends the events of c after seq kept, pipelined.
 func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence string) error {
-	script, _, _ := l.appendCall(id, 0, nil, nil, false, fence)
-	if err := script.Load(ctx, l.rdb).Err(); err != nil {
+	if err := appendScript.Load(ctx, l.rdb); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	for i := 0; i < len(c.events); {
@@ -585,23 +413,25 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 			if end {
 				status = c.status
 			}
-			_, keys, args := l.appendCall(id, c.seqs[i], c.events[i], status, end, fence)
-			cmds = append(cmds, pipe.EvalSha(ctx, script.Hash(), keys, args...))
+			cmds = append(cmds, appendScript.EvalSha(ctx, pipe, id, l.appendArgs(id, c.seqs[i], c.events[i], status, end, fence)...))
 		}
 		if len(cmds) == 0 {
 			continue
 		}
 		_, _ = pipe.Exec(ctx)
 		for _, cmd := range cmds {
-			res, err := cmd.Text()
+			res, err := fenced(cmd)
 			switch {
-			case err != nil && strings.HasPrefix(err.Error(), "FENCED"):
+			case err != nil:
+				return err
+			case res[0] == "fenced":
 				l.refused()
 				return errLogFenced
-			case err != nil:
-				return fmt.Errorf("%w: %w", ErrUnavailable, err)
-			case res == "missing" || res == "ended":
-				return fmt.Errorf("%w: the log went while it was published again (%s)", ErrUnavailable, res)
+			case res[0] == "missing" || res[0] == "ended":
+				return fmt.Errorf("%w: the log went while it was published again (%s)", ErrUnavailable, res[0])
+			}
+			if err := l.dropAll(ctx, res[1:]); err != nil {
+				return err
 			}
 		}
 	}
@@ -623,44 +453,47 @@ func entrySeq(entry string) uint64 {
 	return seq
 }
 
-// drop removes the log of id from Redis.
-func (l *RedisLog) drop(id string) error {
-	ctx, cancel := l.ctx()
-	defer cancel()
-	return redisDropScript.Run(ctx, l.rdb, redisLogKeys, id).Err()
+// dropAll removes the logs of ids from Redis, pipelined: the logs that a
+// script's bound evicted, or whose time passed.
+func (l *RedisLog) dropAll(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := dropScript.Load(ctx, l.rdb); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	pipe := l.rdb.Pipeline()
+	for _, id := range ids {
+		dropScript.EvalSha(ctx, pipe, id, "", id, redisLogChanged)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
 }
-
-// redisFencedDropScript is redisDropScript for the owner of a fenced
-// completion (KEYS[5] its LeaseKey, ARGV[2] its lease value): a log whose
-// lease another replica holds is left alone.
-var redisFencedDropScript = redis.NewScript(redisLogLib + `
-local v = redis.call('GET', KEYS[5])
-if v and v ~= ARGV[2] then return 'fenced' end
-drop(ARGV[1])
-return 'ok'
-`)
 
 // dropUnlessFenced removes the log of id from Redis, unless id is fenced
 // and another replica holds its lease.
 func (l *RedisLog) dropUnlessFenced(id string) error {
-	v, ok := l.fences.Load(id)
-	if !ok {
-		return l.drop(id)
-	}
 	ctx, cancel := l.ctx()
 	defer cancel()
-	keys := append(append([]string(nil), redisLogKeys...), LeaseKey(id))
-	return redisFencedDropScript.Run(ctx, l.rdb, keys, id, v).Err()
+	return dropScript.Run(ctx, l.rdb, id, l.fence(id), id, redisLogChanged).Err()
 }
 
-// Expire implements Log: it drops what the bounds of the time now
-// no longer keep (each Open and Append does as well).
+// Expire implements Log: it drops what the bounds of the time now no
+// longer keep (every replica does so every redisWakeAll as well).
 func (l *RedisLog) Expire(now time.Time) { _ = l.expire(now) }
 
+// expire drops the logs that ended Retention before now and the live logs
+// that lapsed, 200 at most.
 func (l *RedisLog) expire(now time.Time) error {
 	ctx, cancel := l.ctx()
 	defer cancel()
-	return redisExpireScript.Run(ctx, l.rdb, redisLogKeys, ms(now), l.limits.Retention.Milliseconds()).Err()
+	ids, err := expiredScript.Run(ctx, l.rdb, "", ms(now), l.limits.Retention.Milliseconds()).StringSlice()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return l.dropAll(ctx, ids)
 }
 
 // encodeLogMeta is the blob a shared log keeps of a Meta: its JSON, so

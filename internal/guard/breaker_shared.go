@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/completiond/completiond/recovery"
@@ -271,18 +270,10 @@ func (s *sharedBreakers) takeProbe(route string) (*probeLeaseHolder, error) {
 	return p, nil
 }
 
-// renewProbe extends the probe's lease if it is still this replica's.
-var renewProbe = redis.NewScript(`
-if redis.call("GET", KEYS[1]) == ARGV[1] then
-  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
-end
-return 0
-`)
-
 func (p *probeLeaseHolder) renew() {
 	renewLoop(p.s.probeLease/3, p.stop, p.done, func() {
 		ctx, cancel := p.s.g.ctx()
-		err := renewProbe.Run(ctx, p.s.g.rdb, []string{cbProbeKey(p.route)}, p.token, p.s.probeLease.Milliseconds()).Err()
+		err := probeRenewScript.Run(ctx, p.s.g.rdb, p.route, p.token, p.s.probeLease.Milliseconds()).Err()
 		cancel()
 		p.s.g.observe("breaker probe renew", err)
 	})
@@ -297,7 +288,7 @@ func (p *probeLeaseHolder) release() {
 	<-p.done
 	ctx, cancel := p.s.g.ctx()
 	defer cancel()
-	p.s.g.observe("breaker probe release", compareAndDelete.Run(ctx, p.s.g.rdb, []string{cbProbeKey(p.route)}, p.token).Err())
+	p.s.g.observe("breaker probe release", probeReleaseScript.Run(ctx, p.s.g.rdb, p.route, p.token).Err())
 }
 
 // read returns the shared states of routes at once, without the lock.

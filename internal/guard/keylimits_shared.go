@@ -36,8 +36,6 @@ func NewSharedLimits(g *RedisGate) *sharedLimits {
 	return &sharedLimits{g: g, rate: redis_rate.NewLimiter(rateKeys{g.rdb}), slotTTL: defaultSlotTTL}
 }
 
-func inflightKey(key string) string { return "completiond:inflight:" + key }
-
 // rateKeys is the client redis_rate runs its scripts with: it names the
 // keys redis_rate calls "rate:{key}" completiond:rate:{key}, like the
 // fleet's other keys.
@@ -74,34 +72,6 @@ func (r rateKeys) Del(ctx context.Context, keys ...string) *redis.IntCmd {
 	return r.UniversalClient.Del(ctx, rateKey(keys)...)
 }
 
-// takeSlot drops the lapsed slots of KEYS[1], then adds slot ARGV[1] until
-// ARGV[3] ms from now unless ARGV[2] slots are taken. It returns {1, n} when
-// the slot is taken, {0, n} when not, n the slots then taken.
-var takeSlot = redis.NewScript(`
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
-local n = redis.call("ZCARD", KEYS[1])
-if n >= tonumber(ARGV[2]) then
-  return {0, n}
-end
-redis.call("ZADD", KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call("PEXPIRE", KEYS[1], ARGV[3])
-return {1, n + 1}
-`)
-
-// renewSlot moves the expiry of slot ARGV[1] of KEYS[1] to ARGV[2] ms from
-// now, if the slot is still there (a lapsed slot is not taken again).
-var renewSlot = redis.NewScript(`
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call("ZADD", KEYS[1], "XX", "CH", now + tonumber(ARGV[2]), ARGV[1]) == 1 then
-  redis.call("PEXPIRE", KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-`)
-
 // Admit counts one more completion of key against l's limits in Redis, or
 // refuses it with the status of the local limits. shared is false when
 // Redis could not answer: the caller then applies the local limits.
@@ -110,7 +80,7 @@ func (s *sharedLimits) Admit(key string, l config.Limits) (release func(), share
 	if l.KeyMaxConcurrent > 0 {
 		id := randomToken()
 		ctx, cancel := s.g.ctx()
-		res, err := takeSlot.Run(ctx, s.g.rdb, []string{inflightKey(key)}, id, l.KeyMaxConcurrent, s.slotTTL.Milliseconds()).Int64Slice()
+		res, err := takeSlotScript.Run(ctx, s.g.rdb, key, id, l.KeyMaxConcurrent, s.slotTTL.Milliseconds()).Int64Slice()
 		cancel()
 		if s.g.observe("key concurrency", err) != nil {
 			return nil, false, nil
@@ -154,7 +124,7 @@ type heldSlot struct {
 func (h *heldSlot) renew() {
 	renewLoop(h.s.slotTTL/3, h.stop, h.done, func() {
 		ctx, cancel := h.s.g.ctx()
-		err := renewSlot.Run(ctx, h.s.g.rdb, []string{inflightKey(h.key)}, h.id, h.s.slotTTL.Milliseconds()).Err()
+		err := renewSlotScript.Run(ctx, h.s.g.rdb, h.key, h.id, h.s.slotTTL.Milliseconds()).Err()
 		cancel()
 		h.s.g.observe("key concurrency renew", err)
 	})

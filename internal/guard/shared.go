@@ -81,23 +81,8 @@ func randomToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// compareAndDelete deletes KEYS[1] if it still holds ARGV[1]: a lock or a
-// lease is released only by its holder, never after it lapsed and another
-// took it.
-var compareAndDelete = redis.NewScript(`
-if redis.call("GET", KEYS[1]) == ARGV[1] then
-  return redis.call("DEL", KEYS[1])
-end
-return 0
-`)
-
 // errLockHeld is what redisStore.Lock answers when another holds the lock.
 var errLockHeld = errors.New("lock held by another replica")
-
-// Key names of a route's shared breaker.
-func cbKey(route string) string      { return "completiond:cb:" + route }
-func cbLockKey(route string) string  { return cbKey(route) + ":lock" }
-func cbProbeKey(route string) string { return cbKey(route) + ":probe" }
 
 // cbLockTTL bounds how long a route's breaker lock outlives a replica that
 // died holding it; a holder keeps it for a few round trips.
@@ -162,7 +147,7 @@ func (s *redisStore) Unlock(name string) error {
 	}
 	ctx, cancel := s.g.ctx()
 	defer cancel()
-	return s.g.observe("breaker unlock", compareAndDelete.Run(ctx, s.g.rdb, []string{cbLockKey(route)}, token).Err())
+	return s.g.observe("breaker unlock", unlockScript.Run(ctx, s.g.rdb, route, token).Err())
 }
 
 // GetData returns the state of name's route's breaker, nil if there is none.

@@ -1,0 +1,85 @@
+package fleet
+
+import (
+	"embed"
+
+	"github.com/completiond/completiond/internal/redisscript"
+)
+
+// The fleet's Redis keys. Every key is prefixed completiond: and names its
+// kind. A completion's own keys carry its id as a hash tag ({id}), so that
+// in a Redis Cluster they share one slot; the keys that count every log
+// (completiond:logs:*) are the whole fleet's.
+const (
+	// redisLogsLive is a sorted set of the live logs' ids, scored by the
+	// time (Unix ms) their log lapses unless an event comes: a replica that
+	// died leaves no live log behind for longer than RedisLog.LiveTTL.
+	redisLogsLive = "completiond:logs:live"
+	// redisLogsEnded is a sorted set of the ended logs' ids, scored by the
+	// time (Unix ms) they ended, times 1000, plus a counter of the ends
+	// modulo 1000 (redisLogsEndSeq), so that logs ended within the same
+	// millisecond keep their order: the oldest is evicted first.
+	redisLogsEnded = "completiond:logs:ended"
+	// redisLogsEndSeq counts the ends of logs, for redisLogsEnded.
+	redisLogsEndSeq = "completiond:logs:endseq"
+	// redisLogSizes is a hash of each log's encoded bytes kept.
+	redisLogSizes = "completiond:logs:bytes"
+	// redisLogBytes is the encoded bytes kept by every log.
+	redisLogBytes = "completiond:logs:total"
+	// redisLogChanged is the Pub/Sub channel on which every change of a
+	// log publishes the log's id (a channel, not a key).
+	redisLogChanged = "completiond:logchanged"
+)
+
+// redisLogKey is the Redis Stream of completion id's events: entry 0-N is
+// the event of seq N, so that XRANGE from 0-(after+1) is exactly the events
+// after a seq.
+func redisLogKey(id string) string { return "completiond:log:{" + id + "}" }
+
+// redisMetaKey is the hash of completion id's log: m (the encoded Meta),
+// ck (its checkpoint, "seq data"), and once ended, ended (Unix ms) and
+// status (a google.rpc.Status).
+func redisMetaKey(id string) string { return "completiond:meta:{" + id + "}" }
+
+// LeaseKey is the Redis key of completion id's lease ("token replica").
+// The id is a hash tag, so that in a Redis Cluster the lease, its token
+// counter and the completion's log live in one slot, and one script may
+// check the lease and write the log atomically.
+func LeaseKey(id string) string { return "completiond:lease:{" + id + "}" }
+
+// leaseTokenKey counts the tokens granted for id. It outlives the lease by
+// far (leaseTokenTTL), so that tokens keep growing while the completion
+// may still be running or taken over.
+func leaseTokenKey(id string) string { return "completiond:lease:token:{" + id + "}" }
+
+// redisKeys is the one table of the keys the fleet's scripts declare, by
+// the names the scripts (lua/*.lua) read them by; a script runs on one
+// completion's id.
+var redisKeys = redisscript.Table{
+	"LIVE":   redisscript.Fixed(redisLogsLive),
+	"ENDED":  redisscript.Fixed(redisLogsEnded),
+	"ENDSEQ": redisscript.Fixed(redisLogsEndSeq),
+	"SIZES":  redisscript.Fixed(redisLogSizes),
+	"BYTES":  redisscript.Fixed(redisLogBytes),
+	"META":   redisMetaKey,
+	"LOG":    redisLogKey,
+	"LEASE":  LeaseKey,
+	"TOKEN":  leaseTokenKey,
+}
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// The fleet's scripts; each file says what it does, its keys and its
+// arguments.
+var (
+	openScript       = redisscript.Load(luaFiles, "lua/open.lua", redisKeys)
+	appendScript     = redisscript.Load(luaFiles, "lua/append.lua", redisKeys)
+	checkpointScript = redisscript.Load(luaFiles, "lua/checkpoint.lua", redisKeys)
+	dropScript       = redisscript.Load(luaFiles, "lua/drop.lua", redisKeys)
+	expiredScript    = redisscript.Load(luaFiles, "lua/expired.lua", redisKeys)
+	reshareScript    = redisscript.Load(luaFiles, "lua/reshare.lua", redisKeys)
+	acquireScript    = redisscript.Load(luaFiles, "lua/acquire.lua", redisKeys)
+	renewScript      = redisscript.Load(luaFiles, "lua/renew.lua", redisKeys)
+	releaseScript    = redisscript.Load(luaFiles, "lua/release.lua", redisKeys)
+)

@@ -1,0 +1,16 @@
+package fleet
+
+import (
+	"testing"
+
+	"github.com/completiond/completiond/internal/redisscript"
+)
+
+// TestScripts: every script of lua/ is loaded once, and touches only the
+// keys it declares, named in the one table.
+func TestScripts(t *testing.T) {
+	for _, p := range redisscript.Audit(luaFiles, openScript, appendScript, checkpointScript, dropScript, expiredScript,
+		reshareScript, acquireScript, renewScript, releaseScript) {
+		t.Error(p)
+	}
+}

@@ -1,0 +1,214 @@
+package redisscript
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Table is a package's table of Redis key names: the key each name stands
+// for, built from the subject a script runs on (a completion's id, a
+// route, an API key's name). A key that does not depend on the subject
+// ignores it.
+type Table map[string]func(subject string) string
+
+// Fixed is the Table entry of a key that does not depend on the subject.
+func Fixed(key string) func(string) string { return func(string) string { return key } }
+
+// Script is one Lua script of a package, with the keys it declares.
+type Script struct {
+	name     string
+	src      string
+	lua      *redis.Script
+	keyNames []string
+	keys     []func(string) string
+}
+
+var nameList = regexp.MustCompile(`^-- (KEYS|ARGV):((?: [A-Za-z_][A-Za-z0-9_]*)*)\s*$`)
+
+// Load reads the script file from fsys and binds the key names of its
+// first line to table. It panics when the file is missing, its first two
+// lines are not the KEYS and ARGV lines, or a key is not in table: scripts
+// are loaded when their package is, and such a script is a bug that every
+// test of the package then reports.
+func Load(fsys fs.FS, file string, table Table) *Script {
+	b, err := fs.ReadFile(fsys, file)
+	if err != nil {
+		panic(fmt.Sprintf("redisscript: %v", err))
+	}
+	src, names, err := bind(string(b))
+	if err != nil {
+		panic(fmt.Sprintf("redisscript: %s: %v", file, err))
+	}
+	s := &Script{name: file, src: src, lua: redis.NewScript(src), keyNames: names}
+	for _, n := range names {
+		k, ok := table[n]
+		if !ok {
+			panic(fmt.Sprintf("redisscript: %s: key %s is not in the table", file, n))
+		}
+		s.keys = append(s.keys, k)
+	}
+	return s
+}
+
+// bind replaces the KEYS and ARGV lines of src with the Lua that binds
+// their names, and returns the key names in declaration order.
+func bind(src string) (string, []string, error) {
+	lines := strings.SplitN(src, "\n", 3)
+	if len(lines) < 3 {
+		return "", nil, fmt.Errorf("want a KEYS line and an ARGV line first")
+	}
+	var keys []string
+	for i, want := range []string{"KEYS", "ARGV"} {
+		m := nameList.FindStringSubmatch(lines[i])
+		if m == nil || m[1] != want {
+			return "", nil, fmt.Errorf("line %d: want %q followed by names", i+1, "-- "+want+":")
+		}
+		names := strings.Fields(m[2])
+		if want == "KEYS" {
+			keys = names
+		}
+		lines[i] = binding(names, want)
+	}
+	return strings.Join(lines, "\n"), keys, nil
+}
+
+// binding is one line of Lua: local a, b = ARR[1], ARR[2] (a comment when
+// there are no names, so that the line numbers stay the file's).
+func binding(names []string, arr string) string {
+	if len(names) == 0 {
+		return "-- no " + arr
+	}
+	idx := make([]string, len(names))
+	for i := range names {
+		idx[i] = fmt.Sprintf("%s[%d]", arr, i+1)
+	}
+	return "local " + strings.Join(names, ", ") + " = " + strings.Join(idx, ", ")
+}
+
+// Name is the script's file name.
+func (s *Script) Name() string { return s.name }
+
+// Keys are the keys the script declares, for subject.
+func (s *Script) Keys(subject string) []string {
+	out := make([]string, len(s.keys))
+	for i, k := range s.keys {
+		out[i] = k(subject)
+	}
+	return out
+}
+
+// Run runs the script on subject's keys: EVALSHA, and EVAL when Redis
+// does not have it yet.
+func (s *Script) Run(ctx context.Context, c redis.Scripter, subject string, args ...any) *redis.Cmd {
+	return s.lua.Run(ctx, c, s.Keys(subject), args...)
+}
+
+// EvalSha queues the script on subject's keys in a pipeline; Load it
+// first, since a pipeline cannot fall back to EVAL.
+func (s *Script) EvalSha(ctx context.Context, p redis.Pipeliner, subject string, args ...any) *redis.Cmd {
+	return p.EvalSha(ctx, s.lua.Hash(), s.Keys(subject), args...)
+}
+
+// Load loads the script into Redis's script cache.
+func (s *Script) Load(ctx context.Context, c redis.Scripter) error {
+	return s.lua.Load(ctx, c).Err()
+}
+
+// Source is the Lua that Redis runs: the file with its names bound.
+func (s *Script) Source() string { return s.src }
+
+// keyCommand finds each Redis command a script calls with a literal name;
+// its arguments follow.
+var keyCommand = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'\s*,`)
+
+// multiKey are the commands whose every argument is a key; the others
+// take one key, their first argument.
+var multiKey = map[string]bool{"DEL": true, "EXISTS": true, "UNLINK": true, "TOUCH": true}
+
+// notAKey are the commands whose first argument is not a key.
+var notAKey = map[string]bool{"PUBLISH": true}
+
+// Undeclared lists the calls of the script whose key is not one of the
+// names it declares: a string built in the script, or a name it did not
+// list in its KEYS line. Redis Cluster refuses such a script, and a
+// standalone Redis runs it without knowing which keys it touches.
+func (s *Script) Undeclared() []string {
+	declared := map[string]bool{}
+	for _, n := range s.keyNames {
+		declared[n] = true
+	}
+	var out []string
+	for _, m := range keyCommand.FindAllStringSubmatchIndex(s.src, -1) {
+		cmd := strings.ToUpper(s.src[m[2]:m[3]])
+		if notAKey[cmd] {
+			continue
+		}
+		args := arguments(s.src[m[1]:])
+		if !multiKey[cmd] {
+			args = args[:1]
+		}
+		for _, a := range args {
+			if !declared[a] {
+				out = append(out, cmd+" "+a)
+			}
+		}
+	}
+	return out
+}
+
+// arguments splits the argument list that src starts with at its commas,
+// up to the parenthesis that closes it (nested calls and strings kept
+// whole).
+func arguments(src string) []string {
+	var args []string
+	depth, start, quote := 0, 0, byte(0)
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '(' || c == '{':
+			depth++
+		case (c == ')' || c == '}') && depth > 0:
+			depth--
+		case c == ')' || c == ',' && depth == 0:
+			args = append(args, strings.TrimSpace(src[start:i]))
+			if c == ')' {
+				return args
+			}
+			start = i + 1
+		}
+	}
+	return append(args, strings.TrimSpace(src[start:]))
+}
+
+// Audit lists what is wrong with a package's scripts: a call whose key a
+// script does not declare (Undeclared), and a .lua file of fsys that none
+// of scripts was loaded from, or that two were. A package's test calls it
+// with every script it loads.
+func Audit(fsys fs.FS, scripts ...*Script) []string {
+	var out []string
+	loaded := map[string]int{}
+	for _, s := range scripts {
+		loaded[s.name]++
+		for _, u := range s.Undeclared() {
+			out = append(out, s.name+": a key it does not declare: "+u)
+		}
+	}
+	_ = fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".lua") && loaded[path] != 1 {
+			out = append(out, fmt.Sprintf("%s: loaded %d times, want once", path, loaded[path]))
+		}
+		return err
+	})
+	return out
+}

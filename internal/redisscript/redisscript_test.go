@@ -1,0 +1,158 @@
+package redisscript
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/completiond/completiond/internal/redistest"
+)
+
+var table = Table{
+	"A": Fixed("k:a"),
+	"B": func(s string) string { return "k:{" + s + "}:b" },
+}
+
+func TestBind(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want, err string
+		keys                 []string
+	}{
+		{
+			name: "keys and arguments bound by name, line for line",
+			src:  "-- KEYS: B A\n-- ARGV: x y\nreturn x\n",
+			want: "local B, A = KEYS[1], KEYS[2]\nlocal x, y = ARGV[1], ARGV[2]\nreturn x\n",
+			keys: []string{"B", "A"},
+		},
+		{
+			name: "no arguments keeps the line",
+			src:  "-- KEYS: A\n-- ARGV:\nreturn 1",
+			want: "local A = KEYS[1]\n-- no ARGV\nreturn 1",
+			keys: []string{"A"},
+		},
+		{name: "no KEYS line", src: "-- ARGV: x\n-- KEYS: A\nreturn 1", err: "line 1"},
+		{name: "no ARGV line", src: "-- KEYS: A\nreturn 1\n", err: "line 2"},
+		{name: "a name that is not one", src: "-- KEYS: A-B\n-- ARGV:\n", err: "line 1"},
+		{name: "too short", src: "-- KEYS: A", err: "want a KEYS line"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, keys, err := bind(tc.src)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want || !slices.Equal(keys, tc.keys) {
+				t.Fatalf("bind = %q, %v, %v; want %q, %v", got, keys, err, tc.want, tc.keys)
+			}
+		})
+	}
+}
+
+func TestLoadPanicsOnAKeyNotInTheTable(t *testing.T) {
+	fsys := fstest.MapFS{"x.lua": {Data: []byte("-- KEYS: A C\n-- ARGV:\nreturn 1\n")}}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "key C is not in the table") {
+			t.Fatalf("recover() = %v", r)
+		}
+	}()
+	Load(fsys, "x.lua", table)
+}
+
+func TestKeysInDeclarationOrder(t *testing.T) {
+	fsys := fstest.MapFS{"x.lua": {Data: []byte("-- KEYS: B A\n-- ARGV:\nreturn 1\n")}}
+	s := Load(fsys, "x.lua", table)
+	if got, want := s.Keys("id7"), []string{"k:{id7}:b", "k:a"}; !slices.Equal(got, want) {
+		t.Fatalf("Keys = %v, want %v", got, want)
+	}
+}
+
+func TestUndeclared(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"every key declared", "-- KEYS: A B\n-- ARGV: id\nredis.call('DEL', A, B)\nredis.call('ZADD', A, 1, id)\nredis.call('PUBLISH', id, 'x')\n", nil},
+		{"a key built in the script", "-- KEYS: A\n-- ARGV: id\nredis.call('DEL', 'k:{' .. id .. '}:b')\n", []string{"DEL 'k:{' .. id .. '}:b'"}},
+		{"a literal key", "-- KEYS: A\n-- ARGV:\nredis.call('INCR', 'k:seq')\n", []string{"INCR 'k:seq'"}},
+		{"the second of two keys", "-- KEYS: A\n-- ARGV: id\nredis.pcall('DEL', A, other)\n", []string{"DEL other"}},
+		{"a call inside a call", "-- KEYS: A\n-- ARGV: id\nredis.call('ZADD', A, redis.call('INCR', 'k:seq') % 10, id)\n", []string{"INCR 'k:seq'"}},
+		{"a key built with a call", "-- KEYS: A\n-- ARGV: id\nredis.call('SET', string.format('k:%s', id), 1)\n", []string{"SET string.format('k:%s', id)"}},
+		{"an argument used as a key", "-- KEYS: A\n-- ARGV: id\nredis.call('GET', id)\n", []string{"GET id"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Load(fstest.MapFS{"x.lua": {Data: []byte(tc.src)}}, "x.lua", table)
+			if got := s.Undeclared(); !slices.Equal(got, tc.want) {
+				t.Fatalf("Undeclared = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunBindsKeysAndArguments runs a script on a real Redis: EVAL the
+// first time, EVALSHA in a pipeline after Load.
+func TestRunBindsKeysAndArguments(t *testing.T) {
+	rdb, ctx := newRedis(t)
+	src := "-- KEYS: A B\n-- ARGV: x y\nredis.call('SET', B, x .. y)\nreturn {A, B, redis.call('GET', B)}\n"
+	s := Load(fstest.MapFS{"x.lua": {Data: []byte(src)}}, "x.lua", table)
+	got, err := s.Run(ctx, rdb, "c1", "p", "q").StringSlice()
+	if want := []string{"k:a", "k:{c1}:b", "pq"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Run = %v, %v; want %v", got, err, want)
+	}
+	if err := s.Load(ctx, rdb); err != nil {
+		t.Fatal(err)
+	}
+	pipe := rdb.Pipeline()
+	cmd := s.EvalSha(ctx, pipe, "c2", "r", "s")
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cmd.StringSlice(); err != nil || got[2] != "rs" || got[1] != "k:{c2}:b" {
+		t.Fatalf("EvalSha = %v, %v", got, err)
+	}
+}
+
+// TestErrorLinesAreTheFiles: Redis reports an error on the file's line.
+func TestErrorLinesAreTheFiles(t *testing.T) {
+	rdb, ctx := newRedis(t)
+	src := "-- KEYS: A\n-- ARGV:\nlocal x = 1\nreturn redis.call('NOSUCHCOMMAND', A)\n"
+	err := Load(fstest.MapFS{"x.lua": {Data: []byte(src)}}, "x.lua", table).Run(ctx, rdb, "c").Err()
+	if err == nil || !strings.Contains(err.Error(), ":4") {
+		t.Fatalf("err = %v, want one on line 4", err)
+	}
+}
+
+func TestAudit(t *testing.T) {
+	fsys := fstest.MapFS{
+		"lua/ok.lua":     {Data: []byte("-- KEYS: A\n-- ARGV:\nreturn redis.call('GET', A)\n")},
+		"lua/bad.lua":    {Data: []byte("-- KEYS: A\n-- ARGV: id\nreturn redis.call('GET', 'k:' .. id)\n")},
+		"lua/unused.lua": {Data: []byte("-- KEYS:\n-- ARGV:\nreturn 1\n")},
+	}
+	ok, bad := Load(fsys, "lua/ok.lua", table), Load(fsys, "lua/bad.lua", table)
+	got := Audit(fsys, ok, bad, ok)
+	want := []string{
+		"lua/bad.lua: a key it does not declare: GET 'k:' .. id",
+		"lua/ok.lua: loaded 2 times, want once",
+		"lua/unused.lua: loaded 0 times, want once",
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("Audit =\n%q\nwant\n%q", got, want)
+	}
+}
+
+// newRedis is a client of a real redis-server and a context bounded for a
+// test.
+func newRedis(t *testing.T) (*redis.Client, context.Context) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+	t.Cleanup(func() { rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return rdb, ctx
+}
