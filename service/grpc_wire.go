@@ -35,11 +35,15 @@ func newWireLog(mem *fleet.MemLog, stream grpc.ServerStream) *wireLog {
 }
 
 // Append implements fleet.Log.
-func (w *wireLog) Append(id string, ev *completionv1.CompletionEvent) { w.add(id, ev, nil, false) }
+func (w *wireLog) Append(id string, ev *completionv1.CompletionEvent) error {
+	w.add(id, ev, nil, false)
+	return nil
+}
 
 // End implements fleet.Log.
-func (w *wireLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+func (w *wireLog) End(id string, result *completionv1.CompletionEvent, status []byte) error {
 	w.add(id, result, status, true)
+	return nil
 }
 
 func (w *wireLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {

@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"errors"
+
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/internal/fleet"
@@ -100,8 +102,8 @@ func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
 		return
 	}
 	o.number(ev)
-	if o.log != nil {
-		o.log.Append(o.id, ev)
+	if o.log != nil && o.refused(o.log.Append(o.id, ev)) {
+		return
 	}
 	o.deliver(ev)
 }
@@ -114,10 +116,23 @@ func (o *outbox) end(attempt, turn int, result *completionv1.CompletionEvent, st
 		return
 	}
 	o.number(result)
-	if o.log != nil {
-		o.log.End(o.id, result, status)
+	if o.log != nil && o.refused(o.log.End(o.id, result, status)) {
+		return
 	}
 	o.deliver(result)
+}
+
+// refused reports whether the log refused an event (fleet.ErrFenced: a
+// replica that was paused past its lease, whose completion another one
+// took over): the event is in no log, so no caller may see it; the
+// replica stops as when its lease is lost, and its caller attaches to
+// the new owner after the last event it received.
+func (o *outbox) refused(err error) bool {
+	if errors.Is(err, fleet.ErrFenced) {
+		o.fenced, o.unreachable = true, true
+		return true
+	}
+	return false
 }
 
 // stopped reports whether the replica lost the completion's lease: it

@@ -19,6 +19,10 @@ var (
 	// ErrOutOfRange: after_seq is beyond the last event of an ended log,
 	// or before the first event the log still keeps.
 	ErrOutOfRange = errors.New("seq out of range")
+	// ErrFenced: a write refused, since another replica holds the
+	// completion's lease (a fenced Log): the event is not in the log, and
+	// must not reach a caller either.
+	ErrFenced = errors.New("the completion's lease is another replica's")
 	// errLogFull: Open found no room for one more live completion.
 	errLogFull = errors.New("event log full: too many live completions")
 )
@@ -42,10 +46,16 @@ type Log interface {
 	Open(id string, meta Meta) error
 	// Append adds ev, already numbered and not the result, to the log of
 	// id. The events of a log are appended in seq order without a gap.
-	Append(id string, ev *completionv1.CompletionEvent)
+	// When it returns, ev is in the log as far as the log can keep it
+	// (a shared store acknowledged it, or the log degraded to memory
+	// and says so): the caller may send it. ErrFenced means the log
+	// refused it, as another replica owns the completion now: the
+	// caller must not send it.
+	Append(id string, ev *completionv1.CompletionEvent) error
 	// End adds the result event and the encoded google.rpc.Status the
 	// completion ended with, and ends the log of id: its retention starts.
-	End(id string, result *completionv1.CompletionEvent, status []byte)
+	// It answers as Append does.
+	End(id string, result *completionv1.CompletionEvent, status []byte) error
 	// Read returns the events of id with a seq above after: a page of them
 	// at most, whose More is closed already when more are kept. Following
 	// is reading again once the page's More channel is closed.
@@ -209,14 +219,16 @@ func (m *MemLog) Open(id string, meta Meta) error {
 	return nil
 }
 
-// Append implements Log.
-func (m *MemLog) Append(id string, ev *completionv1.CompletionEvent) {
+// Append implements Log: nothing fences it.
+func (m *MemLog) Append(id string, ev *completionv1.CompletionEvent) error {
 	m.add(id, ev, nil, false)
+	return nil
 }
 
-// End implements Log.
-func (m *MemLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+// End implements Log: nothing fences it.
+func (m *MemLog) End(id string, result *completionv1.CompletionEvent, status []byte) error {
 	m.add(id, result, status, true)
+	return nil
 }
 
 // add appends ev to the live log of id, within the bounds, and wakes its

@@ -133,42 +133,44 @@ func (f *PairLog) Open(id string, meta Meta) error {
 	return nil
 }
 
-// Append implements Log.
-func (f *PairLog) Append(id string, ev *completionv1.CompletionEvent) {
+// Append implements Log. A completion shared in Redis is written there
+// first and here once Redis acknowledged it, so that this replica's
+// followers, who read here, never read an event Redis does not hold (this
+// replica may die before the write); a write Redis refuses (ErrFenced) is
+// kept nowhere.
+func (f *PairLog) Append(id string, ev *completionv1.CompletionEvent) error {
+	if err := f.share(id, ev, nil, false); err != nil {
+		return err
+	}
 	f.mem.Append(id, ev)
-	f.share(id, ev, nil, false)
+	f.reshareApart(id, false)
+	return nil
 }
 
-// End implements Log.
-func (f *PairLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
+// End implements Log, as Append.
+func (f *PairLog) End(id string, result *completionv1.CompletionEvent, status []byte) error {
+	if err := f.share(id, result, status, true); err != nil {
+		return err
+	}
 	f.mem.End(id, result, status)
-	f.share(id, result, status, true)
+	f.reshareApart(id, true)
+	return nil
 }
 
-// share adds ev to the Redis log of id, if it has one, and degrades id to
-// memory when that fails; a completion apart is published again when the
-// time comes. The events of one completion come from one goroutine, its
-// driver's, so that share never races with itself for an id.
-func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
+// share adds ev to the Redis log of id, if it is shared there, and
+// degrades id to memory when that fails. It answers ErrFenced when Redis
+// refused the write. The events of one completion come from one
+// goroutine, its driver's, so that share never races with itself for an
+// id.
+func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []byte, end bool) error {
 	f.mu.Lock()
-	shared, apart := f.shared[id], f.apart[id]
+	shared := f.shared[id]
 	if end {
 		delete(f.shared, id)
-		delete(f.apart, id)
 	}
-	try := apart != nil && !apart.orphan && (end || !f.now().Before(apart.retry))
 	f.mu.Unlock()
-	if apart != nil {
-		switch {
-		case try && f.watch.Up():
-			f.reshare(id, apart, end)
-		case end && !apart.orphan:
-			f.keepUnpublished(id)
-		}
-		return
-	}
 	if !shared {
-		return
+		return nil
 	}
 	res, err := f.redis.add(id, ev, status, end)
 	switch {
@@ -176,8 +178,30 @@ func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []by
 		f.degrade(id, err)
 	case res == "fenced":
 		f.fencedOut(id)
+		return ErrFenced
 	case res == "missing":
 		f.degrade(id, errors.New("its log is no longer in Redis (Redis restarted, or evicted it)"))
+	}
+	return nil
+}
+
+// reshareApart publishes again the log of id, if it is kept here apart
+// and the time has come (always at its end), from this replica's copy,
+// which holds the event just appended; ended says whether it just ended.
+func (f *PairLog) reshareApart(id string, ended bool) {
+	f.mu.Lock()
+	apart := f.apart[id]
+	if ended {
+		delete(f.apart, id)
+	}
+	try := apart != nil && !apart.orphan && (ended || !f.now().Before(apart.retry))
+	f.mu.Unlock()
+	switch {
+	case apart == nil:
+	case try && f.watch.Up():
+		f.reshare(id, apart, ended)
+	case ended && !apart.orphan:
+		f.keepUnpublished(id)
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 
 // errLogFenced: another replica holds the completion's lease, or was
 // granted it since the writer's.
-var errLogFenced = errors.New("the completion's lease is another replica's")
+var errLogFenced = ErrFenced
 
 // ErrUnavailable wraps the errors of a Redis that does not answer.
 var ErrUnavailable = errors.New("event log unavailable")
@@ -151,6 +151,9 @@ func (l *RedisLog) listen(ctx context.Context, ps *redis.PubSub) {
 	}
 }
 
+// testHookRedisAdd, when set, is called before each append to Redis.
+var testHookRedisAdd func(id string, seq uint64)
+
 // testHookRedisReceive, when set, sees each Receive of the listener.
 var testHookRedisReceive func(any, error)
 
@@ -181,14 +184,23 @@ func (l *RedisLog) open(id string, meta Meta) error {
 	return l.dropAll(ctx, res[1:])
 }
 
-// Append implements Log.
-func (l *RedisLog) Append(id string, ev *completionv1.CompletionEvent) {
-	_, _ = l.add(id, ev, nil, false)
+// Append implements Log: ErrFenced when the lease refused the write;
+// another failure is dropped (PairLog is the log that degrades).
+func (l *RedisLog) Append(id string, ev *completionv1.CompletionEvent) error {
+	return refusal(l.add(id, ev, nil, false))
 }
 
-// End implements Log.
-func (l *RedisLog) End(id string, result *completionv1.CompletionEvent, status []byte) {
-	_, _ = l.add(id, result, status, true)
+// End implements Log, as Append.
+func (l *RedisLog) End(id string, result *completionv1.CompletionEvent, status []byte) error {
+	return refusal(l.add(id, result, status, true))
+}
+
+// refusal is ErrFenced when a script answered fenced.
+func refusal(res string, _ error) error {
+	if res == "fenced" {
+		return ErrFenced
+	}
+	return nil
 }
 
 // Fenced implements Log: Redis checks a lease with each write.
@@ -218,6 +230,9 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	b, err := proto.Marshal(ev)
 	if err != nil {
 		return "", err // cannot happen: the service builds every event
+	}
+	if testHookRedisAdd != nil {
+		testHookRedisAdd(id, ev.GetSeq())
 	}
 	ctx, cancel := l.ctx()
 	defer cancel()
