@@ -93,9 +93,11 @@ func (s *Server) checkOwner(ctx context.Context, id string, rangeErr error) erro
 //
 // In a fleet (Config.Leases), a follower of a live completion whose
 // replica died takes it over (takeover.go): it looks at the lease at once
-// and then every half lease while the log is silent.
+// and then every half lease while the log is silent. A completion that is
+// never taken over (no resume grace) ends the follower with
+// COMPLETION_LOST once the process that ran it is gone (lookAtOwner).
 func (s *Server) follow(ctx context.Context, id string, after uint64, page fleet.Page, send func(*completionv1.CompletionEvent) error) error {
-	first, leave := true, func() {}
+	first, leave, misses := true, func() {}, 0
 	defer func() { leave() }()
 	for {
 		for _, ev := range page.Events {
@@ -113,9 +115,9 @@ func (s *Server) follow(ctx context.Context, id string, after uint64, page fleet
 		select {
 		case <-page.More:
 		case <-wake:
-			l, err := s.takeOver(ctx, id)
+			l, err := s.lookAtOwner(ctx, id, page.Meta, &misses)
 			if err != nil {
-				return takeoverFailedStatus(id, err)
+				return err
 			}
 			if l != nil {
 				leave() // never set before: a completion is taken over once per follower

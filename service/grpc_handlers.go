@@ -38,6 +38,7 @@ type Server struct {
 	sessions sessions         // the resumable Sessions that run, by id, for Session resume
 	running  running          // the completions that run, which a drain waits for
 	owned    owned            // the leases held (Config.Leases), by completion id
+	presence *fleet.Presence  // this process, to the fleet (Config.Leases); nil without leases
 
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
@@ -78,6 +79,10 @@ func New(cfg Config) (*Server, error) {
 		s.closers = append([]func(){rl.Close}, s.closers...) // the log's subscription before the PINGs
 	default:
 		s.log, s.mem = mem, mem
+	}
+	if cfg.Leases != nil {
+		s.presence = fleet.NewPresence(cfg.Leases, fleet.NewInstance(cfg.Replica))
+		s.closers = append([]func(){s.presence.Close}, s.closers...) // released while the store is still there
 	}
 	return s, nil
 }
@@ -320,7 +325,7 @@ func (s *Server) admit(ctx context.Context, id string, req *completionv1.Complet
 		return release, acquired{}, nil
 	}
 	resumable := req.GetResumeGrace().AsDuration() > 0
-	meta := fleet.Meta{Owner: CallerName(ctx), Resumable: resumable && start != nil, Replica: s.cfg.Replica}
+	meta := fleet.Meta{Owner: CallerName(ctx), Resumable: resumable && start != nil, Replica: s.cfg.Replica, Instance: s.instance()}
 	var a acquired
 	if resumable && s.cfg.Leases != nil {
 		a = s.acquire(ctx, id)

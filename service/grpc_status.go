@@ -257,6 +257,9 @@ const (
 	// completion's replica dead but cannot continue it itself (its log or
 	// request does not make sense with this replica's configuration).
 	reasonTakeoverFailed = "TAKEOVER_FAILED"
+	// reasonCompletionLost: the completion followed ran without a resume
+	// grace on a replica whose process is gone: it ended with it.
+	reasonCompletionLost = "COMPLETION_LOST"
 	// reasonLogFull: the event log had no room for a completion that
 	// asked to be resumable.
 	reasonLogFull = "EVENT_LOG_FULL"
@@ -312,6 +315,17 @@ func takeoverFailedStatus(id string, why error) error {
 	return withDetails(codes.FailedPrecondition,
 		"the replica running completion "+quote(id)+" was lost and this replica cannot continue it: "+clip(why.Error(), maxTakeoverError),
 		&errdetails.ErrorInfo{Reason: reasonTakeoverFailed, Domain: ErrorDomain}).Err()
+}
+
+// completionLostStatus ends the follower of completion id, which ran
+// without a resume grace (never taken over) on replica, whose process is
+// gone: FAILED_PRECONDITION, ErrorInfo COMPLETION_LOST. Attaching again
+// cannot help; starting it again can.
+func completionLostStatus(id, replica string) error {
+	return withDetails(codes.FailedPrecondition,
+		"completion "+quote(id)+" ended with its replica "+quote(clip(replica, maxTakeoverError))+
+			", which is gone: it had no resume grace, so no replica continues it; start it again",
+		&errdetails.ErrorInfo{Reason: reasonCompletionLost, Domain: ErrorDomain}).Err()
 }
 
 // maxTakeoverError bounds the reason a takeover failure quotes.

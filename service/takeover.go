@@ -150,15 +150,30 @@ func (w *owned) halt() {
 // stop its gRPC server); the fleet test kills a real process.
 func (s *Server) halt() {
 	s.owned.halt()
+	if s.presence != nil {
+		s.presence.Halt()
+	}
 	s.abort()
 }
 
+// instance names this process in the fleet (Meta.Instance); "" without
+// leases.
+func (s *Server) instance() string {
+	if s.presence == nil {
+		return ""
+	}
+	return s.presence.Instance()
+}
+
 // leaseCheck returns a channel that wakes a follower of page, read from
-// the log of a live completion that may be taken over, when the lease
-// should be looked at: at once the first time, then every
-// fleet.Timing.CheckEvery; nil otherwise. stop releases the timer.
+// the log of a live completion, when its owner should be looked at: the
+// completion's lease if it may be taken over, or else the presence of the
+// process that runs it on another replica (Meta.Instance); at once the
+// first time, then every fleet.Timing.CheckEvery of silence; nil when
+// there is nothing to look at. stop releases the timer.
 func (s *Server) leaseCheck(page fleet.Page, first bool) (wake <-chan time.Time, stop func()) {
-	if s.cfg.Leases == nil || page.Ended || len(page.Meta.Request) == 0 {
+	if s.cfg.Leases == nil || page.Ended ||
+		len(page.Meta.Request) == 0 && (page.Meta.Instance == "" || page.Meta.Instance == s.instance()) {
 		return nil, func() {}
 	}
 	d := fleet.TimingOf(s.cfg.Leases).CheckEvery()
@@ -225,6 +240,32 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 		_, _ = c.Run(cctx)
 	}()
 	return leave, nil
+}
+
+// lookAtOwner looks at the owner of live completion id, whose log's meta
+// is meta, for a follower: a completion that may be taken over is
+// (takeOver, whose leave and error it returns); one that may not is gone
+// once the process that ran it is (Presence), which misses counts: the
+// follower ends with completionLostStatus at the second miss in a row, a
+// check apart, so that a presence the store lost for a moment and its
+// process takes back at its next renewal ends nobody's follow.
+func (s *Server) lookAtOwner(ctx context.Context, id string, meta fleet.Meta, misses *int) (leave func(), err error) {
+	if len(meta.Request) > 0 {
+		l, err := s.takeOver(ctx, id)
+		if err != nil {
+			return nil, takeoverFailedStatus(id, err)
+		}
+		return l, nil
+	}
+	switch present, err := fleet.Present(ctx, s.cfg.Leases, meta.Instance); {
+	case err != nil || present:
+		*misses = 0
+	default:
+		if *misses++; *misses >= 2 {
+			return nil, completionLostStatus(id, meta.Replica)
+		}
+	}
+	return nil, nil
 }
 
 // errNothingToTake: the log ended (or is gone) by the time it was read.

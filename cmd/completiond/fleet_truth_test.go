@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -169,4 +170,64 @@ func TestFleetPausedOwner(t *testing.T) {
 		checkWhole(t, "the attacher", append(theirs, rest...), want)
 		t.Logf("round %d: the owner's caller received %d events from A, then seq %d… through B", round, len(mine), last+1)
 	}
+}
+
+// TestFleetAttachAfterItsReplicaDied: a Stream without a resume grace runs
+// on A, which is killed (SIGKILL) as a token arrives; an Attach through B
+// (after the last seq the caller saw, and one from the start) ends
+// promptly with FAILED_PRECONDITION and COMPLETION_LOST — the completion
+// ended with its replica — rather than following a log that looks live in
+// Redis until the caller's deadline.
+func TestFleetAttachAfterItsReplicaDied(t *testing.T) {
+	bin := buildCompletiond(t)
+	rs := redistest.Start(t)
+	a, b := startReplica(t, bin, "A", rs), startReplica(t, bin, "B", rs)
+	onB := rawClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := rawClient(t, a).Stream(ctx, &completionv1.CompleteRequest{
+		Route:    "sim",
+		Messages: []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "Tell me about endings."}}}}}},
+		Metadata: map[string]string{"sim.pace": "20ms", "sim.words": "500"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []*completionv1.CompletionEvent
+	for deltas := 0; deltas < 5; {
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+		if ev.GetDelta() != nil {
+			deltas++
+		}
+	}
+	id, last := evs[0].GetStarted().GetCompletionId(), evs[len(evs)-1].GetSeq()
+	a.kill()
+	killed := time.Now()
+	for _, after := range []uint64{last, 0} {
+		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+		at, err := onB.Attach(actx, &completionv1.AttachRequest{CompletionId: id, AfterSeq: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = drain(at)
+		acancel()
+		if status.Code(err) != codes.FailedPrecondition || errorReason(err) != "COMPLETION_LOST" {
+			t.Fatalf("attach after seq %d through B: %v (reason %q), want FAILED_PRECONDITION COMPLETION_LOST", after, err, errorReason(err))
+		}
+		t.Logf("attach after seq %d: %s, %v after SIGKILL (lease %s)", after, status.Convert(err).Message(), time.Since(killed).Round(time.Millisecond), fleetLeaseTTL)
+	}
+}
+
+// errorReason is the ErrorInfo reason of err's status, if it has one.
+func errorReason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
 }

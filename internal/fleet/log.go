@@ -115,6 +115,10 @@ type Meta struct {
 	Request []byte
 	// Replica names the replica that started the completion.
 	Replica string
+	// Instance names the process that runs the completion (a Presence);
+	// empty without leases, and in the logs of older versions. A follower
+	// of a completion that is never taken over ends once it is gone.
+	Instance string `json:",omitempty"`
 }
 
 // Page is one Read of a Log.
