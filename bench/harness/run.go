@@ -17,6 +17,10 @@ const (
 	direct      target = "direct"
 	bareRelay   target = "relay"
 	completiond target = "completiond"
+	// spreadOut is completiond again, its streams spread over channels of
+	// Config.Spread streams each: the second configuration, which shows
+	// what sharing one channel costs (Report's second table).
+	spreadOut target = "completiond-spread"
 )
 
 // phase is one kind of load.
@@ -109,9 +113,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func (r *runner) measureAll(ctx context.Context) error {
 	for _, level := range r.cfg.Levels {
 		for rep := 1; rep <= r.cfg.Reps; rep++ {
-			order := []target{direct, bareRelay, completiond}
+			order := []target{direct, bareRelay, completiond, spreadOut}
 			if rep%2 == 0 {
-				order = []target{direct, completiond, bareRelay}
+				order = []target{direct, spreadOut, completiond, bareRelay}
 			}
 			for _, ph := range r.cfg.phases() {
 				if err := r.waitQuiet(ctx, fmt.Sprintf("level %d, rep %d, %s", level, rep, ph)); err != nil {
@@ -120,6 +124,9 @@ func (r *runner) measureAll(ctx context.Context) error {
 				for _, t := range order {
 					if t == direct && ph == idle {
 						continue // the direct calls have no server to hold streams in
+					}
+					if t == spreadOut && !r.cfg.spreads(level, ph) {
+						continue
 					}
 					m, err := r.measure(ctx, level, t, ph)
 					if err != nil {
@@ -153,7 +160,11 @@ func (r *runner) measure(ctx context.Context, level int, t target, ph phase) (*m
 		defer d.close()
 		return r.measureLoad(ctx, nil, d, level, ph)
 	}
-	srv, err := r.startServer(ctx, t, spec.Model(), level)
+	perChannel := r.cfg.StreamsPerChannel
+	if t == spreadOut {
+		perChannel = r.cfg.Spread
+	}
+	srv, err := r.startServer(ctx, t, spec.Model(), level, perChannel)
 	if err != nil {
 		return nil, err
 	}
