@@ -53,6 +53,8 @@ var Metrics = []metric{
 		value: func(m, _ *measurement) (float64, bool) {
 			return ms(m.serverCPU) * 1000 / float64(m.tokens), m.tokens > 0
 		}},
+	{Name: "peak RSS per streaming stream, KiB", phase: streaming,
+		value: func(m, _ *measurement) (float64, bool) { return m.peakPerStream / 1024, m.ok() }},
 	{Name: "short answers (1 token) per second", phase: short,
 		value:  func(m, _ *measurement) (float64, bool) { return m.rate(), m.ok() },
 		direct: func(d *measurement) (float64, bool) { return d.rate(), d.ok() }},
@@ -343,9 +345,9 @@ func (r *Report) header(b *strings.Builder) {
 	fmt.Fprintf(b, "- short: 1-token answers back to back on every stream for %v · idle: every stream held open by a silent upstream, read %v after the last one is held\n",
 		c.ShortFor, c.IdleSettle)
 	fmt.Fprintf(b, "- upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness; each server is a fresh process per measurement, completiond with its shipped default limits at --log-level %s\n", c.LogLevel)
-	fmt.Fprintf(b, "- clients: %s to each server%s\n", channelsText(c.StreamsPerChannel), c.spreadText())
+	fmt.Fprintf(b, "- clients: to each server, %s%s\n", channelsText(c.StreamsPerChannel), c.spreadText())
 	b.WriteString("- cells: median of the repetitions (min–max); the ratio is taken within each repetition, over a positive relay value (an added TTFT under the direct calls' gives a ratio at or under 0); CPU from /proc/<pid>/stat, RSS from /proc/<pid>/status, " +
-		"heap and stacks from runtime.ReadMemStats; memory per stream is the process's growth over the streams, mostly noise below 100 streams\n")
+		"heap and stacks from runtime.ReadMemStats; memory per stream is the process's growth over the streams (while streaming: its peak, VmHWM, over its RSS before the phase), mostly noise below 100 streams\n")
 	r.machineLine(b)
 }
 

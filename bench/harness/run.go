@@ -58,6 +58,11 @@ type measurement struct {
 	// goroutinesPerStream are the idle phase's growth of the server
 	// divided by the streams held.
 	rssPerStream, heapPerStream, stackPerStream, goroutinesPerStream float64
+	// peakPerStream (bytes) is, in the streaming phase, how far the
+	// server's resident set rose at its peak (VmHWM) over what it was
+	// before, divided by the streams: what a stream costs while it streams,
+	// the number an auto --max-in-flight budgets against.
+	peakPerStream float64
 	// dials is the number of connections the mock accepted meanwhile.
 	dials int64
 	// foreign is the share of the machine other processes used meanwhile.
@@ -188,17 +193,28 @@ func (r *runner) measureLoad(ctx context.Context, srv *server, c caller, level i
 	if err != nil {
 		return nil, err
 	}
+	var rss0 int64
+	if srv != nil {
+		if rss0, err = rss(srv.pid); err != nil {
+			return nil, err
+		}
+	}
 	l := runLoad(ctx, c, level, span, stagger)
 	after, err := r.snapshot(ctx, srv)
 	if err != nil {
 		return nil, err
 	}
+	m := &measurement{load: l, ttftP50: percentile(l.ttfts, 50), ttftP99: percentile(l.ttfts, 99)}
 	if srv != nil {
 		if err := srv.alive(); err != nil {
 			return nil, err
 		}
+		peak, err := peakRSS(srv.pid)
+		if err != nil {
+			return nil, err
+		}
+		m.peakPerStream = float64(peak-rss0) / float64(level)
 	}
-	m := &measurement{load: l, ttftP50: percentile(l.ttfts, 50), ttftP99: percentile(l.ttfts, 99)}
 	after.since(before, m)
 	return m, ctx.Err()
 }
