@@ -301,6 +301,9 @@ func (c *Config) Check() error {
 	if err := c.Auth.Check(c.Routes); err != nil {
 		return err
 	}
+	if l := c.Limits; l.MaxInFlight < Auto || l.MaxConcurrentStreams < Auto {
+		return fmt.Errorf("limits: max in flight %d and max streams per connection %d must be counts (0: no bound) or Auto", l.MaxInFlight, l.MaxConcurrentStreams)
+	}
 	for name, r := range c.Routes {
 		if r.Upstream == nil {
 			return fmt.Errorf("route %q has no provider", name)
