@@ -123,7 +123,7 @@ func transportOptions(l config.Limits) []grpc.ServerOption {
 		opts = append(opts, grpc.ConnectionTimeout(l.HandshakeTimeout))
 	}
 	if l.MaxConcurrentStreams > 0 {
-		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(l.MaxConcurrentStreams, math.MaxUint32))))
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(int64(l.MaxConcurrentStreams), math.MaxUint32))))
 	}
 	return opts
 }
