@@ -149,11 +149,13 @@ bench: $(BIN)/benchstat ## Run the benchmarks BENCH_COUNT (6) times and print th
 # make loadbench: bench/loadbench (docs/performance.md) — the mock upstream,
 # direct openai-go calls, the bare gRPC relay and completiond, each server a
 # process of its own, interleaved at LOADBENCH_LEVELS concurrent streams ×
-# LOADBENCH_REPS repetitions; the markdown table goes to stdout and to
-# LOADBENCH_OUT. Not part of make test (its smoke test is). LOADBENCH_FLAGS
+# LOADBENCH_REPS repetitions, each client on one gRPC channel and
+# completiond on its shipped defaults (with a second configuration, the
+# streams spread over channels, to compare); the markdown table goes to
+# stdout and to LOADBENCH_OUT. Not part of make test (its smoke test is). LOADBENCH_FLAGS
 # adds flags: go run ./bench/loadbench -h lists them (durations, pacing,
 # the quiet-machine wait, -profile-dir).
-LOADBENCH_LEVELS ?= 1,100,1000
+LOADBENCH_LEVELS ?= 1,100,1000,5000
 LOADBENCH_REPS   ?= 3
 LOADBENCH_OUT    ?= loadbench.md
 LOADBENCH_FLAGS  ?=

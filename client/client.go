@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,7 +19,7 @@ import (
 // Client calls completiond. It is safe for concurrent use.
 type Client struct {
 	rpc       completionv1.CompletionClient
-	conn      *grpc.ClientConn // set by Connect, closed by Close
+	conns     []*grpc.ClientConn // opened by Connect, closed by Close
 	reconnect Reconnect
 }
 
@@ -45,10 +46,18 @@ type ConnectOptions struct {
 	APIKey string
 	// TLS, when set, secures the connection; nil connects in plain text.
 	TLS *tls.Config
+	// Connections is how many connections (gRPC channels, each its own
+	// HTTP/2 connection) to open to target; each call starts on the next
+	// one in turn. 0 or 1: one, which carries thousands of streams on the
+	// server's defaults. More spread the streams when the server's
+	// --max-streams-per-conn was set below what this client runs at once
+	// (past it, a connection's streams wait in the client, silently), and
+	// over several replicas behind a TCP load balancer.
+	Connections int
 }
 
-// Connect returns a Client with its own connection to target (host:port),
-// which Close closes.
+// Connect returns a Client with its own connections to target
+// (host:port), which Close closes.
 func Connect(target string, o ConnectOptions, opts ...Option) (*Client, error) {
 	creds := insecure.NewCredentials()
 	if o.TLS != nil {
@@ -58,22 +67,56 @@ func Connect(target string, o ConnectOptions, opts ...Option) (*Client, error) {
 	if o.APIKey != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{key: o.APIKey, secure: o.TLS != nil}))
 	}
-	conn, err := grpc.NewClient(target, dial...)
-	if err != nil {
-		return nil, err
+	conns := make([]*grpc.ClientConn, 0, max(o.Connections, 1))
+	for range cap(conns) {
+		// Each grpc-go ClientConn dials its own connection: none is
+		// shared between them.
+		conn, err := grpc.NewClient(target, dial...)
+		if err != nil {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+			return nil, err
+		}
+		conns = append(conns, conn)
 	}
-	c := New(conn, opts...)
-	c.conn = conn
+	var cc grpc.ClientConnInterface = conns[0]
+	if len(conns) > 1 {
+		cc = &spread{conns: conns}
+	}
+	c := New(cc, opts...)
+	c.conns = conns
 	return c, nil
 }
 
-// Close closes the connection Connect opened; it does nothing for a Client
-// made by New.
+// Close closes the connections Connect opened; it does nothing for a
+// Client made by New.
 func (c *Client) Close() error {
-	if c.conn == nil {
-		return nil
+	var errs []error
+	for _, conn := range c.conns {
+		errs = append(errs, conn.Close())
 	}
-	return c.conn.Close()
+	return errors.Join(errs...)
+}
+
+// spread starts each call on the next of its connections.
+type spread struct {
+	conns []*grpc.ClientConn
+	next  atomic.Uint64
+}
+
+func (s *spread) pick() *grpc.ClientConn {
+	return s.conns[(s.next.Add(1)-1)%uint64(len(s.conns))]
+}
+
+// Invoke runs a unary call on the next connection.
+func (s *spread) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return s.pick().Invoke(ctx, method, args, reply, opts...)
+}
+
+// NewStream starts a stream on the next connection.
+func (s *spread) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return s.pick().NewStream(ctx, desc, method, opts...)
 }
 
 // bearer sends the API key. grpc-go refuses to send credentials that

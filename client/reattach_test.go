@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -274,6 +275,32 @@ func TestRunSessionResumesAfterADrop(t *testing.T) {
 			}
 			if fold.Text() != want.Text() || len(fold.Result().GetAttempts()) != len(want.Result().GetAttempts()) {
 				t.Errorf("after the drop %q (%d attempts)\nuninterrupted %q (%d)", fold.Text(), len(fold.Result().GetAttempts()), want.Text(), len(want.Result().GetAttempts()))
+			}
+		})
+	}
+}
+
+// TestConnectionsSpreadCalls: ConnectOptions.Connections opens that many
+// connections, each call starting on the next one, and Close closes them
+// all; the default is one connection for every call.
+func TestConnectionsSpreadCalls(t *testing.T) {
+	for _, tc := range []struct{ connections, want int }{{0, 1}, {1, 1}, {3, 3}} {
+		t.Run(fmt.Sprint(tc.connections), func(t *testing.T) {
+			p := testproxy.New(t, serveAddr(t))
+			c, err := Connect(p.Addr(), ConnectOptions{Connections: tc.connections})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 4 {
+				if _, err := c.Complete(ctxFor(t), ask("")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := p.Cut(); n != tc.want {
+				t.Errorf("%d connections carried the calls, want %d", n, tc.want)
+			}
+			if err := c.Close(); err != nil {
+				t.Error(err)
 			}
 		})
 	}

@@ -49,24 +49,33 @@ type Limits struct {
 	// MaxMetadata is the largest number of metadata entries accepted.
 	MaxMetadata int
 
-	// MaxInFlight bounds the completions (Stream, Complete, Session) the
-	// server runs at once; one more is shed with UNAVAILABLE and RetryInfo.
-	// 0 is no bound.
+	// MaxInFlight bounds the completions (Stream, Complete, Session,
+	// Attach) the server runs at once; one more is shed at once with
+	// UNAVAILABLE, ErrorInfo OVERLOADED and RetryInfo. 0 is no bound; Auto
+	// (the default) derives it from the memory the process may use when
+	// the server starts (Resolve, InFlightFor).
 	MaxInFlight int
 	// KeyMaxConcurrent bounds the completions one authenticated key runs at
-	// once; one more is refused with RESOURCE_EXHAUSTED and RetryInfo. 0 is
-	// no bound.
+	// once; one more is refused with RESOURCE_EXHAUSTED and RetryInfo. 0,
+	// the default, is no bound: a backend holding thousands of streams
+	// under one key is normal load, and MaxInFlight already protects the
+	// process. It is for sharing a server between callers fairly.
 	KeyMaxConcurrent int
 	// KeyRate is how many completions per second one authenticated key may
 	// start, with bursts of KeyBurst; one more is refused with
-	// RESOURCE_EXHAUSTED and a RetryInfo saying when a token is due. 0 is no
-	// bound.
+	// RESOURCE_EXHAUSTED and a RetryInfo saying when a token is due. 0, the
+	// default, is no bound (as KeyMaxConcurrent, an opt-in).
 	KeyRate float64
 	// KeyBurst is the burst of KeyRate (at least 1).
 	KeyBurst int
-	// MaxConcurrentStreams bounds the concurrent RPCs of one connection;
-	// more wait in the client. 0 is gRPC's default (no bound).
-	MaxConcurrentStreams uint32
+	// MaxConcurrentStreams bounds the concurrent RPCs of one connection
+	// (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS, and grpc-go's bound on the
+	// handlers one connection runs at once); more wait in the client,
+	// silently. 0 is no bound; Auto (the default) is twice MaxInFlight
+	// once resolved, so that one connection may carry every completion
+	// the server admits, and the ones past MaxInFlight are refused at once
+	// by the handler rather than held in the client.
+	MaxConcurrentStreams int
 	// KeepaliveMinTime is the shortest interval between a client's pings the
 	// server tolerates; a client pinging more often is disconnected. 0 is
 	// gRPC's default (5 min).
@@ -114,11 +123,9 @@ func DefaultLimits() Limits {
 		MaxTools:        128,
 		MaxMetadata:     64,
 
-		MaxInFlight:           512,
-		KeyMaxConcurrent:      64,
-		KeyRate:               20,
+		MaxInFlight:           Auto,
 		KeyBurst:              40,
-		MaxConcurrentStreams:  128,
+		MaxConcurrentStreams:  Auto,
 		KeepaliveMinTime:      10 * time.Second,
 		KeepaliveTime:         2 * time.Minute,
 		KeepaliveTimeout:      20 * time.Second,
@@ -131,6 +138,54 @@ func DefaultLimits() Limits {
 		MaxHealthWatches:      256,
 		MaxHealthChecks:       64,
 	}
+}
+
+// Auto, as Limits.MaxInFlight or Limits.MaxConcurrentStreams, has the
+// server derive the limit from the memory the process may use when it
+// starts (Limits.Resolve).
+const Auto = -1
+
+// StreamBudget is the memory an Auto MaxInFlight budgets for each
+// completion: twice what a held stream measured, over a hundred and more
+// streams, in the load benchmark's server (about 65 KiB of RSS, of which
+// 29 KiB of heap and 42 KiB of goroutine stacks; docs/performance.md), for
+// what a streaming completion holds beyond a silent one — its request, the
+// answer growing, HTTP/2 and TLS buffers.
+const StreamBudget = 128 << 10
+
+// ReservedMemory is what an Auto MaxInFlight leaves aside before it
+// budgets streams: the event log's default bound (256 MiB, all of it
+// should every completion be logged at once) and the process's own
+// baseline.
+const ReservedMemory = 320 << 20
+
+// MinAutoInFlight is the least an Auto MaxInFlight gives, however little
+// memory there is: a server that sheds its 65th completion is of no use,
+// and a process that small is better given more memory.
+const MinAutoInFlight = 64
+
+// InFlightFor is the Auto MaxInFlight of a process that may use mem
+// bytes: half of what is left after ReservedMemory — the other half is
+// the garbage collector's headroom (at GOGC=100 the heap grows to twice
+// what is live before a collection) — divided by StreamBudget, and at
+// least MinAutoInFlight. 512 MiB gives 768, 1 GiB 2 816, 4 GiB 15 104.
+func InFlightFor(mem int64) int {
+	n := (mem - ReservedMemory) / 2 / StreamBudget
+	return int(max(n, MinAutoInFlight))
+}
+
+// Resolve returns l with its Auto limits made numbers for a process that
+// may use mem bytes: MaxInFlight is InFlightFor(mem), and
+// MaxConcurrentStreams twice MaxInFlight (0, no bound, when MaxInFlight is
+// 0).
+func (l Limits) Resolve(mem int64) Limits {
+	if l.MaxInFlight == Auto {
+		l.MaxInFlight = InFlightFor(mem)
+	}
+	if l.MaxConcurrentStreams == Auto {
+		l.MaxConcurrentStreams = 2 * l.MaxInFlight
+	}
+	return l
 }
 
 // Config is what configures a Server that is a value: routes, policy,
@@ -245,6 +300,9 @@ func (c *Config) Check() error {
 	}
 	if err := c.Auth.Check(c.Routes); err != nil {
 		return err
+	}
+	if l := c.Limits; l.MaxInFlight < Auto || l.MaxConcurrentStreams < Auto {
+		return fmt.Errorf("limits: max in flight %d and max streams per connection %d must be counts (0: no bound) or Auto", l.MaxInFlight, l.MaxConcurrentStreams)
 	}
 	for name, r := range c.Routes {
 		if r.Upstream == nil {

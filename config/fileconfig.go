@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -483,6 +484,32 @@ func (r *FileRoutes) UnmarshalYAML(n *yaml.Node) error {
 	return n.Decode(&r.Names)
 }
 
+// AutoCount is a limit that is a count (0: no bound) or the word auto
+// (Auto: derived from the memory the process may use), as written;
+// ParseAutoCount reads it.
+type AutoCount string
+
+// ParseAutoCount reads auto as Auto, and otherwise a count that is not
+// negative.
+func ParseAutoCount(s string) (int, error) {
+	if s == "auto" {
+		return Auto, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is neither a count (0: no bound) nor auto", s)
+	}
+	return n, nil
+}
+
+// FormatAutoCount writes a limit as ParseAutoCount reads it.
+func FormatAutoCount(n int) string {
+	if n == Auto {
+		return "auto"
+	}
+	return strconv.Itoa(n)
+}
+
 // FileTLS names the server's certificate files.
 type FileTLS struct {
 	// Cert and Key are the PEM files of the certificate chain and its key;
@@ -501,16 +528,16 @@ type FileTLS struct {
 type FileLimits struct {
 	// MaxRequestBytes is Limits.MaxRequestBytes.
 	MaxRequestBytes *int `yaml:"max_request_bytes"`
-	// MaxInFlight is Limits.MaxInFlight.
-	MaxInFlight *int `yaml:"max_in_flight"`
+	// MaxInFlight is Limits.MaxInFlight: a count, or auto.
+	MaxInFlight *AutoCount `yaml:"max_in_flight"`
 	// KeyMaxConcurrent is Limits.KeyMaxConcurrent.
 	KeyMaxConcurrent *int `yaml:"key_max_concurrent"`
 	// KeyRate is Limits.KeyRate, in completions per second.
 	KeyRate *float64 `yaml:"key_rate"`
 	// KeyBurst is Limits.KeyBurst.
 	KeyBurst *int `yaml:"key_burst"`
-	// MaxStreamsPerConn is Limits.MaxConcurrentStreams.
-	MaxStreamsPerConn *int `yaml:"max_streams_per_connection"`
+	// MaxStreamsPerConn is Limits.MaxConcurrentStreams: a count, or auto.
+	MaxStreamsPerConn *AutoCount `yaml:"max_streams_per_connection"`
 	// KeepaliveMinTime is Limits.KeepaliveMinTime, e.g. "10s".
 	KeepaliveMinTime string `yaml:"keepalive_min_time"`
 	// KeepaliveTime is Limits.KeepaliveTime.
@@ -601,7 +628,7 @@ func (fl *FileLimits) apply(l *Limits) error {
 		name string
 		src  *int
 		dst  *int
-	}{{"max_request_bytes", fl.MaxRequestBytes, &l.MaxRequestBytes}, {"max_in_flight", fl.MaxInFlight, &l.MaxInFlight},
+	}{{"max_request_bytes", fl.MaxRequestBytes, &l.MaxRequestBytes},
 		{"key_max_concurrent", fl.KeyMaxConcurrent, &l.KeyMaxConcurrent}, {"key_burst", fl.KeyBurst, &l.KeyBurst},
 		{"max_connections", fl.MaxConnections, &l.MaxConnections}, {"max_handshakes", fl.MaxHandshakes, &l.MaxHandshakes},
 		{"max_health_watches", fl.MaxHealthWatches, &l.MaxHealthWatches}, {"max_health_checks", fl.MaxHealthChecks, &l.MaxHealthChecks}} {
@@ -616,11 +643,22 @@ func (fl *FileLimits) apply(l *Limits) error {
 	if fl.MaxRequestBytes != nil && *fl.MaxRequestBytes == 0 {
 		return fmt.Errorf("limits.max_request_bytes: must be positive")
 	}
-	if n := fl.MaxStreamsPerConn; n != nil {
-		if *n < 0 || int64(*n) > math.MaxUint32 {
-			return fmt.Errorf("limits.max_streams_per_connection: %d is out of range", *n)
+	for _, f := range []struct {
+		name string
+		src  *AutoCount
+		dst  *int
+	}{{"max_in_flight", fl.MaxInFlight, &l.MaxInFlight}, {"max_streams_per_connection", fl.MaxStreamsPerConn, &l.MaxConcurrentStreams}} {
+		if f.src == nil {
+			continue
 		}
-		l.MaxConcurrentStreams = uint32(*n)
+		n, err := ParseAutoCount(string(*f.src))
+		if err == nil && int64(n) > math.MaxUint32 {
+			err = fmt.Errorf("%d is out of range", n)
+		}
+		if err != nil {
+			return fmt.Errorf("limits.%s: %w", f.name, err)
+		}
+		*f.dst = n
 	}
 	if r := fl.KeyRate; r != nil {
 		if *r < 0 || math.IsNaN(*r) || math.IsInf(*r, 0) {

@@ -115,6 +115,33 @@ type Failure struct {
 	MaxTokens int
 	// ContextWindow is M or Z of the messages above.
 	ContextWindow int
+	// Silence is how long the upstream had sent nothing — not a byte of a
+	// response — when the attempt failed: set on a FailConnection, the
+	// time from the call to the dropped or refused connection. A drop
+	// after DeadRouteSilence or more marks a dead route (see DeadRoute).
+	Silence time.Duration
+}
+
+// DeadRouteSilence is the silence after which an upstream that drops a
+// call without having sent a byte is taken for dead rather than briefly
+// unreachable: a connection refused or reset at once is an ordinary
+// connection failure, retried with backoff; one accepted and then held
+// silent for seconds (a hung server, a black hole, a proxy whose upstream
+// is gone) would hold every retry as long again, so where a fallback
+// exists the machine falls back at once, as after a timeout.
+const DeadRouteSilence = 5 * time.Second
+
+// DeadRoute reports whether f says its route is dead: a timeout before
+// the response headers came, or a connection dropped after
+// DeadRouteSilence or more without a byte of a response.
+func (f *Failure) DeadRoute() bool {
+	switch f.Kind {
+	case FailTimeout:
+		return f.Timeout == TimeoutHeaders
+	case FailConnection:
+		return f.Silence >= DeadRouteSilence
+	}
+	return false
 }
 
 // Error returns a one-line description.

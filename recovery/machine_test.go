@@ -592,6 +592,7 @@ func parseFailure(t testing.TB, d *datadriven.TestData) *Failure {
 		MaxTokens:     intArg(t, d, "y", 0),
 		ContextWindow: intArg(t, d, "z", intArg(t, d, "window", 0)),
 		PromptTokens:  intArg(t, d, "prompt", 0),
+		Silence:       durArg(t, d, "silence", 0),
 	}
 	switch strArg(t, d, "should-retry", "") {
 	case "true":

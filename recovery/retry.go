@@ -64,6 +64,8 @@ func (m *Machine) transient(f *Failure, ev Event) Action {
 		return m.fallback(m.next(), f, ev, fmt.Sprintf("%d consecutive overloads on %s", m.step.overloads, name))
 	case f.Kind == FailTimeout && m.canFallback():
 		return m.fallback(m.next(), f, ev, fmt.Sprintf("%s timed out; a silent route is re-tried last", name))
+	case f.DeadRoute() && m.canFallback():
+		return m.fallback(m.next(), f, ev, fmt.Sprintf("%s dropped the call after %s without a byte of a response: a dead route, re-tried last", name, f.Silence))
 	}
 	d, why, ok := m.retryWait(f, ev.Rand, m.canFallback())
 	if !ok {

@@ -244,7 +244,6 @@ func BenchmarkIdleStreams(b *testing.B) {
 	routes["sim"].Upstream = &holdProvider{Provider: routes["sim"].Upstream, entered: held, release: make(chan struct{})}
 	cfg := DefaultConfig()
 	cfg.Routes, cfg.DefaultRoute = routes, "sim"
-	cfg.Limits.MaxInFlight, cfg.Limits.MaxConcurrentStreams = 0, 0 // as the load benchmark runs it
 	client, _ := grpcClient(b, cfg)
 	grpcCall(b, client, prompt("Warm up.", nil)) // the connection and the server's lazy state
 	measureIdle(b, client, prompt("Hold on.", map[string]string{metaHold: "1"}), func() {
@@ -277,7 +276,6 @@ func BenchmarkIdleStreamsOpenAI(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.Routes = map[string]*config.Route{"bench": route("bench", mock.Spec{Hold: true}.Model()), "warm": route("warm", mock.Spec{Tokens: 1}.Model())}
 	cfg.DefaultRoute = "bench"
-	cfg.Limits.MaxInFlight, cfg.Limits.MaxConcurrentStreams = 0, 0
 	client, _ := grpcClient(b, cfg)
 	warm := prompt("Warm up.", nil)
 	warm.Route = "warm"

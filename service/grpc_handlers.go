@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/convert"
 	"github.com/completiond/completiond/internal/driver"
@@ -86,6 +87,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	return s, nil
 }
+
+// Limits are the limits the server enforces, its Auto ones resolved, and
+// the memory limit they were resolved from (zero when none was Auto).
+func (s *Server) Limits() (config.Limits, MemoryLimit) { return s.cfg.Limits, s.cfg.Memory }
 
 // Close stops what the server runs in the background (with Config.Redis:
 // its PINGs and its subscription to the log's changes). Drain calls it

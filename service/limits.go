@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -122,7 +123,7 @@ func transportOptions(l config.Limits) []grpc.ServerOption {
 		opts = append(opts, grpc.ConnectionTimeout(l.HandshakeTimeout))
 	}
 	if l.MaxConcurrentStreams > 0 {
-		opts = append(opts, grpc.MaxConcurrentStreams(l.MaxConcurrentStreams))
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(int64(l.MaxConcurrentStreams), math.MaxUint32))))
 	}
 	return opts
 }

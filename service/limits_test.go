@@ -47,11 +47,15 @@ func (p *holdProvider) Stream(ctx context.Context, req *provider.Request, emit f
 	return p.Provider.Stream(ctx, req, emit)
 }
 
-// holdEnv is authEnv whose upstream holds requests with metaHold.
-func holdEnv(t *testing.T, limits func(*config.Limits)) (*testEnv, *grpc.ClientConn, *holdProvider) {
+// holdEnv is authEnv whose upstream holds requests with metaHold; mutate
+// changes the configuration further.
+func holdEnv(t *testing.T, limits func(*config.Limits), mutate ...func(*Config)) (*testEnv, *grpc.ClientConn, *holdProvider) {
 	t.Helper()
 	var hold *holdProvider
 	e, conn := authEnv(t, func(c *Config) {
+		for _, m := range mutate {
+			m(c)
+		}
 		limits(&c.Limits)
 		for _, r := range c.Routes {
 			if hold == nil {

@@ -46,6 +46,10 @@ type Config struct {
 	// lapsed (its replica died) takes it over (takeover.go). nil: a single
 	// process, no leases.
 	Leases fleet.Leases
+	// Memory is the memory the process may use, from which the Auto
+	// limits of Limits are derived when the server is made (New); its zero
+	// value reads it (ReadMemoryLimit).
+	Memory MemoryLimit
 }
 
 // DefaultConfig returns a configuration that serves the simulator only.
@@ -64,4 +68,10 @@ func (c *Config) fillDefaults() {
 		c.Rand = rand.Float64
 	}
 	c.Config.FillDefaults()
+	if c.Limits.MaxInFlight == config.Auto || c.Limits.MaxConcurrentStreams == config.Auto {
+		if c.Memory.Bytes <= 0 {
+			c.Memory = ReadMemoryLimit()
+		}
+		c.Limits = c.Limits.Resolve(c.Memory.Bytes)
+	}
 }

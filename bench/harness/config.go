@@ -21,6 +21,20 @@ type Config struct {
 	// Phases are the phases measured, of Phases (all when empty).
 	Phases []string
 
+	// StreamsPerChannel is how many streams of a level share one gRPC
+	// channel (client connection) to a server. 0, the default, puts all of
+	// them on one channel: what a caller using a gRPC library's defaults
+	// does, and so what the shipped defaults must serve.
+	StreamsPerChannel int
+	// Spread is the second configuration: completiond again, its streams
+	// spread over channels of Spread streams each, measured in the
+	// streaming phase at the levels above Spread only (below, it is the
+	// same load), to show what one channel costs against many. 0 is the
+	// default (100, one connection per 100 streams, as the benchmark ran
+	// before it used one channel); negative measures no second
+	// configuration.
+	Spread int
+
 	// Tokens is the answer length of the streaming phase.
 	Tokens int
 	// TokenRate paces the streaming phase: tokens per second over all the
@@ -29,6 +43,13 @@ type Config struct {
 	TokenRate float64
 	// TokenDelay, when set, is the wait between two tokens instead.
 	TokenDelay time.Duration
+	// MaxAnswer bounds how long a streaming answer lasts at the upstream:
+	// at a level where Tokens at its pace would take longer, its answers
+	// are shortened to fit (at 5 000 streams and 2 500 tokens/s a token
+	// every 2 s: 11 tokens rather than 50), so that the top level's
+	// streaming phase does not take minutes per measurement. The report
+	// gives each level's answer length.
+	MaxAnswer time.Duration
 	// FirstToken is the upstream's time to first token (the mock's ttft);
 	// the added TTFT is measured against a direct call with the same.
 	FirstToken time.Duration
@@ -86,8 +107,8 @@ type Quiet struct {
 // Defaults is the configuration `make loadbench` runs.
 func Defaults() Config {
 	return Config{
-		Levels: []int{1, 100, 1000}, Reps: 3,
-		Tokens: 50, TokenRate: 2500,
+		Levels: []int{1, 100, 1000, 5000}, Reps: 3, Spread: 100,
+		Tokens: 50, TokenRate: 2500, MaxAnswer: 20 * time.Second,
 		StreamFor: 10 * time.Second, MinAnswers: 500, ShortFor: 5 * time.Second, IdleSettle: time.Second, ProfileFor: 20 * time.Second,
 		Quiet:    Quiet{MaxBusy: 0.10, Window: time.Second, Timeout: 2 * time.Minute},
 		Go:       "go",
@@ -104,6 +125,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.Reps = or(c.Reps, d.Reps)
 	c.Tokens = or(c.Tokens, d.Tokens)
 	c.TokenRate = or(c.TokenRate, d.TokenRate)
+	c.MaxAnswer = or(c.MaxAnswer, d.MaxAnswer)
+	c.Spread = or(c.Spread, d.Spread)
 	c.StreamFor = or(c.StreamFor, d.StreamFor)
 	c.MinAnswers = or(c.MinAnswers, d.MinAnswers)
 	c.ShortFor = or(c.ShortFor, d.ShortFor)
@@ -143,7 +166,10 @@ func (c Config) validate() error {
 			return fmt.Errorf("unknown phase %q (want some of %v)", p, Phases)
 		}
 	}
-	if c.Reps < 1 || c.Tokens < 1 || c.TokenRate <= 0 || c.TokenDelay < 0 || c.FirstToken < 0 {
+	if c.StreamsPerChannel < 0 {
+		return fmt.Errorf("streams per channel must not be negative, got %d", c.StreamsPerChannel)
+	}
+	if c.Reps < 1 || c.Tokens < 1 || c.TokenRate <= 0 || c.TokenDelay < 0 || c.FirstToken < 0 || c.MaxAnswer < 0 {
 		return fmt.Errorf("reps, tokens and token rate must be positive, delays not negative")
 	}
 	return nil
@@ -161,13 +187,25 @@ func (c Config) phases() []phase {
 }
 
 // streamSpec is the streaming phase's answer at level: Tokens paced so that
-// all the streams together send about TokenRate tokens per second.
+// all the streams together send about TokenRate tokens per second, fewer
+// when so many would last longer than MaxAnswer.
 func (c Config) streamSpec(level int) mock.Spec {
 	d := c.TokenDelay
 	if d == 0 {
 		d = time.Duration(math.Round(float64(level) / c.TokenRate * float64(time.Second)))
 	}
-	return mock.Spec{Tokens: c.Tokens, FirstToken: c.FirstToken, TokenDelay: d}
+	tokens := c.Tokens
+	if c.MaxAnswer > 0 && d > 0 {
+		tokens = max(1, min(tokens, 1+int((c.MaxAnswer-c.FirstToken)/d)))
+	}
+	return mock.Spec{Tokens: tokens, FirstToken: c.FirstToken, TokenDelay: d}
+}
+
+// spreads reports whether the second configuration (Spread) is measured
+// at level in phase ph: in the streaming phase, where the time to first
+// token is, at the levels that need more than one of its channels.
+func (c Config) spreads(level int, ph phase) bool {
+	return ph == streaming && c.Spread > 0 && c.StreamsPerChannel != c.Spread && channels(level, c.Spread) > channels(level, c.StreamsPerChannel)
 }
 
 // answerTime is how long one answer of spec lasts at the upstream.

@@ -18,11 +18,6 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
 
-// streamsPerConn is how many streams share one gRPC connection: under
-// completiond's default --max-streams-per-conn (128), so that no stream
-// waits in the client, and the same for both servers.
-const streamsPerConn = 100
-
 // call is what one completion gave.
 type call struct {
 	ttft   time.Duration // to the first token
@@ -42,10 +37,12 @@ type grpcCaller struct {
 	req     *completionv1.CompleteRequest
 }
 
-// dialServer connects to addr with enough connections for streams.
-func dialServer(addr string, streams int, route string) (*grpcCaller, error) {
+// dialServer connects to addr with the channels (gRPC client connections)
+// that streams are spread over, perChannel streams each; perChannel 0 puts
+// them all on one channel, as a caller with a gRPC library's defaults does.
+func dialServer(addr string, streams, perChannel int, route string) (*grpcCaller, error) {
 	g := &grpcCaller{req: request(route)}
-	for range (streams + streamsPerConn - 1) / streamsPerConn {
+	for range channels(streams, perChannel) {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			g.close()
@@ -55,6 +52,15 @@ func dialServer(addr string, streams int, route string) (*grpcCaller, error) {
 		g.clients = append(g.clients, completionv1.NewCompletionClient(conn))
 	}
 	return g, nil
+}
+
+// channels is how many channels streams take at perChannel streams each
+// (0: one for all).
+func channels(streams, perChannel int) int {
+	if perChannel <= 0 || streams <= perChannel {
+		return 1
+	}
+	return (streams + perChannel - 1) / perChannel
 }
 
 // request is the benchmark's request: one short user message.

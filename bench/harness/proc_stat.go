@@ -41,7 +41,14 @@ func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / user
 
 // rss is the resident set size of process pid in bytes, from
 // /proc/<pid>/status (VmRSS).
-func rss(pid int) (int64, error) {
+func rss(pid int) (int64, error) { return statusBytes(pid, "VmRSS:") }
+
+// peakRSS is the most the process's resident set has been, in bytes
+// (VmHWM of /proc/<pid>/status).
+func peakRSS(pid int) (int64, error) { return statusBytes(pid, "VmHWM:") }
+
+// statusBytes reads a field of /proc/<pid>/status given in kB, in bytes.
+func statusBytes(pid int, field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -49,12 +56,12 @@ func rss(pid int) (int64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, strings.TrimSuffix(field, ":"))
 }
 
 // machineCPU is the machine's CPU time so far, from the first line of

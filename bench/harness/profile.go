@@ -39,7 +39,7 @@ func (r *runner) profileAll(ctx context.Context) error {
 // profile runs phase ph at level against a fresh t while its CPU profile
 // is taken, and writes the profile to path.
 func (r *runner) profile(ctx context.Context, t target, ph phase, level int, path string) error {
-	srv, err := r.startServer(ctx, t, r.spec(level, ph).Model(), level)
+	srv, err := r.startServer(ctx, t, r.spec(level, ph).Model(), level, r.cfg.StreamsPerChannel)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (r *runner) profile(ctx context.Context, t target, ph phase, level int, pat
 // heapProfile holds level idle streams in a fresh t and writes its heap
 // profile (after a GC) to path: what each held stream keeps.
 func (r *runner) heapProfile(ctx context.Context, t target, _ phase, level int, path string) error {
-	srv, err := r.startServer(ctx, t, r.spec(level, idle).Model(), level)
+	srv, err := r.startServer(ctx, t, r.spec(level, idle).Model(), level, r.cfg.StreamsPerChannel)
 	if err != nil {
 		return err
 	}

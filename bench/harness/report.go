@@ -53,6 +53,8 @@ var Metrics = []metric{
 		value: func(m, _ *measurement) (float64, bool) {
 			return ms(m.serverCPU) * 1000 / float64(m.tokens), m.tokens > 0
 		}},
+	{Name: "peak RSS per streaming stream, KiB", phase: streaming,
+		value: func(m, _ *measurement) (float64, bool) { return m.peakPerStream / 1024, m.ok() }},
 	{Name: "short answers (1 token) per second", phase: short,
 		value:  func(m, _ *measurement) (float64, bool) { return m.rate(), m.ok() },
 		direct: func(d *measurement) (float64, bool) { return d.rate(), d.ok() }},
@@ -233,8 +235,70 @@ func (r *Report) Markdown() string {
 				cell(c.direct, ""), cell(c.relay, ""), cell(c.completiond, ""), cell(c.ratio, "×"))
 		}
 	}
+	r.spreadTable(&b)
 	r.footer(&b)
 	return b.String()
+}
+
+// channelsText says how a level's streams share channels.
+func channelsText(perChannel int) string {
+	if perChannel <= 0 {
+		return "one gRPC channel (client connection) for all the streams of a level, as a caller with a gRPC library's defaults has"
+	}
+	return fmt.Sprintf("a gRPC channel (client connection) per %d streams", perChannel)
+}
+
+// spreadText says what the second configuration is, when there is one.
+func (c Config) spreadText() string {
+	var levels []int
+	for _, l := range c.Levels {
+		if c.spreads(l, streaming) {
+			levels = append(levels, l)
+		}
+	}
+	if len(levels) == 0 || !slices.Contains(c.phases(), streaming) {
+		return ""
+	}
+	return fmt.Sprintf("; a second configuration, completiond with %s, in the streaming phase at %s streams: the same load spread as a caller could spread it, "+
+		"to show what one channel costs in time to first token (the table after the main one)", channelsText(c.Spread), joinInts(levels))
+}
+
+// spreadTable compares completiond's time to first token on its clients'
+// channels with the same load spread over channels of Config.Spread
+// streams: absolute times (the many-channel load is the reference, not
+// the direct calls), and their ratio within each repetition.
+func (r *Report) spreadTable(b *strings.Builder) {
+	var levels []int
+	for _, l := range r.cfg.Levels {
+		if r.cfg.spreads(l, streaming) && slices.Contains(r.cfg.phases(), streaming) {
+			levels = append(levels, l)
+		}
+	}
+	if len(levels) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nTime to first token through completiond, %s against %s (ratio: the first over the second, within each repetition):\n\n",
+		channelsText(r.cfg.StreamsPerChannel), channelsText(r.cfg.Spread))
+	b.WriteString("| streams | channels | TTFT p50, ms | spread: channels | spread: TTFT p50, ms | p50 ratio | TTFT p99, ms | spread: TTFT p99, ms | p99 ratio |\n")
+	b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, l := range levels {
+		var one50, many50, r50, one99, many99, r99 []float64
+		for rep := 1; rep <= r.cfg.Reps; rep++ {
+			o, m := r.results[key{l, rep, completiond, streaming}], r.results[key{l, rep, spreadOut, streaming}]
+			if o.ok() {
+				one50, one99 = append(one50, ms(o.ttftP50)), append(one99, ms(o.ttftP99))
+			}
+			if m.ok() {
+				many50, many99 = append(many50, ms(m.ttftP50)), append(many99, ms(m.ttftP99))
+			}
+			if o.ok() && m.ok() && m.ttftP50 > 0 && m.ttftP99 > 0 {
+				r50 = append(r50, float64(o.ttftP50)/float64(m.ttftP50))
+				r99 = append(r99, float64(o.ttftP99)/float64(m.ttftP99))
+			}
+		}
+		fmt.Fprintf(b, "| %d | %d | %s | %d | %s | %s | %s | %s | %s |\n", l, channels(l, r.cfg.StreamsPerChannel), cell(one50, ""),
+			channels(l, r.cfg.Spread), cell(many50, ""), cell(r50, "×"), cell(one99, ""), cell(many99, ""), cell(r99, "×"))
+	}
 }
 
 // cell is the median of v and its unit, with its min–max, or "—".
@@ -269,19 +333,21 @@ func (r *Report) header(b *strings.Builder) {
 		goVersion(), cpuModel(), joinInts(c.Levels), c.Reps, max(0, r.End.Sub(r.Start)).Round(time.Second))
 	var pacing []string
 	for _, l := range c.Levels {
-		pacing = append(pacing, fmt.Sprintf("%v at %d streams", c.streamSpec(l).TokenDelay, l))
+		sp := c.streamSpec(l)
+		pacing = append(pacing, fmt.Sprintf("%d tokens %v apart at %d streams", sp.Tokens, sp.TokenDelay, l))
 	}
 	paced := fmt.Sprintf("%g tokens/s over all streams", c.TokenRate)
 	if c.TokenDelay > 0 {
 		paced = "a fixed delay"
 	}
-	fmt.Fprintf(b, "- streaming: %d-token answers, the first %v after the headers, paced at %s (%s between tokens), answers begun for %v%s\n",
-		c.Tokens, c.FirstToken, paced, strings.Join(pacing, ", "), c.StreamFor, c.minAnswersText())
+	fmt.Fprintf(b, "- streaming: answers of up to %d tokens, the first %v after the headers, paced at %s, each lasting at most %v (%s), answers begun for %v%s\n",
+		c.Tokens, c.FirstToken, paced, c.MaxAnswer, strings.Join(pacing, ", "), c.StreamFor, c.minAnswersText())
 	fmt.Fprintf(b, "- short: 1-token answers back to back on every stream for %v · idle: every stream held open by a silent upstream, read %v after the last one is held\n",
 		c.ShortFor, c.IdleSettle)
-	fmt.Fprintf(b, "- upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness; each server is a fresh process per measurement, completiond at --log-level %s --max-in-flight 0\n", c.LogLevel)
+	fmt.Fprintf(b, "- upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness; each server is a fresh process per measurement, completiond with its shipped default limits at --log-level %s\n", c.LogLevel)
+	fmt.Fprintf(b, "- clients: to each server, %s%s\n", channelsText(c.StreamsPerChannel), c.spreadText())
 	b.WriteString("- cells: median of the repetitions (min–max); the ratio is taken within each repetition, over a positive relay value (an added TTFT under the direct calls' gives a ratio at or under 0); CPU from /proc/<pid>/stat, RSS from /proc/<pid>/status, " +
-		"heap and stacks from runtime.ReadMemStats; memory per stream is the process's growth over the streams, mostly noise below 100 streams\n")
+		"heap and stacks from runtime.ReadMemStats; memory per stream is the process's growth over the streams (while streaming: its peak, VmHWM, over its RSS before the phase), mostly noise below 100 streams\n")
 	r.machineLine(b)
 }
 

@@ -69,9 +69,64 @@ func TestStreamPacing(t *testing.T) {
 	if d := c.streamSpec(1000).TokenDelay; d != 400*time.Millisecond {
 		t.Errorf("1000 streams at 2500 tokens/s: %v between tokens, want 400ms", d)
 	}
+	if sp := c.streamSpec(1000); sp.Tokens != 50 {
+		t.Errorf("1000 streams: %d tokens, want all 50 (19.6 s)", sp.Tokens)
+	}
+	// 50 tokens 2 s apart would last 98 s: as many as fit in 20 s.
+	if sp := c.streamSpec(5000); sp.TokenDelay != 2*time.Second || sp.Tokens != 11 {
+		t.Errorf("5000 streams: %d tokens %v apart, want 11 tokens 2s apart", sp.Tokens, sp.TokenDelay)
+	}
 	c.TokenDelay = time.Millisecond
 	if d := c.streamSpec(1000).TokenDelay; d != time.Millisecond {
 		t.Errorf("a given delay: %v", d)
+	}
+}
+
+// TestSpreadConfiguration: the second configuration (streams spread over
+// channels) is measured in the streaming phase only, at the levels where
+// it differs from the clients' own channels; its table gives absolute
+// times to first token and their ratio within each repetition.
+func TestSpreadConfiguration(t *testing.T) {
+	c := Defaults()
+	for _, tc := range []struct {
+		level, perChannel, spread int
+		ph                        phase
+		want                      bool
+	}{
+		{1000, 0, 100, streaming, true},
+		{5000, 0, 100, streaming, true},
+		{100, 0, 100, streaming, false}, // one channel either way
+		{1000, 0, 100, idle, false},
+		{1000, 0, -1, streaming, false},
+		{1000, 100, 100, streaming, false},
+		{1000, 500, 100, streaming, true},
+	} {
+		c.StreamsPerChannel, c.Spread = tc.perChannel, tc.spread
+		if got := c.spreads(tc.level, tc.ph); got != tc.want {
+			t.Errorf("%d streams, %d per channel, spread %d, %s: spreads = %v", tc.level, tc.perChannel, tc.spread, tc.ph, got)
+		}
+	}
+	cfg, err := Config{Levels: []int{5000}, Reps: 2, Self: []string{"x"}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReport(cfg)
+	for rep, ms := range [][2]time.Duration{{1, 2}, {3, 2}} {
+		m := func(p50 time.Duration) *measurement {
+			return &measurement{load: load{calls: 1}, ttftP50: p50 * time.Millisecond, ttftP99: 10 * p50 * time.Millisecond}
+		}
+		r.add(key{5000, rep + 1, completiond, streaming}, m(ms[0]))
+		r.add(key{5000, rep + 1, spreadOut, streaming}, m(ms[1]))
+	}
+	md := r.Markdown()
+	for _, want := range []string{
+		"| 5000 | 1 | 2.00 (1.00–3.00) | 50 | 2.00 | 1.00× (0.500–1.50) | 20.0 (10.0–30.0) | 20.0 | 1.00× (0.500–1.50) |",
+		"a second configuration, completiond with a gRPC channel (client connection) per 100 streams, in the streaming phase at 5000 streams",
+		"one gRPC channel (client connection) for all the streams of a level, as a caller with a gRPC library's defaults has",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report does not say\n%s\n%s", want, md)
+		}
 	}
 }
 

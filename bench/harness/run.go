@@ -17,6 +17,10 @@ const (
 	direct      target = "direct"
 	bareRelay   target = "relay"
 	completiond target = "completiond"
+	// spreadOut is completiond again, its streams spread over channels of
+	// Config.Spread streams each: the second configuration, which shows
+	// what sharing one channel costs (Report's second table).
+	spreadOut target = "completiond-spread"
 )
 
 // phase is one kind of load.
@@ -54,6 +58,11 @@ type measurement struct {
 	// goroutinesPerStream are the idle phase's growth of the server
 	// divided by the streams held.
 	rssPerStream, heapPerStream, stackPerStream, goroutinesPerStream float64
+	// peakPerStream (bytes) is, in the streaming phase, how far the
+	// server's resident set rose at its peak (VmHWM) over what it was
+	// before, divided by the streams: what a stream costs while it streams,
+	// the number an auto --max-in-flight budgets against.
+	peakPerStream float64
 	// dials is the number of connections the mock accepted meanwhile.
 	dials int64
 	// foreign is the share of the machine other processes used meanwhile.
@@ -109,9 +118,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func (r *runner) measureAll(ctx context.Context) error {
 	for _, level := range r.cfg.Levels {
 		for rep := 1; rep <= r.cfg.Reps; rep++ {
-			order := []target{direct, bareRelay, completiond}
+			order := []target{direct, bareRelay, completiond, spreadOut}
 			if rep%2 == 0 {
-				order = []target{direct, completiond, bareRelay}
+				order = []target{direct, spreadOut, completiond, bareRelay}
 			}
 			for _, ph := range r.cfg.phases() {
 				if err := r.waitQuiet(ctx, fmt.Sprintf("level %d, rep %d, %s", level, rep, ph)); err != nil {
@@ -120,6 +129,9 @@ func (r *runner) measureAll(ctx context.Context) error {
 				for _, t := range order {
 					if t == direct && ph == idle {
 						continue // the direct calls have no server to hold streams in
+					}
+					if t == spreadOut && !r.cfg.spreads(level, ph) {
+						continue
 					}
 					m, err := r.measure(ctx, level, t, ph)
 					if err != nil {
@@ -153,7 +165,11 @@ func (r *runner) measure(ctx context.Context, level int, t target, ph phase) (*m
 		defer d.close()
 		return r.measureLoad(ctx, nil, d, level, ph)
 	}
-	srv, err := r.startServer(ctx, t, spec.Model(), level)
+	perChannel := r.cfg.StreamsPerChannel
+	if t == spreadOut {
+		perChannel = r.cfg.Spread
+	}
+	srv, err := r.startServer(ctx, t, spec.Model(), level, perChannel)
 	if err != nil {
 		return nil, err
 	}
@@ -177,17 +193,28 @@ func (r *runner) measureLoad(ctx context.Context, srv *server, c caller, level i
 	if err != nil {
 		return nil, err
 	}
+	var rss0 int64
+	if srv != nil {
+		if rss0, err = rss(srv.pid); err != nil {
+			return nil, err
+		}
+	}
 	l := runLoad(ctx, c, level, span, stagger)
 	after, err := r.snapshot(ctx, srv)
 	if err != nil {
 		return nil, err
 	}
+	m := &measurement{load: l, ttftP50: percentile(l.ttfts, 50), ttftP99: percentile(l.ttfts, 99)}
 	if srv != nil {
 		if err := srv.alive(); err != nil {
 			return nil, err
 		}
+		peak, err := peakRSS(srv.pid)
+		if err != nil {
+			return nil, err
+		}
+		m.peakPerStream = float64(peak-rss0) / float64(level)
 	}
-	m := &measurement{load: l, ttftP50: percentile(l.ttfts, 50), ttftP99: percentile(l.ttfts, 99)}
 	after.since(before, m)
 	return m, ctx.Err()
 }

@@ -85,19 +85,20 @@ func get(ctx context.Context, url string) ([]byte, error) {
 }
 
 // startServer starts t for model (the phase's spec) and answers one
-// request through it, with a client sized for streams. completiond, which
+// request through it, with a client for streams over channels of
+// perChannel streams (0: one channel). completiond, which
 // is given a port that was free a moment before, is started again if
 // another process took it meanwhile.
-func (r *runner) startServer(ctx context.Context, t target, model string, streams int) (*server, error) {
+func (r *runner) startServer(ctx context.Context, t target, model string, streams, perChannel int) (*server, error) {
 	for try := 1; ; try++ {
-		s, err := r.tryServer(ctx, t, model, streams)
+		s, err := r.tryServer(ctx, t, model, streams, perChannel)
 		if err == nil || !errAddrInUse(err) || try == 3 {
 			return s, err
 		}
 	}
 }
 
-func (r *runner) tryServer(ctx context.Context, t target, model string, streams int) (*server, error) {
+func (r *runner) tryServer(ctx context.Context, t target, model string, streams, perChannel int) (*server, error) {
 	var (
 		p     *proc
 		err   error
@@ -107,7 +108,7 @@ func (r *runner) tryServer(ctx context.Context, t target, model string, streams 
 	case bareRelay:
 		p, err = r.startRelay(ctx, model)
 		route = mock.Spec{Tokens: 1}.Model() // the relay's route is the upstream model
-	case completiond:
+	case completiond, spreadOut:
 		p, err = r.startCompletiond(ctx, model)
 		route = warmRoute
 	default:
@@ -118,7 +119,7 @@ func (r *runner) tryServer(ctx context.Context, t target, model string, streams 
 	}
 	s := &server{proc: p}
 	if err = s.listening(ctx); err == nil {
-		if s.client, err = dialServer(p.addr, streams, ""); err == nil {
+		if s.client, err = dialServer(p.addr, streams, perChannel, ""); err == nil {
 			err = s.warm(ctx, route)
 		}
 	}
@@ -188,8 +189,10 @@ func (r *runner) startRelay(ctx context.Context, model string) (*proc, error) {
 }
 
 // startCompletiond starts completiond with one route to the mock for
-// model, and the warm-up route. Its stdout (the JSON log) goes to
-// /dev/null, so it cannot say its port: it gets one that is free now.
+// model, and the warm-up route, and otherwise its shipped defaults: the
+// limits a caller meets are part of what is measured. Its stdout (the
+// JSON log) goes to /dev/null, so it cannot say its port: it gets one that
+// is free now.
 func (r *runner) startCompletiond(ctx context.Context, model string) (*proc, error) {
 	r.servers++
 	cfgPath := filepath.Join(r.dir, "completiond-"+strconv.Itoa(r.servers)+".yaml")
@@ -203,7 +206,7 @@ func (r *runner) startCompletiond(ctx context.Context, model string) (*proc, err
 	p, err := startProc(ctx, procSpec{
 		name: "completiond",
 		argv: []string{r.completiond, "--addr", addr, "--config", cfgPath, "--log-level", r.cfg.LogLevel,
-			"--max-in-flight", "0", "--drain-timeout", "1s", "--shutdown-grace", "1s"},
+			"--drain-timeout", "1s", "--shutdown-grace", "1s"},
 		env:     childEnv(debugserver.EnvAddr + "=127.0.0.1:0"),
 		parse:   parseDebug,
 		isReady: func(p *proc) bool { return p.debug != "" },

@@ -14,8 +14,9 @@ import (
 // TestSmoke runs the whole harness in a tiny configuration — the mock, the
 // relay and a freshly built completiond as processes, 2 streams of 5-token
 // answers, one repetition of each phase — and checks that the table has
-// every row with sane numbers. It proves the tool works, not how fast
-// anything is. Building completiond takes a while the first time (the
+// every row with sane numbers, and the second configuration (the streams
+// spread over channels, here one each) with its table. It proves the tool
+// works, not how fast anything is. Building completiond takes a while the first time (the
 // build cache makes it seconds after).
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
@@ -25,7 +26,7 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	var progress strings.Builder
 	report, err := Run(ctx, Config{
-		Levels: []int{2}, Reps: 1, Tokens: 5, TokenDelay: time.Millisecond,
+		Levels: []int{2}, Reps: 1, Tokens: 5, TokenDelay: time.Millisecond, Spread: 1,
 		StreamFor: 400 * time.Millisecond, MinAnswers: 100, ShortFor: 300 * time.Millisecond, IdleSettle: 100 * time.Millisecond,
 		Quiet:    Quiet{Window: 100 * time.Millisecond, Timeout: -1},
 		Progress: &progress,
@@ -47,7 +48,8 @@ func TestSmoke(t *testing.T) {
 		}
 		checkRow(t, mt, row)
 	}
-	for _, want := range []string{"go1.", "× ", "1 repetition(s)", "| streams | metric | direct | bare relay | completiond | completiond ÷ relay |"} {
+	for _, want := range []string{"go1.", "× ", "1 repetition(s)", "| streams | metric | direct | bare relay | completiond | completiond ÷ relay |",
+		"| streams | channels | TTFT p50, ms | spread: channels |", "| 2 | 1 | "} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the report does not say %q", want)
 		}

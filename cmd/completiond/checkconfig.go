@@ -21,6 +21,7 @@ import (
 	"github.com/completiond/completiond/provider/openai"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
+	"github.com/completiond/completiond/service"
 )
 
 // checkConfigUsage is the synopsis of the check-config subcommand.
@@ -264,20 +265,29 @@ func printPolicy(p func(string, ...any), pol recovery.Policy) {
 	}
 }
 
-// printLimits writes the server's limits, marking those at their default.
+// printLimits writes the server's limits, marking those at their default;
+// an auto one also says what it would be in this process, and why.
 func printLimits(p func(string, ...any), l config.Limits) {
 	d := config.DefaultLimits()
+	mem := service.ReadMemoryLimit()
+	r := l.Resolve(mem.Bytes)
+	auto := func(v, resolved int) any {
+		if v != config.Auto {
+			return v
+		}
+		return fmt.Sprintf("auto (%d here: %d MiB of memory, %s)", resolved, mem.Bytes>>20, mem.Source)
+	}
 	p("limits")
 	for _, f := range []struct {
 		name       string
 		val, deflt any
 	}{
 		{"max_request_bytes", l.MaxRequestBytes, d.MaxRequestBytes},
-		{"max_in_flight", l.MaxInFlight, d.MaxInFlight},
+		{"max_in_flight", auto(l.MaxInFlight, r.MaxInFlight), auto(d.MaxInFlight, r.MaxInFlight)},
 		{"key_max_concurrent", l.KeyMaxConcurrent, d.KeyMaxConcurrent},
 		{"key_rate", l.KeyRate, d.KeyRate},
 		{"key_burst", l.KeyBurst, d.KeyBurst},
-		{"max_streams_per_connection", l.MaxConcurrentStreams, d.MaxConcurrentStreams},
+		{"max_streams_per_connection", auto(l.MaxConcurrentStreams, r.MaxConcurrentStreams), auto(d.MaxConcurrentStreams, r.MaxConcurrentStreams)},
 		{"keepalive_min_time", l.KeepaliveMinTime, d.KeepaliveMinTime},
 		{"keepalive_time", l.KeepaliveTime, d.KeepaliveTime},
 		{"keepalive_timeout", l.KeepaliveTimeout, d.KeepaliveTimeout},

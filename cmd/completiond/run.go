@@ -120,6 +120,15 @@ func envDefaults(fs *flag.FlagSet, getenv func(string) string) error {
 	return err
 }
 
+// memoryShown says the memory limit the auto limits came from, if any
+// was auto.
+func memoryShown(m service.MemoryLimit) string {
+	if m.Bytes <= 0 {
+		return "not read (no limit is auto)"
+	}
+	return fmt.Sprintf("%d MiB (%s)", m.Bytes>>20, m.Source)
+}
+
 // run serves until ctx is done, then drains.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "version" {
@@ -193,9 +202,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	limits, mem := srv.Limits()
 	log.Info("serving", "addr", lis.Addr().String(), "default_route", cfg.DefaultRoute, "routes", routeNames(cfg),
 		"tls", cfg.TLS.On(), "auth_keys", keyNames(cfg), "client_certificates", cfg.Auth.ClientCertificates,
-		"redis", redisShown(cfg.RedisURL), "replica", cfg.Replica, "lease_ttl", leaseTTL(cfg))
+		"redis", redisShown(cfg.RedisURL), "replica", cfg.Replica, "lease_ttl", leaseTTL(cfg),
+		"max_in_flight", limits.MaxInFlight, "max_streams_per_conn", limits.MaxConcurrentStreams, "memory_limit", memoryShown(mem))
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(lis) }()
 	select {

@@ -227,7 +227,7 @@ func TestHelpListsSafetyFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"-api-key-file", "COMPLETIOND_API_KEY", "-insecure-no-auth", "-reflection", "-tls-cert", "-tls-key",
-		"-tls-client-ca", "-tls-reload", "-max-request-bytes", "-max-in-flight", "(default 512)", "-key-max-concurrent", "-key-rate",
+		"-tls-client-ca", "-tls-reload", "-max-request-bytes", "-max-in-flight", "(default auto)", "-key-max-concurrent", "-key-rate",
 		"-key-burst", "-max-streams-per-conn", "-keepalive-min-time", "-keepalive-time", "-keepalive-timeout",
 		"-max-connection-idle", "-max-connection-age", "-max-connection-age-grace"} {
 		if !strings.Contains(out.String(), want) {
@@ -366,7 +366,7 @@ func TestLimitFlagsOverTheFile(t *testing.T) {
 	}{
 		{"max-in-flight (file)", l.MaxInFlight, 100},
 		{"key-rate (environment over file)", l.KeyRate, 9.0},
-		{"max-streams-per-conn (flag over file)", l.MaxConcurrentStreams, uint32(9)},
+		{"max-streams-per-conn (flag over file)", l.MaxConcurrentStreams, 9},
 		{"keepalive-time (flag)", l.KeepaliveTime, time.Minute},
 		{"key-burst (default)", l.KeyBurst, d.KeyBurst},
 		{"max-request-bytes (default)", l.MaxRequestBytes, d.MaxRequestBytes},

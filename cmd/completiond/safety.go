@@ -29,7 +29,6 @@ type safety struct {
 	reflection     bool
 	tls            config.TLSFiles
 	limits         config.Limits
-	streams        uint
 	set            map[string]bool // flags set on the command line or in the environment
 }
 
@@ -41,7 +40,7 @@ var limitFlags = map[string]func(dst *config.Limits, s *safety){
 	"key-max-concurrent":       func(d *config.Limits, s *safety) { d.KeyMaxConcurrent = s.limits.KeyMaxConcurrent },
 	"key-rate":                 func(d *config.Limits, s *safety) { d.KeyRate = s.limits.KeyRate },
 	"key-burst":                func(d *config.Limits, s *safety) { d.KeyBurst = s.limits.KeyBurst },
-	"max-streams-per-conn":     func(d *config.Limits, s *safety) { d.MaxConcurrentStreams = uint32(min(s.streams, math.MaxUint32)) },
+	"max-streams-per-conn":     func(d *config.Limits, s *safety) { d.MaxConcurrentStreams = s.limits.MaxConcurrentStreams },
 	"keepalive-min-time":       func(d *config.Limits, s *safety) { d.KeepaliveMinTime = s.limits.KeepaliveMinTime },
 	"keepalive-time":           func(d *config.Limits, s *safety) { d.KeepaliveTime = s.limits.KeepaliveTime },
 	"keepalive-timeout":        func(d *config.Limits, s *safety) { d.KeepaliveTimeout = s.limits.KeepaliveTimeout },
@@ -66,11 +65,12 @@ func (s *safety) define(fs *flag.FlagSet) {
 	fs.StringVar(&s.tls.ClientCAFile, "tls-client-ca", "", "PEM CAs of client certificates (mTLS): a verified certificate authenticates its\ncaller as the key its CommonName or DNS SAN names, else by CommonName with every route")
 	fs.DurationVar(&s.tls.ReloadInterval, "tls-reload", config.DefaultTLSReload, "how often, at most, a handshake checks whether the certificate files changed")
 	fs.IntVar(&s.limits.MaxRequestBytes, "max-request-bytes", d.MaxRequestBytes, "largest encoded request accepted")
-	fs.IntVar(&s.limits.MaxInFlight, "max-in-flight", d.MaxInFlight, "completions the server runs at once; more are shed with UNAVAILABLE and RetryInfo (0: no cap)")
+	s.limits.MaxInFlight, s.limits.MaxConcurrentStreams = d.MaxInFlight, d.MaxConcurrentStreams
+	fs.Var(autoCount{&s.limits.MaxInFlight}, "max-in-flight", "completions the server runs at once; more are shed at once with UNAVAILABLE and RetryInfo\n(0: no cap; auto: from the memory the process may use, see the log line \"serving\")")
 	fs.IntVar(&s.limits.KeyMaxConcurrent, "key-max-concurrent", d.KeyMaxConcurrent, "completions one key runs at once; more: RESOURCE_EXHAUSTED and RetryInfo (0: no cap)")
 	fs.Float64Var(&s.limits.KeyRate, "key-rate", d.KeyRate, "completions per second one key may start; more: RESOURCE_EXHAUSTED and RetryInfo (0: no cap)")
 	fs.IntVar(&s.limits.KeyBurst, "key-burst", d.KeyBurst, "burst of --key-rate")
-	fs.UintVar(&s.streams, "max-streams-per-conn", uint(d.MaxConcurrentStreams), "concurrent RPCs on one connection; more wait in the client (0: no cap)")
+	fs.Var(autoCount{&s.limits.MaxConcurrentStreams}, "max-streams-per-conn", "concurrent RPCs on one connection; more wait in the client, silently\n(0: no cap; auto: twice --max-in-flight, so that only refused ones ever wait)")
 	fs.DurationVar(&s.limits.KeepaliveMinTime, "keepalive-min-time", d.KeepaliveMinTime, "shortest interval between client pings; a client pinging more often is disconnected")
 	fs.DurationVar(&s.limits.KeepaliveTime, "keepalive-time", d.KeepaliveTime, "ping a connection silent for this long")
 	fs.DurationVar(&s.limits.KeepaliveTimeout, "keepalive-timeout", d.KeepaliveTimeout, "close a connection whose ping is unanswered for this long")
@@ -82,6 +82,31 @@ func (s *safety) define(fs *flag.FlagSet) {
 	fs.DurationVar(&s.limits.HandshakeTimeout, "handshake-timeout", d.HandshakeTimeout, "close a connection whose handshake takes longer (0: gRPC's 120s)")
 	fs.IntVar(&s.limits.MaxHealthWatches, "max-health-watches", d.MaxHealthWatches, "Health.Watch streams open at once (no key needed); more: RESOURCE_EXHAUSTED (0: no cap)")
 	fs.IntVar(&s.limits.MaxHealthChecks, "max-health-checks", d.MaxHealthChecks, "Health.Check calls running at once (no key needed); more: RESOURCE_EXHAUSTED (0: no cap)")
+}
+
+// autoCount is the flag of a limit that is a count or auto
+// (config.ParseAutoCount).
+type autoCount struct{ n *int }
+
+// String is the limit as ParseAutoCount reads it.
+func (a autoCount) String() string {
+	if a.n == nil {
+		return "0"
+	}
+	return config.FormatAutoCount(*a.n)
+}
+
+// Set reads a count or auto.
+func (a autoCount) Set(s string) error {
+	n, err := config.ParseAutoCount(s)
+	if err == nil && int64(n) > math.MaxUint32 {
+		err = fmt.Errorf("%d is out of range", n)
+	}
+	if err != nil {
+		return err
+	}
+	*a.n = n
+	return nil
 }
 
 // apply puts the flags into cfg, over the configuration file, and checks

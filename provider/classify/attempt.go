@@ -27,6 +27,11 @@ type Attempt struct {
 
 	prefill bool // the request carries an assistant prefill
 
+	// start is when the attempt began, on now (time.Now; tests move it):
+	// what a connection failure's Silence is measured from.
+	start time.Time
+	now   func() time.Time
+
 	status  int         // response status; 0 until the headers came
 	header  http.Header // response headers
 	errBody []byte      // body of a response with status >= 400
@@ -35,7 +40,8 @@ type Attempt struct {
 
 // Begin starts an attempt under ctx, bounded by limits. End must be called.
 func Begin(ctx context.Context, limits provider.Timeouts) *Attempt {
-	a := &Attempt{parent: ctx}
+	a := &Attempt{parent: ctx, now: time.Now}
+	a.start = a.now()
 	a.ctx, a.cancel = context.WithCancelCause(ctx)
 	if limits != (provider.Timeouts{}) {
 		a.dog = newWatchdog(limits, a.cancel)
@@ -170,6 +176,9 @@ func (a *Attempt) Interrupted(c *Classifier) error {
 // Failure classifies an attempt that ended with err (nil for a stream that
 // simply ended before its finish), in order: the caller's cancellation, a
 // limit that passed, an error status, no response at all, a broken stream.
+// A connection failure carries how long the upstream had been silent
+// (recovery.Failure.Silence): a drop after seconds of silence marks a
+// dead route, a quick reset does not.
 func (a *Attempt) Failure(c *Classifier, err error) error {
 	if stop := a.Interrupted(c); stop != nil {
 		return stop
@@ -178,7 +187,9 @@ func (a *Attempt) Failure(c *Classifier, err error) error {
 	case a.status >= 400:
 		return a.settle(c.HTTP(a.status, a.header, a.errBody))
 	case a.status == 0:
-		return c.Connection(err)
+		f := c.Connection(err)
+		f.Silence = max(0, a.now().Sub(a.start))
+		return f
 	}
 	return c.Broken(a.status, a.header, err)
 }

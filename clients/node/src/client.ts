@@ -49,6 +49,15 @@ export interface ClientOptions {
   channel?: ChannelInterface;
   /** channelOptions are grpc-js channel options (keepalive, message sizes …). */
   channelOptions?: ChannelOptions;
+  /**
+   * connections is how many channels to open to the target, each on its own
+   * HTTP/2 connection; each call starts on the next. 1 (the default) carries
+   * thousands of streams on the server's defaults. More spread the streams
+   * when the server's --max-streams-per-conn is below what this client runs
+   * at once (past it a connection's streams wait in the client, silently),
+   * or over replicas behind a TCP load balancer. Ignored with channel.
+   */
+  connections?: number;
   /** reconnect says how a resumable stream attaches again, or a Session resumes, after a drop (DEFAULT_RECONNECT). */
   reconnect?: Partial<ReconnectPolicy>;
 }
@@ -71,11 +80,12 @@ export type SessionStartInit = DeepPartial<SessionStart>;
 
 /**
  * Client calls completiond. One Client holds one channel (HTTP/2
- * connection) and may run any number of calls at once.
+ * connection), or options.connections of them, and may run any number of
+ * calls at once.
  */
 export class Client {
-  /** stub is the generated grpc-js client, for anything this class does not wrap. */
-  readonly stub: CompletionClient;
+  readonly #stubs: CompletionClient[];
+  #turn = 0;
   readonly #apiKey: string | undefined;
   readonly #reconnect: ReconnectPolicy;
 
@@ -85,9 +95,16 @@ export class Client {
    * target when it is a generated CompletionClient (and its channel).
    */
   constructor(target: string | CompletionClient = defaultAddress(), options: ClientOptions = {}) {
-    this.stub = typeof target === "string" ? newStub(target, options) : target;
+    this.#stubs = typeof target === "string" ? newStubs(target, options) : [target];
     this.#apiKey = options.apiKey;
     this.#reconnect = { ...DEFAULT_RECONNECT, ...options.reconnect };
+  }
+
+  /** stub is the generated grpc-js client, for anything this class does not wrap: over the next channel at each use. */
+  get stub(): CompletionClient {
+    const stub = this.#stubs[this.#turn % this.#stubs.length]!;
+    this.#turn = (this.#turn + 1) % this.#stubs.length;
+    return stub;
   }
 
   /**
@@ -159,9 +176,9 @@ export class Client {
     });
   }
 
-  /** close closes the channel; calls in flight fail. */
+  /** close closes the channels; calls in flight fail. */
   close(): void {
-    this.stub.close();
+    for (const stub of this.#stubs) stub.close();
   }
 
   #attachCall(completionId: string, afterSeq: number, options: CallOptions) {
@@ -187,10 +204,17 @@ export function defaultAddress(): string {
   return process.env.COMPLETIOND_ADDR || DEFAULT_ADDRESS;
 }
 
-function newStub(address: string, options: ClientOptions): CompletionClient {
+function newStubs(address: string, options: ClientOptions): CompletionClient[] {
   const creds = options.credentials ?? channelCredentials(options.tls);
-  const channel = options.channel === undefined ? {} : { channelOverride: options.channel };
-  return new CompletionClient(address, creds, { ...options.channelOptions, ...channel });
+  if (options.channel !== undefined) {
+    return [new CompletionClient(address, creds, { ...options.channelOptions, channelOverride: options.channel })];
+  }
+  const n = Math.max(1, Math.floor(options.connections ?? 1));
+  // grpc-js shares one connection between the channels of a process that
+  // have the same target and options; a channel with a local subchannel
+  // pool has its own, which is the point of opening several.
+  const spread = n > 1 ? { "grpc.use_local_subchannel_pool": 1 } : {};
+  return Array.from({ length: n }, () => new CompletionClient(address, creds, { ...options.channelOptions, ...spread }));
 }
 
 function channelCredentials(tls: ClientOptions["tls"]): ChannelCredentials {

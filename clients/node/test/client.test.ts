@@ -23,6 +23,8 @@ import { Events, detailsBin } from "./build";
 
 /** seen records the metadata of every call the fake server received. */
 const seen: Metadata[] = [];
+/** peers records the client address of every Complete call: one per connection. */
+const peers: string[] = [];
 
 function answer(): CompletionEvent[] {
   const e = new Events();
@@ -46,6 +48,7 @@ const impl = {
   },
   complete(call: ServerUnaryCall<CompleteRequest, CompleteResponse>, cb: sendUnaryData<CompleteResponse>) {
     seen.push(call.metadata);
+    peers.push(call.getPeer());
     if (call.request.messages.length === 0) return cb(statusOf(GrpcStatus.INVALID_ARGUMENT, "invalid request", BAD), null);
     cb(null, CompleteResponse.fromPartial({ completionId: "cmpl_fake", result: answer().at(-1)!.result }));
   },
@@ -147,6 +150,19 @@ describe("Client over grpc-js", { timeout: 10_000 }, () => {
     const onChannel = new Client("ignored:1", { channel: stub.getChannel() });
     assert.equal((await onChannel.complete({ messages: [userText("hi")] })).completionId, "cmpl_fake");
     stub.close();
+  });
+
+  test("connections: each call on the next of that many connections", async () => {
+    for (const [connections, want] of [[undefined, 1], [1, 1], [3, 3]] as const) {
+      const c = new Client(addr, { connections });
+      try {
+        peers.length = 0;
+        for (let i = 0; i < 6; i++) await c.complete({ messages: [userText("hi")] });
+        assert.equal(new Set(peers).size, want, `connections ${connections}: peers ${peers.join(" ")}`);
+      } finally {
+        c.close();
+      }
+    }
   });
 
   test("a connection refused is UNAVAILABLE, typed", async () => {

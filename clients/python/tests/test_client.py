@@ -25,6 +25,21 @@ class ClientTest(unittest.TestCase):
         with completiond.Client("127.0.0.1:1", tls=True, api_key="secret") as secure:
             self.assertIsNotNone(secure.stub)
 
+    def test_connections(self) -> None:
+        # connections=N: N channels, each with its own subchannel pool (so its
+        # own HTTP/2 connection), each call on the next; the default is one.
+        with completiond.Client("127.0.0.1:1") as one:
+            self.assertEqual(len(one.channels), 1)
+            self.assertIs(one.stub, one.stub)
+        with completiond.Client("127.0.0.1:1", connections=3) as three:
+            self.assertEqual(len(three.channels), 3)
+            stubs = [three.stub for _ in range(6)]
+            self.assertEqual(len({id(s) for s in stubs}), 3)
+            self.assertIs(stubs[0], stubs[3])
+        self.assertIsNone(completiond.client.spread_options(None, 1))
+        self.assertEqual(completiond.client.spread_options([("a", 1)], 2),
+                         [("a", 1), ("grpc.use_local_subchannel_pool", 1)])
+
     def test_text_request(self) -> None:
         req = completiond.text_request("Explain backoff.", route="sim", resume_grace=datetime.timedelta(seconds=90),
                                        metadata={"sim.faults": "cut=4"}, max_output_tokens=100,

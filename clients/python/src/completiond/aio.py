@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -25,7 +26,7 @@ import grpc.aio
 
 from completiond._proto.completion.v1 import completion_pb2 as pb
 from completiond._proto.completion.v1 import completion_pb2_grpc as pb_grpc
-from completiond.client import Metadata, default_address
+from completiond.client import Metadata, default_address, spread_options
 from completiond.errors import CompletionError, error_from_grpc
 from completiond.fold import Fold, tool_input
 from completiond.session import CancelSession, ToolOutput, judge
@@ -289,8 +290,9 @@ async def answer_tool_async(tools: AsyncTools, call: pb.ToolCall) -> pb.ToolResu
 class AsyncClient:
     """The asyncio client of completiond's ``completion.v1.Completion`` service.
 
-    Its arguments are :class:`~completiond.Client`'s; the channel is a
-    ``grpc.aio`` channel. Use it as ``async with``, or ``await close()``.
+    Its arguments are :class:`~completiond.Client`'s (connections
+    included); the channels are ``grpc.aio`` channels. Use it as
+    ``async with``, or ``await close()``.
     """
 
     def __init__(
@@ -303,15 +305,18 @@ class AsyncClient:
         channel_credentials: Optional[grpc.ChannelCredentials] = None,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
         reconnect: Reconnect = Reconnect(),
+        connections: int = 1,
     ) -> None:
         target = target or default_address()
         if channel_credentials is None and (tls or root_certificates is not None):
             channel_credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
-        if channel_credentials is not None:
-            channel = grpc.aio.secure_channel(target, channel_credentials, options=options)
-        else:
-            channel = grpc.aio.insecure_channel(target, options=options)
-        self._init(channel, api_key, reconnect, owned=True)
+        opts = spread_options(options, connections)
+        channels = [
+            grpc.aio.secure_channel(target, channel_credentials, options=opts) if channel_credentials is not None
+            else grpc.aio.insecure_channel(target, options=opts)
+            for _ in range(max(connections, 1))
+        ]
+        self._init(channels, api_key, reconnect, owned=True)
 
     @classmethod
     def from_channel(
@@ -319,23 +324,33 @@ class AsyncClient:
     ) -> "AsyncClient":
         """A client over an existing grpc.aio channel, which :meth:`close` leaves open."""
         client = cls.__new__(cls)
-        client._init(channel, api_key, reconnect, owned=False)
+        client._init([channel], api_key, reconnect, owned=False)
         return client
 
-    def _init(self, channel: grpc.aio.Channel, api_key: Optional[str], reconnect: Reconnect, owned: bool) -> None:
-        #: channel is the grpc.aio channel the calls go over.
-        self.channel: grpc.aio.Channel = channel
-        #: stub is the generated stub over it, for anything this client does not wrap.
-        self.stub = pb_grpc.CompletionStub(channel)
+    def _init(
+        self, channels: List[grpc.aio.Channel], api_key: Optional[str], reconnect: Reconnect, owned: bool
+    ) -> None:
+        #: channels are the grpc.aio channels the calls go over, each call on the next.
+        self.channels: List[grpc.aio.Channel] = channels
+        #: channel is the first of them (the only one by default).
+        self.channel: grpc.aio.Channel = channels[0]
+        self._stubs = [pb_grpc.CompletionStub(c) for c in channels]
+        self._turn = itertools.count()
         self._metadata: List[Tuple[str, str]] = [("authorization", "Bearer " + api_key)] if api_key else []
         self._owned = owned
         #: reconnect says how streams attach again after a drop.
         self.reconnect: Reconnect = reconnect
 
+    @property
+    def stub(self) -> pb_grpc.CompletionStub:
+        """The generated stub, for anything this client does not wrap: over the next channel at each use."""
+        return self._stubs[next(self._turn) % len(self._stubs)]
+
     async def close(self) -> None:
-        """Closes the channel, if this client opened it."""
+        """Closes the channels, if this client opened them."""
         if self._owned:
-            await self.channel.close()
+            for channel in self.channels:
+                await channel.close()
 
     async def __aenter__(self) -> "AsyncClient":
         return self

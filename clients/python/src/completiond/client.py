@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -26,6 +27,20 @@ def default_address() -> str:
     return os.environ.get("COMPLETIOND_ADDR") or DEFAULT_ADDRESS
 
 
+def spread_options(
+    options: Optional[Sequence[Tuple[str, Any]]], connections: int
+) -> Optional[Sequence[Tuple[str, Any]]]:
+    """The channel options of one of ``connections`` channels to one target.
+
+    gRPC's C core shares one connection between the channels of a process
+    that have the same target and options; a channel of its own local
+    subchannel pool has its own, which is the point of opening several.
+    """
+    if connections <= 1:
+        return options
+    return list(options or ()) + [("grpc.use_local_subchannel_pool", 1)]
+
+
 class Client:
     """A client of completiond's ``completion.v1.Completion`` service.
 
@@ -37,7 +52,13 @@ class Client:
     root_certificates, or channel_credentials) makes a TLS channel; api_key
     is sent with every call as ``authorization: Bearer <key>``. options are
     grpc channel options; reconnect says how streams attach again (and
-    Sessions resume) after a drop. To use a channel of your own, see :meth:`from_channel`.
+    Sessions resume) after a drop. connections (default 1, which carries
+    thousands of streams on the server's defaults) opens that many channels,
+    each on its own HTTP/2 connection, and starts each call on the next: for
+    a server whose --max-streams-per-conn is below the streams this client
+    runs at once (past it a connection's streams wait in the client,
+    silently), or to spread over replicas behind a TCP load balancer. To use
+    a channel of your own, see :meth:`from_channel`.
     """
 
     def __init__(
@@ -50,15 +71,18 @@ class Client:
         channel_credentials: Optional[grpc.ChannelCredentials] = None,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
         reconnect: Reconnect = Reconnect(),
+        connections: int = 1,
     ) -> None:
         target = target or default_address()
         if channel_credentials is None and (tls or root_certificates is not None):
             channel_credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
-        if channel_credentials is not None:
-            channel = grpc.secure_channel(target, channel_credentials, options=options)
-        else:
-            channel = grpc.insecure_channel(target, options=options)
-        self._init(channel, api_key, reconnect, owned=True)
+        opts = spread_options(options, connections)
+        channels = [
+            grpc.secure_channel(target, channel_credentials, options=opts) if channel_credentials is not None
+            else grpc.insecure_channel(target, options=opts)
+            for _ in range(max(connections, 1))
+        ]
+        self._init(channels, api_key, reconnect, owned=True)
 
     @classmethod
     def from_channel(
@@ -66,23 +90,31 @@ class Client:
     ) -> "Client":
         """A client over an existing channel, which :meth:`close` leaves open."""
         client = cls.__new__(cls)
-        client._init(channel, api_key, reconnect, owned=False)
+        client._init([channel], api_key, reconnect, owned=False)
         return client
 
-    def _init(self, channel: grpc.Channel, api_key: Optional[str], reconnect: Reconnect, owned: bool) -> None:
-        #: channel is the gRPC channel the calls go over.
-        self.channel: grpc.Channel = channel
-        #: stub is the generated stub, for anything this client does not wrap.
-        self.stub = pb_grpc.CompletionStub(channel)
+    def _init(self, channels: List[grpc.Channel], api_key: Optional[str], reconnect: Reconnect, owned: bool) -> None:
+        #: channels are the gRPC channels the calls go over, each call on the next.
+        self.channels: List[grpc.Channel] = channels
+        #: channel is the first of them (the only one by default).
+        self.channel: grpc.Channel = channels[0]
+        self._stubs = [pb_grpc.CompletionStub(c) for c in channels]
+        self._turn = itertools.count()
         self._metadata: List[Tuple[str, str]] = [("authorization", "Bearer " + api_key)] if api_key else []
         self._owned = owned
         #: reconnect says how streams attach again, and Sessions resume, after a drop.
         self.reconnect: Reconnect = reconnect
 
+    @property
+    def stub(self) -> pb_grpc.CompletionStub:
+        """The generated stub, for anything this client does not wrap: over the next channel at each use."""
+        return self._stubs[next(self._turn) % len(self._stubs)]
+
     def close(self) -> None:
-        """Closes the channel, if this client opened it."""
+        """Closes the channels, if this client opened them."""
         if self._owned:
-            self.channel.close()
+            for channel in self.channels:
+                channel.close()
 
     def __enter__(self) -> "Client":
         return self
