@@ -34,7 +34,8 @@ func TestSpreadGrowsWithTheWaiting(t *testing.T) {
 
 // TestObeyingClientsDoNotStampede: 200 clients of one key, each starting
 // completions one after another and obeying every RetryInfo exactly, on a
-// simulated clock, against the default rate (20/s, burst 40). With one
+// simulated clock, against a key rate of 20/s with bursts of 40 (per-key
+// limits are opt-in: this is a server that sets them). With one
 // delay for all (the next token's), they are refused about 190 times per
 // completion; spread by Waiting, a few times at most.
 func TestObeyingClientsDoNotStampede(t *testing.T) {
@@ -54,7 +55,7 @@ func stampede(t *testing.T, spread bool) (refusals int) {
 	t.Helper()
 	var now time.Time
 	l := config.DefaultLimits()
-	l.KeyMaxConcurrent = 0
+	l.KeyMaxConcurrent, l.KeyRate, l.KeyBurst = 0, 20, 40
 	keys := NewKeyLimits(l, func() time.Time { return now }, nil)
 	w, r := NewWaiting(), rand.New(rand.NewPCG(1, 2))
 	q := &retries{}

@@ -117,6 +117,10 @@ func TestFailuresFromTheWire(t *testing.T) {
 			}
 			got := *f
 			got.Message = ""
+			if got.DeadRoute() {
+				t.Errorf("a failure after %v of silence marks a dead route", got.Silence)
+			}
+			got.Silence = 0 // measured: a quick reset's is short, and only that matters
 			if got != want {
 				t.Errorf("failure\n got %+v\nwant %+v", got, want)
 			}
