@@ -145,12 +145,13 @@ func DefaultLimits() Limits {
 // starts (Limits.Resolve).
 const Auto = -1
 
-// StreamBudget is the memory an Auto MaxInFlight budgets for each
-// completion: twice what a held stream measured, over a hundred and more
-// streams, in the load benchmark's server (about 65 KiB of RSS, of which
-// 29 KiB of heap and 42 KiB of goroutine stacks; docs/performance.md), for
-// what a streaming completion holds beyond a silent one — its request, the
-// answer growing, HTTP/2 and TLS buffers.
+// StreamBudget is the memory an Auto MaxInFlight gives each completion
+// (and the garbage collector as much again, see InFlightFor). make
+// loadbench of 2026-11-25 measured 64–67 KiB of RSS per held stream at
+// 1 000 and 5 000 streams (about 30 KiB of heap, 42 KiB of goroutine
+// stacks) and 65–80 KiB at the peak while streaming (docs/performance.md):
+// the budget is about three times that, for requests and answers larger
+// than the benchmark's one-line prompt and 50 tokens.
 const StreamBudget = 128 << 10
 
 // ReservedMemory is what an Auto MaxInFlight leaves aside before it
