@@ -146,12 +146,10 @@ func DefaultLimits() Limits {
 const Auto = -1
 
 // StreamBudget is the memory an Auto MaxInFlight gives each completion
-// (and the garbage collector as much again, see InFlightFor). make
-// loadbench of 2026-11-25 measured 64–67 KiB of RSS per held stream at
-// 1 000 and 5 000 streams (about 30 KiB of heap, 42 KiB of goroutine
-// stacks) and 65–80 KiB at the peak while streaming (docs/performance.md):
-// the budget is about three times that, for requests and answers larger
-// than the benchmark's one-line prompt and 50 tokens.
+// (and the garbage collector as much again, see InFlightFor): about three
+// times what a held stream costs in the load benchmark (docs/performance.md
+// has the measurement, dated), for requests and answers larger than the
+// benchmark's one-line prompt and 50 tokens.
 const StreamBudget = 128 << 10
 
 // ReservedMemory is what an Auto MaxInFlight leaves aside before it
