@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,9 +15,25 @@ import (
 )
 
 // clock is a settable time for the log's retention.
-type clock struct{ t time.Time }
+// clock is a test's clock: the log reads it from its own goroutines too
+// (RedisLog's sweep), so that it is read and moved under a lock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *clock) now() time.Time { return c.t }
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// add moves the clock on by d.
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 func logEvent(seq uint64, result bool) *completionv1.CompletionEvent {
 	if result {
@@ -225,8 +242,8 @@ func TestEventLogBounds(t *testing.T) {
 				appendRun(l, "done", 2, true)
 				_ = l.Open("live", Meta{})
 				appendRun(l, "live", 2, false)
-				clk.t = clk.t.Add(time.Minute)
-				l.Expire(clk.t)
+				clk.add(time.Minute)
+				l.Expire(clk.now())
 			},
 			present: []string{"live"},
 			absent:  []string{"done"},

@@ -474,14 +474,21 @@ func (l *RedisLog) dropAll(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if err := dropScript.Load(ctx, l.rdb); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	run := func() error {
+		pipe := l.rdb.Pipeline()
+		for _, id := range ids {
+			dropScript.EvalSha(ctx, pipe, id, "", id, redisLogChanged)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
 	}
-	pipe := l.rdb.Pipeline()
-	for _, id := range ids {
-		dropScript.EvalSha(ctx, pipe, id, "", id, redisLogChanged)
+	err := run()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis restarted, or flushed its scripts
+		if err = dropScript.Load(ctx, l.rdb); err == nil {
+			err = run()
+		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
