@@ -74,7 +74,7 @@ var luaFiles embed.FS
 // arguments.
 var (
 	openScript       = redisscript.Load(luaFiles, "lua/open.lua", redisKeys)
-	appendScript     = redisscript.Load(luaFiles, "lua/append.lua", redisKeys)
+	commitScript     = redisscript.Load(luaFiles, "lua/commit.lua", redisKeys)
 	checkpointScript = redisscript.Load(luaFiles, "lua/checkpoint.lua", redisKeys)
 	dropScript       = redisscript.Load(luaFiles, "lua/drop.lua", redisKeys)
 	expiredScript    = redisscript.Load(luaFiles, "lua/expired.lua", redisKeys)

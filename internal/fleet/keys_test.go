@@ -9,7 +9,7 @@ import (
 // TestScripts: every script of lua/ is loaded once, and touches only the
 // keys it declares, named in the one table.
 func TestScripts(t *testing.T) {
-	for _, p := range redisscript.Audit(luaFiles, openScript, appendScript, checkpointScript, dropScript, expiredScript,
+	for _, p := range redisscript.Audit(luaFiles, openScript, commitScript, checkpointScript, dropScript, expiredScript,
 		reshareScript, acquireScript, renewScript, releaseScript) {
 		t.Error(p)
 	}

@@ -27,6 +27,7 @@ type metrics struct {
 	lapsed    metric.Int64Counter
 	lost      metric.Int64Counter
 	takeovers metric.Int64Counter
+	batch     metric.Int64Histogram
 }
 
 // roundTripBuckets are the bounds (s) of the Redis round-trip histogram:
@@ -55,8 +56,18 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 		metric.WithDescription("Leases of this replica's completions found granted to another replica (a renewal refused): this replica was paused or cut off past its lease, and another took the completion over."))
 	in.takeovers, _ = m.Int64Counter("completiond.takeovers", metric.WithUnit("{completion}"),
 		metric.WithDescription("Completions this replica took over from a replica whose lease lapsed (its death, a pause, a partition)."))
+	in.batch, _ = m.Int64Histogram("completiond.redis.commit.batch", metric.WithUnit("{event}"),
+		metric.WithDescription("Events per flush of this replica's group commit to the shared log: one Redis round trip carries them all (one script call per 256 events or 1 MiB)."),
+		metric.WithExplicitBucketBoundaries(batchBuckets...))
 	return &in
 }
+
+// batchBuckets are the bounds of the group commit's batch sizes: 1 when a
+// replica is idle, tens to hundreds under load.
+var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+
+// recordBatch records the events of one flush of the group commit.
+func (m *metrics) recordBatch(events int) { m.batch.Record(context.Background(), int64(events)) }
 
 // zero records 0 on every counter, so that each series exists from the
 // start: a rate over it is 0, not absent, until the first event.

@@ -75,10 +75,15 @@ type RedisLog struct {
 	// a replica publishing again a log it kept alone for a while takes its
 	// lapsed lease back for this long (DefaultLeaseTTL when zero).
 	LeaseTTL time.Duration
+	// CommitWait is the longest a flush of the group commit waits for more
+	// appends while other completions write (DefaultCommitWait when zero;
+	// negative: never); see committer.
+	CommitWait time.Duration
 
 	fences sync.Map // id → the lease value its writes need (Fence)
 	m      *metrics // rdb's (Instrument)
 
+	commit *committer
 	wake   *wakeRegistry
 	ps     *redis.PubSub
 	stop   context.CancelFunc
@@ -103,12 +108,15 @@ func NewRedisLog(rdb redis.UniversalClient, limits config.EventLogLimits, now fu
 		l.wake.all(2 * redisWakeAll) // harmless: nobody waits yet
 	}
 	l.ps = ps
+	l.commit = newCommitter(l.flush, l.evict, l.commitWait, l.m.recordBatch)
 	go l.listen(ctx, ps)
 	return l
 }
 
-// Close stops following the change notices and wakes every follower.
+// Close flushes the appends under way, stops following the change notices
+// and wakes every follower. Appends after it fail (ErrUnavailable).
 func (l *RedisLog) Close() {
+	l.commit.close()
 	l.stop()
 	_ = l.ps.Close() // ends a Receive under way
 	<-l.closed
@@ -128,7 +136,9 @@ func (l *RedisLog) listen(ctx context.Context, ps *redis.PubSub) {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			l.wake.notice(parseNotice(m.Payload))
+			for _, line := range strings.Split(m.Payload, "\n") {
+				l.wake.notice(parseNotice(line))
+			}
 		case *redis.Subscription:
 			l.wake.all(2 * redisWakeAll)
 			last = time.Now()
@@ -222,10 +232,11 @@ func (l *RedisLog) KeptHere(string) bool { return false }
 // already.
 func (l *RedisLog) Adopt(string, Meta, []*completionv1.CompletionEvent, uint64, []byte) {}
 
-// add appends ev to the log of id, and with end ends it with status. It
-// answers what the script did (ok, missing, ended, order, or fenced when
-// id is fenced and its lease is no longer the writer's) or the error of a
-// Redis that did not answer.
+// add appends ev to the log of id, and with end ends it with status,
+// with the next flush of the group commit (committer). It answers what
+// lua/commit.lua did (ok, missing, ended, order, or fenced when id is
+// fenced and its lease is no longer the writer's) or the error of a Redis
+// that did not answer.
 func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) (string, error) {
 	b, err := proto.Marshal(ev)
 	if err != nil {
@@ -234,14 +245,38 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	if testHookRedisAdd != nil {
 		testHookRedisAdd(id, ev.GetSeq())
 	}
+	res, err := l.commit.write(commitWrite{id: id, seq: ev.GetSeq(), event: b, status: status, end: end, fence: l.fence(id)})
+	if err == nil && res == "fenced" {
+		l.refused()
+	}
+	return res, err
+}
+
+// flush is one flush of the group commit (committer): lua/commit.lua on
+// writes, within OpTimeout.
+func (l *RedisLog) flush(writes []commitWrite) (replies, evicted []string, err error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
-	res, err := fenced(appendScript.Run(ctx, l.rdb, id, l.appendArgs(id, ev.GetSeq(), b, status, end, l.fence(id))...))
-	if err != nil || res[0] != "ok" {
-		l.countFenced(res, err)
-		return res[0], err
+	return l.commitWrites(ctx, writes)
+}
+
+// evict drops the logs a flush's bound evicted. A failure leaves them in
+// the ended set, where the next flush over the bound finds them again.
+func (l *RedisLog) evict(ids []string) {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	_ = l.dropAll(ctx, ids)
+}
+
+// commitWait is CommitWait, or its default.
+func (l *RedisLog) commitWait() time.Duration {
+	switch {
+	case l.CommitWait < 0:
+		return 0
+	case l.CommitWait == 0:
+		return DefaultCommitWait
 	}
-	return "ok", l.dropAll(ctx, res[1:])
+	return l.CommitWait
 }
 
 // fence is the lease value the writes of id need (Fence), or "".
@@ -283,18 +318,6 @@ func (l *RedisLog) countFenced(res []string, err error) {
 // refused counts a write that Redis refused because another replica holds
 // the completion's lease.
 func (l *RedisLog) refused() { l.m.fenced.Add(context.Background(), 1) }
-
-// appendArgs are the arguments of lua/append.lua that append the encoded
-// event b of seq to the log of id, and with end end it with status;
-// fenced by the lease value fence unless it is empty.
-func (l *RedisLog) appendArgs(id string, seq uint64, b, status []byte, end bool, fence string) []any {
-	fin := "0"
-	if end {
-		fin = "1"
-	}
-	return []any{fence, id, seq, b, status, fin, ms(l.now()), l.limits.Retention.Milliseconds(),
-		l.limits.MaxEvents, l.limits.MaxBytes, l.LiveTTL.Milliseconds(), redisLogChanged}
-}
 
 // Read implements Log: the meta, the page and the first and last
 // entries kept are read in one MULTI, so that they agree.
@@ -408,46 +431,42 @@ func (l *RedisLog) reshareFenced(id string, c logCopy, fence string) error {
 	return l.publishCheckpoint(id, c, fence)
 }
 
-// redisReshareBatch is how many appends a reshare pipelines at once.
+// redisReshareBatch is how many appends of a reshare go in one call.
 const redisReshareBatch = 128
 
-// appendAll appends the events of c after seq kept, pipelined.
+// appendAll appends the events of c after seq kept, redisReshareBatch
+// per call of lua/commit.lua.
 func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence string) error {
-	if err := appendScript.Load(ctx, l.rdb); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	for i := 0; i < len(c.events); {
-		pipe := l.rdb.Pipeline()
-		var cmds []*redis.Cmd
-		for ; i < len(c.events) && len(cmds) < redisReshareBatch; i++ {
-			if c.seqs[i] <= kept {
-				continue
-			}
-			end := c.ended && i == len(c.events)-1
-			var status []byte
-			if end {
-				status = c.status
-			}
-			cmds = append(cmds, appendScript.EvalSha(ctx, pipe, id, l.appendArgs(id, c.seqs[i], c.events[i], status, end, fence)...))
-		}
-		if len(cmds) == 0 {
+	var writes []commitWrite
+	for i, seq := range c.seqs {
+		if seq <= kept {
 			continue
 		}
-		_, _ = pipe.Exec(ctx)
-		for _, cmd := range cmds {
-			res, err := fenced(cmd)
-			switch {
-			case err != nil:
-				return err
-			case res[0] == "fenced":
+		end := c.ended && i == len(c.events)-1
+		w := commitWrite{id: id, seq: seq, event: c.events[i], end: end, fence: fence}
+		if end {
+			w.status = c.status
+		}
+		writes = append(writes, w)
+	}
+	for len(writes) > 0 {
+		n := min(len(writes), redisReshareBatch)
+		replies, evicted, err := l.commitWrites(ctx, writes[:n])
+		if err != nil {
+			return err
+		}
+		writes = writes[n:]
+		for _, res := range replies {
+			switch res {
+			case "fenced":
 				l.refused()
 				return errLogFenced
-			case res[0] == "missing" || res[0] == "ended":
-				return fmt.Errorf("%w: the log went while it was published again (%s)", ErrUnavailable, res[0])
+			case "missing", "ended":
+				return fmt.Errorf("%w: the log went while it was published again (%s)", ErrUnavailable, res)
 			}
-			if err := l.dropAll(ctx, res[1:]); err != nil {
-				return err
-			}
+		}
+		if err := l.dropAll(ctx, evicted); err != nil {
+			return err
 		}
 	}
 	return nil

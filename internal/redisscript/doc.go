@@ -15,6 +15,17 @@
 // script cannot be handed its keys in another order, and a key no table
 // names cannot be declared.
 //
+// Names after a "|" repeat, once per Group a call passes (RunGroups): one
+// script call that writes several subjects, each with its own keys.
+//
+//	-- KEYS: TOTAL | META LOG
+//	-- ARGV: now | id event
+//
+// The script reads group i's names with KEYS_OF(i) and ARGV_OF(i), for i
+// from 1 to GROUPS (local META, LOG = KEYS_OF(i)). Such a script touches
+// several subjects' hash slots: a standalone Redis runs it, a Redis Cluster
+// only when every key falls in one slot.
+//
 // It never builds a key itself, never concatenates two scripts, and
 // imports nothing of completiond.
 package redisscript

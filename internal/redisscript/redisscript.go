@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -24,11 +25,19 @@ type Script struct {
 	name     string
 	src      string
 	lua      *redis.Script
-	keyNames []string
+	keyNames []string // every name, the repeated ones too
 	keys     []func(string) string
+	each     []func(string) string // the keys repeated per Group
 }
 
-var nameList = regexp.MustCompile(`^-- (KEYS|ARGV):((?: [A-Za-z_][A-Za-z0-9_]*)*)\s*$`)
+// Group is one repetition of the names a script declares after "|": the
+// subject its keys are built for, and its arguments.
+type Group struct {
+	Subject string
+	Args    []any
+}
+
+var nameList = regexp.MustCompile(`^-- (KEYS|ARGV):((?: [A-Za-z_][A-Za-z0-9_]*)*)(?: \|((?: [A-Za-z_][A-Za-z0-9_]*)+))?\s*$`)
 
 // Load reads the script file from fsys and binds the key names of its
 // first line to table. It panics when the file is missing, its first two
@@ -40,41 +49,59 @@ func Load(fsys fs.FS, file string, table Table) *Script {
 	if err != nil {
 		panic(fmt.Sprintf("redisscript: %v", err))
 	}
-	src, names, err := bind(string(b))
+	src, names, each, err := bind(string(b))
 	if err != nil {
 		panic(fmt.Sprintf("redisscript: %s: %v", file, err))
 	}
-	s := &Script{name: file, src: src, lua: redis.NewScript(src), keyNames: names}
+	s := &Script{name: file, src: src, lua: redis.NewScript(src), keyNames: append(slices.Clip(names), each...)}
+	s.keys = lookUp(file, names, table)
+	s.each = lookUp(file, each, table)
+	return s
+}
+
+// lookUp is the table's entry of each name; it panics on a name the table
+// lacks.
+func lookUp(file string, names []string, table Table) []func(string) string {
+	var out []func(string) string
 	for _, n := range names {
 		k, ok := table[n]
 		if !ok {
 			panic(fmt.Sprintf("redisscript: %s: key %s is not in the table", file, n))
 		}
-		s.keys = append(s.keys, k)
+		out = append(out, k)
 	}
-	return s
+	return out
 }
 
 // bind replaces the KEYS and ARGV lines of src with the Lua that binds
-// their names, and returns the key names in declaration order.
-func bind(src string) (string, []string, error) {
+// their names, and returns the key names in declaration order: those
+// bound once, and those repeated per group (after "|"). The two lines
+// repeat names together or not at all.
+func bind(src string) (string, []string, []string, error) {
 	lines := strings.SplitN(src, "\n", 3)
 	if len(lines) < 3 {
-		return "", nil, fmt.Errorf("want a KEYS line and an ARGV line first")
+		return "", nil, nil, fmt.Errorf("want a KEYS line and an ARGV line first")
 	}
-	var keys []string
+	var keys, each []string
+	repeats := 0
 	for i, want := range []string{"KEYS", "ARGV"} {
 		m := nameList.FindStringSubmatch(lines[i])
 		if m == nil || m[1] != want {
-			return "", nil, fmt.Errorf("line %d: want %q followed by names", i+1, "-- "+want+":")
+			return "", nil, nil, fmt.Errorf("line %d: want %q followed by names", i+1, "-- "+want+":")
 		}
-		names := strings.Fields(m[2])
+		names, group := strings.Fields(m[2]), strings.Fields(m[3])
 		if want == "KEYS" {
-			keys = names
+			keys, each = names, group
 		}
-		lines[i] = binding(names, want)
+		if len(group) > 0 {
+			repeats++
+		}
+		lines[i] = binding(names, want) + grouping(names, group, want)
 	}
-	return strings.Join(lines, "\n"), keys, nil
+	if repeats == 1 {
+		return "", nil, nil, fmt.Errorf("a group (|) in one of the KEYS and ARGV lines only")
+	}
+	return strings.Join(lines, "\n"), keys, each, nil
 }
 
 // binding is one line of Lua: local a, b = ARR[1], ARR[2] (a comment when
@@ -90,6 +117,25 @@ func binding(names []string, arr string) string {
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(idx, ", ")
 }
 
+// grouping is the Lua, on the same line, that reads the repeated names of
+// arr: ARR_OF(i), the values of group i, and with KEYS, GROUPS, how many
+// groups there are.
+func grouping(names, group []string, arr string) string {
+	if len(group) == 0 {
+		return ""
+	}
+	n, k := len(names), len(group)
+	idx := make([]string, k)
+	for i := range group {
+		idx[i] = fmt.Sprintf("%s[b + %d]", arr, i+1)
+	}
+	out := fmt.Sprintf("; local function %s_OF(i) local b = %d + %d * (i - 1) return %s end", arr, n, k, strings.Join(idx, ", "))
+	if arr == "KEYS" {
+		out += fmt.Sprintf("; local GROUPS = (#KEYS - %d) / %d", n, k)
+	}
+	return out
+}
+
 // Name is the script's file name.
 func (s *Script) Name() string { return s.name }
 
@@ -100,6 +146,39 @@ func (s *Script) Keys(subject string) []string {
 		out[i] = k(subject)
 	}
 	return out
+}
+
+// KeysOf are the keys of a script with groups: those declared once, for
+// the empty subject, then each group's, for its subject.
+func (s *Script) KeysOf(groups []Group) []string {
+	out := s.Keys("")
+	for _, g := range groups {
+		for _, k := range s.each {
+			out = append(out, k(g.Subject))
+		}
+	}
+	return out
+}
+
+// argsOf are args, then each group's arguments.
+func argsOf(args []any, groups []Group) []any {
+	out := slices.Clip(args)
+	for _, g := range groups {
+		out = append(out, g.Args...)
+	}
+	return out
+}
+
+// RunGroups runs a script with groups, as Run does: args are the
+// arguments declared once, and each group adds its keys and arguments.
+func (s *Script) RunGroups(ctx context.Context, c redis.Scripter, args []any, groups []Group) *redis.Cmd {
+	return s.lua.Run(ctx, c, s.KeysOf(groups), argsOf(args, groups)...)
+}
+
+// EvalShaGroups queues a script with groups in a pipeline, as EvalSha
+// does.
+func (s *Script) EvalShaGroups(ctx context.Context, p redis.Pipeliner, args []any, groups []Group) *redis.Cmd {
+	return p.EvalSha(ctx, s.lua.Hash(), s.KeysOf(groups), argsOf(args, groups)...)
 }
 
 // Run runs the script on subject's keys: EVALSHA, and EVAL when Redis

@@ -35,13 +35,22 @@ func TestBind(t *testing.T) {
 			want: "local A = KEYS[1]\n-- no ARGV\nreturn 1",
 			keys: []string{"A"},
 		},
+		{
+			name: "names repeated per group, read by KEYS_OF and ARGV_OF",
+			src:  "-- KEYS: A | B\n-- ARGV: x | y z\nreturn GROUPS\n",
+			want: "local A = KEYS[1]; local function KEYS_OF(i) local b = 1 + 1 * (i - 1) return KEYS[b + 1] end; local GROUPS = (#KEYS - 1) / 1\n" +
+				"local x = ARGV[1]; local function ARGV_OF(i) local b = 1 + 2 * (i - 1) return ARGV[b + 1], ARGV[b + 2] end\nreturn GROUPS\n",
+			keys: []string{"A"},
+		},
+		{name: "a group of keys without one of arguments", src: "-- KEYS: A | B\n-- ARGV: x\nreturn 1", err: "one of the KEYS and ARGV lines only"},
+		{name: "an empty group", src: "-- KEYS: A |\n-- ARGV: x |\nreturn 1", err: "line 1"},
 		{name: "no KEYS line", src: "-- ARGV: x\n-- KEYS: A\nreturn 1", err: "line 1"},
 		{name: "no ARGV line", src: "-- KEYS: A\nreturn 1\n", err: "line 2"},
 		{name: "a name that is not one", src: "-- KEYS: A-B\n-- ARGV:\n", err: "line 1"},
 		{name: "too short", src: "-- KEYS: A", err: "want a KEYS line"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, keys, err := bind(tc.src)
+			got, keys, _, err := bind(tc.src)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)
@@ -115,6 +124,35 @@ func TestRunBindsKeysAndArguments(t *testing.T) {
 	}
 	if got, err := cmd.StringSlice(); err != nil || got[2] != "rs" || got[1] != "k:{c2}:b" {
 		t.Fatalf("EvalSha = %v, %v", got, err)
+	}
+}
+
+// TestRunGroups runs a script whose names repeat per group on a real
+// Redis: each group's keys are built for its subject, in order, after the
+// keys declared once; EVALSHA in a pipeline gives the same.
+func TestRunGroups(t *testing.T) {
+	rdb, ctx := newRedis(t)
+	src := "-- KEYS: A | B\n-- ARGV: sep | x y\nlocal out = {A}\n" +
+		"for i = 1, GROUPS do\n  local B = KEYS_OF(i)\n  local x, y = ARGV_OF(i)\n  redis.call('SET', B, x .. sep .. y)\n  table.insert(out, B .. '=' .. redis.call('GET', B))\nend\nreturn out\n"
+	s := Load(fstest.MapFS{"x.lua": {Data: []byte(src)}}, "x.lua", table)
+	groups := []Group{{Subject: "c1", Args: []any{"p", "q"}}, {Subject: "c2", Args: []any{"r", "s"}}}
+	want := []string{"k:a", "k:{c1}:b=p-q", "k:{c2}:b=r-s"}
+	if got, err := s.RunGroups(ctx, rdb, []any{"-"}, groups).StringSlice(); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("RunGroups = %v, %v; want %v", got, err, want)
+	}
+	if got := s.Undeclared(); len(got) != 0 {
+		t.Fatalf("Undeclared = %q: the names of a group are declared", got)
+	}
+	pipe := rdb.Pipeline()
+	cmd := s.EvalShaGroups(ctx, pipe, []any{"-"}, groups[1:])
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cmd.StringSlice(); err != nil || !slices.Equal(got, []string{"k:a", "k:{c2}:b=r-s"}) {
+		t.Fatalf("EvalShaGroups = %v, %v", got, err)
+	}
+	if got, err := s.RunGroups(ctx, rdb, []any{"-"}, nil).StringSlice(); err != nil || !slices.Equal(got, []string{"k:a"}) {
+		t.Fatalf("RunGroups with no group = %v, %v", got, err)
 	}
 }
 

@@ -1,0 +1,296 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/completiond/completiond/internal/redisscript"
+)
+
+// DefaultCommitWait is RedisLog.CommitWait when unset.
+const DefaultCommitWait = 500 * time.Microsecond
+
+// The bounds of one call of lua/commit.lua: a flush that holds more is
+// several calls, pipelined in one round trip, so that no call keeps the
+// single-threaded Redis from its other clients for long.
+const (
+	commitMaxEvents = 256
+	commitMaxBytes  = 1 << 20
+)
+
+// errCommitClosed: the RedisLog was closed before the write.
+var errCommitClosed = errors.New("event log closed")
+
+// committer is the group commit of a RedisLog: the appends of every
+// completion of this replica wait together for one flush, one call of
+// lua/commit.lua (one per commitMaxEvents or commitMaxBytes, in one
+// pipeline), and each returns once Redis acknowledged its flush, so that
+// an event is in Redis before its caller sees it and fenced per
+// completion, at the cost of one Redis command per flush rather than per
+// event.
+//
+// One flush is in flight at a time. The appends that arrive meanwhile make
+// the next one, so that a batch grows with the load by itself. When the
+// last flush carried more than one append (other completions are
+// writing), the next one also waits up to wait after its first append
+// arrived, or until it is full, to carry more: an append waits at most
+// wait plus one flush in flight for its own flush to start. When the last
+// flush carried one (a replica that is idle, or runs one completion), the
+// next starts at once.
+type committer struct {
+	flush func([]commitWrite) (replies, evicted []string, err error)
+	evict func(ids []string)
+	wait  func() time.Duration
+	sizes func(events int)
+
+	mu     sync.Mutex
+	next   *commitBatch
+	closed bool
+
+	kick chan struct{} // a batch got its first write
+	full chan struct{} // the batch reached commitMaxEvents
+	stop chan struct{}
+	done chan struct{}
+}
+
+// commitWrite is one event to append (and with end, the log to end with
+// status), fenced by the lease value fence unless it is empty.
+type commitWrite struct {
+	id     string
+	seq    uint64
+	event  []byte
+	status []byte
+	end    bool
+	fence  string
+}
+
+// commitBatch is the writes of one flush, and once done is closed, its
+// replies (one per write, as lua/commit.lua answers) or its error.
+type commitBatch struct {
+	writes  []commitWrite
+	first   time.Time
+	done    chan struct{}
+	replies []string
+	err     error
+}
+
+// newCommitter starts the group commit of writes through flush, which
+// answers one reply per write and the ids of the logs the writes' bound
+// evicts, which go to evict once the writers are released; wait is the
+// longest a flush waits for more writes under load; sizes sees the number
+// of writes of each flush.
+func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict func([]string), wait func() time.Duration, sizes func(int)) *committer {
+	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, next: newCommitBatch(),
+		kick: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go c.run()
+	return c
+}
+
+func newCommitBatch() *commitBatch { return &commitBatch{done: make(chan struct{})} }
+
+// write appends w with the next flush and waits for it: the reply of
+// lua/commit.lua for w, or the error of a flush that failed (Redis did not
+// answer: whether w was written is unknown).
+func (c *committer) write(w commitWrite) (string, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return "", fmt.Errorf("%w: %w", ErrUnavailable, errCommitClosed)
+	}
+	b := c.next
+	i := len(b.writes)
+	b.writes = append(b.writes, w)
+	if i == 0 {
+		b.first = time.Now()
+		signal(c.kick)
+	}
+	if len(b.writes) >= commitMaxEvents {
+		signal(c.full)
+	}
+	c.mu.Unlock()
+	<-b.done
+	if b.err != nil {
+		return "", b.err
+	}
+	return b.replies[i], nil
+}
+
+// signal wakes the reader of ch, unless a wake is pending already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// close flushes what is pending, and fails the writes that come after.
+func (c *committer) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	close(c.stop)
+	<-c.done
+}
+
+// run flushes batch after batch, one at a time.
+func (c *committer) run() {
+	defer close(c.done)
+	last := 0
+	for {
+		select {
+		case <-c.kick:
+		case <-c.stop:
+			if b := c.take(); b != nil {
+				c.commit(b)
+			}
+			return
+		}
+		if last > 1 {
+			c.linger()
+		}
+		if b := c.take(); b != nil {
+			c.commit(b)
+			last = len(b.writes)
+		}
+	}
+}
+
+// linger waits until wait has passed since the pending batch's first
+// write, the batch is full, or the committer closes.
+func (c *committer) linger() {
+	c.mu.Lock()
+	d := c.wait() - time.Since(c.next.first)
+	c.mu.Unlock()
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.full:
+	case <-c.stop:
+	}
+}
+
+// take is the pending batch, replaced by an empty one (nil when it has
+// no write).
+func (c *committer) take() *commitBatch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.next
+	if len(b.writes) == 0 {
+		return nil
+	}
+	c.next = newCommitBatch()
+	select {
+	case <-c.full: // the batch taken's
+	default:
+	}
+	return b
+}
+
+// commit flushes b, releases its writers, then drops the logs its bound
+// evicted: their writers need not wait for that.
+func (c *committer) commit(b *commitBatch) {
+	c.sizes(len(b.writes))
+	var evicted []string
+	b.replies, evicted, b.err = c.flush(b.writes)
+	if b.err == nil && len(b.replies) != len(b.writes) {
+		b.err = fmt.Errorf("%w: %d replies to %d appends", ErrUnavailable, len(b.replies), len(b.writes))
+	}
+	close(b.done)
+	if len(evicted) > 0 {
+		c.evict(evicted)
+	}
+}
+
+// commitGroups are the groups of lua/commit.lua that append writes.
+func commitGroups(writes []commitWrite) []redisscript.Group {
+	groups := make([]redisscript.Group, len(writes))
+	for i, w := range writes {
+		fin := "0"
+		if w.end {
+			fin = "1"
+		}
+		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, fin}}
+	}
+	return groups
+}
+
+// commitChunks splits writes into the calls of one flush: commitMaxEvents
+// and commitMaxBytes each at most, one write at least.
+func commitChunks(writes []commitWrite) [][]commitWrite {
+	var chunks [][]commitWrite
+	start, bytes := 0, 0
+	for i, w := range writes {
+		n := len(w.event) + len(w.status)
+		if i > start && (i-start >= commitMaxEvents || bytes+n > commitMaxBytes) {
+			chunks = append(chunks, writes[start:i])
+			start, bytes = i, 0
+		}
+		bytes += n
+	}
+	return append(chunks, writes[start:])
+}
+
+// commitWrites runs lua/commit.lua on writes, in as many calls as
+// commitChunks makes, pipelined in one round trip, and answers one reply
+// per write and the ids of the ended logs their bound evicts.
+func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (replies, evicted []string, err error) {
+	chunks := commitChunks(writes)
+	args := []any{ms(l.now()), l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes,
+		l.LiveTTL.Milliseconds(), redisLogChanged}
+	run := func() ([]*redis.Cmd, error) {
+		pipe := l.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(chunks))
+		for i, ch := range chunks {
+			cmds[i] = commitScript.EvalShaGroups(ctx, pipe, args, commitGroups(ch))
+		}
+		_, err := pipe.Exec(ctx)
+		return cmds, err
+	}
+	cmds, err := run()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis restarted, or flushed its scripts: nothing ran
+		if err = commitScript.Load(ctx, l.rdb); err == nil {
+			cmds, err = run()
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	for _, cmd := range cmds {
+		r, e, err := commitReply(cmd)
+		if err != nil {
+			return nil, nil, err
+		}
+		replies, evicted = append(replies, r...), append(evicted, e...)
+	}
+	return replies, evicted, nil
+}
+
+// commitReply reads the answer of one call of lua/commit.lua: {replies,
+// evicted}.
+func commitReply(cmd *redis.Cmd) (replies, evicted []string, err error) {
+	v, _ := cmd.Val().([]any)
+	if len(v) != 2 {
+		return nil, nil, fmt.Errorf("%w: lua/commit.lua answered %v", ErrUnavailable, cmd.Val())
+	}
+	return replyStrings(v[0]), replyStrings(v[1]), nil
+}
+
+// replyStrings are the strings of a Redis array reply.
+func replyStrings(v any) []string {
+	a, _ := v.([]any)
+	out := make([]string, 0, len(a))
+	for _, x := range a {
+		s, _ := x.(string)
+		out = append(out, s)
+	}
+	return out
+}

@@ -1,0 +1,404 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
+)
+
+// fakeFlush is a committer's flush that records each batch and answers
+// "ok" to every write; gate, when set, holds each flush until it is
+// closed.
+type fakeFlush struct {
+	mu      sync.Mutex
+	batches [][]commitWrite
+	started int
+	gate    chan struct{}
+	once    sync.Once
+}
+
+// open lets every flush through from now on.
+func (f *fakeFlush) open() {
+	if f.gate != nil {
+		f.once.Do(func() { close(f.gate) })
+	}
+}
+
+// flushing is the number of flushes started.
+func (f *fakeFlush) flushing() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.started
+}
+
+func (f *fakeFlush) flush(ws []commitWrite) ([]string, []string, error) {
+	f.mu.Lock()
+	f.started++
+	f.mu.Unlock()
+	if f.gate != nil {
+		<-f.gate
+	}
+	f.mu.Lock()
+	f.batches = append(f.batches, slices.Clone(ws))
+	f.mu.Unlock()
+	replies := make([]string, len(ws))
+	for i := range replies {
+		replies[i] = "ok"
+	}
+	return replies, nil, nil
+}
+
+func (f *fakeFlush) sizes() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int
+	for _, b := range f.batches {
+		out = append(out, len(b))
+	}
+	return out
+}
+
+func newTestCommitter(t *testing.T, f *fakeFlush, wait time.Duration) *committer {
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) }) // after c.close
+
+	c := newCommitter(f.flush, func([]string) {}, func() time.Duration { return wait }, func(int) {})
+	t.Cleanup(c.close)
+	t.Cleanup(f.open) // first: a test that failed leaves no flush at the gate
+	return c
+}
+
+// TestCommitterIdleAddsNoWait: one writer's appends go one per flush,
+// each at once, however long a flush may wait under load (an hour here:
+// the test would hang if a write of an idle replica waited for company).
+func TestCommitterIdleAddsNoWait(t *testing.T) {
+	f := &fakeFlush{}
+	c := newTestCommitter(t, f, time.Hour)
+	for seq := range uint64(50) {
+		if res, err := c.write(commitWrite{id: "a", seq: seq + 1}); res != "ok" || err != nil {
+			t.Fatalf("write %d: %q %v", seq+1, res, err)
+		}
+	}
+	if got := f.sizes(); len(got) != 50 || slices.Max(got) != 1 {
+		t.Fatalf("batches %v, want 50 of one write", got)
+	}
+}
+
+// TestCommitterGroupsWhatArrivesDuringAFlush: the writes that arrive
+// while a flush is in flight go together in the next one, each released
+// with its own reply, in arrival order.
+func TestCommitterGroupsWhatArrivesDuringAFlush(t *testing.T) {
+	f := &fakeFlush{gate: make(chan struct{})}
+	c := newTestCommitter(t, f, 0)
+	var wg sync.WaitGroup
+	first := make(chan error, 1)
+	go func() { _, err := c.write(commitWrite{id: "first"}); first <- err }()
+	waitFor(t, func() bool { return f.flushing() == 1 }) // its flush waits at the gate
+	errs := make(chan error, 100)
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if res, err := c.write(commitWrite{id: fmt.Sprint("c", i)}); err != nil || res != "ok" {
+				errs <- fmt.Errorf("write c%d: %q %v", i, res, err)
+			}
+		}()
+	}
+	waitFor(t, func() bool { return c.pending() == 100 })
+	f.open()
+	waitGroup(t, &wg)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := f.sizes(); !slices.Equal(got, []int{1, 100}) {
+		t.Fatalf("batches %v, want [1 100]", got)
+	}
+}
+
+// TestCommitterWaitsUnderLoadAtMostItsWait: after a flush of several
+// writes, the next waits for more, up to the committer's wait after its
+// first write; a full batch does not wait. Each flush here waits for a
+// token on the gate.
+func TestCommitterWaitsUnderLoadAtMostItsWait(t *testing.T) {
+	f := &fakeFlush{gate: make(chan struct{})}
+	c := newTestCommitter(t, f, 50*time.Millisecond)
+	var wg sync.WaitGroup
+	write := func(id string) {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = c.write(commitWrite{id: id}) }()
+	}
+	write("a")
+	waitFor(t, func() bool { return f.flushing() == 1 }) // [a] at the gate
+	write("b")
+	write("c")
+	waitFor(t, func() bool { return c.pending() == 2 })
+	f.gate <- struct{}{} // [a] flushed; [b c] goes at once (the last had one), to the gate
+	waitFor(t, func() bool { return f.flushing() == 2 })
+	start := time.Now()
+	write("d")
+	waitFor(t, func() bool { return c.pending() == 1 })
+	f.gate <- struct{}{} // [b c] flushed: the last had two, [d] waits for more
+	f.gate <- struct{}{}
+	waitGroup(t, &wg)
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Errorf("a write under load went after %v, want it to wait 50ms for more", waited)
+	}
+
+	// A full batch goes at once, however long the wait.
+	c.wait = func() time.Duration { return time.Hour }
+	write("x")
+	waitFor(t, func() bool { return f.flushing() == 4 })
+	write("y1")
+	write("y2")
+	waitFor(t, func() bool { return c.pending() == 2 })
+	f.gate <- struct{}{} // [x] flushed; [y1 y2] at the gate
+	waitFor(t, func() bool { return f.flushing() == 5 })
+	for i := range commitMaxEvents {
+		write(fmt.Sprint("full", i))
+	}
+	waitFor(t, func() bool { return c.pending() == commitMaxEvents })
+	f.gate <- struct{}{} // [y1 y2] flushed: the next would wait an hour, but it is full
+	f.gate <- struct{}{}
+	waitGroup(t, &wg)
+	if got := f.sizes(); !slices.Equal(got, []int{1, 2, 1, 1, 2, commitMaxEvents}) {
+		t.Fatalf("batches %v, want [1 2 1 1 2 %d]", got, commitMaxEvents)
+	}
+}
+
+// waitGroup waits for wg, for at most 30 s.
+func waitGroup(t *testing.T, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("writes still waiting after 30s")
+	}
+}
+
+// TestCommitterClose: what is pending is flushed; a write after Close
+// fails as a Redis that does not answer.
+func TestCommitterClose(t *testing.T) {
+	f := &fakeFlush{gate: make(chan struct{})}
+	c := newCommitter(f.flush, func([]string) {}, func() time.Duration { return 0 }, func(int) {})
+	done := make(chan error, 2)
+	go func() { _, err := c.write(commitWrite{id: "a"}); done <- err }()
+	waitFor(t, func() bool { return f.flushing() == 1 })
+	go func() { _, err := c.write(commitWrite{id: "b"}); done <- err }()
+	waitFor(t, func() bool { return c.pending() == 1 })
+	closed := make(chan struct{})
+	go func() { c.close(); close(closed) }()
+	f.open()
+	<-closed
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("a write pending at Close: %v", err)
+		}
+	}
+	if _, err := c.write(commitWrite{id: "c"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a write after Close: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestCommitChunks(t *testing.T) {
+	big := make([]byte, commitMaxBytes/2+1)
+	for _, tc := range []struct {
+		name   string
+		writes []commitWrite
+		want   []int
+	}{
+		{"one", make([]commitWrite, 1), []int{1}},
+		{"at the bound of events", make([]commitWrite, commitMaxEvents), []int{commitMaxEvents}},
+		{"past it", make([]commitWrite, 2*commitMaxEvents+1), []int{commitMaxEvents, commitMaxEvents, 1}},
+		{"bytes", []commitWrite{{event: big}, {event: big}, {}, {event: big}}, []int{1, 2, 1}},
+		{"one write above the bound of bytes goes alone", []commitWrite{{}, {event: make([]byte, 2*commitMaxBytes)}, {}}, []int{1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []int
+			for _, ch := range commitChunks(tc.writes) {
+				got = append(got, len(ch))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("chunks %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRedisLogGroupCommit: many completions appending at once share
+// flushes (fewer Redis commands than events: commandstats counts them),
+// each Append returns once Redis holds its event, and every log is whole
+// and in order.
+func TestRedisLogGroupCommit(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(l.Close)
+	const completions, events = 40, 25
+	for i := range completions {
+		open(t, l, fmt.Sprint("g", i), "k")
+	}
+	before := scriptCalls(t, rdb)
+	var wg sync.WaitGroup
+	errs := make(chan error, completions)
+	for i := range completions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprint("g", i)
+			for seq := range uint64(events) {
+				if err := l.Append(id, logEvent(seq+1, false)); err != nil {
+					errs <- err
+					return
+				}
+				// Acknowledged: Redis holds it already.
+				if n := rdb.XLen(context.Background(), redisLogKey(id)).Val(); n != int64(seq+1) {
+					errs <- fmt.Errorf("%s: Append of seq %d returned with %d events in Redis", id, seq+1, n)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	calls := scriptCalls(t, rdb) - before
+	if calls >= completions*events {
+		t.Errorf("%d script calls for %d appends: no group commit", calls, completions*events)
+	}
+	t.Logf("%d appends in %d script calls", completions*events, calls)
+	for i := range completions {
+		p, err := l.Read(fmt.Sprint("g", i), 0)
+		if err != nil || len(p.Events) != events || p.Events[events-1].GetSeq() != events {
+			t.Fatalf("g%d: %d events, %v", i, len(p.Events), err)
+		}
+	}
+}
+
+// TestRedisLogGroupCommitFencesEachCompletion: in one call, the append of
+// a completion whose lease another replica holds is refused, and the
+// others' go in; a log missing or ended says so; one notice wakes the
+// followers of every log appended.
+func TestRedisLogGroupCommitFencesEachCompletion(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx := context.Background()
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(l.Close)
+	for _, id := range []string{"mine", "theirs", "done"} {
+		open(t, l, id, "k")
+	}
+	appendRun(l, "done", 1, true)
+	if err := rdb.Set(ctx, LeaseKey("theirs"), "7 B", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	follower := NewRedisLog(rdb, config.EventLogLimits{}, nil) // another replica's
+	t.Cleanup(follower.Close)
+	var more []<-chan struct{}
+	for _, id := range []string{"mine", "theirs"} {
+		p, err := follower.Read(id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		more = append(more, p.More)
+	}
+	ev := func(seq uint64) []byte { return []byte(fmt.Sprint("event ", seq)) }
+	replies, _, err := l.commitWrites(ctx, []commitWrite{
+		{id: "mine", seq: 1, event: ev(1), fence: "3 A"},
+		{id: "theirs", seq: 1, event: ev(1), fence: "3 A"},
+		{id: "absent", seq: 1, event: ev(1)},
+		{id: "done", seq: 5, event: ev(5)},
+		{id: "mine", seq: 2, event: ev(2), fence: "3 A"},
+	})
+	if want := []string{"ok", "fenced", "missing", "ended", "ok"}; err != nil || !slices.Equal(replies, want) {
+		t.Fatalf("replies %v %v, want %v", replies, err, want)
+	}
+	if n := rdb.XLen(ctx, redisLogKey("theirs")).Val(); n != 0 {
+		t.Fatalf("the fenced log holds %d events", n)
+	}
+	if n := rdb.XLen(ctx, redisLogKey("mine")).Val(); n != 2 {
+		t.Fatalf("mine holds %d events, want 2", n)
+	}
+	select {
+	case <-more[0]:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follower of a log appended in a group was not woken")
+	}
+	select {
+	case <-more[1]:
+		t.Fatal("the follower of the fenced log was woken")
+	default:
+	}
+}
+
+// TestRedisLogGroupCommitLoadsItsScript: a Redis that lost its scripts
+// (restarted, SCRIPT FLUSH) is given the commit script again.
+func TestRedisLogGroupCommitLoadsItsScript(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(l.Close)
+	open(t, l, "a", "k")
+	appendRun(l, "a", 2, false)
+	if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := l.add("a", logEvent(3, false), nil, false); res != "ok" || err != nil {
+		t.Fatalf("append after SCRIPT FLUSH: %q %v", res, err)
+	}
+}
+
+// scriptCalls is the number of script calls (EVALSHA and EVAL) Redis has
+// served.
+func scriptCalls(t *testing.T, rdb redis.UniversalClient) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if v, ok := strings.CutPrefix(line, cmd); ok {
+				var c int
+				fmt.Sscan(strings.Split(v, ",")[0], &c)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// pending is the number of writes waiting for the next flush.
+func (c *committer) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.next.writes)
+}
+
+// waitFor polls cond until it holds, for at most 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
