@@ -73,6 +73,45 @@ func TestFleetAttachOnAnotherReplica(t *testing.T) {
 	}
 }
 
+// TestProcessHealthIgnoresRedis: while Redis does not answer, the overall
+// health and the Completion service's are NOT_SERVING but
+// ProcessHealthService (what the chart's liveness probe asks) stays
+// SERVING; once Redis is back all are SERVING again; Drain turns every one
+// NOT_SERVING, ProcessHealthService too.
+func TestProcessHealthIgnoresRedis(t *testing.T) {
+	const serving, notServing = healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_NOT_SERVING
+	rs := redistest.New(t)
+	e := newTestEnv(t, withRedis(t, rs.Addr, nil))
+	drain := func() { e.grpc.Drain(context.Background()) } // nothing runs: it returns at once
+	for _, step := range []struct {
+		name                     string
+		do                       func()
+		wantOverall, wantProcess healthpb.HealthCheckResponse_ServingStatus
+	}{
+		{"redis up", func() {}, serving, serving},
+		{"redis down", rs.Stop, notServing, serving},
+		{"redis back", rs.Restart, serving, serving},
+		{"redis down again", rs.Stop, notServing, serving},
+		{"drain", drain, notServing, notServing},
+	} {
+		step.do()
+		waitHealth(t, e.grpc, step.wantOverall) // the Completion service's, which the watcher moves
+		for service, want := range map[string]healthpb.HealthCheckResponse_ServingStatus{
+			"": step.wantOverall,
+			completionv1.Completion_ServiceDesc.ServiceName: step.wantOverall,
+			ProcessHealthService:                            step.wantProcess,
+		} {
+			r, err := e.grpc.Health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
+			if err != nil {
+				t.Fatalf("%s: health of %q: %v", step.name, service, err)
+			}
+			if got := r.GetStatus(); got != want {
+				t.Errorf("%s: health of %q = %v, want %v", step.name, service, got, want)
+			}
+		}
+	}
+}
+
 // TestFleetRedisRestartMidRun: Redis goes away while a completion runs on
 // A: health turns NOT_SERVING, the completion finishes whole (an attacher
 // on A gets all of it), a log line and the metrics say it was kept in

@@ -16,12 +16,23 @@ import (
 	"github.com/completiond/completiond/internal/telemetry"
 )
 
+// ProcessHealthService is the grpc.health.v1 service name whose status
+// follows the process alone: SERVING from NewGRPC on, NOT_SERVING once
+// Drain begins, and never changed by Redis. It is what a liveness probe
+// should ask: the overall status ("") and the Completion service's turn
+// NOT_SERVING while Redis does not answer, when a replica still serves
+// from its memory and restarting it would lose the completions it holds.
+const ProcessHealthService = "completiond.process"
+
 // GRPC is an assembled gRPC server: the Completion service, health,
 // reflection, one log line per RPC and panic recovery.
 type GRPC struct {
 	// Server is the gRPC server.
 	Server *grpc.Server
-	// Health is the health service; Drain marks it NOT_SERVING.
+	// Health is the health service: the overall status ("") and the
+	// Completion service's are NOT_SERVING while Redis does not answer,
+	// ProcessHealthService's only once Drain begins; Drain marks every one
+	// NOT_SERVING.
 	Health *health.Server
 	// Completion is the Completion service.
 	Completion *Server
@@ -79,7 +90,11 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	healthpb.RegisterHealthServer(g, boundedHealth{h})
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(completionv1.Completion_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	if s.redis != nil { // NOT_SERVING while Redis does not answer; Drain's Shutdown wins
+	// ProcessHealthService follows the process alone: only Drain's Shutdown
+	// changes it. The other two are NOT_SERVING while Redis does not
+	// answer; Shutdown wins over the watcher.
+	h.SetServingStatus(ProcessHealthService, healthpb.HealthCheckResponse_SERVING)
+	if s.redis != nil {
 		s.redis.Watch(func(up bool) {
 			st := healthpb.HealthCheckResponse_SERVING
 			if !up {
@@ -103,7 +118,7 @@ func (g *GRPC) Serve(lis net.Listener) error {
 }
 
 // Drain stops the server within a bound, whatever its handlers do: health
-// turns NOT_SERVING and new completions are refused (UNAVAILABLE with
+// turns NOT_SERVING (every service, ProcessHealthService too) and new completions are refused (UNAVAILABLE with
 // RetryInfo, ErrorInfo DRAINING), while Attach and Session resume are still
 // answered, so that a caller whose stream broke can reconnect and see its
 // completion to the end. Once no completion runs, or when ctx is done, the

@@ -153,6 +153,11 @@ func oversized(conn *grpc.ClientConn, body []byte, stop <-chan struct{}, n *host
 
 // refusals is completiond.refusals by reason, from reader.
 func refusals(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	return counterSeries(t, reader, "completiond.refusals")
+}
+
+// counterSeries is counter name by its attributes ("k=v,…"), from reader.
+func counterSeries(t *testing.T, reader *sdkmetric.ManualReader, name string) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(t.Context(), &rm); err != nil {
@@ -160,7 +165,7 @@ func refusals(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 	}
 	out := map[string]int64{}
 	for k, v := range counters(rm) {
-		if rest, ok := strings.CutPrefix(k, "completiond.refusals{"); ok {
+		if rest, ok := strings.CutPrefix(k, name+"{"); ok {
 			out[strings.TrimSuffix(rest, "}")] = v
 		}
 	}

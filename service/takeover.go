@@ -192,7 +192,8 @@ func (s *Server) leaseCheck(page fleet.Page, first bool) (wake <-chan time.Time,
 // to continue it (its log or request does not make sense here): the
 // follower ends with it rather than wait for an end that will not come.
 // A store that does not answer is not such an error: the follower looks
-// again at its next check.
+// again at its next check. A takeover that fails once the lease was found
+// free is counted (fleet.TakeoverFailed, takeoverFailure).
 func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err error) {
 	ls := s.cfg.Leases
 	if _, held, err := ls.Holder(ctx, id); err != nil || held {
@@ -201,11 +202,19 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 	from := time.Now() // the clock of fleet.Ownership, which synctest fakes in tests
 	l, err := ls.Acquire(ctx, id, s.cfg.Replica)
 	if err != nil {
+		// Another replica (or the owner, renewing) was granted the lease:
+		// no failure. Any other error is the store's.
+		if !errors.Is(err, fleet.ErrLeaseHeld) && ctx.Err() == nil {
+			fleet.TakeoverFailed(s.cfg.Redis, fleet.TakeoverStoreUnavailable)
+		}
 		return nil, nil
 	}
 	sp, cctx, cancel, err := s.rebuild(id)
 	if err != nil {
 		_ = ls.Release(context.WithoutCancel(ctx), l)
+		if reason, failed := takeoverFailure(err); failed {
+			fleet.TakeoverFailed(s.cfg.Redis, reason)
+		}
 		if errors.Is(err, errNothingToTake) {
 			return nil, nil
 		}
@@ -268,8 +277,28 @@ func (s *Server) lookAtOwner(ctx context.Context, id string, meta fleet.Meta, mi
 	return nil, nil
 }
 
-// errNothingToTake: the log ended (or is gone) by the time it was read.
-var errNothingToTake = errors.New("nothing to take over")
+var (
+	// errNothingToTake: the log ended (or is gone) by the time it was read.
+	errNothingToTake = errors.New("nothing to take over")
+	// errLogGone, an errNothingToTake: the log was gone (expired or
+	// evicted) by the time it was read.
+	errLogGone = fmt.Errorf("%w: the log is gone", errNothingToTake)
+)
+
+// takeoverFailure is the reason of completiond.takeovers.failed for err,
+// with which rebuild failed, or false when it is no failure: the log ended
+// meanwhile.
+func takeoverFailure(err error) (fleet.TakeoverFailure, bool) {
+	switch {
+	case errors.Is(err, errLogGone):
+		return fleet.TakeoverLogMissing, true
+	case errors.Is(err, errNothingToTake):
+		return "", false
+	case errors.Is(err, fleet.ErrUnavailable):
+		return fleet.TakeoverStoreUnavailable, true
+	}
+	return fleet.TakeoverCannotContinue, true
+}
 
 // rebuild reads the whole log of id and its last checkpoint, and specifies
 // the completion that continues it, with its context: a Stream, or a
@@ -338,7 +367,7 @@ func (s *Server) readCheckpoint(id string) (uint64, []byte, *driver.Checkpoint, 
 	seq, data, err := s.log.Checkpoint(id)
 	switch {
 	case errors.Is(err, fleet.ErrNotFound):
-		return 0, nil, nil, errNothingToTake
+		return 0, nil, nil, errLogGone
 	case err != nil:
 		return 0, nil, nil, fmt.Errorf("read the checkpoint: %w", err)
 	case data == nil:
@@ -361,7 +390,7 @@ func (s *Server) readWhole(id string) ([]*completionv1.CompletionEvent, fleet.Me
 	for after := uint64(0); ; {
 		page, err := s.log.Read(id, after)
 		if errors.Is(err, fleet.ErrNotFound) {
-			return nil, meta, 0, errNothingToTake
+			return nil, meta, 0, errLogGone
 		}
 		var head *fleet.RangeError
 		if errors.As(err, &head) && after == 0 && head.First > 1 {

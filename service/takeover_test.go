@@ -2,13 +2,17 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -363,6 +367,161 @@ func TestTakeoverFailsTyped(t *testing.T) {
 				t.Error("the lease of a failed takeover is still held")
 			}
 		})
+	}
+}
+
+// faultyLeases are leases whose Holder says nobody holds the lease of id
+// (lie), and whose Acquire of it fails with acquireErr when set; they
+// count the looks at id's lease.
+type faultyLeases struct {
+	fleet.Leases
+	id         string
+	lie        bool
+	acquireErr error
+	looks      atomic.Int64
+}
+
+func (f *faultyLeases) Holder(ctx context.Context, id string) (fleet.Lease, bool, error) {
+	if id != f.id {
+		return f.Leases.Holder(ctx, id)
+	}
+	f.looks.Add(1)
+	if f.lie {
+		return fleet.Lease{}, false, nil
+	}
+	return f.Leases.Holder(ctx, id)
+}
+
+func (f *faultyLeases) Acquire(ctx context.Context, id, replica string) (fleet.Lease, error) {
+	if id == f.id && f.acquireErr != nil {
+		return fleet.Lease{}, f.acquireErr
+	}
+	return f.Leases.Acquire(ctx, id, replica)
+}
+
+// faultyLog is a log whose Checkpoint of every completion fails with
+// checkpointErr when set.
+type faultyLog struct {
+	fleet.Log
+	checkpointErr error
+}
+
+func (f faultyLog) Checkpoint(id string) (uint64, []byte, error) {
+	if f.checkpointErr != nil {
+		return 0, nil, f.checkpointErr
+	}
+	return f.Log.Checkpoint(id)
+}
+
+// TestTakeoverFailuresCounted: a takeover that fails once the lease was
+// found free is counted in completiond.takeovers.failed by its reason —
+// the store did not answer the Acquire or the read of the log, the log was
+// gone, the logged request cannot be continued here — and one that lost
+// the lease to another replica is not counted at all. The follower goes
+// on looking (at least twice) or, when it cannot continue, ends.
+func TestTakeoverFailuresCounted(t *testing.T) {
+	undecodable := []byte{0xff, 0xff, 0xff}
+	for _, tc := range []struct {
+		name          string
+		acquireErr    error // of the completion's lease
+		heldBy        string
+		checkpointErr error
+		want          fleet.TakeoverFailure // "": none counted
+		ends          codes.Code            // the Attach's end, when it ends by itself
+	}{
+		{name: "lease won by another replica", heldBy: "C"},
+		{name: "acquire unanswered", acquireErr: errors.New("acquire lease: dial tcp: connection refused"), want: fleet.TakeoverStoreUnavailable},
+		{name: "log unreadable", checkpointErr: fmt.Errorf("%w: i/o timeout", fleet.ErrUnavailable), want: fleet.TakeoverStoreUnavailable},
+		{name: "log gone", checkpointErr: fleet.ErrNotFound, want: fleet.TakeoverLogMissing},
+		{name: "request undecodable", want: fleet.TakeoverCannotContinue, ends: codes.FailedPrecondition},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "cmpl_dead"
+			mem := fleet.NewMemLeases(200 * time.Millisecond)
+			leases := &faultyLeases{Leases: mem, id: id, lie: tc.heldBy != "", acquireErr: tc.acquireErr}
+			if tc.heldBy != "" {
+				if _, err := mem.Acquire(context.Background(), id, tc.heldBy); err != nil {
+					t.Fatal(err)
+				}
+			}
+			log := faultyLog{Log: fleet.NewMemLog(config.EventLogLimits{}, time.Now), checkpointErr: tc.checkpointErr}
+			reader := sdkmetric.NewManualReader()
+			b := newTestEnv(t, withRedis(t, redistest.Start(t), nil), func(c *Config) {
+				c.Redis = fleet.Instrument(c.Redis, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+				c.Log, c.Leases, c.Replica = log, leases, "B"
+			})
+			if err := log.Open(id, fleet.Meta{Request: undecodable, Replica: "A"}); err != nil {
+				t.Fatal(err)
+			}
+			log.Append(id, &completionv1.CompletionEvent{Seq: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{CompletionId: id, Route: "sim"}}})
+
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			ended := make(chan codes.Code, 1)
+			go func() {
+				_, st := attachAll(ctx, b.client, id, 0)
+				ended <- st.Code()
+			}()
+			select { // the Attach ends, or looks at the lease a second time: the first takeover returned
+			case code := <-ended:
+				if code != tc.ends {
+					t.Fatalf("the Attach ended %v, want %v", code, tc.ends)
+				}
+			case <-pollUntil(ctx, func() bool { return leases.looks.Load() >= 2 }):
+				if tc.ends != codes.OK {
+					t.Fatalf("the Attach looked at the lease again, want it to end %v", tc.ends)
+				}
+			}
+			got := counterSeries(t, reader, "completiond.takeovers.failed")
+			for _, reason := range []fleet.TakeoverFailure{fleet.TakeoverStoreUnavailable, fleet.TakeoverLogMissing, fleet.TakeoverCannotContinue} {
+				n, ok := got["completiond.takeover.reason="+string(reason)]
+				switch {
+				case !ok:
+					t.Errorf("no series for %s: %v", reason, got)
+				case reason == tc.want && n < 1:
+					t.Errorf("%s: %d, want at least 1", reason, n)
+				case reason != tc.want && n != 0:
+					t.Errorf("%s: %d, want 0", reason, n)
+				}
+			}
+		})
+	}
+}
+
+// pollUntil returns a channel closed once cond holds, polled until ctx is
+// done.
+func pollUntil(ctx context.Context, cond func() bool) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		close(c)
+	}()
+	return c
+}
+
+// TestTakeoverFailure: which errors of a rebuild are failed takeovers, and
+// their reasons.
+func TestTakeoverFailure(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		want   fleet.TakeoverFailure
+		failed bool
+	}{
+		{errNothingToTake, "", false}, // the log ended meanwhile
+		{errLogGone, fleet.TakeoverLogMissing, true},
+		{fmt.Errorf("read the log: %w", fmt.Errorf("%w: refused", fleet.ErrUnavailable)), fleet.TakeoverStoreUnavailable, true},
+		{fmt.Errorf("decode the request: %w", errors.New("bad wire type")), fleet.TakeoverCannotContinue, true},
+		{errors.New("the logged request is no longer valid here"), fleet.TakeoverCannotContinue, true},
+	} {
+		if got, failed := takeoverFailure(tc.err); got != tc.want || failed != tc.failed {
+			t.Errorf("takeoverFailure(%v) = %q, %t; want %q, %t", tc.err, got, failed, tc.want, tc.failed)
+		}
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/completiond/completiond/service"
 )
 
 const chartDir = "completiond"
@@ -61,6 +63,15 @@ type probe struct {
 	Exec             any `yaml:"exec"`
 	PeriodSeconds    int `yaml:"periodSeconds"`
 	FailureThreshold int `yaml:"failureThreshold"`
+}
+
+// grpcService is the health service a grpc probe asks: unset is "", the
+// server's overall health.
+func (p *probe) grpcService() string {
+	if p.GRPC.Service == nil {
+		return ""
+	}
+	return *p.GRPC.Service
 }
 
 type container struct {
@@ -320,16 +331,26 @@ func checkSafe(t *testing.T, d deploymentSpec, c container) {
 	if addr, _ := c.env("COMPLETIOND_ADDR"); addr != "0.0.0.0:50051" {
 		t.Errorf("COMPLETIOND_ADDR = %q, want 0.0.0.0:50051", addr)
 	}
-	for name, p := range map[string]*probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-		switch {
+	// Readiness follows Redis (the overall health); startup and liveness
+	// must not, or a Redis outage would restart every pod.
+	for _, pr := range []struct {
+		name    string
+		p       *probe
+		service string
+	}{
+		{"startup", c.StartupProbe, service.ProcessHealthService},
+		{"readiness", c.ReadinessProbe, ""},
+		{"liveness", c.LivenessProbe, service.ProcessHealthService},
+	} {
+		switch p := pr.p; {
 		case p == nil:
-			t.Errorf("no %s probe", name)
+			t.Errorf("no %s probe", pr.name)
 		case p.GRPC == nil || p.HTTPGet != nil || p.TCPSocket != nil || p.Exec != nil:
-			t.Errorf("%s probe is not a grpc probe: %+v", name, p)
+			t.Errorf("%s probe is not a grpc probe: %+v", pr.name, p)
 		case p.GRPC.Port != grpcPort:
-			t.Errorf("%s probe on port %d, want the gRPC port %d", name, p.GRPC.Port, grpcPort)
-		case p.GRPC.Service != nil && *p.GRPC.Service != "":
-			t.Errorf("%s probe asks service %q, want the server's overall health", name, *p.GRPC.Service)
+			t.Errorf("%s probe on port %d, want the gRPC port %d", pr.name, p.GRPC.Port, grpcPort)
+		case p.grpcService() != pr.service:
+			t.Errorf("%s probe asks service %q, want %q", pr.name, p.grpcService(), pr.service)
 		}
 	}
 

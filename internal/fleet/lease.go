@@ -14,8 +14,9 @@ import (
 
 // Errors of Leases.
 var (
-	// errLeaseHeld: another replica holds the lease.
-	errLeaseHeld = errors.New("lease held by another replica")
+	// ErrLeaseHeld is the error of an Acquire that finds the lease held
+	// by another replica (or by its owner, which renewed it meanwhile).
+	ErrLeaseHeld = errors.New("lease held by another replica")
 	// errLeaseLost: the lease is no longer the caller's (it lapsed, and
 	// maybe another replica took it).
 	errLeaseLost = errors.New("lease lost")
@@ -57,7 +58,7 @@ func parseLease(id, v string) (Lease, bool) {
 // refuses a superseded owner's writes whatever its clock says.
 type Leases interface {
 	// Acquire takes the lease of completion id for replica, if nobody holds
-	// it (errLeaseHeld otherwise), with a token larger than any given
+	// it (ErrLeaseHeld otherwise), with a token larger than any given
 	// for id before.
 	Acquire(ctx context.Context, id, replica string) (Lease, error)
 	// Renew extends l by the lease length if it is still held as l, or
@@ -108,7 +109,7 @@ func (m *memLeases) Acquire(_ context.Context, id, replica string) (Lease, error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.held(id); ok {
-		return Lease{}, errLeaseHeld
+		return Lease{}, ErrLeaseHeld
 	}
 	m.tokens[id]++
 	l := Lease{ID: id, Token: m.tokens[id], Replica: replica}
@@ -169,7 +170,7 @@ func (r *redisLeases) Acquire(ctx context.Context, id, replica string) (Lease, e
 		return Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
 	if n == 0 {
-		return Lease{}, errLeaseHeld
+		return Lease{}, ErrLeaseHeld
 	}
 	return Lease{ID: id, Token: uint64(n), Replica: replica}, nil
 }

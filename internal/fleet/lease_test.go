@@ -64,7 +64,7 @@ func leaseContract(t *testing.T, ttl time.Duration, u leasesUnderTest) {
 	if err != nil || a.Token != 1 || a.Replica != "A" {
 		t.Fatalf("acquire: %+v %v", a, err)
 	}
-	if _, err := ls.Acquire(ctx, "c1", "B"); !errors.Is(err, errLeaseHeld) {
+	if _, err := ls.Acquire(ctx, "c1", "B"); !errors.Is(err, ErrLeaseHeld) {
 		t.Fatalf("second acquire: %v", err)
 	}
 	if h, ok, err := ls.Holder(ctx, "c1"); err != nil || !ok || h != a {
@@ -192,7 +192,7 @@ func TestLeaseRenewTakesBackALapsedLease(t *testing.T) {
 	if h, ok, _ := ls.Holder(ctx, "c1"); !ok || h != a {
 		t.Fatalf("holder %+v %t, want %+v", h, ok, a)
 	}
-	if b, err := ls.Acquire(ctx, "c1", "B"); !errors.Is(err, errLeaseHeld) {
+	if b, err := ls.Acquire(ctx, "c1", "B"); !errors.Is(err, ErrLeaseHeld) {
 		t.Fatalf("B acquired a lease A holds again: %+v %v", b, err)
 	}
 	// Gone, and B was granted it since: A's renewal is refused.

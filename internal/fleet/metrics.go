@@ -28,7 +28,41 @@ type metrics struct {
 	lost      metric.Int64Counter
 	takeovers metric.Int64Counter
 	batch     metric.Int64Histogram
+	failed    metric.Int64Counter // takeovers that failed, by TakeoverFailure
 }
+
+// TakeoverFailure is why a takeover failed after this replica found the
+// completion's lease free: the value of the completiond.takeover.reason
+// attribute of completiond.takeovers.failed. Not failures, and not
+// counted: a lease found held, or one another replica (or the owner,
+// renewing) was granted between the look and the Acquire (ErrLeaseHeld:
+// the completion goes on there, and the replica that took it over counts
+// it in completiond.takeovers), a log that ended meanwhile, a caller that
+// left.
+type TakeoverFailure string
+
+// The reasons of completiond.takeovers.failed.
+const (
+	// TakeoverStoreUnavailable: Redis did not answer while this replica
+	// acquired the lease or read the log; the follower looks again at its
+	// next check, so that one completion may count more than once.
+	TakeoverStoreUnavailable TakeoverFailure = "store_unavailable"
+	// TakeoverLogMissing: the completion's log was gone (expired or
+	// evicted) once the lease was acquired: nobody can continue it.
+	TakeoverLogMissing TakeoverFailure = "log_missing"
+	// TakeoverCannotContinue: the log, its checkpoint or its logged request
+	// cannot be continued on this replica (it does not decode, or is not
+	// valid with this replica's configuration); the follower ends with
+	// FAILED_PRECONDITION (TAKEOVER_FAILED).
+	TakeoverCannotContinue TakeoverFailure = "cannot_continue"
+)
+
+// takeoverFailures are the values of TakeoverFailure, each a series from
+// the start.
+var takeoverFailures = []TakeoverFailure{TakeoverStoreUnavailable, TakeoverLogMissing, TakeoverCannotContinue}
+
+// takeoverReasonKey is the attribute of completiond.takeovers.failed.
+const takeoverReasonKey = attribute.Key("completiond.takeover.reason")
 
 // roundTripBuckets are the bounds (s) of the Redis round-trip histogram:
 // a loopback round trip is tens of microseconds, a command is abandoned
@@ -59,6 +93,8 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	in.batch, _ = m.Int64Histogram("completiond.redis.commit.batch", metric.WithUnit("{event}"),
 		metric.WithDescription("Events per flush of this replica's group commit to the shared log: one Redis round trip carries them all (one script call per 256 events or 1 MiB)."),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
+	in.failed, _ = m.Int64Counter("completiond.takeovers.failed", metric.WithUnit("{takeover}"),
+		metric.WithDescription("Takeovers this replica attempted, finding a completion's lease free, that failed, by completiond.takeover.reason: store_unavailable, log_missing, cannot_continue. A lease won by another replica is not a failure."))
 	return &in
 }
 
@@ -76,6 +112,17 @@ func (m *metrics) zero() {
 	for _, c := range []metric.Int64Counter{m.outages, m.fenced, m.lapsed, m.lost, m.takeovers} {
 		c.Add(ctx, 0)
 	}
+	for _, r := range takeoverFailures {
+		m.failed.Add(ctx, 0, metric.WithAttributes(takeoverReasonKey.String(string(r))))
+	}
+}
+
+// TakeoverFailed counts a failed takeover (completiond.takeovers.failed)
+// for reason on the instruments rdb carries (Instrument): those the
+// takeovers that succeed are counted on (the PairLog over rdb). A client
+// that was not instrumented, or nil, counts nothing.
+func TakeoverFailed(rdb redis.UniversalClient, reason TakeoverFailure) {
+	metricsOf(rdb).failed.Add(context.Background(), 1, metric.WithAttributes(takeoverReasonKey.String(string(reason))))
 }
 
 // instrumented is a Redis client with the fleet's instruments.
@@ -88,11 +135,11 @@ type instrumented struct {
 // duration of every Redis round trip (db.client.operation.duration), and
 // for the fleet built on the client it returns — pass that one to
 // NewHealth, NewRedisLog and NewRedisLeases — Redis outages, writes
-// refused by a lease's fence, leases lapsed and lost, and takeovers
-// (completiond.redis.outages, completiond.redis.fenced,
+// refused by a lease's fence, leases lapsed and lost, takeovers and failed
+// ones (completiond.redis.outages, completiond.redis.fenced,
 // completiond.lease.lapsed, completiond.lease.lost,
-// completiond.takeovers). Call it once per client: the round-trip hook is
-// added to rdb itself.
+// completiond.takeovers, completiond.takeovers.failed: TakeoverFailed).
+// Call it once per client: the round-trip hook is added to rdb itself.
 func Instrument(rdb redis.UniversalClient, mp metric.MeterProvider) redis.UniversalClient {
 	if mp == nil {
 		return rdb

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func (m meter) roundTrips() map[string]uint64 {
 }
 
 var fleetCounters = []string{"completiond.redis.outages", "completiond.redis.fenced", "completiond.lease.lapsed",
-	"completiond.lease.lost", "completiond.takeovers"}
+	"completiond.lease.lost", "completiond.takeovers", "completiond.takeovers.failed"}
 
 // TestInstrumentRoundTrips: every command and pipeline of an instrumented
 // client is timed, by command, with error.type when it failed (a missing
@@ -315,5 +316,61 @@ func TestMetricsTakeover(t *testing.T) {
 	f.Adopt("c1", Meta{Replica: "A"}, nil, 0, nil)
 	if n := m.count("completiond.takeovers"); n != 1 {
 		t.Errorf("takeovers = %d, want 1", n)
+	}
+}
+
+// byReason is counter name by completiond.takeover.reason: each series
+// recorded, with its value.
+func (m meter) byReason(name string) map[string]int64 {
+	m.t.Helper()
+	got, ok := m.find(name)
+	if !ok {
+		m.t.Fatalf("no metric %s", name)
+	}
+	out := map[string]int64{}
+	for _, dp := range got.Data.(metricdata.Sum[int64]).DataPoints {
+		r, _ := dp.Attributes.Value(takeoverReasonKey)
+		out[r.AsString()] += dp.Value
+	}
+	return out
+}
+
+// TestMetricsTakeoverFailed: completiond.takeovers.failed has a series at
+// 0 for every reason from the start, and TakeoverFailed counts on the one
+// of its reason, on the instruments of the client it is given; a client
+// that was not instrumented (or none) counts nowhere.
+func TestMetricsTakeoverFailed(t *testing.T) {
+	m := newMeter(t)
+	addr := redistest.Start(t)
+	rdb := m.client(addr)
+	want := map[string]int64{}
+	for _, r := range takeoverFailures {
+		want[string(r)] = 0
+	}
+	if got := m.byReason("completiond.takeovers.failed"); !maps.Equal(got, want) {
+		t.Fatalf("at the start: %v, want %v", got, want)
+	}
+	for _, tc := range []struct {
+		rdb    redis.UniversalClient
+		reason TakeoverFailure
+		counts bool
+	}{
+		{rdb, TakeoverStoreUnavailable, true},
+		{rdb, TakeoverLogMissing, true},
+		{rdb, TakeoverLogMissing, true},
+		{rdb, TakeoverCannotContinue, true},
+		{testkit.ServerRedisClient(t, addr), TakeoverCannotContinue, false},
+		{nil, TakeoverCannotContinue, false},
+	} {
+		TakeoverFailed(tc.rdb, tc.reason)
+		if tc.counts {
+			want[string(tc.reason)]++
+		}
+		if got := m.byReason("completiond.takeovers.failed"); !maps.Equal(got, want) {
+			t.Errorf("after a %s failure (instrumented %t): %v, want %v", tc.reason, tc.counts, got, want)
+		}
+	}
+	if n := m.count("completiond.takeovers"); n != 0 {
+		t.Errorf("takeovers = %d after failed ones only", n)
 	}
 }
