@@ -158,6 +158,8 @@ func byScripts(share map[string]float64, name string) string {
 	case share == nil:
 		return ""
 	case !ok:
+		return " (not in the attribution pass: counted as sent)"
+	case s == 0:
 		return " (sent)"
 	case s > 0.995:
 		return " (by scripts)"

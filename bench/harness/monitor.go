@@ -102,14 +102,13 @@ func (m *monitor) close() {
 	<-m.done
 }
 
-// scriptShares is, for each command, the share of its calls (of Redis's
-// counts, calls) that scripts ran (of the monitor's, lua).
+// scriptShares is, for each command Redis counted (calls), the share of
+// its calls that scripts ran (of the monitor's counts, lua): 0 for one
+// only clients sent; a command not counted has none.
 func scriptShares(calls, lua map[string]int64) map[string]float64 {
 	share := map[string]float64{}
 	for name, n := range calls {
-		if l := lua[name]; l > 0 {
-			share[name] = min(1, float64(l)/float64(n))
-		}
+		share[name] = min(1, float64(lua[name])/float64(n))
 	}
 	return share
 }

@@ -193,8 +193,8 @@ func (s redisStats) ofScripts() int64 {
 	return n
 }
 
-// inScripts is the calls that scripts ran, by share (scriptShare), or
-// false without shares.
+// inScripts is the calls that scripts ran, by share (scriptShares; a
+// command without a share counts as sent), or false without shares.
 func (s redisStats) inScripts(share map[string]float64) (float64, bool) {
 	if share == nil {
 		return 0, false
