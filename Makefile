@@ -38,7 +38,7 @@ help: ## Show this help, with the values the variables have now.
 
 # The variables make help shows, with their current values.
 HELP_VARS     = VERSION ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BENCH BENCH_PKGS BENCH_COUNT BREAKING_REF IMAGE IMAGE_MODE DEST \
-	LOADBENCH_LEVELS LOADBENCH_REPS LOADBENCH_OUT LOADBENCH_FLAGS
+	LOADBENCH_LEVELS LOADBENCH_REPS LOADBENCH_OUT LOADBENCH_FLAGS FLEETBENCH_LEVELS FLEETBENCH_REPS FLEETBENCH_OUT FLEETBENCH_FLAGS
 TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION PROTOC_GEN_DOC_VERSION GRPCURL_VERSION STATICCHECK_VERSION BENCHSTAT_VERSION HELM_VERSION \
 	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
 
@@ -163,6 +163,25 @@ LOADBENCH_FLAGS  ?=
 .PHONY: loadbench
 loadbench: ## Load benchmark vs a bare gRPC relay: LOADBENCH_LEVELS streams × LOADBENCH_REPS; table to stdout and LOADBENCH_OUT.
 	$(GO) run ./bench/loadbench -levels '$(LOADBENCH_LEVELS)' -reps '$(LOADBENCH_REPS)' -out '$(LOADBENCH_OUT)' $(LOADBENCH_FLAGS)
+
+# make fleetbench: bench/loadbench fleet (docs/performance.md) — one
+# completiond process against a fleet of 3 replicas sharing a fresh
+# redis-server (installed with apt-get when missing, as make test does),
+# streaming phase only, at FLEETBENCH_LEVELS concurrent streams ×
+# FLEETBENCH_REPS interleaved repetitions, on the shipped defaults; time to
+# first token, server and Redis CPU and Redis commands per 1 000 tokens.
+# The markdown table goes to stdout and to FLEETBENCH_OUT. Not part of make
+# test (its smoke test is). FLEETBENCH_FLAGS adds flags: go run
+# ./bench/loadbench fleet -h lists them (-token-rate, -replicas,
+# -resume-grace, durations, the quiet-machine wait).
+FLEETBENCH_LEVELS ?= 100,1000
+FLEETBENCH_REPS   ?= 3
+FLEETBENCH_OUT    ?= fleetbench.md
+FLEETBENCH_FLAGS  ?=
+
+.PHONY: fleetbench
+fleetbench: redis-installed ## Fleet benchmark: completiond alone vs 3 replicas sharing Redis, FLEETBENCH_LEVELS streams × FLEETBENCH_REPS; table to stdout and FLEETBENCH_OUT.
+	$(GO) run ./bench/loadbench fleet -levels '$(FLEETBENCH_LEVELS)' -reps '$(FLEETBENCH_REPS)' -out '$(FLEETBENCH_OUT)' $(FLEETBENCH_FLAGS)
 
 .PHONY: tools
 tools: $(TOOLS) ## Install the pinned buf, protoc-gen-go, protoc-gen-go-grpc, protoc-gen-doc, grpcurl, staticcheck and benchstat into ./bin.

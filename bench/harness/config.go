@@ -90,6 +90,34 @@ type Config struct {
 	Self []string
 	// Progress receives a line per measurement (nil: none).
 	Progress io.Writer
+
+	// Fleet is the fleet benchmark's own configuration (RunFleet).
+	Fleet Fleet
+	// fleet is set by RunFleet: the run is the fleet benchmark.
+	fleet bool
+}
+
+// Fleet configures the fleet benchmark (RunFleet): one completiond
+// process against Replicas of them sharing one redis-server, in the
+// streaming phase. The zero value of a field means its default
+// (FleetDefaults).
+type Fleet struct {
+	// Replicas is the number of completiond processes of the fleet.
+	Replicas int
+	// ResumeGrace is the resume_grace of every request, to both the
+	// single process and the fleet: a resumable Stream, which a fleet's
+	// replica runs under a lease (fenced appends, renewals) so that
+	// another may take it over, as a fleet's callers ask. Negative: none
+	// (the events still go to Redis: a replica with Redis logs every
+	// completion there).
+	ResumeGrace time.Duration
+	// RedisServer is the redis-server command.
+	RedisServer string
+	// AttributeFor is the length of the attribution pass at each level:
+	// the fleet again under the same load, unmeasured, with Redis's
+	// MONITOR on, which tells the commands scripts run from those the
+	// replicas send; Redis's own counters do not. Negative: none.
+	AttributeFor time.Duration
 }
 
 // Quiet says when the machine counts as quiet.
@@ -116,9 +144,27 @@ func Defaults() Config {
 	}
 }
 
-// withDefaults fills the zero fields from Defaults.
+// FleetDefaults is the configuration `make fleetbench` runs (RunFleet):
+// Defaults' streaming phase at 100 and 1 000 streams, a fleet of three.
+func FleetDefaults() Config {
+	c := Defaults()
+	c.Levels, c.Phases, c.Spread = []int{100, 1000}, []string{string(streaming)}, -1
+	c.Fleet = Fleet{Replicas: 3, ResumeGrace: time.Minute, RedisServer: "redis-server", AttributeFor: 3 * time.Second}
+	return c
+}
+
+// withDefaults fills the zero fields from Defaults (FleetDefaults for
+// RunFleet).
 func (c Config) withDefaults() (Config, error) {
 	d := Defaults()
+	if c.fleet {
+		d = FleetDefaults()
+		c.Phases, c.Spread = d.Phases, d.Spread
+		c.Fleet.Replicas = or(c.Fleet.Replicas, d.Fleet.Replicas)
+		c.Fleet.ResumeGrace = or(c.Fleet.ResumeGrace, d.Fleet.ResumeGrace)
+		c.Fleet.RedisServer = or(c.Fleet.RedisServer, d.Fleet.RedisServer)
+		c.Fleet.AttributeFor = or(c.Fleet.AttributeFor, d.Fleet.AttributeFor)
+	}
 	if len(c.Levels) == 0 {
 		c.Levels = d.Levels
 	}
@@ -165,6 +211,9 @@ func (c Config) validate() error {
 		if !slices.Contains(Phases, p) {
 			return fmt.Errorf("unknown phase %q (want some of %v)", p, Phases)
 		}
+	}
+	if c.fleet && c.Fleet.Replicas < 1 {
+		return fmt.Errorf("a fleet needs at least one replica, got %d", c.Fleet.Replicas)
 	}
 	if c.StreamsPerChannel < 0 {
 		return fmt.Errorf("streams per channel must not be negative, got %d", c.StreamsPerChannel)

@@ -24,4 +24,14 @@
 //
 // Each value is also given as a ratio to the relay's in the same
 // repetition, which cancels most of what the machine's load does to both.
+//
+// RunFleet runs the fleet benchmark instead, in the streaming phase only:
+// one completiond process without Redis against a fleet of completiond
+// replicas (Fleet.Replicas) sharing a redis-server started afresh for each
+// measurement, the client with a channel to each replica and the streams
+// spread evenly over them. Beside the time to first token and the
+// servers' CPU it reads Redis's INFO cpu and commandstats around each
+// measurement: Redis's CPU and commands per 1 000 tokens, those the
+// replicas sent told from those their scripts ran by an unmeasured pass
+// with Redis's MONITOR on at each level.
 package harness

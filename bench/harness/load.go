@@ -14,6 +14,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
@@ -40,9 +42,20 @@ type grpcCaller struct {
 // dialServer connects to addr with the channels (gRPC client connections)
 // that streams are spread over, perChannel streams each; perChannel 0 puts
 // them all on one channel, as a caller with a gRPC library's defaults does.
-func dialServer(addr string, streams, perChannel int, route string) (*grpcCaller, error) {
-	g := &grpcCaller{req: request(route)}
-	for range channels(streams, perChannel) {
+func dialServer(addr string, streams, perChannel int, req *completionv1.CompleteRequest) (*grpcCaller, error) {
+	addrs := make([]string, channels(streams, perChannel))
+	for i := range addrs {
+		addrs[i] = addr
+	}
+	return dial(addrs, req)
+}
+
+// dial opens a channel to each of addrs; the streams take them in turn
+// (worker i the channel i mod len(addrs)), as a load balancer spreading
+// them evenly would.
+func dial(addrs []string, req *completionv1.CompleteRequest) (*grpcCaller, error) {
+	g := &grpcCaller{req: req}
+	for _, addr := range addrs {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			g.close()
@@ -63,11 +76,16 @@ func channels(streams, perChannel int) int {
 	return (streams + perChannel - 1) / perChannel
 }
 
-// request is the benchmark's request: one short user message.
-func request(route string) *completionv1.CompleteRequest {
-	return &completionv1.CompleteRequest{Route: route, Messages: []*completionv1.Message{{
+// request is the benchmark's request: one short user message, with a
+// resume_grace when grace is positive.
+func request(route string, grace time.Duration) *completionv1.CompleteRequest {
+	req := &completionv1.CompleteRequest{Route: route, Messages: []*completionv1.Message{{
 		Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{
 			Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "Benchmark the relay."}}}}}}}
+	if grace > 0 {
+		req.ResumeGrace = durationpb.New(grace)
+	}
+	return req
 }
 
 func (g *grpcCaller) close() {
@@ -78,7 +96,9 @@ func (g *grpcCaller) close() {
 
 // withRoute is g asking for another route on the same connections.
 func (g *grpcCaller) withRoute(route string) *grpcCaller {
-	return &grpcCaller{conns: g.conns, clients: g.clients, req: request(route)}
+	req := proto.CloneOf(g.req)
+	req.Route = route
+	return &grpcCaller{conns: g.conns, clients: g.clients, req: req}
 }
 
 func (g *grpcCaller) call(ctx context.Context, worker int) call {

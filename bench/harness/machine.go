@@ -8,16 +8,17 @@ import (
 )
 
 // snap is the CPU time the machine and each process of a measurement used
-// so far, and the mock's counters.
+// so far, the mock's counters, and what a fleet's Redis counted.
 type snap struct {
 	machine           machineCPU
 	self, mock, serve time.Duration
 	conns             int64
 	gcs               uint32 // the server's GC cycles
+	redis             *redisStats
 }
 
-// snapshot reads the CPU of the machine, the harness, the mock and srv
-// (nil for the direct calls).
+// snapshot reads the CPU of the machine, the harness, the mock and srv's
+// processes (srv nil for the direct calls), and srv's Redis if it has one.
 func (r *runner) snapshot(ctx context.Context, srv *server) (snap, error) {
 	var s snap
 	var err error
@@ -31,27 +32,52 @@ func (r *runner) snapshot(ctx context.Context, srv *server) (snap, error) {
 		return s, err
 	}
 	if srv != nil {
-		if s.serve, err = cpuTime(srv.pid); err != nil {
+		if err := s.readServer(ctx, srv); err != nil {
 			return s, err
 		}
-		mem, err := srv.mem(ctx)
-		if err != nil {
-			return s, err
-		}
-		s.gcs = mem.NumGC
 	}
 	st, err := mockStats(ctx, r.mockURL())
 	s.conns = st.Conns
 	return s, err
 }
 
-// since sets m's server CPU, dials and foreign load from s0 to s.
+// readServer reads the CPU time and GC cycles of srv's processes, summed,
+// and its Redis's counters.
+func (s *snap) readServer(ctx context.Context, srv *server) error {
+	var err error
+	if s.serve, err = sumOver(srv.procs(), cpuTime); err != nil {
+		return err
+	}
+	for _, p := range srv.procs() {
+		mem, err := p.mem(ctx)
+		if err != nil {
+			return err
+		}
+		s.gcs += mem.NumGC
+	}
+	if srv.redis != nil {
+		st, err := readRedisStats(ctx, srv.redis.addr)
+		if err != nil {
+			return err
+		}
+		s.redis = &st
+	}
+	return nil
+}
+
+// since sets m's server CPU, dials, Redis counters and foreign load from
+// s0 to s.
 func (s snap) since(s0 snap, m *measurement) {
 	m.serverCPU = s.serve - s0.serve
 	m.gcs = s.gcs - s0.gcs
 	m.dials = s.conns - s0.conns
-	d := s.machine.sub(s0.machine)
 	ours := (s.self - s0.self) + (s.mock - s0.mock) + m.serverCPU
+	if s.redis != nil && s0.redis != nil {
+		d := s.redis.sub(*s0.redis)
+		m.redis = &d
+		ours += d.cpu
+	}
+	d := s.machine.sub(s0.machine)
 	if d.all > 0 {
 		m.foreign = max(0, float64(d.busy-ours)/float64(d.all))
 	}

@@ -217,7 +217,8 @@ func freeAddr() (string, error) {
 }
 
 // errAddrInUse reports whether a server failed on its address, which
-// another process took between freeAddr and its start.
+// another process took between freeAddr and its start (completiond says
+// "address already in use", redis-server "Address already in use").
 func errAddrInUse(err error) bool {
-	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use"))
+	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(strings.ToLower(err.Error()), "address already in use"))
 }

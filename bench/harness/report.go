@@ -16,10 +16,24 @@ type Report struct {
 	quiet      []quietCheck
 	// Profiles are the CPU profiles written (Config.ProfileDir).
 	Profiles []string
+	// redisVersion is the fleet's redis-server (RunFleet).
+	redisVersion string
+	// attributions are the fleet's attribution passes, by level.
+	attributions map[int]*attribution
 }
 
 func newReport(cfg Config) *Report {
-	return &Report{cfg: cfg, Start: time.Now(), results: map[key]*measurement{}}
+	return &Report{cfg: cfg, Start: time.Now(), results: map[key]*measurement{}, attributions: map[int]*attribution{}}
+}
+
+// pair is the two targets the table compares: the relay and completiond,
+// or completiond alone and the fleet (RunFleet); the ratio is the second's
+// over the first's.
+func (r *Report) pair() (base, other target) {
+	if r.cfg.fleet {
+		return completiond, fleetOf
+	}
+	return bareRelay, completiond
 }
 
 func (r *Report) add(k key, m *measurement) { r.results[k] = m }
@@ -116,15 +130,19 @@ func (m *measurement) summary(ph phase) string {
 	if m.serverCPU > 0 {
 		s += fmt.Sprintf(", server CPU %v, %d GC cycles", m.serverCPU, m.gcs)
 	}
+	if m.redis != nil {
+		s += fmt.Sprintf(", Redis: %d commands (%d script calls, %d XADD), CPU %v", m.redis.all(), m.redis.ofScripts(), m.redis.calls["xadd"], m.redis.cpu.Round(time.Millisecond))
+	}
 	if m.firstErr != nil {
 		s += fmt.Sprintf(" (first error: %v)", m.firstErr)
 	}
 	return s + fmt.Sprintf(", others used %.0f%% of the machine", 100*m.foreign)
 }
 
-// cells are one row's values at one level over the repetitions.
+// cells are one row's values at one level over the repetitions: the
+// direct calls', the two targets' (pair) and their ratio.
 type cells struct {
-	direct, relay, completiond, ratio []float64
+	direct, base, other, ratio []float64
 }
 
 // cellsOf gathers metric mt at level over the repetitions.
@@ -137,13 +155,14 @@ func (r *Report) cellsOf(mt metric, level int) cells {
 				c.direct = append(c.direct, v)
 			}
 		}
-		rv, rok := r.value(mt, key{level, rep, bareRelay, mt.phase}, d)
-		cv, cok := r.value(mt, key{level, rep, completiond, mt.phase}, d)
+		base, other := r.pair()
+		rv, rok := r.value(mt, key{level, rep, base, mt.phase}, d)
+		cv, cok := r.value(mt, key{level, rep, other, mt.phase}, d)
 		if rok {
-			c.relay = append(c.relay, rv)
+			c.base = append(c.base, rv)
 		}
 		if cok {
-			c.completiond = append(c.completiond, cv)
+			c.other = append(c.other, cv)
 		}
 		if r, ok := ratio(rv, cv, rok && cok); ok {
 			c.ratio = append(c.ratio, r)
@@ -159,36 +178,40 @@ func (r *Report) cellsOf(mt metric, level int) cells {
 // difference of two such tails moves more between repetitions than
 // between the servers; pooled, it is the fifteenth of 1 500.
 func (r *Report) pooledCells(mt metric, level int) cells {
-	pool := func(t target) []time.Duration {
-		var d []time.Duration
-		for rep := 1; rep <= r.cfg.Reps; rep++ {
-			if m := r.results[key{level, rep, t, mt.phase}]; m.ok() {
-				d = append(d, m.ttfts...)
-			}
-		}
-		return d
-	}
 	var c cells
-	ds := pool(direct)
+	ds := r.pool(direct, level, mt.phase)
 	if len(ds) == 0 {
 		return c
 	}
 	d := percentile(ds, mt.pooled)
 	c.direct = []float64{ms(d)}
-	rs, cs := pool(bareRelay), pool(completiond)
+	base, other := r.pair()
+	rs, cs := r.pool(base, level, mt.phase), r.pool(other, level, mt.phase)
 	var rv, cv float64
 	if len(rs) > 0 {
 		rv = ms(percentile(rs, mt.pooled) - d)
-		c.relay = []float64{rv}
+		c.base = []float64{rv}
 	}
 	if len(cs) > 0 {
 		cv = ms(percentile(cs, mt.pooled) - d)
-		c.completiond = []float64{cv}
+		c.other = []float64{cv}
 	}
 	if r, ok := ratio(rv, cv, len(rs) > 0 && len(cs) > 0); ok {
 		c.ratio = []float64{r}
 	}
 	return c
+}
+
+// pool is the first tokens of target t at level in phase ph, over all
+// the repetitions.
+func (r *Report) pool(t target, level int, ph phase) []time.Duration {
+	var d []time.Duration
+	for rep := 1; rep <= r.cfg.Reps; rep++ {
+		if m := r.results[key{level, rep, t, ph}]; m.ok() {
+			d = append(d, m.ttfts...)
+		}
+	}
+	return d
 }
 
 // ratio is completiond's value cv over the relay's rv, when both were
@@ -216,12 +239,22 @@ func (r *Report) value(mt metric, k key, d *measurement) (float64, bool) {
 // Markdown renders the report: what was run and on what, the table, and
 // the errors and warnings.
 func (r *Report) Markdown() string {
+	if r.cfg.fleet {
+		return r.fleetMarkdown()
+	}
 	var b strings.Builder
 	r.header(&b)
-	b.WriteString("\n| streams | metric | direct | bare relay | completiond | completiond ÷ relay |\n")
-	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: |\n")
+	r.table(&b, Metrics, "| streams | metric | direct | bare relay | completiond | completiond ÷ relay |")
+	r.spreadTable(&b)
+	r.footer(&b)
+	return b.String()
+}
+
+// table writes the table of metrics at each level, under head.
+func (r *Report) table(b *strings.Builder, metrics []metric, head string) {
+	fmt.Fprintf(b, "\n%s\n| ---: | --- | ---: | ---: | ---: | ---: |\n", head)
 	for _, level := range r.cfg.Levels {
-		for _, mt := range Metrics {
+		for _, mt := range metrics {
 			if !slices.Contains(r.cfg.phases(), mt.phase) {
 				continue
 			}
@@ -231,13 +264,10 @@ func (r *Report) Markdown() string {
 			} else {
 				c = r.cellsOf(mt, level)
 			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", level, mt.Name,
-				cell(c.direct, ""), cell(c.relay, ""), cell(c.completiond, ""), cell(c.ratio, "×"))
+			fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %s |\n", level, mt.Name,
+				cell(c.direct, ""), cell(c.base, ""), cell(c.other, ""), cell(c.ratio, "×"))
 		}
 	}
-	r.spreadTable(&b)
-	r.footer(&b)
-	return b.String()
 }
 
 // channelsText says how a level's streams share channels.
@@ -313,9 +343,11 @@ func cell(v []float64, unit string) string {
 	return fmt.Sprintf("%s%s (%s–%s)", num(s.med), unit, num(s.lo), num(s.hi))
 }
 
-// num shows three significant digits, or whole numbers from 100.
+// num shows three significant digits, or whole numbers from 100 (and 0).
 func num(v float64) string {
 	switch a := math.Abs(v); {
+	case a == 0:
+		return "0"
 	case a >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case a >= 10:
@@ -328,9 +360,28 @@ func num(v float64) string {
 
 func (r *Report) header(b *strings.Builder) {
 	c := r.cfg
-	fmt.Fprintf(b, "### completiond load benchmark, %s\n\n", r.Start.UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(b, "- %s · %s · %s concurrent streams · %d repetition(s), interleaved (relay and completiond swap order every repetition) · %v in all\n",
-		goVersion(), cpuModel(), joinInts(c.Levels), c.Reps, max(0, r.End.Sub(r.Start)).Round(time.Second))
+	r.title(b, "load benchmark", "relay and completiond")
+	b.WriteString(c.streamingLine())
+	fmt.Fprintf(b, "- short: 1-token answers back to back on every stream for %v · idle: every stream held open by a silent upstream, read %v after the last one is held\n",
+		c.ShortFor, c.IdleSettle)
+	fmt.Fprintf(b, "- upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness; each server is a fresh process per measurement, completiond with its shipped default limits at --log-level %s\n", c.LogLevel)
+	fmt.Fprintf(b, "- clients: to each server, %s%s\n", channelsText(c.StreamsPerChannel), c.spreadText())
+	b.WriteString("- cells: median of the repetitions (min–max); the ratio is taken within each repetition, over a positive relay value (an added TTFT under the direct calls' gives a ratio at or under 0); CPU from /proc/<pid>/stat, RSS from /proc/<pid>/status, " +
+		"heap and stacks from runtime.ReadMemStats; memory per stream is the process's growth over the streams (while streaming: its peak, VmHWM, over its RSS before the phase), mostly noise below 100 streams\n")
+	r.machineLine(b)
+}
+
+// title writes the report's title, what and when, and its first line:
+// the machine, the levels and repetitions, with the two targets that swap
+// order every repetition (swapped), and how long the run took.
+func (r *Report) title(b *strings.Builder, what, swapped string) {
+	fmt.Fprintf(b, "### completiond %s, %s\n\n", what, r.Start.UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(b, "- %s · %s · %s concurrent streams · %d repetition(s), interleaved (%s swap order every repetition) · %v in all\n",
+		goVersion(), cpuModel(), joinInts(r.cfg.Levels), r.cfg.Reps, swapped, max(0, r.End.Sub(r.Start)).Round(time.Second))
+}
+
+// streamingLine says how the streaming phase's answers are paced.
+func (c Config) streamingLine() string {
 	var pacing []string
 	for _, l := range c.Levels {
 		sp := c.streamSpec(l)
@@ -340,15 +391,8 @@ func (r *Report) header(b *strings.Builder) {
 	if c.TokenDelay > 0 {
 		paced = "a fixed delay"
 	}
-	fmt.Fprintf(b, "- streaming: answers of up to %d tokens, the first %v after the headers, paced at %s, each lasting at most %v (%s), answers begun for %v%s\n",
+	return fmt.Sprintf("- streaming: answers of up to %d tokens, the first %v after the headers, paced at %s, each lasting at most %v (%s), answers begun for %v%s\n",
 		c.Tokens, c.FirstToken, paced, c.MaxAnswer, strings.Join(pacing, ", "), c.StreamFor, c.minAnswersText())
-	fmt.Fprintf(b, "- short: 1-token answers back to back on every stream for %v · idle: every stream held open by a silent upstream, read %v after the last one is held\n",
-		c.ShortFor, c.IdleSettle)
-	fmt.Fprintf(b, "- upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness; each server is a fresh process per measurement, completiond with its shipped default limits at --log-level %s\n", c.LogLevel)
-	fmt.Fprintf(b, "- clients: to each server, %s%s\n", channelsText(c.StreamsPerChannel), c.spreadText())
-	b.WriteString("- cells: median of the repetitions (min–max); the ratio is taken within each repetition, over a positive relay value (an added TTFT under the direct calls' gives a ratio at or under 0); CPU from /proc/<pid>/stat, RSS from /proc/<pid>/status, " +
-		"heap and stacks from runtime.ReadMemStats; memory per stream is the process's growth over the streams (while streaming: its peak, VmHWM, over its RSS before the phase), mostly noise below 100 streams\n")
-	r.machineLine(b)
 }
 
 // machineLine says how quiet the machine was, loudly when it was not.
@@ -389,6 +433,12 @@ func (r *Report) footer(b *strings.Builder) {
 				k.level, k.rep, k.phase, k.target, m.errors, m.calls, m.firstErr)
 		}
 	}
+	for _, level := range r.cfg.Levels {
+		if a := r.attributions[level]; a != nil && a.errors > 0 {
+			fmt.Fprintf(b, "\n**errors**: level %d, the fleet's attribution pass: %d of %d calls failed; the first: %v\n",
+				level, a.errors, a.calls, a.firstErr)
+		}
+	}
 	if len(r.Profiles) > 0 {
 		fmt.Fprintf(b, "\nProfiles (CPU under the streaming and short loads, heap with the streams idle): %s\n", strings.Join(r.Profiles, ", "))
 	}
@@ -412,6 +462,9 @@ func (r *Report) Errors() int64 {
 	var n int64
 	for _, m := range r.results {
 		n += m.errors
+	}
+	for _, a := range r.attributions {
+		n += a.errors
 	}
 	return n
 }

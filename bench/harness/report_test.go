@@ -48,17 +48,13 @@ func TestTableRatiosWithinRepetitions(t *testing.T) {
 			serverCPU: cpu[1] * time.Millisecond, ttftP50: 2 * time.Millisecond, ttftP99: 4 * time.Millisecond})
 	}
 	md := r.Markdown()
-	for _, want := range []string{
+	wantIn(t, md,
 		"| 10 | server CPU per 1 000 tokens, ms | — | 100 (50.0–200) | 120 (80.0–220) | 1.20× (1.10–1.60) |",
 		"| 10 | TTFT p50 added, ms (direct: absolute) | 1.00 | 0.500 | 1.00 | 2.00× |",
 		"| 10 | TTFT p99 added, ms (direct: absolute) | 2.00 | 1.00 | 2.00 | 2.00× |",
 		"| 10 | TTFT p99 added, ms, all repetitions pooled (direct: absolute) | 2.00 | 1.00 | 8.00 | 8.00× |",
 		"| 10 | RSS per idle stream, KiB | — | — | — | — |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("the table has no row\n%s\n%s", want, md)
-		}
-	}
+	)
 }
 
 // TestStreamPacing: the streaming phase's tokens are paced so that all
@@ -119,15 +115,11 @@ func TestSpreadConfiguration(t *testing.T) {
 		r.add(key{5000, rep + 1, spreadOut, streaming}, m(ms[1]))
 	}
 	md := r.Markdown()
-	for _, want := range []string{
+	wantIn(t, md,
 		"| 5000 | 1 | 2.00 (1.00–3.00) | 50 | 2.00 | 1.00× (0.500–1.50) | 20.0 (10.0–30.0) | 20.0 | 1.00× (0.500–1.50) |",
 		"a second configuration, completiond with a gRPC channel (client connection) per 100 streams, in the streaming phase at 5000 streams",
 		"one gRPC channel (client connection) for all the streams of a level, as a caller with a gRPC library's defaults has",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("the report does not say\n%s\n%s", want, md)
-		}
-	}
+	)
 }
 
 // TestLoadSpan: a load begins calls until its end, and after it only while
@@ -175,6 +167,16 @@ func TestRatioOverAPositiveRelay(t *testing.T) {
 	} {
 		if got, ok := ratio(tc.relay, tc.compl, tc.measured); got != tc.want || ok != tc.wantOK {
 			t.Errorf("%s: ratio(%v, %v) = %v, %v; want %v, %v", tc.name, tc.relay, tc.compl, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}
+
+// wantIn checks that the report md says each of want.
+func wantIn(t *testing.T, md string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(md, w) {
+			t.Errorf("the report does not say\n%s\n%s", w, md)
 		}
 	}
 }

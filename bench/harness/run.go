@@ -21,6 +21,9 @@ const (
 	// Config.Spread streams each: the second configuration, which shows
 	// what sharing one channel costs (Report's second table).
 	spreadOut target = "completiond-spread"
+	// fleetOf is Config.Fleet.Replicas completiond replicas sharing one
+	// redis-server (RunFleet), against completiond alone.
+	fleetOf target = "fleet"
 )
 
 // phase is one kind of load.
@@ -65,6 +68,11 @@ type measurement struct {
 	peakPerStream float64
 	// dials is the number of connections the mock accepted meanwhile.
 	dials int64
+	// redis is what a fleet's redis-server counted meanwhile (nil without
+	// Redis); scriptShare, each command's share of its calls that scripts
+	// ran, from the level's attribution pass (nil without one).
+	redis       *redisStats
+	scriptShare map[string]float64
 	// foreign is the share of the machine other processes used meanwhile.
 	foreign float64
 }
@@ -82,6 +90,19 @@ type runner struct {
 
 // Run runs the benchmark cfg describes and returns its report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	return run(ctx, cfg, func(r *runner) error {
+		if err := r.measureAll(ctx); err != nil {
+			return err
+		}
+		if r.cfg.ProfileDir != "" {
+			return r.profileAll(ctx)
+		}
+		return nil
+	})
+}
+
+// run builds completiond, starts the mock, and measures with measure.
+func run(ctx context.Context, cfg Config, measure func(*runner) error) (*Report, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -100,13 +121,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer r.mock.stop()
-	if err := r.measureAll(ctx); err != nil {
+	if err := measure(r); err != nil {
 		return nil, err
-	}
-	if cfg.ProfileDir != "" {
-		if err := r.profileAll(ctx); err != nil {
-			return nil, err
-		}
 	}
 	r.report.End = time.Now()
 	return r.report, nil
@@ -133,16 +149,24 @@ func (r *runner) measureAll(ctx context.Context) error {
 					if t == spreadOut && !r.cfg.spreads(level, ph) {
 						continue
 					}
-					m, err := r.measure(ctx, level, t, ph)
-					if err != nil {
-						return fmt.Errorf("level %d, rep %d, %s, %s: %w", level, rep, ph, t, err)
+					if err := r.measureOne(ctx, key{level, rep, t, ph}); err != nil {
+						return err
 					}
-					r.report.add(key{level, rep, t, ph}, m)
-					r.progress("level %d · rep %d/%d · %s · %s: %s", level, rep, r.cfg.Reps, ph, t, m.summary(ph))
 				}
 			}
 		}
 	}
+	return nil
+}
+
+// measureOne measures k and adds it to the report.
+func (r *runner) measureOne(ctx context.Context, k key) error {
+	m, err := r.measure(ctx, k.level, k.target, k.phase)
+	if err != nil {
+		return fmt.Errorf("level %d, rep %d, %s, %s: %w", k.level, k.rep, k.phase, k.target, err)
+	}
+	r.report.add(k, m)
+	r.progress("level %d · rep %d/%d · %s · %s: %s", k.level, k.rep, r.cfg.Reps, k.phase, k.target, m.summary(k.phase))
 	return nil
 }
 
@@ -195,7 +219,7 @@ func (r *runner) measureLoad(ctx context.Context, srv *server, c caller, level i
 	}
 	var rss0 int64
 	if srv != nil {
-		if rss0, err = rss(srv.pid); err != nil {
+		if rss0, err = sumOver(srv.procs(), rss); err != nil {
 			return nil, err
 		}
 	}
@@ -209,7 +233,7 @@ func (r *runner) measureLoad(ctx context.Context, srv *server, c caller, level i
 		if err := srv.alive(); err != nil {
 			return nil, err
 		}
-		peak, err := peakRSS(srv.pid)
+		peak, err := sumOver(srv.procs(), peakRSS)
 		if err != nil {
 			return nil, err
 		}
@@ -217,6 +241,19 @@ func (r *runner) measureLoad(ctx context.Context, srv *server, c caller, level i
 	}
 	after.since(before, m)
 	return m, ctx.Err()
+}
+
+// sumOver is the sum of read over the processes' pids.
+func sumOver[T int64 | time.Duration](procs []*proc, read func(pid int) (T, error)) (T, error) {
+	var sum T
+	for _, p := range procs {
+		v, err := read(p.pid)
+		if err != nil {
+			return sum, err
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 // measureIdle holds level silent streams open in srv and measures what

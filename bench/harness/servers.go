@@ -28,17 +28,56 @@ const warmTimeout = 15 * time.Second
 // not counted.
 const warmRoute = "warmup"
 
-// server is a relay or completiond process and the harness's client of it.
+// server is a relay or completiond process, or a fleet of completiond
+// replicas and their redis-server, and the harness's client of it.
 type server struct {
-	*proc
+	*proc          // the server, or a fleet's first replica
+	more   []*proc // a fleet's other replicas
+	redis  *proc   // a fleet's redis-server
 	client *grpcCaller
+}
+
+// procs are the server's processes whose CPU counts as the server's: the
+// server, or a fleet's replicas (not its Redis, counted apart).
+func (s *server) procs() []*proc {
+	if s.proc == nil {
+		return nil
+	}
+	return append([]*proc{s.proc}, s.more...)
+}
+
+// add adds a replica.
+func (s *server) add(p *proc) {
+	if s.proc == nil {
+		s.proc = p
+		return
+	}
+	s.more = append(s.more, p)
 }
 
 func (s *server) stop() {
 	if s.client != nil {
 		s.client.close()
 	}
-	s.proc.stop()
+	for _, p := range s.procs() {
+		p.stop()
+	}
+	if s.redis != nil {
+		s.redis.stop()
+	}
+}
+
+// alive is an error if a process of the server exited.
+func (s *server) alive() error {
+	for _, p := range append(s.procs(), s.redis) {
+		if p == nil {
+			continue
+		}
+		if err := p.alive(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startMock starts the mock upstream from the harness's own binary.
@@ -99,6 +138,9 @@ func (r *runner) startServer(ctx context.Context, t target, model string, stream
 }
 
 func (r *runner) tryServer(ctx context.Context, t target, model string, streams, perChannel int) (*server, error) {
+	if t == fleetOf {
+		return r.tryFleet(ctx, model)
+	}
 	var (
 		p     *proc
 		err   error
@@ -109,7 +151,7 @@ func (r *runner) tryServer(ctx context.Context, t target, model string, streams,
 		p, err = r.startRelay(ctx, model)
 		route = mock.Spec{Tokens: 1}.Model() // the relay's route is the upstream model
 	case completiond, spreadOut:
-		p, err = r.startCompletiond(ctx, model)
+		p, err = r.startCompletiond(ctx, model, "")
 		route = warmRoute
 	default:
 		return nil, fmt.Errorf("no server for %s", t)
@@ -118,10 +160,8 @@ func (r *runner) tryServer(ctx context.Context, t target, model string, streams,
 		return nil, err
 	}
 	s := &server{proc: p}
-	if err = s.listening(ctx); err == nil {
-		if s.client, err = dialServer(p.addr, streams, perChannel, ""); err == nil {
-			err = s.warm(ctx, route)
-		}
+	if s.client, err = dialServer(p.addr, streams, perChannel, r.request()); err == nil {
+		err = s.ready(ctx, route)
 	}
 	if err != nil {
 		s.stop()
@@ -130,21 +170,32 @@ func (r *runner) tryServer(ctx context.Context, t target, model string, streams,
 	return s, nil
 }
 
-// listening waits until the server accepts connections (completiond says
-// its debug address before it listens): a gRPC client that found nobody
-// there would back off for a second before it tried again.
-func (s *server) listening(ctx context.Context) error {
+// ready waits until each of the server's processes listens, then has
+// each answer one request on route (warm).
+func (s *server) ready(ctx context.Context, route string) error {
+	for _, p := range s.procs() {
+		if err := p.listening(ctx); err != nil {
+			return err
+		}
+	}
+	return s.warm(ctx, route)
+}
+
+// listening waits until the process accepts connections (completiond
+// says its debug address before it listens): a gRPC client that found
+// nobody there would back off for a second before it tried again.
+func (p *proc) listening(ctx context.Context) error {
 	deadline := time.Now().Add(warmTimeout)
 	for {
-		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", s.addr)
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", p.addr)
 		if err == nil {
 			return conn.Close()
 		}
-		if err := s.alive(); err != nil {
+		if err := p.alive(); err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s does not listen on %s after %v: %w", s.name, s.addr, warmTimeout, err)
+			return fmt.Errorf("%s does not listen on %s after %v: %w", p.name, p.addr, warmTimeout, err)
 		}
 		if !sleep(ctx, 5*time.Millisecond) {
 			return ctx.Err()
@@ -152,25 +203,30 @@ func (s *server) listening(ctx context.Context) error {
 	}
 }
 
-// warm answers one request, retrying while the server gets ready.
+// warm answers one request through each process (a fleet's replica i
+// on its channel i; one server on its first channel), retrying while the
+// server gets ready.
 func (s *server) warm(ctx context.Context, route string) error {
 	c := s.client.withRoute(route)
 	deadline := time.Now().Add(warmTimeout)
-	for {
-		res := c.call(ctx, 0)
-		if res.err == nil {
-			return nil
-		}
-		if err := s.alive(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not answer within %v: %w%s", s.name, warmTimeout, res.err, s.outputTail())
-		}
-		if !sleep(ctx, 50*time.Millisecond) {
-			return ctx.Err()
+	for i, p := range s.procs() {
+		for {
+			res := c.call(ctx, i)
+			if res.err == nil {
+				break
+			}
+			if err := s.alive(); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s did not answer within %v: %w%s", p.name, warmTimeout, res.err, p.outputTail())
+			}
+			if !sleep(ctx, 50*time.Millisecond) {
+				return ctx.Err()
+			}
 		}
 	}
+	return nil
 }
 
 func (r *runner) startRelay(ctx context.Context, model string) (*proc, error) {
@@ -189,14 +245,14 @@ func (r *runner) startRelay(ctx context.Context, model string) (*proc, error) {
 }
 
 // startCompletiond starts completiond with one route to the mock for
-// model, and the warm-up route, and otherwise its shipped defaults: the
-// limits a caller meets are part of what is measured. Its stdout (the
-// JSON log) goes to /dev/null, so it cannot say its port: it gets one that
-// is free now.
-func (r *runner) startCompletiond(ctx context.Context, model string) (*proc, error) {
+// model, and the warm-up route, with redisURL as its Redis unless it is
+// empty, and otherwise its shipped defaults: the limits a caller meets are
+// part of what is measured. Its stdout (the JSON log) goes to /dev/null,
+// so it cannot say its port: it gets one that is free now.
+func (r *runner) startCompletiond(ctx context.Context, model, redisURL string) (*proc, error) {
 	r.servers++
 	cfgPath := filepath.Join(r.dir, "completiond-"+strconv.Itoa(r.servers)+".yaml")
-	if err := os.WriteFile(cfgPath, []byte(completiondConfig(r.mockURL()+"/v1", model)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(completiondConfig(r.mockURL()+"/v1", model, redisURL)), 0o644); err != nil {
 		return nil, err
 	}
 	addr, err := freeAddr()
@@ -219,16 +275,21 @@ func (r *runner) startCompletiond(ctx context.Context, model string) (*proc, err
 }
 
 // completiondConfig routes "bench" (the default) to model at upstream, and
-// warmRoute to a one-token answer. The timeouts are long: a held stream
+// warmRoute to a one-token answer, with redisURL as the fleet's Redis
+// (redis.url) unless it is empty. The timeouts are long: a held stream
 // must stay open, and a paced one may wait long between tokens.
-func completiondConfig(upstream, model string) string {
+func completiondConfig(upstream, model, redisURL string) string {
 	route := func(name, model string) string {
 		return fmt.Sprintf("  %s:\n    provider: mock\n    model: %q\n    context_window: 128000\n    max_output_tokens: 4096\n"+
 			"    timeouts: {headers: 1m, first_token: 1h, idle: 1h, total: 1h}\n", name, model)
 	}
+	redis := ""
+	if redisURL != "" {
+		redis = fmt.Sprintf("redis:\n  url: %q\n", redisURL)
+	}
 	return "default_route: bench\nproviders:\n  mock:\n    kind: openai\n" +
 		fmt.Sprintf("    base_url: %q\n    api_key: sk-loadbench\n", upstream) +
-		"routes:\n" + route("bench", model) + route(warmRoute, mock.Spec{Tokens: 1}.Model())
+		"routes:\n" + route("bench", model) + route(warmRoute, mock.Spec{Tokens: 1}.Model()) + redis
 }
 
 // memReading is what a server holds at one moment.
@@ -237,10 +298,10 @@ type memReading struct {
 	debugserver.Mem
 }
 
-// mem reads the server's debugserver.Mem.
-func (s *server) mem(ctx context.Context) (debugserver.Mem, error) {
+// mem reads the process's debugserver.Mem.
+func (p *proc) mem(ctx context.Context) (debugserver.Mem, error) {
 	var m debugserver.Mem
-	body, err := get(ctx, "http://"+s.debug+debugserver.MemPath)
+	body, err := get(ctx, "http://"+p.debug+debugserver.MemPath)
 	if err != nil {
 		return m, err
 	}

@@ -31,29 +31,33 @@ func TestSmoke(t *testing.T) {
 		Quiet:    Quiet{Window: 100 * time.Millisecond, Timeout: -1},
 		Progress: &progress,
 	})
+	md := checkTable(t, report, err, progress.String(), 2, Metrics, checkRow)
+	wantIn(t, md, "go1.", "× ", "1 repetition(s)", "| streams | metric | direct | bare relay | completiond | completiond ÷ relay |",
+		"| streams | channels | TTFT p50, ms | spread: channels |", "| 2 | 1 | ")
+}
+
+// checkTable checks a smoke run's report: no error and no failed call,
+// and each metric's row at level, by check; it returns the markdown.
+func checkTable(t *testing.T, report *Report, err error, progress string, level int, metrics []metric, check func(*testing.T, metric, []string)) string {
+	t.Helper()
 	if err != nil {
-		t.Fatalf("%v\n%s", err, progress.String())
+		t.Fatalf("%v\n%s", err, progress)
 	}
 	md := report.Markdown()
 	t.Log("\n" + md)
 	if n := report.Errors(); n != 0 {
 		t.Errorf("%d calls failed", n)
 	}
-	rows := tableRows(t, md, 2)
-	for _, mt := range Metrics {
+	rows := tableRows(t, md, level)
+	for _, mt := range metrics {
 		row, ok := rows[mt.Name]
 		if !ok {
 			t.Errorf("no row %q", mt.Name)
 			continue
 		}
-		checkRow(t, mt, row)
+		check(t, mt, row)
 	}
-	for _, want := range []string{"go1.", "× ", "1 repetition(s)", "| streams | metric | direct | bare relay | completiond | completiond ÷ relay |",
-		"| streams | channels | TTFT p50, ms | spread: channels |", "| 2 | 1 | "} {
-		if !strings.Contains(md, want) {
-			t.Errorf("the report does not say %q", want)
-		}
-	}
+	return md
 }
 
 // tableRows are the table's rows at level, by metric name: the cells after

@@ -6,8 +6,14 @@
 // ratio to the relay measured in the same run. See bench/harness and the
 // README's "Performance".
 //
-// Run it from the repository (it builds cmd/completiond): make loadbench,
-// or go run ./bench/loadbench -h.
+// With "fleet" as its first argument it measures instead one completiond
+// process against a fleet of completiond replicas sharing one
+// redis-server, in the streaming phase, with what Redis counted: its CPU
+// and commands per 1 000 tokens (harness.RunFleet).
+//
+// Run it from the repository (it builds cmd/completiond): make loadbench
+// or make fleetbench, or go run ./bench/loadbench -h, go run
+// ./bench/loadbench fleet -h.
 package main
 
 import (
@@ -40,14 +46,19 @@ func main() {
 	}
 }
 
-// run parses args, runs the benchmark, and writes the table to stdout and
-// to the -out file.
+// run parses args, runs the benchmark (the fleet benchmark when args
+// begin with "fleet"), and writes the table to stdout and to the -out
+// file.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, out, err := parse(args, stderr)
+	bench, parseArgs := harness.Run, parse
+	if len(args) > 0 && args[0] == "fleet" {
+		bench, parseArgs, args = harness.RunFleet, parseFleet, args[1:]
+	}
+	cfg, out, err := parseArgs(args, stderr)
 	if err != nil {
 		return err
 	}
-	report, err := harness.Run(ctx, cfg)
+	report, err := bench(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -67,14 +78,42 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func parse(args []string, stderr io.Writer) (harness.Config, string, error) {
 	cfg := harness.Defaults()
-	cfg.Progress = stderr
 	fs := flag.NewFlagSet("loadbench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	levels := fs.String("levels", joinInts(cfg.Levels), "concurrent streams to measure, comma-separated")
+	finish := streamFlags(fs, &cfg, stderr)
 	phases := fs.String("phases", strings.Join(harness.Phases, ","), "phases to measure, comma-separated: stream (paced answers), short (1-token answers), idle (held streams)")
-	fs.IntVar(&cfg.Reps, "reps", cfg.Reps, "interleaved repetitions per level")
 	fs.IntVar(&cfg.StreamsPerChannel, "streams-per-channel", cfg.StreamsPerChannel, "streams that share one gRPC channel to a server (0: one channel for all the streams of a level, as a caller with a gRPC library's defaults has)")
 	fs.IntVar(&cfg.Spread, "spread", cfg.Spread, "second configuration: completiond with this many streams per channel, in the streaming phase at the levels above it, to compare the time to first token (negative: none)")
+	fs.DurationVar(&cfg.ShortFor, "short-for", cfg.ShortFor, "short-answer phase length")
+	fs.DurationVar(&cfg.IdleSettle, "idle-settle", cfg.IdleSettle, "idle phase: wait after the last stream is held before reading RSS and goroutines")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "after measuring, write CPU profiles (streaming, short answers) and heap profiles (idle streams) of both servers at the top level here")
+	fs.DurationVar(&cfg.ProfileFor, "profile-for", cfg.ProfileFor, "length of each profile's load (with -profile-dir)")
+	fs.BoolVar(&cfg.Trace, "trace", false, "with -profile-dir: also write a runtime execution trace of each server under the streaming load (go tool trace)")
+	out, err := finish(args)
+	cfg.Phases = strings.Split(*phases, ",")
+	return cfg, out, err
+}
+
+// parseFleet parses the flags of loadbench fleet.
+func parseFleet(args []string, stderr io.Writer) (harness.Config, string, error) {
+	cfg := harness.FleetDefaults()
+	fs := flag.NewFlagSet("loadbench fleet", flag.ContinueOnError)
+	finish := streamFlags(fs, &cfg, stderr)
+	fs.IntVar(&cfg.Fleet.Replicas, "replicas", cfg.Fleet.Replicas, "completiond replicas of the fleet, sharing one redis-server")
+	fs.DurationVar(&cfg.Fleet.ResumeGrace, "resume-grace", cfg.Fleet.ResumeGrace, "every request's resume_grace: a resumable Stream, run by a fleet replica under a lease (negative: none)")
+	fs.StringVar(&cfg.Fleet.RedisServer, "redis-server", cfg.Fleet.RedisServer, "the redis-server command")
+	fs.DurationVar(&cfg.Fleet.AttributeFor, "attribute-for", cfg.Fleet.AttributeFor, "at each level, the fleet again under the same load for this long with Redis's MONITOR on, unmeasured, to tell the commands scripts run from those the replicas send (negative: none)")
+	out, err := finish(args)
+	return cfg, out, err
+}
+
+// streamFlags defines on fs the flags of the streaming phase, the levels,
+// repetitions and the machine, into cfg; finish parses args and returns
+// the -out file.
+func streamFlags(fs *flag.FlagSet, cfg *harness.Config, stderr io.Writer) (finish func(args []string) (string, error)) {
+	cfg.Progress = stderr
+	fs.SetOutput(stderr)
+	levels := fs.String("levels", joinInts(cfg.Levels), "concurrent streams to measure, comma-separated")
+	fs.IntVar(&cfg.Reps, "reps", cfg.Reps, "interleaved repetitions per level")
 	fs.DurationVar(&cfg.MaxAnswer, "max-answer", cfg.MaxAnswer, "streaming phase: the longest an answer may last at the upstream; fewer tokens at the levels where -tokens at their pace would last longer")
 	fs.IntVar(&cfg.Tokens, "tokens", cfg.Tokens, "tokens per answer in the streaming phase")
 	fs.Float64Var(&cfg.TokenRate, "token-rate", cfg.TokenRate, "streaming phase: tokens per second over all streams together (paces each stream)")
@@ -82,22 +121,18 @@ func parse(args []string, stderr io.Writer) (harness.Config, string, error) {
 	fs.DurationVar(&cfg.FirstToken, "ttft", cfg.FirstToken, "the upstream's time to first token")
 	fs.DurationVar(&cfg.StreamFor, "stream-for", cfg.StreamFor, "streaming phase length (answers begun)")
 	fs.IntVar(&cfg.MinAnswers, "min-answers", cfg.MinAnswers, "streaming phase: go on after -stream-for until this many answers have begun (at most 4 × -stream-for; negative: no minimum)")
-	fs.DurationVar(&cfg.ShortFor, "short-for", cfg.ShortFor, "short-answer phase length")
-	fs.DurationVar(&cfg.IdleSettle, "idle-settle", cfg.IdleSettle, "idle phase: wait after the last stream is held before reading RSS and goroutines")
 	fs.Float64Var(&cfg.Quiet.MaxBusy, "quiet-busy", cfg.Quiet.MaxBusy, "the machine is quiet at or under this busy share of all CPUs (0-1)")
 	fs.DurationVar(&cfg.Quiet.Timeout, "quiet-timeout", cfg.Quiet.Timeout, "wait this long for a quiet machine, then measure with a warning (negative: never wait)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "completiond's --log-level")
-	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "after measuring, write CPU profiles (streaming, short answers) and heap profiles (idle streams) of both servers at the top level here")
-	fs.DurationVar(&cfg.ProfileFor, "profile-for", cfg.ProfileFor, "length of each profile's load (with -profile-dir)")
-	fs.BoolVar(&cfg.Trace, "trace", false, "with -profile-dir: also write a runtime execution trace of each server under the streaming load (go tool trace)")
 	out := fs.String("out", "", "also write the table to this file")
-	if err := fs.Parse(args); err != nil {
-		return cfg, "", err
+	return func(args []string) (string, error) {
+		if err := fs.Parse(args); err != nil {
+			return "", err
+		}
+		var err error
+		cfg.Levels, err = parseInts(*levels)
+		return *out, err
 	}
-	cfg.Phases = strings.Split(*phases, ",")
-	var err error
-	cfg.Levels, err = parseInts(*levels)
-	return cfg, *out, err
 }
 
 func parseInts(s string) ([]int, error) {
