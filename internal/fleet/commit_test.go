@@ -402,3 +402,30 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestRedisLogNotifiesFollowedLogsOnly: an append publishes a notice only
+// for a log that a replica's Read marked followed, so that the replicas
+// are not woken by every append of every other replica.
+func TestRedisLogNotifiesFollowedLogsOnly(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(l.Close)
+	open(t, l, "quiet", "k")
+	open(t, l, "watched", "k")
+	if _, err := l.Read("watched", 0); err != nil { // another replica's follower
+		t.Fatal(err)
+	}
+	ps := rdb.Subscribe(ctx, redisLogChanged)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	appendRun(l, "quiet", 2, false)
+	appendRun(l, "watched", 1, false)
+	msg, err := ps.ReceiveMessage(ctx)
+	if err != nil || msg.Payload != "watched 1" {
+		t.Fatalf("first notice %v %v, want watched 1 alone", msg, err)
+	}
+}

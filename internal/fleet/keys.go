@@ -26,8 +26,9 @@ const (
 	redisLogSizes = "completiond:logs:bytes"
 	// redisLogBytes is the encoded bytes kept by every log.
 	redisLogBytes = "completiond:logs:total"
-	// redisLogChanged is the Pub/Sub channel on which every change of a
-	// log publishes the log's id (a channel, not a key).
+	// redisLogChanged is the Pub/Sub channel on which the changes of the
+	// logs that a replica follows are published: "id seq" lines for the
+	// appends of a flush, "id" for a log dropped (a channel, not a key).
 	redisLogChanged = "completiond:logchanged"
 )
 
@@ -40,6 +41,11 @@ func redisLogKey(id string) string { return "completiond:log:{" + id + "}" }
 // ck (its checkpoint, "seq data"), and once ended, ended (Unix ms) and
 // status (a google.rpc.Status).
 func redisMetaKey(id string) string { return "completiond:meta:{" + id + "}" }
+
+// redisFollowedKey is set while a replica follows completion id's log in
+// Redis (every Read sets it, for redisFollowedFor): the appends notify
+// the replicas of the logs so marked only.
+func redisFollowedKey(id string) string { return "completiond:followed:{" + id + "}" }
 
 // LeaseKey is the Redis key of completion id's lease ("token replica").
 // The id is a hash tag, so that in a Redis Cluster the lease, its token
@@ -56,15 +62,16 @@ func leaseTokenKey(id string) string { return "completiond:lease:token:{" + id +
 // the names the scripts (lua/*.lua) read them by; a script runs on one
 // completion's id.
 var redisKeys = redisscript.Table{
-	"LIVE":   redisscript.Fixed(redisLogsLive),
-	"ENDED":  redisscript.Fixed(redisLogsEnded),
-	"ENDSEQ": redisscript.Fixed(redisLogsEndSeq),
-	"SIZES":  redisscript.Fixed(redisLogSizes),
-	"BYTES":  redisscript.Fixed(redisLogBytes),
-	"META":   redisMetaKey,
-	"LOG":    redisLogKey,
-	"LEASE":  LeaseKey,
-	"TOKEN":  leaseTokenKey,
+	"LIVE":     redisscript.Fixed(redisLogsLive),
+	"ENDED":    redisscript.Fixed(redisLogsEnded),
+	"ENDSEQ":   redisscript.Fixed(redisLogsEndSeq),
+	"SIZES":    redisscript.Fixed(redisLogSizes),
+	"BYTES":    redisscript.Fixed(redisLogBytes),
+	"META":     redisMetaKey,
+	"LOG":      redisLogKey,
+	"LEASE":    LeaseKey,
+	"FOLLOWED": redisFollowedKey,
+	"TOKEN":    leaseTokenKey,
 }
 
 //go:embed lua/*.lua

@@ -36,23 +36,35 @@ const DefaultRedisOpTimeout = time.Second
 // or a log dropped by its TTL rather than by a script, is seen by then.
 const redisWakeAll = 5 * time.Second
 
+// redisFollowedFor is how long a Read marks a log followed: past the
+// longest a follower waits without reading again (redisWakeAll, twice
+// when a Receive times out just before the wake), with room to spare.
+const redisFollowedFor = 4 * redisWakeAll
+
 // RedisLog is the Log in Redis, shared by every replica: one Redis Stream
 // per completion (redisLogKey, entry 0-N for seq N), its meta in a hash
 // (redisMetaKey), and the bounds of EventLogLimits over the whole Redis
 // (the completions and bytes kept, counted in completiond:logs:*). The
-// scripts in lua/ keep them: each Open and Append is one atomic round trip
-// that declares every key it touches (keys.go has the one table of them),
-// and answers the ids of the other logs its bound evicts, which the writer
-// then drops one by one (lua/drop.lua), each with its own keys declared.
+// scripts in lua/ keep them, each atomic and declaring every key it
+// touches (keys.go has the one table of them): an Open is one call, and the
+// Appends and Ends of all the completions of this replica go together, one
+// call of lua/commit.lua per flush of the group commit (committer), fenced
+// per completion inside it. Each answers the ids of the other logs its
+// bound evicts, which the writer then drops one by one (lua/drop.lua), each
+// with its own keys declared.
 // Retention is kept both ways: every replica drops, every redisWakeAll, the
 // logs that ended Retention ago (by the log's clock) and the live logs that
 // lapsed (sweep), and every key also expires (PEXPIRE) on its own, so that
 // nothing outlives a fleet that stopped. A live log lapses after LiveTTL
-// without an event (its replica died).
+// without an event (its replica died), give or take LiveTTL/16 (renewed
+// once that much has passed, not at every event).
 //
 // Following: one Pub/Sub subscription per process, on redisLogChanged,
-// whose messages name the log that changed and the seq appended ("id seq",
-// or "id" for a log dropped); a Read's More is a channel of a per-id
+// whose messages name the logs that changed and the seq appended ("id seq"
+// lines, or "id" for a log dropped). Only the logs that some replica
+// follows are published: each Read marks its log followed for a while
+// (redisFollowedKey), so that a replica is not woken by every append of
+// every other replica. A Read's More is a channel of a per-id
 // registry, closed when a notice of the id above the last seq the Read saw
 // arrives (no goroutine and no Redis connection per follower; XREAD BLOCK
 // per follower would hold a connection of the pool each). Every
@@ -327,6 +339,9 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 	var meta *redis.SliceCmd
 	var page, first, last *redis.XMessageSliceCmd
 	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		// Marked followed before the reads, in one transaction: an append
+		// the reads miss publishes its notice.
+		p.Set(ctx, redisFollowedKey(id), 1, redisFollowedFor)
 		meta = p.HMGet(ctx, redisMetaKey(id), "m", "ended", "status")
 		page = p.XRangeN(ctx, redisLogKey(id), "0-"+strconv.FormatUint(after+1, 10), "+", logPageSize+1)
 		first = p.XRangeN(ctx, redisLogKey(id), "-", "+", 1)

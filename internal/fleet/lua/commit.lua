@@ -1,4 +1,4 @@
--- KEYS: LIVE ENDED SIZES BYTES ENDSEQ | META LOG LEASE
+-- KEYS: LIVE ENDED SIZES BYTES ENDSEQ | META LOG LEASE FOLLOWED
 -- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin
 -- Group commit: appends one event per group, in order, each as entry
 -- 0-seq of the log of its id, and with fin = 1 ends that log with status;
@@ -9,33 +9,44 @@
 -- drops the oldest ended logs first (their ids are answered: the writer
 -- drops each, drop.lua, since a script declares the keys of the logs it
 -- writes only), then the oldest entries of the logs written, the last of
--- each kept; and one notice names every log appended ("id seq" lines).
+-- each kept; and one notice names every log appended that a replica
+-- follows (FOLLOWED, set by its reads: "id seq" lines), so that the
+-- replicas hear only of the logs they wait for.
+-- A live log lapses ttl after its last event, give or take ttl/16: its
+-- place in LIVE and its keys' TTL are renewed once ttl/16 has passed,
+-- not at every event.
 -- Answers {replies, evicted}: per group, in order, 'ok', 'fenced',
 -- 'missing' (the log is not in Redis), 'ended', or 'order' (a seq not
 -- above the log's last).
 now, retention, maxe, maxb, ttl = tonumber(now), tonumber(retention), tonumber(maxe), tonumber(maxb), tonumber(ttl)
 local replies, notices, written = {}, {}, {}
--- bytes is what BYTES counts; kept, what is kept once the logs evicted
--- are dropped.
-local bytes = tonumber(redis.call('GET', BYTES) or '0')
-local function write(META, LOG, LEASE, fence, id, seq, event, status, fin)
+-- added is what the writes add to BYTES (one INCRBY, at the end of the
+-- writes); kept, what is kept once the logs evicted are dropped.
+local added = 0
+local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin)
   if fence ~= '' then
     local v = redis.call('GET', LEASE)
     if v and v ~= fence then return 'fenced' end
   end
-  if redis.call('EXISTS', META) == 0 then return 'missing' end
-  if redis.call('HEXISTS', META, 'ended') == 1 then return 'ended' end
-  local added = redis.pcall('XADD', LOG, '0-' .. seq, 'e', event)
-  if type(added) == 'table' and added.err then return 'order' end
+  -- A log in LIVE that has not lapsed exists and has not ended (open.lua
+  -- puts it there, an end or a drop takes it out): one lookup, in the
+  -- common case, for what EXISTS and HEXISTS tell otherwise.
+  local lapse = tonumber(redis.call('ZSCORE', LIVE, id) or '0')
+  if lapse < now then
+    if redis.call('EXISTS', META) == 0 then return 'missing' end
+    if redis.call('HEXISTS', META, 'ended') == 1 then return 'ended' end
+  end
+  local entry = redis.pcall('XADD', LOG, '0-' .. seq, 'e', event)
+  if type(entry) == 'table' and entry.err then return 'order' end
   local size = #event + #status
   redis.call('HINCRBY', SIZES, id, size)
-  bytes = bytes + size
+  added = added + size
   if fin == '1' then
     local ck = redis.call('HSTRLEN', META, 'ck')
     if ck > 0 then
       redis.call('HDEL', META, 'ck')
       redis.call('HINCRBY', SIZES, id, -ck)
-      bytes = bytes - ck
+      added = added - ck
     end
     redis.call('HSET', META, 'status', status, 'ended', now)
     redis.call('ZREM', LIVE, id)
@@ -44,22 +55,22 @@ local function write(META, LOG, LEASE, fence, id, seq, event, status, fin)
     redis.call('ZADD', ENDED, now * 1000 + redis.call('INCR', ENDSEQ) % 1000, id)
     redis.call('PEXPIRE', META, retention)
     redis.call('PEXPIRE', LOG, retention)
-  else
+  elseif seq == '1' or lapse - now < ttl - ttl / 16 then
     redis.call('ZADD', LIVE, now + ttl, id)
     redis.call('PEXPIRE', META, ttl)
     redis.call('PEXPIRE', LOG, ttl)
   end
-  table.insert(notices, id .. ' ' .. seq)
-  table.insert(written, {LOG, id})
+  if redis.call('EXISTS', FOLLOWED) == 1 then table.insert(notices, id .. ' ' .. seq) end
+  table.insert(written, {LOG, id, tonumber(seq)})
   return 'ok'
 end
 for i = 1, GROUPS do
-  local META, LOG, LEASE = KEYS_OF(i)
+  local META, LOG, LEASE, FOLLOWED = KEYS_OF(i)
   local fence, id, seq, event, status, fin = ARGV_OF(i)
-  replies[i] = write(META, LOG, LEASE, fence, id, seq, event, status, fin)
+  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin)
 end
 -- The oldest ended logs go first, up to 100 at a time.
-local kept, evict, evicted = bytes, {}, {}
+local kept, evict, evicted = redis.call('INCRBY', BYTES, added), {}, {}
 if kept > maxb then
   for _, old in ipairs(redis.call('ZRANGE', ENDED, 0, 99)) do
     if kept <= maxb then break end
@@ -69,18 +80,20 @@ if kept > maxb then
   end
 end
 -- Then the logs written lose their own oldest entries, the last one of
--- each always kept.
+-- each always kept. A log holds seq entries at most (0-1 to 0-seq).
+local trimmed = 0
 for _, w in ipairs(written) do
-  local LOG, id = w[1], w[2]
-  local n = redis.call('XLEN', LOG)
-  while not evicted[id] and n > 1 and (n > maxe or kept > maxb) do
+  local LOG, id, seq = w[1], w[2], w[3]
+  local n = 0
+  if not evicted[id] and (seq > maxe or kept > maxb) then n = redis.call('XLEN', LOG) end
+  while n > 1 and (n > maxe or kept > maxb) do
     local first = redis.call('XRANGE', LOG, '-', '+', 'COUNT', 1)[1]
     local b = #first[2][2]
     redis.call('XDEL', LOG, first[1])
     redis.call('HINCRBY', SIZES, id, -b)
-    bytes, kept, n = bytes - b, kept - b, n - 1
+    trimmed, kept, n = trimmed + b, kept - b, n - 1
   end
 end
-redis.call('SET', BYTES, string.format('%d', bytes))
+if trimmed > 0 then redis.call('DECRBY', BYTES, trimmed) end
 if #notices > 0 then redis.call('PUBLISH', channel, table.concat(notices, '\n')) end
 return {replies, evict}
