@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/completiond/completiond/internal/redisscript"
 )
 
 // Errors of Leases.
@@ -149,17 +151,22 @@ const leaseTokenTTL = 24 * time.Hour
 
 // redisLeases are Leases in Redis: LeaseKey(id) holds "token replica" with
 // a PX expiry, set by lua/acquire.lua with a token drawn from INCR of
-// leaseTokenKey(id); a renewal is a compare-and-PEXPIRE (lua/renew.lua), a
-// release a compare-and-DEL (lua/release.lua).
+// leaseTokenKey(id); a renewal is a compare-and-PEXPIRE (lua/renew.lua,
+// which renews a batch of them), a release a compare-and-DEL
+// (lua/release.lua).
 type redisLeases struct {
-	rdb redis.UniversalClient
-	ttl time.Duration
-	m   *metrics // rdb's (Instrument): what befalls the Ownerships of these leases
+	rdb      redis.UniversalClient
+	ttl      time.Duration
+	m        *metrics // rdb's (Instrument): what befalls the Ownerships of these leases
+	renewals *renewals
 }
 
-// NewRedisLeases returns Leases of length ttl kept in rdb.
+// NewRedisLeases returns Leases of length ttl kept in rdb. The renewals
+// of its leases go to Redis in batches (renewals).
 func NewRedisLeases(rdb redis.UniversalClient, ttl time.Duration) Leases {
-	return &redisLeases{rdb: rdb, ttl: ttl, m: metricsOf(rdb)}
+	r := &redisLeases{rdb: rdb, ttl: ttl, m: metricsOf(rdb)}
+	r.renewals = &renewals{r: r}
+	return r
 }
 
 func (r *redisLeases) TTL() time.Duration { return r.ttl }
@@ -176,15 +183,81 @@ func (r *redisLeases) Acquire(ctx context.Context, id, replica string) (Lease, e
 }
 
 func (r *redisLeases) Renew(ctx context.Context, l Lease) error {
-	n, err := renewScript.Run(ctx, r.rdb, l.ID, l.Value(), r.ttl.Milliseconds(),
-		l.Token, leaseTokenTTL.Milliseconds()).Int64()
+	return r.renewals.renew(ctx, l)
+}
+
+// renewWait is how long the first renewal of a batch waits for others,
+// as a share of the lease's length: a twentieth, so that the renewals of
+// every lease of this replica that fall within it (RenewEvery is a
+// third) go to Redis in one call, and a renewal still lands well within
+// its lease (Ownership measures its deadline from before the wait).
+const renewWait = 20
+
+// renewals batches the renewals of a replica's leases: the first renewal
+// to arrive waits TTL/renewWait for others, then one call of
+// lua/renew.lua renews them all; a renewal arriving during that call
+// starts the next batch. A replica running a thousand completions renews
+// them in a few calls per second rather than a thousand.
+type renewals struct {
+	r *redisLeases
+
+	mu   sync.Mutex
+	next *renewBatch // gathering, with a first renewal waiting
+}
+
+// renewBatch is the leases of one call of lua/renew.lua and, once done is
+// closed, its answers (1 renewed, 0 lost) or its error.
+type renewBatch struct {
+	leases  []Lease
+	done    chan struct{}
+	renewed []int64
+	err     error
+}
+
+// renew renews l with the others of its batch.
+func (b *renewals) renew(ctx context.Context, l Lease) error {
+	b.mu.Lock()
+	first := b.next == nil
+	if first {
+		b.next = &renewBatch{done: make(chan struct{})}
+	}
+	batch := b.next
+	i := len(batch.leases)
+	batch.leases = append(batch.leases, l)
+	b.mu.Unlock()
+	if first {
+		go b.flush(batch)
+	}
+	select {
+	case <-batch.done:
+	case <-ctx.Done():
+		return fmt.Errorf("renew lease: %w", ctx.Err())
+	}
 	switch {
-	case err != nil:
-		return fmt.Errorf("renew lease: %w", err)
-	case n == 0:
+	case batch.err != nil:
+		return fmt.Errorf("renew lease: %w", batch.err)
+	case i >= len(batch.renewed) || batch.renewed[i] == 0:
 		return errLeaseLost
 	}
 	return nil
+}
+
+// flush waits for the renewals of batch, then renews them in one call,
+// within the time a renewal may take (Timing.StoreCall).
+func (b *renewals) flush(batch *renewBatch) {
+	defer close(batch.done)
+	ttl := b.r.ttl
+	time.Sleep(ttl / renewWait)
+	b.mu.Lock()
+	b.next = nil
+	b.mu.Unlock()
+	groups := make([]redisscript.Group, len(batch.leases))
+	for i, l := range batch.leases {
+		groups[i] = redisscript.Group{Subject: l.ID, Args: []any{l.Value(), l.Token}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), TimingOf(b.r).StoreCall())
+	defer cancel()
+	batch.renewed, batch.err = renewScript.RunGroups(ctx, b.r.rdb, []any{ttl.Milliseconds(), leaseTokenTTL.Milliseconds()}, groups).Int64Slice()
 }
 
 func (r *redisLeases) Release(ctx context.Context, l Lease) error {

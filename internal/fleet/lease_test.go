@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -208,5 +210,68 @@ func TestLeaseRenewTakesBackALapsedLease(t *testing.T) {
 	}
 	if err := ls.Renew(ctx, a); !errors.Is(err, errLeaseLost) {
 		t.Fatalf("A took back a lease B was granted after it: %v", err)
+	}
+}
+
+// TestRedisLeaseRenewalsAreBatched: the renewals of many leases that fall
+// together go to Redis in one script call, and each gets its own answer:
+// a lease another replica holds now is lost, the others renewed.
+func TestRedisLeaseRenewalsAreBatched(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	// A long lease, so that the batch's wait (a twentieth) leaves every
+	// renewal time to join it however slow the machine.
+	ls := NewRedisLeases(rdb, time.Minute)
+	var held []Lease
+	for i := range 50 {
+		l, err := ls.Acquire(ctx, fmt.Sprint("c", i), "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	// c7 lapsed and B took it.
+	if err := rdb.Del(ctx, LeaseKey("c7")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ls.Acquire(ctx, "c7", "B"); err != nil {
+		t.Fatal(err)
+	}
+	before := scriptCalls(t, rdb)
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, l := range held {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = ls.Renew(ctx, l) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if want := i == 7; errors.Is(err, errLeaseLost) != want || (!want && err != nil) {
+			t.Errorf("renew c%d: %v", i, err)
+		}
+	}
+	if calls := scriptCalls(t, rdb) - before; calls > 2 {
+		t.Errorf("%d script calls for 50 renewals at once, want one (two if the machine split them)", calls)
+	}
+	if ttl := rdb.PTTL(ctx, LeaseKey("c3")).Val(); ttl < 50*time.Second {
+		t.Errorf("c3's lease has %v left after its renewal", ttl)
+	}
+}
+
+// TestRedisLeaseRenewGivesUpWithItsContext: a renewal whose caller stops
+// waiting returns at once.
+func TestRedisLeaseRenewGivesUpWithItsContext(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+	t.Cleanup(func() { rdb.Close() })
+	ls := NewRedisLeases(rdb, 10*time.Second) // a batch waits 500 ms
+	l, err := ls.Acquire(context.Background(), "c", "A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := ls.Renew(ctx, l); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("renew: %v, want the context's deadline", err)
 	}
 }

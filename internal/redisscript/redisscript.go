@@ -96,7 +96,7 @@ func bind(src string) (string, []string, []string, error) {
 		if len(group) > 0 {
 			repeats++
 		}
-		lines[i] = binding(names, want) + grouping(names, group, want)
+		lines[i] = binding(names, group, want)
 	}
 	if repeats == 1 {
 		return "", nil, nil, fmt.Errorf("a group (|) in one of the KEYS and ARGV lines only")
@@ -104,34 +104,39 @@ func bind(src string) (string, []string, []string, error) {
 	return strings.Join(lines, "\n"), keys, each, nil
 }
 
-// binding is one line of Lua: local a, b = ARR[1], ARR[2] (a comment when
-// there are no names, so that the line numbers stay the file's).
-func binding(names []string, arr string) string {
-	if len(names) == 0 {
+// binding is one line of Lua: local a, b = ARR[1], ARR[2], then what
+// reads the repeated names (grouping); a comment when there are no names,
+// so that the line numbers stay the file's.
+func binding(names, group []string, arr string) string {
+	var parts []string
+	if len(names) > 0 {
+		idx := make([]string, len(names))
+		for i := range names {
+			idx[i] = fmt.Sprintf("%s[%d]", arr, i+1)
+		}
+		parts = append(parts, "local "+strings.Join(names, ", ")+" = "+strings.Join(idx, ", "))
+	}
+	parts = append(parts, grouping(names, group, arr)...)
+	if len(parts) == 0 {
 		return "-- no " + arr
 	}
-	idx := make([]string, len(names))
-	for i := range names {
-		idx[i] = fmt.Sprintf("%s[%d]", arr, i+1)
-	}
-	return "local " + strings.Join(names, ", ") + " = " + strings.Join(idx, ", ")
+	return strings.Join(parts, "; ")
 }
 
-// grouping is the Lua, on the same line, that reads the repeated names of
-// arr: ARR_OF(i), the values of group i, and with KEYS, GROUPS, how many
-// groups there are.
-func grouping(names, group []string, arr string) string {
+// grouping is the Lua that reads the repeated names of arr: ARR_OF(i),
+// the values of group i, and with KEYS, GROUPS, how many groups there are.
+func grouping(names, group []string, arr string) []string {
 	if len(group) == 0 {
-		return ""
+		return nil
 	}
 	n, k := len(names), len(group)
 	idx := make([]string, k)
 	for i := range group {
 		idx[i] = fmt.Sprintf("%s[b + %d]", arr, i+1)
 	}
-	out := fmt.Sprintf("; local function %s_OF(i) local b = %d + %d * (i - 1) return %s end", arr, n, k, strings.Join(idx, ", "))
+	out := []string{fmt.Sprintf("local function %s_OF(i) local b = %d + %d * (i - 1) return %s end", arr, n, k, strings.Join(idx, ", "))}
 	if arr == "KEYS" {
-		out += fmt.Sprintf("; local GROUPS = (#KEYS - %d) / %d", n, k)
+		out = append(out, fmt.Sprintf("local GROUPS = (#KEYS - %d) / %d", n, k))
 	}
 	return out
 }

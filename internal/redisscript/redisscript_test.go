@@ -42,6 +42,12 @@ func TestBind(t *testing.T) {
 				"local x = ARGV[1]; local function ARGV_OF(i) local b = 1 + 2 * (i - 1) return ARGV[b + 1], ARGV[b + 2] end\nreturn GROUPS\n",
 			keys: []string{"A"},
 		},
+		{
+			name: "only names repeated",
+			src:  "-- KEYS: | B\n-- ARGV: | y\nreturn 1\n",
+			want: "local function KEYS_OF(i) local b = 0 + 1 * (i - 1) return KEYS[b + 1] end; local GROUPS = (#KEYS - 0) / 1\n" +
+				"local function ARGV_OF(i) local b = 0 + 1 * (i - 1) return ARGV[b + 1] end\nreturn 1\n",
+		},
 		{name: "a group of keys without one of arguments", src: "-- KEYS: A | B\n-- ARGV: x\nreturn 1", err: "one of the KEYS and ARGV lines only"},
 		{name: "an empty group", src: "-- KEYS: A |\n-- ARGV: x |\nreturn 1", err: "line 1"},
 		{name: "no KEYS line", src: "-- ARGV: x\n-- KEYS: A\nreturn 1", err: "line 1"},
