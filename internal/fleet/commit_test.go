@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -372,17 +371,8 @@ func scriptCalls(t *testing.T, rdb redis.UniversalClient) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(info, "\r\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if v, ok := strings.CutPrefix(line, cmd); ok {
-				var c int
-				fmt.Sscan(strings.Split(v, ",")[0], &c)
-				n += c
-			}
-		}
-	}
-	return n
+	calls, _ := parseRedisStats(info)
+	return calls
 }
 
 // pending is the number of writes waiting for the next flush.

@@ -159,14 +159,21 @@ func benchGroupCommit(b *testing.B, writers int) {
 }
 
 // redisStats are the script calls (EVALSHA and EVAL) Redis has served
-// and the CPU it has used (INFO cpu: used_cpu_sys + used_cpu_user).
+// and the CPU it has used.
 func redisStats(b *testing.B, rdb *redis.Client) (int, time.Duration) {
 	b.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats", "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	calls, cpu := 0, 0.0
+	return parseRedisStats(info)
+}
+
+// parseRedisStats reads, in the text of INFO, the calls of EVALSHA and
+// EVAL (commandstats) and the CPU Redis used (cpu: used_cpu_sys +
+// used_cpu_user), each 0 when its section is not there.
+func parseRedisStats(info string) (calls int, cpu time.Duration) {
+	var secs float64
 	for _, line := range strings.Split(info, "\r\n") {
 		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
 			if v, ok := strings.CutPrefix(line, cmd); ok {
@@ -179,9 +186,9 @@ func redisStats(b *testing.B, rdb *redis.Client) (int, time.Duration) {
 			if v, ok := strings.CutPrefix(line, f); ok {
 				var s float64
 				fmt.Sscan(v, &s)
-				cpu += s
+				secs += s
 			}
 		}
 	}
-	return calls, time.Duration(cpu * float64(time.Second))
+	return calls, time.Duration(secs * float64(time.Second))
 }
