@@ -243,11 +243,13 @@ func (b *renewals) renew(ctx context.Context, l Lease) error {
 }
 
 // flush waits for the renewals of batch, then renews them in one call,
-// within the time a renewal may take (Timing.StoreCall).
+// within what is left of the time a renewal may take (Timing.StoreCall),
+// so that its first renewal's caller still has its answer.
 func (b *renewals) flush(batch *renewBatch) {
 	defer close(batch.done)
 	ttl := b.r.ttl
-	time.Sleep(ttl / renewWait)
+	wait := ttl / renewWait
+	time.Sleep(wait)
 	b.mu.Lock()
 	b.next = nil
 	b.mu.Unlock()
@@ -255,7 +257,7 @@ func (b *renewals) flush(batch *renewBatch) {
 	for i, l := range batch.leases {
 		groups[i] = redisscript.Group{Subject: l.ID, Args: []any{l.Value(), l.Token}}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), TimingOf(b.r).StoreCall())
+	ctx, cancel := context.WithTimeout(context.Background(), TimingOf(b.r).StoreCall()-wait)
 	defer cancel()
 	batch.renewed, batch.err = renewScript.RunGroups(ctx, b.r.rdb, []any{ttl.Milliseconds(), leaseTokenTTL.Milliseconds()}, groups).Int64Slice()
 }
