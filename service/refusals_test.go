@@ -1,13 +1,9 @@
 package service
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,43 +14,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/completiond/completiond/internal/telemetry"
+	"github.com/completiond/completiond/internal/testkit"
 )
-
-// syncBuffer is a bytes.Buffer for a log the server writes from many
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines are the JSON log lines written so far.
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for l := range strings.Lines(s.b.String()) {
-		m := map[string]any{}
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // refusalEnv is authEnv with a key rate of one completion per 10 s, a
 // clock that moves only when told, a uniform draw that walks [0, 1), a
 // JSON log and a metric reader.
-func refusalEnv(t *testing.T) (*testEnv, *syncBuffer, *sdkmetric.ManualReader, *atomic.Int64) {
+func refusalEnv(t *testing.T) (*testEnv, *testkit.SyncBuffer, *sdkmetric.ManualReader, *atomic.Int64) {
 	t.Helper()
-	var log syncBuffer
+	var log testkit.SyncBuffer
 	var clock, draws atomic.Int64
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -114,7 +82,7 @@ func TestRefusalsAreCountedAndLoggedSampled(t *testing.T) {
 	_ = complete(t.Context(), e, "ops-secret-key")
 
 	var refused, finishedRefusals []map[string]any
-	for _, l := range log.lines(t) {
+	for _, l := range testkit.LogLines(t, log.String()) {
 		switch {
 		case l["msg"] == "refused call":
 			refused = append(refused, l)

@@ -33,6 +33,7 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/internal/testcerts"
+	"github.com/completiond/completiond/internal/testkit"
 )
 
 // testCA is a certificate authority made up for a test.
@@ -289,14 +290,14 @@ func TestCertificateWarnings(t *testing.T) {
 		{"self-signed", self, selfKey, 0, []string{"tls certificate is self-signed: only clients given it will trust it"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var log syncBuffer
+			var log testkit.SyncBuffer
 			files := writeFiles(t, t.TempDir(), tc.cert, tc.key, time.Now())
 			now := func() time.Time { return time.Now().Add(tc.skew) }
 			if _, err := ServerTLS(files, slog.New(slog.NewJSONHandler(&log, nil)), now, telemetry.Telemetry{}); err != nil {
 				t.Fatal(err)
 			}
 			var said []string
-			for _, l := range log.lines(t) {
+			for _, l := range testkit.LogLines(t, log.String()) {
 				said = append(said, l["msg"].(string))
 			}
 			if !slices.Equal(said, tc.want) {
@@ -323,7 +324,7 @@ func TestCertificateExpiryGauge(t *testing.T) {
 	dir := t.TempDir()
 	self, selfKey := selfSignedPEM(t)
 	files := writeFiles(t, dir, self, selfKey, time.Now().Add(-time.Minute))
-	var log syncBuffer
+	var log testkit.SyncBuffer
 	var skew atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	tc, err := ServerTLS(files, slog.New(slog.NewJSONHandler(&log, nil)), now, telemetry.Telemetry{MeterProvider: mp})
@@ -344,7 +345,7 @@ func TestCertificateExpiryGauge(t *testing.T) {
 		t.Errorf("expiry gauge after the reload %d, want the new certificate's %d", got, want)
 	}
 	var said []string
-	for _, l := range log.lines(t) {
+	for _, l := range testkit.LogLines(t, log.String()) {
 		said = append(said, l["msg"].(string))
 	}
 	if !slices.Contains(said, "tls certificate expired: clients will refuse it") {

@@ -2,8 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/completiond/completiond/bench/mock"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/testkit"
 )
 
 // client serves a relay to the mock for model and returns a client of it.
@@ -50,17 +49,7 @@ func events(t *testing.T, c completionv1.CompletionClient) ([]*completionv1.Comp
 	if err != nil {
 		t.Fatal(err)
 	}
-	var evs []*completionv1.CompletionEvent
-	for {
-		ev, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return evs, nil
-		}
-		if err != nil {
-			return evs, err
-		}
-		evs = append(evs, ev)
-	}
+	return testkit.Drain(st)
 }
 
 // TestRelayForwardsTheAnswer: started, one delta per upstream token,

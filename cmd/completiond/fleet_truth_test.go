@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"io"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
 )
 
 // The fleet's promise at the level of processes: an event reaches Redis
@@ -40,22 +39,6 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("%s: %v", p.name, err)
-	}
-}
-
-// drain receives until the stream ends: the events, and the status (nil
-// for an OK end).
-func drain(st grpc.ServerStreamingClient[completionv1.CompletionEvent]) ([]*completionv1.CompletionEvent, error) {
-	var evs []*completionv1.CompletionEvent
-	for {
-		ev, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return evs, nil
-		}
-		if err != nil {
-			return evs, err
-		}
-		evs = append(evs, ev)
 	}
 }
 
@@ -148,7 +131,7 @@ func TestFleetPausedOwner(t *testing.T) {
 		}
 		a.signal(t, syscall.SIGCONT)
 
-		rest, err := drain(st)
+		rest, err := testkit.Drain(st)
 		mine = append(mine, rest...)
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("round %d: the paused owner's stream ended %v after %d more events, want UNAVAILABLE", round, err, len(rest))
@@ -158,12 +141,12 @@ func TestFleetPausedOwner(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rest, err = drain(follow)
+		rest, err = testkit.Drain(follow)
 		if err != nil {
 			t.Fatalf("round %d: the caller's attach through B after seq %d: %v", round, last, err)
 		}
 		checkWhole(t, "the paused owner's caller", append(mine, rest...), want)
-		rest, err = drain(at)
+		rest, err = testkit.Drain(at)
 		if err != nil {
 			t.Fatalf("round %d: the attacher: %v", round, err)
 		}
@@ -213,7 +196,7 @@ func TestFleetAttachAfterItsReplicaDied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = drain(at)
+		_, err = testkit.Drain(at)
 		acancel()
 		if status.Code(err) != codes.FailedPrecondition || errorReason(err) != "COMPLETION_LOST" {
 			t.Fatalf("attach after seq %d through B: %v (reason %q), want FAILED_PRECONDITION COMPLETION_LOST", after, err, errorReason(err))

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
 )
 
 const redisPassword = "redis-LEAKCHECK-7c6b5a"
@@ -42,24 +42,6 @@ func TestCheckConfigShowsRedisWithoutItsPassword(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestServesWithRedis: --redis-url (or COMPLETIOND_REDIS_URL) with the
 // password in COMPLETIOND_REDIS_PASSWORD, or in the URL, reaches a Redis
 // that requires it: health is SERVING, a completion runs; the logs name
@@ -80,7 +62,7 @@ func TestServesWithRedis(t *testing.T) {
 			}
 			ctx, stop := context.WithCancel(t.Context())
 			logs, logw := io.Pipe()
-			all := &syncBuffer{}
+			all := &testkit.SyncBuffer{}
 			done := make(chan error, 1)
 			go func() {
 				done <- run(ctx, tc.args, func(k string) string { return env[k] }, logw, io.Discard)

@@ -35,7 +35,7 @@ type Lease struct {
 }
 
 // Value is the lease as its store keeps it: "token replica". A write is
-// fenced by comparing the stored value with the writer's (lua/append.lua).
+// fenced by comparing the stored value with the writer's (lua/commit.lua).
 func (l Lease) Value() string { return strconv.FormatUint(l.Token, 10) + " " + l.Replica }
 
 func parseLease(id, v string) (Lease, bool) {

@@ -87,10 +87,6 @@ type RedisLog struct {
 	// a replica publishing again a log it kept alone for a while takes its
 	// lapsed lease back for this long (DefaultLeaseTTL when zero).
 	LeaseTTL time.Duration
-	// CommitWait is the longest a flush of the group commit waits for more
-	// appends while other completions write (DefaultCommitWait when zero;
-	// negative: never); see committer.
-	CommitWait time.Duration
 
 	fences sync.Map // id → the lease value its writes need (Fence)
 	m      *metrics // rdb's (Instrument)
@@ -120,7 +116,7 @@ func NewRedisLog(rdb redis.UniversalClient, limits config.EventLogLimits, now fu
 		l.wake.all(2 * redisWakeAll) // harmless: nobody waits yet
 	}
 	l.ps = ps
-	l.commit = newCommitter(l.flush, l.evict, l.commitWait, l.m.recordBatch)
+	l.commit = newCommitter(l.flush, l.evict, func() time.Duration { return commitWait }, l.m.recordBatch)
 	go l.listen(ctx, ps)
 	return l
 }
@@ -230,7 +226,7 @@ func (l *RedisLog) Fenced() bool { return true }
 
 // Fence implements Log: from now on, the writes of id happen only
 // while l is its lease, checked by each script that writes atomically with
-// the write (lua/append.lua and lua/checkpoint.lua compare LeaseKey(id)
+// the write (lua/commit.lua and lua/checkpoint.lua compare LeaseKey(id)
 // with the lease's Value); a write refused is dropped (add answers fenced).
 func (l *RedisLog) Fence(id string, lease Lease) { l.fences.Store(id, lease.Value()) }
 
@@ -278,17 +274,6 @@ func (l *RedisLog) evict(ids []string) {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	_ = l.dropAll(ctx, ids)
-}
-
-// commitWait is CommitWait, or its default.
-func (l *RedisLog) commitWait() time.Duration {
-	switch {
-	case l.CommitWait < 0:
-		return 0
-	case l.CommitWait == 0:
-		return DefaultCommitWait
-	}
-	return l.CommitWait
 }
 
 // fence is the lease value the writes of id need (Fence), or "".
@@ -402,7 +387,7 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 // the fence below refuses it when another replica wrote since), and the
 // End. A fenced id is refused (errLogFenced) once another replica was
 // granted its lease; its lease is taken again if it lapsed. The appends
-// are pipelined, in batches.
+// go redisReshareBatch per call of lua/commit.lua.
 func (l *RedisLog) reshare(id string, c logCopy) error {
 	return l.reshareFenced(id, c, l.fence(id))
 }

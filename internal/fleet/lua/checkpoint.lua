@@ -2,7 +2,7 @@
 -- ARGV: fence id seq data
 -- Saves a checkpoint of the live log of id in its meta hash, field ck
 -- ("seq data"), and counts its size in the log's bytes; fenced as
--- append.lua is. Answers ok, missing, or ended.
+-- an append of commit.lua is. Answers ok, missing, or ended.
 if fence ~= '' then
   local v = redis.call('GET', LEASE)
   if v and v ~= fence then return redis.error_reply('FENCED lease lost') end
