@@ -204,14 +204,8 @@ $(BIN)/staticcheck:
 $(BIN)/benchstat:
 	GOBIN=$(BIN) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
-.PHONY: generate
-generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-doc protoc-installed $(NODE_MODULES) ## Regenerate gen/ (Go), the Python and the TypeScript stubs and docs/api-reference.md from proto/ and third_party/googleapis.
-	$(BIN)/buf generate
-	$(BIN)/buf generate --template buf.gen.googleapis.yaml
-	scripts/python-gen-imports
-	$(BIN)/buf generate --template buf.gen.docs.yaml
-
-# Generators that are not Go programs, pinned: protoc (its python and pyi
+# Generators that are not Go programs, pinned (defined before generate, whose
+# prerequisites make expands as it reads them): protoc (its python and pyi
 # generators) and grpcio's grpc_python_plugin, from Debian bookworm's
 # protobuf-compiler and protobuf-compiler-grpc (installed with apt-get when
 # missing and root); ts-proto from clients/node/package-lock.json (npm ci).
@@ -220,6 +214,13 @@ GRPC_PYTHON_PLUGIN_VERSION ?= 1.51.1
 NODE_CLIENT  := clients/node
 NODE_MODULES := $(NODE_CLIENT)/node_modules/.package-lock.json
 DEBIAN_PROTOC_PACKAGES := protobuf-compiler protobuf-compiler-grpc
+
+.PHONY: generate
+generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-doc protoc-installed $(NODE_MODULES) ## Regenerate gen/ (Go), the Python and the TypeScript stubs and docs/api-reference.md from proto/ and third_party/googleapis.
+	$(BIN)/buf generate
+	$(BIN)/buf generate --template buf.gen.googleapis.yaml
+	scripts/python-gen-imports
+	$(BIN)/buf generate --template buf.gen.docs.yaml
 
 .PHONY: protoc-installed
 protoc-installed:

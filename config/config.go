@@ -34,6 +34,17 @@ type Route struct {
 	ThinkingBudget int
 }
 
+// Capabilities is what the route can honour of a request's parameters:
+// its provider kind's row of the capability table, less what its own
+// settings rule out (a thinking route's sampling and forced tool use).
+func (r *Route) Capabilities() Capabilities {
+	c := KindCapabilities(r.Spec.Provider)
+	if r.Spec.Thinking {
+		c = c.WithThinking()
+	}
+	return c
+}
+
 // Limits are the server's bounds on what a request may ask for.
 type Limits struct {
 	// MaxOutputTokens is the largest max_output_tokens a request may set.

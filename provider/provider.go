@@ -57,11 +57,63 @@ type Request struct {
 	// streams as ChunkThinking, and each complete block as a
 	// ChunkThinkingBlock.
 	ThinkingBudget int
+	// Sampling is the caller's sampling parameters, the same on every
+	// attempt of a completion (none on a summarising call).
+	Sampling Sampling
+	// StopSequences end the answer where the model writes one of them; a
+	// provider sends them upstream and reports the one that matched, when
+	// its upstream says (Finish.StopSequence).
+	StopSequences []string
+	// ToolChoice says whether and which tool the model must call; the zero
+	// value sends nothing (the upstream's default).
+	ToolChoice ToolChoice
 	// Metadata is the caller's free-form metadata (the sim provider reads its
 	// fault script from it).
 	Metadata map[string]string
 	// Timeouts bound the attempt.
 	Timeouts Timeouts
+}
+
+// Sampling is the caller's sampling parameters. A nil pointer or a zero
+// TopK sends nothing: the upstream's default.
+type Sampling struct {
+	// Temperature is the sampling temperature.
+	Temperature *float64
+	// TopP is the nucleus sampling mass.
+	TopP *float64
+	// TopK samples from the K most likely tokens only (Anthropic).
+	TopK int
+	// Seed asks for reproducible sampling (OpenAI-compatible).
+	Seed *int64
+}
+
+// ToolChoiceMode is how the model chooses whether to call a tool.
+type ToolChoiceMode int
+
+const (
+	// ToolChoiceDefault sends no tool choice: the upstream's default (auto).
+	ToolChoiceDefault ToolChoiceMode = iota
+	// ToolChoiceAuto lets the model decide.
+	ToolChoiceAuto
+	// ToolChoiceAny makes the model call at least one tool (OpenAI's
+	// "required").
+	ToolChoiceAny
+	// ToolChoiceNone forbids tool calls.
+	ToolChoiceNone
+	// ToolChoiceTool makes the model call the tool ToolChoice.Name.
+	ToolChoiceTool
+)
+
+// ToolChoice says whether and which tool the model must call.
+type ToolChoice struct {
+	// Mode is how the model chooses.
+	Mode ToolChoiceMode
+	// Name is the tool of ToolChoiceTool.
+	Name string
+	// DisableParallel asks for at most one tool call per answer
+	// (Anthropic's disable_parallel_tool_use, OpenAI's parallel_tool_calls
+	// false); it may go with any Mode, ToolChoiceDefault included.
+	DisableParallel bool
 }
 
 // ChunkKind is the kind of a Chunk.
@@ -110,6 +162,9 @@ type Finish struct {
 	// OpenAI's chat completion id), if it said; scrubbed and bounded like
 	// Model.
 	ID string
+	// StopSequence is the request's stop sequence that ended the answer,
+	// with recovery.StopSequence, when the upstream named it.
+	StopSequence string
 }
 
 // Provider streams attempts to one upstream.

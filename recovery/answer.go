@@ -26,6 +26,9 @@ func (m *Machine) attemptDone(ev Event) Action {
 	// overflow ladder (the next overflow may collapse again).
 	m.step = stepState{}
 	m.thisTurn.collapsed = false
+	if s == StopSequence {
+		m.stopSeq = ev.StopSequence
+	}
 	switch {
 	case s.Truncating():
 		return m.truncated(s)
@@ -45,6 +48,9 @@ func (m *Machine) attemptDone(ev Event) Action {
 // truncated handles an answer cut by a token limit: escalate once, then
 // continue up to MaxContinuations times, then end flagged truncated.
 func (m *Machine) truncated(s StopReason) Action {
+	if m.outputSpent() {
+		return m.complete(s, nil, fmt.Sprintf("answer cut (%s); the completion's output reached max_total_output_tokens %d", s, m.cfg.MaxTotalOutputTokens))
+	}
 	if esc := m.escalatedMax(); m.p.Truncation.Escalation && !m.escalated && esc > m.callMax() {
 		// Same request with room to finish: the cut answer is worth less
 		// than a whole one, so it is discarded.
@@ -68,9 +74,15 @@ func (m *Machine) truncated(s StopReason) Action {
 
 // escalatedMax is the max_tokens MAX_OUTPUT_TOKENS_ESCALATE would ask for on
 // the current route: never above the route's limit, nor above a max_tokens
-// CONTEXT_LIMIT_ADJUST lowered to fit the window.
+// CONTEXT_LIMIT_ADJUST lowered to fit the window, nor above what is left
+// of the output bound — and never above the caller's own max_tokens, a
+// ceiling (escalation raises the policy's default cap only).
 func (m *Machine) escalatedMax() int {
-	return m.capped(m.p.Truncation.EscalatedMaxOutputTokens)
+	esc := m.p.Truncation.EscalatedMaxOutputTokens
+	if m.cfg.MaxTokens > 0 {
+		esc = min(esc, m.cfg.MaxTokens)
+	}
+	return m.capped(esc)
 }
 
 // paused handles pause_turn: the provider stopped a long turn and expects it
@@ -157,6 +169,10 @@ func (m *Machine) settle(s StopReason) Action {
 func (m *Machine) nudge() (Action, bool) {
 	b, p, n := &m.budget, m.p, m.cfg.TokenBudget
 	kept := m.keptTokens()
+	if m.outputSpent() {
+		b.note = fmt.Sprintf("; token budget: the completion's output reached max_total_output_tokens %d", m.cfg.MaxTotalOutputTokens)
+		return Action{}, false
+	}
 	delta := kept - b.lastCheck
 	diminishing := b.nudges >= p.Budget.DiminishingAfter &&
 		delta < int64(p.Budget.DiminishingTokens) && b.lastDelta < int64(p.Budget.DiminishingTokens)

@@ -82,6 +82,8 @@ type Machine struct {
 	tools       []ToolCall  // the calls the caller is running
 	thinking    []Block     // the thinking blocks of the answer that made them
 	stop        StopReason  // the stop reason of the answer under review
+	stopSeq     string      // the stop sequence that ended the last answer, if one did
+	unreported  int64       // output tokens of broken attempts beyond what they reported (see spend)
 
 	// The answer.
 	parts       []part
@@ -221,6 +223,9 @@ func (m *Machine) Step(ev Event) Step {
 	} else if inCall {
 		m.ended = m.attempt
 	}
+	if inCall && !ev.NotSent {
+		m.spend(ev)
+	}
 	if ev.Kind == EvCancelled {
 		return m.out(m.cancelled(ev))
 	}
@@ -342,12 +347,14 @@ func (m *Machine) protocol(what string) Action {
 func (m *Machine) cur() Route { return m.cfg.Routes[m.route] }
 
 // callMax returns the max_tokens of the next call: the wanted value capped
-// by the route's own limit and by what CONTEXT_LIMIT_ADJUST found to fit.
+// by the route's own limit, by what CONTEXT_LIMIT_ADJUST found to fit and
+// by what is left of the completion's output bound.
 func (m *Machine) callMax() int {
 	return m.capped(m.maxTokens)
 }
 
-// capped caps n by the current route's output limit and the adjusted ceiling.
+// capped caps n by the current route's output limit, the adjusted ceiling
+// and what is left of Config.MaxTotalOutputTokens.
 func (m *Machine) capped(n int) int {
 	if r := m.cur(); r.MaxOutputTokens > 0 {
 		n = min(n, r.MaxOutputTokens)
@@ -355,7 +362,49 @@ func (m *Machine) capped(n int) int {
 	if m.ceiling > 0 {
 		n = min(n, m.ceiling)
 	}
+	if left, bounded := m.outputLeft(); bounded {
+		n = min(n, int(left))
+	}
 	return n
+}
+
+// spend counts the output of the attempt ev ends against the completion's
+// output bound: what it reported, or, for an attempt that broke or was
+// cancelled before its upstream said, its text's estimate when that is
+// more (a broken stream's usage stops at its last report).
+func (m *Machine) spend(ev Event) {
+	if ev.Kind == EvAttemptDone {
+		return
+	}
+	if est := int64(EstimateTokens(ev.Text, nil)); est > ev.Usage.OutputTokens {
+		m.unreported += est - ev.Usage.OutputTokens
+	}
+}
+
+// outputLeft is what is left of Config.MaxTotalOutputTokens (never
+// negative); bounded is false without one.
+func (m *Machine) outputLeft() (left int64, bounded bool) {
+	if m.cfg.MaxTotalOutputTokens <= 0 {
+		return 0, false
+	}
+	return max(int64(m.cfg.MaxTotalOutputTokens)-m.usage.OutputTokens-m.unreported, 0), true
+}
+
+// outputSpent reports whether the completion's output bound is spent.
+func (m *Machine) outputSpent() bool {
+	left, bounded := m.outputLeft()
+	return bounded && left == 0
+}
+
+// spentOut ends the completion whose output bound is spent, with the
+// answer kept so far, flagged truncated; streamed is the text of the
+// attempt that just failed, void (it was not continued).
+func (m *Machine) spentOut(streamed, why string) Action {
+	if streamed != "" {
+		m.void(m.attempt)
+	}
+	res := &Result{StopReason: StopMaxTokens, Truncated: true}
+	return m.finishWith(Completed, nil, fmt.Sprintf("%s: the completion's output reached max_total_output_tokens %d", why, m.cfg.MaxTotalOutputTokens), res)
 }
 
 // prefillOK reports whether route i can continue a partial answer: it
@@ -401,6 +450,9 @@ func (m *Machine) callChecked() Action {
 // call issues the next attempt on the current route. A kept partial answer
 // of the current segment goes along as the prefill.
 func (m *Machine) call() Action {
+	if m.outputSpent() {
+		return m.spentOut("", "no output left for attempt "+fmt.Sprint(m.attempt+1))
+	}
 	m.attempt++
 	m.inflight = Call{
 		Attempt:   m.attempt,
@@ -435,6 +487,9 @@ func (m *Machine) summarize(c compaction) Action {
 // in progress. It is an attempt like any other (it costs tokens), but its
 // output never reaches the answer.
 func (m *Machine) summaryCall() Action {
+	if m.outputSpent() {
+		return m.spentOut("", "no output left for the summarising call")
+	}
 	m.attempt++
 	m.inflight = Call{
 		Attempt:   m.attempt,
@@ -605,6 +660,9 @@ func (m *Machine) finishWith(r Reason, f *Failure, msg string, res *Result) Acti
 	t.Terminal = true
 	m.emit(t)
 	res.Reason, res.Text, res.Usage, res.Failure = r, m.text(0), m.usage, f
+	if res.StopReason == StopSequence {
+		res.StopSequence = m.stopSeq
+	}
 	res.Attempts = slices.Clone(m.records)
 	if m.cfg.Session {
 		res.Transcript = m.transcript(res.ToolCalls)

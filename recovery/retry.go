@@ -16,6 +16,9 @@ func (m *Machine) attemptFailed(ev Event) Action {
 	if f == nil {
 		f = &Failure{Kind: FailUnknown, Message: "the attempt failed without a classified failure"}
 	}
+	if m.outputSpent() && !ev.NotSent {
+		return m.spentOut(ev.Text, fmt.Sprintf("attempt %d failed (%s)", m.attempt, f.Kind))
+	}
 	switch {
 	case f.Kind == FailPrefillRejected && m.inflight.Prefill == "":
 		// The upstream refused the caller's own messages (say, a final

@@ -33,8 +33,13 @@ type Snapshot struct {
 	// blocks of the answer that made them (SnapshotAwaitTools).
 	Tools    []ToolCall
 	Thinking []Block
-	// Stop is the stop reason of the answer awaiting the caller.
-	Stop StopReason
+	// Stop is the stop reason of the answer awaiting the caller, and
+	// StopSequence the stop sequence that ended it, if one did.
+	Stop         StopReason
+	StopSequence string
+	// Unreported is the output counted against the completion's output
+	// bound beyond what broken attempts reported.
+	Unreported int64
 	// Parts are the kept outputs, in order; SegStart and AnswerStart index
 	// them as Machine does.
 	Parts                 []SnapshotPart
@@ -110,6 +115,7 @@ func (m *Machine) snapshot(p SnapshotPhase) Snapshot {
 		Phase: p, Messages: slices.Clone(m.msgs), Route: m.cur().Name,
 		MaxTokens: m.maxTokens, Ceiling: m.ceiling, Attempt: m.attempt, Turn: m.turn,
 		Tools: slices.Clone(m.tools), Thinking: slices.Clone(m.thinking), Stop: m.stop,
+		StopSequence: m.stopSeq, Unreported: m.unreported,
 		SegStart: m.segStart, AnswerStart: m.answerStart,
 		Records: slices.Clone(m.records), Usage: m.usage,
 		Retries: m.step.retries, Overloads: m.step.overloads, Waited: m.step.waited, Collapsed: m.thisTurn.collapsed,
@@ -147,6 +153,7 @@ func (m *Machine) restore(s *Snapshot) {
 	}
 	m.maxTokens, m.ceiling, m.attempt, m.turn = s.MaxTokens, s.Ceiling, s.Attempt, max(s.Turn, 1)
 	m.tools, m.thinking, m.stop = slices.Clone(s.Tools), slices.Clone(s.Thinking), s.Stop
+	m.stopSeq, m.unreported = s.StopSequence, s.Unreported
 	m.parts = m.parts[:0]
 	for _, pt := range s.Parts {
 		m.parts = append(m.parts, part{attempt: pt.Attempt, text: pt.Text, calls: pt.Calls, tokens: pt.Tokens, cut: pt.Cut})

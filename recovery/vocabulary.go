@@ -149,6 +149,9 @@ type Event struct {
 	Rand float64
 	// StopReason is why the model stopped (EvAttemptDone).
 	StopReason StopReason
+	// StopSequence is the request's stop sequence that ended the attempt,
+	// with StopSequence, when the upstream named it.
+	StopSequence string
 	// Text is the answer text the attempt streamed (EvAttemptDone, and the
 	// part streamed before an EvAttemptFailed or EvCancelled). For an
 	// ActSummarize it is the summary.
@@ -338,6 +341,9 @@ type Result struct {
 	Reason Reason
 	// StopReason is why the model stopped; StopNone without an answer.
 	StopReason StopReason
+	// StopSequence is the stop sequence that ended the answer, with
+	// StopSequence, when the upstream named it.
+	StopSequence string
 	// Truncated is true when the answer is cut short.
 	Truncated bool
 	// Text is the final answer: the concatenated text of the kept attempts.
@@ -376,8 +382,18 @@ type Config struct {
 	// Messages is the conversation; it is not modified.
 	Messages []Message
 	// MaxTokens is the requested max_tokens; 0 uses
-	// Policy.Truncation.MaxOutputTokens (see StartMaxTokens).
+	// Policy.Truncation.MaxOutputTokens (see StartMaxTokens). A caller's
+	// own value is a ceiling: MAX_OUTPUT_TOKENS_ESCALATE never asks for
+	// more (escalation is for the policy's default cap).
 	MaxTokens int
+	// MaxTotalOutputTokens, when positive, bounds the output tokens of the
+	// whole completion: every attempt's, failed and discarded ones and
+	// summarising calls included (an attempt that broke counts what it
+	// reported, or its text's estimate when that is more). No call asks
+	// for more than what is left; once nothing is, the completion ends
+	// COMPLETED with the answer kept so far, flagged truncated, instead of
+	// continuing, nudging or retrying.
+	MaxTotalOutputTokens int
 	// TokenBudget asks for about this many output tokens in total; 0 disables it.
 	TokenBudget int
 	// Deadline is the caller's deadline; zero means none.

@@ -279,7 +279,7 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 	routes = recovery.Chain(policy, routes)
 	mc := recovery.Config{
 		Policy: policy, System: req.GetSystem(), Messages: convert.ToMessages(req.GetMessages()),
-		MaxTokens: int(req.GetMaxOutputTokens()), TokenBudget: int(req.GetTokenBudget()),
+		MaxTokens: int(req.GetMaxOutputTokens()), MaxTotalOutputTokens: int(req.GetMaxTotalOutputTokens()), TokenBudget: int(req.GetTokenBudget()),
 		StopHook: schema != nil,
 	}
 	if d, ok := ctx.Deadline(); ok {

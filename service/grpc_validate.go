@@ -118,6 +118,7 @@ func (c *Config) validateAs(req *completionv1.CompleteRequest, may func(string) 
 	c.validateMessages(req.GetMessages(), &v)
 	c.validateTools(req.GetTools(), &v)
 	c.validateNumbers(req, &v)
+	c.validateParameters(req, &v)
 	c.validateMetadata(req, &v)
 	if _, ok := completionv1.DeliveryMode_name[int32(req.GetDelivery())]; !ok {
 		v.add("delivery", "unknown delivery mode %d", req.GetDelivery())

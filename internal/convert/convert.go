@@ -59,6 +59,25 @@ func ToTools(in []*completionv1.Tool) []provider.Tool {
 	return out
 }
 
+// ToSampling is the provider's sampling parameters for the request's.
+func ToSampling(req *completionv1.CompleteRequest) provider.Sampling {
+	return provider.Sampling{Temperature: req.Temperature, TopP: req.TopP, TopK: int(req.GetTopK()), Seed: req.Seed}
+}
+
+// toolChoiceModes are the provider's tool choice modes by the wire's, by
+// name: TOOL_CHOICE_MODE_UNSPECIFIED sends none.
+var toolChoiceModes = map[completionv1.ToolChoiceMode]provider.ToolChoiceMode{
+	completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO: provider.ToolChoiceAuto,
+	completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_ANY:  provider.ToolChoiceAny,
+	completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE: provider.ToolChoiceNone,
+	completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_TOOL: provider.ToolChoiceTool,
+}
+
+// ToToolChoice is the provider's tool choice for the request's.
+func ToToolChoice(tc *completionv1.ToolChoice) provider.ToolChoice {
+	return provider.ToolChoice{Mode: toolChoiceModes[tc.GetMode()], Name: tc.GetName(), DisableParallel: tc.GetDisableParallelToolUse()}
+}
+
 // structJSON encodes s as JSON; a nil struct is the empty object.
 func structJSON(s *structpb.Struct) []byte {
 	if s == nil {
@@ -198,7 +217,7 @@ func FromResult(r *recovery.Result) *completionv1.Result {
 			ToolUse: &completionv1.ToolUseBlock{Id: c.ID, Name: c.Name, Input: jsonStruct(c.Input)}}})
 	}
 	out := &completionv1.Result{
-		Reason: FromReason(r.Reason), Message: msg, StopReason: stopReasons[r.StopReason], Truncated: r.Truncated,
+		Reason: FromReason(r.Reason), Message: msg, StopReason: stopReasons[r.StopReason], StopSequence: r.StopSequence, Truncated: r.Truncated,
 		Route: r.Route.Name, Model: r.Route.Model, Usage: FromUsage(r.Usage), Error: fromFailure(r.Failure),
 	}
 	for _, m := range r.Transcript {

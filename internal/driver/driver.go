@@ -273,7 +273,8 @@ func scrubName(s string) string {
 
 func attemptEvent(fin provider.Finish, err error, text string, calls []recovery.ToolCall) recovery.Event {
 	if err == nil {
-		return recovery.Event{Kind: recovery.EvAttemptDone, StopReason: fin.StopReason, Text: text, ToolCalls: calls, Usage: fin.Usage}
+		return recovery.Event{Kind: recovery.EvAttemptDone, StopReason: fin.StopReason, StopSequence: fin.StopSequence,
+			Text: text, ToolCalls: calls, Usage: fin.Usage}
 	}
 	f, ok := provider.AsFailure(err)
 	if !ok {
@@ -285,9 +286,11 @@ func attemptEvent(fin provider.Finish, err error, text string, calls []recovery.
 	return recovery.Event{Kind: recovery.EvAttemptFailed, Failure: f, Text: text, ToolCalls: calls, Usage: fin.Usage}
 }
 
-// request builds the provider request of a call. A summary carries neither
-// the caller's tools nor its metadata (the sim's fault script belongs to the
-// caller's own calls), and needs no thinking.
+// request builds the provider request of a call: the caller's parameters
+// go unchanged on every attempt. A summary carries neither the caller's
+// tools nor its metadata (the sim's fault script belongs to the caller's
+// own calls), nor its sampling, stop sequences or tool choice, and needs no
+// thinking: it is completiond's own call, with a prompt of its own.
 func (c *Completion) request(call recovery.Call, route *config.Route, summary bool) *provider.Request {
 	req := c.spec.Request
 	r := &provider.Request{
@@ -297,7 +300,9 @@ func (c *Completion) request(call recovery.Call, route *config.Route, summary bo
 	}
 	if summary {
 		r.Tools, r.Metadata, r.ThinkingBudget = nil, nil, 0
+		return r
 	}
+	r.Sampling, r.StopSequences, r.ToolChoice = convert.ToSampling(req), req.GetStopSequences(), convert.ToToolChoice(req.GetToolChoice())
 	return r
 }
 

@@ -31,6 +31,70 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ToolChoiceMode is how the model chooses whether to call a tool.
+type ToolChoiceMode int32
+
+const (
+	// TOOL_CHOICE_MODE_UNSPECIFIED means TOOL_CHOICE_MODE_AUTO.
+	ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED ToolChoiceMode = 0
+	// TOOL_CHOICE_MODE_AUTO lets the model decide (Anthropic auto, OpenAI
+	// auto).
+	ToolChoiceMode_TOOL_CHOICE_MODE_AUTO ToolChoiceMode = 1
+	// TOOL_CHOICE_MODE_ANY makes the model call at least one of the tools
+	// (Anthropic any, OpenAI required).
+	ToolChoiceMode_TOOL_CHOICE_MODE_ANY ToolChoiceMode = 2
+	// TOOL_CHOICE_MODE_NONE forbids tool calls (Anthropic none, OpenAI none).
+	ToolChoiceMode_TOOL_CHOICE_MODE_NONE ToolChoiceMode = 3
+	// TOOL_CHOICE_MODE_TOOL makes the model call the tool named in
+	// ToolChoice.name.
+	ToolChoiceMode_TOOL_CHOICE_MODE_TOOL ToolChoiceMode = 4
+)
+
+// Enum value maps for ToolChoiceMode.
+var (
+	ToolChoiceMode_name = map[int32]string{
+		0: "TOOL_CHOICE_MODE_UNSPECIFIED",
+		1: "TOOL_CHOICE_MODE_AUTO",
+		2: "TOOL_CHOICE_MODE_ANY",
+		3: "TOOL_CHOICE_MODE_NONE",
+		4: "TOOL_CHOICE_MODE_TOOL",
+	}
+	ToolChoiceMode_value = map[string]int32{
+		"TOOL_CHOICE_MODE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_MODE_AUTO":        1,
+		"TOOL_CHOICE_MODE_ANY":         2,
+		"TOOL_CHOICE_MODE_NONE":        3,
+		"TOOL_CHOICE_MODE_TOOL":        4,
+	}
+)
+
+func (x ToolChoiceMode) Enum() *ToolChoiceMode {
+	p := new(ToolChoiceMode)
+	*p = x
+	return p
+}
+
+func (x ToolChoiceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_completion_v1_completion_proto_enumTypes[0].Descriptor()
+}
+
+func (ToolChoiceMode) Type() protoreflect.EnumType {
+	return &file_completion_v1_completion_proto_enumTypes[0]
+}
+
+func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoiceMode.Descriptor instead.
+func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{0}
+}
+
 // DeliveryMode chooses when token deltas reach the caller.
 type DeliveryMode int32
 
@@ -74,11 +138,11 @@ func (x DeliveryMode) String() string {
 }
 
 func (DeliveryMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[0].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[1].Descriptor()
 }
 
 func (DeliveryMode) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[0]
+	return &file_completion_v1_completion_proto_enumTypes[1]
 }
 
 func (x DeliveryMode) Number() protoreflect.EnumNumber {
@@ -87,7 +151,7 @@ func (x DeliveryMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeliveryMode.Descriptor instead.
 func (DeliveryMode) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{0}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
 }
 
 // Role is the author of a message.
@@ -127,11 +191,11 @@ func (x Role) String() string {
 }
 
 func (Role) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[1].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[2].Descriptor()
 }
 
 func (Role) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[1]
+	return &file_completion_v1_completion_proto_enumTypes[2]
 }
 
 func (x Role) Number() protoreflect.EnumNumber {
@@ -140,7 +204,7 @@ func (x Role) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Role.Descriptor instead.
 func (Role) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
 }
 
 // DeltaKind distinguishes answer text from reasoning.
@@ -180,11 +244,11 @@ func (x DeltaKind) String() string {
 }
 
 func (DeltaKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[2].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[3].Descriptor()
 }
 
 func (DeltaKind) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[2]
+	return &file_completion_v1_completion_proto_enumTypes[3]
 }
 
 func (x DeltaKind) Number() protoreflect.EnumNumber {
@@ -193,7 +257,7 @@ func (x DeltaKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeltaKind.Descriptor instead.
 func (DeltaKind) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
 }
 
 // TransitionReason is why the recovery machine did what it did. Terminal
@@ -336,11 +400,11 @@ func (x TransitionReason) String() string {
 }
 
 func (TransitionReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[3].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[4].Descriptor()
 }
 
 func (TransitionReason) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[3]
+	return &file_completion_v1_completion_proto_enumTypes[4]
 }
 
 func (x TransitionReason) Number() protoreflect.EnumNumber {
@@ -349,7 +413,7 @@ func (x TransitionReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransitionReason.Descriptor instead.
 func (TransitionReason) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
 }
 
 // ErrorKind is the class of an upstream failure.
@@ -454,11 +518,11 @@ func (x ErrorKind) String() string {
 }
 
 func (ErrorKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[4].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[5].Descriptor()
 }
 
 func (ErrorKind) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[4]
+	return &file_completion_v1_completion_proto_enumTypes[5]
 }
 
 func (x ErrorKind) Number() protoreflect.EnumNumber {
@@ -467,7 +531,7 @@ func (x ErrorKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorKind.Descriptor instead.
 func (ErrorKind) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
 }
 
 // StopReason is why the model stopped.
@@ -528,11 +592,11 @@ func (x StopReason) String() string {
 }
 
 func (StopReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[5].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[6].Descriptor()
 }
 
 func (StopReason) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[5]
+	return &file_completion_v1_completion_proto_enumTypes[6]
 }
 
 func (x StopReason) Number() protoreflect.EnumNumber {
@@ -541,7 +605,7 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
 }
 
 // AttemptOutcome is how one upstream attempt ended.
@@ -586,11 +650,11 @@ func (x AttemptOutcome) String() string {
 }
 
 func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[6].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[7].Descriptor()
 }
 
 func (AttemptOutcome) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[6]
+	return &file_completion_v1_completion_proto_enumTypes[7]
 }
 
 func (x AttemptOutcome) Number() protoreflect.EnumNumber {
@@ -599,7 +663,7 @@ func (x AttemptOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttemptOutcome.Descriptor instead.
 func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
 }
 
 // Verdict is a stop hook's decision.
@@ -644,11 +708,11 @@ func (x Verdict) String() string {
 }
 
 func (Verdict) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[7].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[8].Descriptor()
 }
 
 func (Verdict) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[7]
+	return &file_completion_v1_completion_proto_enumTypes[8]
 }
 
 func (x Verdict) Number() protoreflect.EnumNumber {
@@ -657,7 +721,7 @@ func (x Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Verdict.Descriptor instead.
 func (Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
 }
 
 // AttachRequest names the completion to attach to and the last event the
@@ -761,9 +825,40 @@ type CompleteRequest struct {
 	// also lets it answer again. A completion nobody reconnects to within the
 	// grace is cancelled the same way. It must not exceed the server's maximum
 	// (10 min by default); Complete refuses it.
-	ResumeGrace   *durationpb.Duration `protobuf:"bytes,12,opt,name=resume_grace,json=resumeGrace,proto3" json:"resume_grace,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ResumeGrace *durationpb.Duration `protobuf:"bytes,12,opt,name=resume_grace,json=resumeGrace,proto3" json:"resume_grace,omitempty"`
+	// temperature sets the sampling temperature: 0 to 1 on Anthropic routes,
+	// 0 to 2 on OpenAI-compatible ones. Unset leaves the provider's default.
+	// Every attempt of the completion sends the same value.
+	Temperature *float64 `protobuf:"fixed64,13,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	// top_p sets nucleus sampling, in (0, 1]. Unset leaves the provider's
+	// default.
+	TopP *float64 `protobuf:"fixed64,14,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
+	// top_k samples from the k most likely tokens only (Anthropic routes);
+	// at least 1 when set.
+	TopK *int32 `protobuf:"varint,15,opt,name=top_k,json=topK,proto3,oneof" json:"top_k,omitempty"`
+	// seed asks an OpenAI-compatible route for reproducible sampling.
+	Seed *int64 `protobuf:"varint,16,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// stop_sequences end the answer where the model writes one of them
+	// (STOP_REASON_STOP_SEQUENCE, Result.stop_sequence; the sequence itself is
+	// not part of the answer). A stop sequence is a natural end: no
+	// continuation, no escalation follows it. They apply to the whole answer:
+	// after a stream resume or a continuation, a sequence split across the
+	// cut still stops it there, the part the caller already received staying
+	// in the answer. At most 4 (the OpenAI limit; 16 on Anthropic-only
+	// chains), each 1 to 256 bytes.
+	StopSequences []string `protobuf:"bytes,17,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
+	// tool_choice says whether and which tool the model must call. Unset is
+	// the provider's default, auto.
+	ToolChoice *ToolChoice `protobuf:"bytes,18,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// max_total_output_tokens bounds the output tokens of the answer as a
+	// whole: across continuations (MAX_OUTPUT_TOKENS_RECOVERY), stream resumes
+	// and token-budget nudges. No attempt is asked for more than what is left
+	// of it; once the answer reaches it, the completion ends COMPLETED with
+	// the answer flagged truncated. Unset: no bound beyond max_output_tokens
+	// per attempt and the policy's continuations. Positive when set.
+	MaxTotalOutputTokens *int32 `protobuf:"varint,19,opt,name=max_total_output_tokens,json=maxTotalOutputTokens,proto3,oneof" json:"max_total_output_tokens,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -880,6 +975,122 @@ func (x *CompleteRequest) GetResumeGrace() *durationpb.Duration {
 	return nil
 }
 
+func (x *CompleteRequest) GetTemperature() float64 {
+	if x != nil && x.Temperature != nil {
+		return *x.Temperature
+	}
+	return 0
+}
+
+func (x *CompleteRequest) GetTopP() float64 {
+	if x != nil && x.TopP != nil {
+		return *x.TopP
+	}
+	return 0
+}
+
+func (x *CompleteRequest) GetTopK() int32 {
+	if x != nil && x.TopK != nil {
+		return *x.TopK
+	}
+	return 0
+}
+
+func (x *CompleteRequest) GetSeed() int64 {
+	if x != nil && x.Seed != nil {
+		return *x.Seed
+	}
+	return 0
+}
+
+func (x *CompleteRequest) GetStopSequences() []string {
+	if x != nil {
+		return x.StopSequences
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetMaxTotalOutputTokens() int32 {
+	if x != nil && x.MaxTotalOutputTokens != nil {
+		return *x.MaxTotalOutputTokens
+	}
+	return 0
+}
+
+// ToolChoice says whether and which tool the model must call.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// mode is how the model chooses.
+	Mode ToolChoiceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=completion.v1.ToolChoiceMode" json:"mode,omitempty"`
+	// name is the tool to call with TOOL_CHOICE_MODE_TOOL; it must be one of
+	// the request's tools.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// disable_parallel_tool_use asks for at most one tool call per answer
+	// (Anthropic's disable_parallel_tool_use, OpenAI's parallel_tool_calls
+	// false).
+	DisableParallelToolUse bool `protobuf:"varint,3,opt,name=disable_parallel_tool_use,json=disableParallelToolUse,proto3" json:"disable_parallel_tool_use,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ToolChoice) GetMode() ToolChoiceMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+func (x *ToolChoice) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolChoice) GetDisableParallelToolUse() bool {
+	if x != nil {
+		return x.DisableParallelToolUse
+	}
+	return false
+}
+
 // Message is one turn of the conversation.
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -893,7 +1104,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	mi := &file_completion_v1_completion_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1116,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	mi := &file_completion_v1_completion_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1129,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Message) GetRole() Role {
@@ -953,7 +1164,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	mi := &file_completion_v1_completion_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1176,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	mi := &file_completion_v1_completion_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1189,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ContentBlock) GetBlock() isContentBlock_Block {
@@ -1067,7 +1278,7 @@ type TextBlock struct {
 
 func (x *TextBlock) Reset() {
 	*x = TextBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	mi := &file_completion_v1_completion_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1290,7 @@ func (x *TextBlock) String() string {
 func (*TextBlock) ProtoMessage() {}
 
 func (x *TextBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	mi := &file_completion_v1_completion_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1303,7 @@ func (x *TextBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextBlock.ProtoReflect.Descriptor instead.
 func (*TextBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TextBlock) GetText() string {
@@ -1115,7 +1326,7 @@ type ImageBlock struct {
 
 func (x *ImageBlock) Reset() {
 	*x = ImageBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	mi := &file_completion_v1_completion_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1338,7 @@ func (x *ImageBlock) String() string {
 func (*ImageBlock) ProtoMessage() {}
 
 func (x *ImageBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	mi := &file_completion_v1_completion_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1351,7 @@ func (x *ImageBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageBlock.ProtoReflect.Descriptor instead.
 func (*ImageBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ImageBlock) GetMediaType() string {
@@ -1172,7 +1383,7 @@ type ToolUseBlock struct {
 
 func (x *ToolUseBlock) Reset() {
 	*x = ToolUseBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	mi := &file_completion_v1_completion_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1395,7 @@ func (x *ToolUseBlock) String() string {
 func (*ToolUseBlock) ProtoMessage() {}
 
 func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	mi := &file_completion_v1_completion_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1408,7 @@ func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolUseBlock.ProtoReflect.Descriptor instead.
 func (*ToolUseBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolUseBlock) GetId() string {
@@ -1239,7 +1450,7 @@ type ToolResultBlock struct {
 
 func (x *ToolResultBlock) Reset() {
 	*x = ToolResultBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[7]
+	mi := &file_completion_v1_completion_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1462,7 @@ func (x *ToolResultBlock) String() string {
 func (*ToolResultBlock) ProtoMessage() {}
 
 func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[7]
+	mi := &file_completion_v1_completion_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1475,7 @@ func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultBlock.ProtoReflect.Descriptor instead.
 func (*ToolResultBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolResultBlock) GetToolUseId() string {
@@ -1310,7 +1521,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_completion_v1_completion_proto_msgTypes[8]
+	mi := &file_completion_v1_completion_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1533,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[8]
+	mi := &file_completion_v1_completion_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1546,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Tool) GetName() string {
@@ -1407,7 +1618,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1630,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1643,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Policy) GetMaxRetries() int32 {
@@ -1554,7 +1765,7 @@ type CompletionEvent struct {
 
 func (x *CompletionEvent) Reset() {
 	*x = CompletionEvent{}
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1777,7 @@ func (x *CompletionEvent) String() string {
 func (*CompletionEvent) ProtoMessage() {}
 
 func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1790,7 @@ func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionEvent.ProtoReflect.Descriptor instead.
 func (*CompletionEvent) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CompletionEvent) GetSeq() uint64 {
@@ -1749,7 +1960,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1972,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1985,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Started) GetCompletionId() string {
@@ -1826,7 +2037,7 @@ type TokenDelta struct {
 
 func (x *TokenDelta) Reset() {
 	*x = TokenDelta{}
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2049,7 @@ func (x *TokenDelta) String() string {
 func (*TokenDelta) ProtoMessage() {}
 
 func (x *TokenDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2062,7 @@ func (x *TokenDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenDelta.ProtoReflect.Descriptor instead.
 func (*TokenDelta) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TokenDelta) GetKind() DeltaKind {
@@ -1883,7 +2094,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2106,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2119,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1949,7 +2160,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2172,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2185,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -2044,7 +2255,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2267,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2280,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Transition) GetReason() TransitionReason {
@@ -2188,7 +2399,7 @@ type UpstreamError struct {
 
 func (x *UpstreamError) Reset() {
 	*x = UpstreamError{}
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2411,7 @@ func (x *UpstreamError) String() string {
 func (*UpstreamError) ProtoMessage() {}
 
 func (x *UpstreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2424,7 @@ func (x *UpstreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamError.ProtoReflect.Descriptor instead.
 func (*UpstreamError) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpstreamError) GetKind() ErrorKind {
@@ -2285,7 +2496,7 @@ type StopHookRequest struct {
 
 func (x *StopHookRequest) Reset() {
 	*x = StopHookRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2508,7 @@ func (x *StopHookRequest) String() string {
 func (*StopHookRequest) ProtoMessage() {}
 
 func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2521,7 @@ func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookRequest.ProtoReflect.Descriptor instead.
 func (*StopHookRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StopHookRequest) GetHookId() string {
@@ -2346,7 +2557,7 @@ type AttemptUsage struct {
 
 func (x *AttemptUsage) Reset() {
 	*x = AttemptUsage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2569,7 @@ func (x *AttemptUsage) String() string {
 func (*AttemptUsage) ProtoMessage() {}
 
 func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2582,7 @@ func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUsage.ProtoReflect.Descriptor instead.
 func (*AttemptUsage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AttemptUsage) GetAttempt() int32 {
@@ -2435,14 +2646,17 @@ type Result struct {
 	// messages after any compaction, every turn's answers and tool results,
 	// and after ABORTED_TOOLS an error result for each call still pending — so
 	// that the conversation can be resumed as it stands.
-	Transcript    []*Message `protobuf:"bytes,10,rep,name=transcript,proto3" json:"transcript,omitempty"`
+	Transcript []*Message `protobuf:"bytes,10,rep,name=transcript,proto3" json:"transcript,omitempty"`
+	// stop_sequence is the request's stop sequence that ended the answer, with
+	// STOP_REASON_STOP_SEQUENCE.
+	StopSequence  string `protobuf:"bytes,11,opt,name=stop_sequence,json=stopSequence,proto3" json:"stop_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2668,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2681,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Result) GetReason() TransitionReason {
@@ -2540,6 +2754,13 @@ func (x *Result) GetTranscript() []*Message {
 	return nil
 }
 
+func (x *Result) GetStopSequence() string {
+	if x != nil {
+		return x.StopSequence
+	}
+	return ""
+}
+
 // CompleteResponse is the aggregated answer of Complete.
 type CompleteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2555,7 +2776,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2788,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2801,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CompleteResponse) GetCompletionId() string {
@@ -2623,7 +2844,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2856,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2869,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionRequest) GetRequest() isSessionRequest_Request {
@@ -2765,7 +2986,7 @@ type SessionResume struct {
 
 func (x *SessionResume) Reset() {
 	*x = SessionResume{}
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2998,7 @@ func (x *SessionResume) String() string {
 func (*SessionResume) ProtoMessage() {}
 
 func (x *SessionResume) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +3011,7 @@ func (x *SessionResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResume.ProtoReflect.Descriptor instead.
 func (*SessionResume) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SessionResume) GetCompletionId() string {
@@ -2823,7 +3044,7 @@ type SessionStart struct {
 
 func (x *SessionStart) Reset() {
 	*x = SessionStart{}
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +3056,7 @@ func (x *SessionStart) String() string {
 func (*SessionStart) ProtoMessage() {}
 
 func (x *SessionStart) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +3069,7 @@ func (x *SessionStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStart.ProtoReflect.Descriptor instead.
 func (*SessionStart) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SessionStart) GetRequest() *CompleteRequest {
@@ -2883,7 +3104,7 @@ type ToolResults struct {
 
 func (x *ToolResults) Reset() {
 	*x = ToolResults{}
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3116,7 @@ func (x *ToolResults) String() string {
 func (*ToolResults) ProtoMessage() {}
 
 func (x *ToolResults) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3129,7 @@ func (x *ToolResults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResults.ProtoReflect.Descriptor instead.
 func (*ToolResults) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ToolResults) GetResults() []*ToolResultBlock {
@@ -2934,7 +3155,7 @@ type StopHookVerdict struct {
 
 func (x *StopHookVerdict) Reset() {
 	*x = StopHookVerdict{}
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3167,7 @@ func (x *StopHookVerdict) String() string {
 func (*StopHookVerdict) ProtoMessage() {}
 
 func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3180,7 @@ func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookVerdict.ProtoReflect.Descriptor instead.
 func (*StopHookVerdict) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StopHookVerdict) GetHookId() string {
@@ -2994,7 +3215,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_completion_v1_completion_proto_msgTypes[26]
+	mi := &file_completion_v1_completion_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3227,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[26]
+	mi := &file_completion_v1_completion_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3240,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{26}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3036,7 +3257,7 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x1ecompletion/v1/completion.proto\x12\rcompletion.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"Q\n" +
 	"\rAttachRequest\x12#\n" +
 	"\rcompletion_id\x18\x01 \x01(\tR\fcompletionId\x12\x1b\n" +
-	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\x8c\x05\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\xe8\a\n" +
 	"\x0fCompleteRequest\x12\x14\n" +
 	"\x05route\x18\x01 \x01(\tR\x05route\x12'\n" +
 	"\x0ffallback_routes\x18\x02 \x03(\tR\x0efallbackRoutes\x12\x16\n" +
@@ -3050,11 +3271,29 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x12output_json_schema\x18\n" +
 	" \x01(\tR\x10outputJsonSchema\x127\n" +
 	"\bdelivery\x18\v \x01(\x0e2\x1b.completion.v1.DeliveryModeR\bdelivery\x12<\n" +
-	"\fresume_grace\x18\f \x01(\v2\x19.google.protobuf.DurationR\vresumeGrace\x1a;\n" +
+	"\fresume_grace\x18\f \x01(\v2\x19.google.protobuf.DurationR\vresumeGrace\x12%\n" +
+	"\vtemperature\x18\r \x01(\x01H\x01R\vtemperature\x88\x01\x01\x12\x18\n" +
+	"\x05top_p\x18\x0e \x01(\x01H\x02R\x04topP\x88\x01\x01\x12\x18\n" +
+	"\x05top_k\x18\x0f \x01(\x05H\x03R\x04topK\x88\x01\x01\x12\x17\n" +
+	"\x04seed\x18\x10 \x01(\x03H\x04R\x04seed\x88\x01\x01\x12%\n" +
+	"\x0estop_sequences\x18\x11 \x03(\tR\rstopSequences\x12:\n" +
+	"\vtool_choice\x18\x12 \x01(\v2\x19.completion.v1.ToolChoiceR\n" +
+	"toolChoice\x12:\n" +
+	"\x17max_total_output_tokens\x18\x13 \x01(\x05H\x05R\x14maxTotalOutputTokens\x88\x01\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x14\n" +
-	"\x12_max_output_tokens\"i\n" +
+	"\x12_max_output_tokensB\x0e\n" +
+	"\f_temperatureB\b\n" +
+	"\x06_top_pB\b\n" +
+	"\x06_top_kB\a\n" +
+	"\x05_seedB\x1a\n" +
+	"\x18_max_total_output_tokens\"\x8e\x01\n" +
+	"\n" +
+	"ToolChoice\x121\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1d.completion.v1.ToolChoiceModeR\x04mode\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
+	"\x19disable_parallel_tool_use\x18\x03 \x01(\bR\x16disableParallelToolUse\"i\n" +
 	"\aMessage\x12'\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x13.completion.v1.RoleR\x04role\x125\n" +
 	"\acontent\x18\x02 \x03(\v2\x1b.completion.v1.ContentBlockR\acontent\"\xf7\x01\n" +
@@ -3182,7 +3421,7 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x05route\x18\x02 \x01(\tR\x05route\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x127\n" +
 	"\aoutcome\x18\x04 \x01(\x0e2\x1d.completion.v1.AttemptOutcomeR\aoutcome\x12*\n" +
-	"\x05usage\x18\x05 \x01(\v2\x14.completion.v1.UsageR\x05usage\"\xca\x03\n" +
+	"\x05usage\x18\x05 \x01(\v2\x14.completion.v1.UsageR\x05usage\"\xef\x03\n" +
 	"\x06Result\x127\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1f.completion.v1.TransitionReasonR\x06reason\x120\n" +
 	"\amessage\x18\x02 \x01(\v2\x16.completion.v1.MessageR\amessage\x12:\n" +
@@ -3197,7 +3436,8 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\n" +
 	"transcript\x18\n" +
 	" \x03(\v2\x16.completion.v1.MessageR\n" +
-	"transcript\"\xa3\x01\n" +
+	"transcript\x12#\n" +
+	"\rstop_sequence\x18\v \x01(\tR\fstopSequence\"\xa3\x01\n" +
 	"\x10CompleteResponse\x12#\n" +
 	"\rcompletion_id\x18\x01 \x01(\tR\fcompletionId\x12-\n" +
 	"\x06result\x18\x02 \x01(\v2\x15.completion.v1.ResultR\x06result\x12;\n" +
@@ -3223,7 +3463,13 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\averdict\x18\x02 \x01(\x0e2\x16.completion.v1.VerdictR\averdict\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\" \n" +
 	"\x06Cancel\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*`\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\x9d\x01\n" +
+	"\x0eToolChoiceMode\x12 \n" +
+	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x18\n" +
+	"\x14TOOL_CHOICE_MODE_ANY\x10\x02\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_NONE\x10\x03\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_TOOL\x10\x04*`\n" +
 	"\fDeliveryMode\x12\x1d\n" +
 	"\x19DELIVERY_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12DELIVERY_MODE_LIVE\x10\x01\x12\x19\n" +
@@ -3321,114 +3567,118 @@ func file_completion_v1_completion_proto_rawDescGZIP() []byte {
 	return file_completion_v1_completion_proto_rawDescData
 }
 
-var file_completion_v1_completion_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_completion_v1_completion_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_completion_v1_completion_proto_goTypes = []any{
-	(DeliveryMode)(0),           // 0: completion.v1.DeliveryMode
-	(Role)(0),                   // 1: completion.v1.Role
-	(DeltaKind)(0),              // 2: completion.v1.DeltaKind
-	(TransitionReason)(0),       // 3: completion.v1.TransitionReason
-	(ErrorKind)(0),              // 4: completion.v1.ErrorKind
-	(StopReason)(0),             // 5: completion.v1.StopReason
-	(AttemptOutcome)(0),         // 6: completion.v1.AttemptOutcome
-	(Verdict)(0),                // 7: completion.v1.Verdict
-	(*AttachRequest)(nil),       // 8: completion.v1.AttachRequest
-	(*CompleteRequest)(nil),     // 9: completion.v1.CompleteRequest
-	(*Message)(nil),             // 10: completion.v1.Message
-	(*ContentBlock)(nil),        // 11: completion.v1.ContentBlock
-	(*TextBlock)(nil),           // 12: completion.v1.TextBlock
-	(*ImageBlock)(nil),          // 13: completion.v1.ImageBlock
-	(*ToolUseBlock)(nil),        // 14: completion.v1.ToolUseBlock
-	(*ToolResultBlock)(nil),     // 15: completion.v1.ToolResultBlock
-	(*Tool)(nil),                // 16: completion.v1.Tool
-	(*Policy)(nil),              // 17: completion.v1.Policy
-	(*CompletionEvent)(nil),     // 18: completion.v1.CompletionEvent
-	(*Started)(nil),             // 19: completion.v1.Started
-	(*TokenDelta)(nil),          // 20: completion.v1.TokenDelta
-	(*ToolCall)(nil),            // 21: completion.v1.ToolCall
-	(*Usage)(nil),               // 22: completion.v1.Usage
-	(*Transition)(nil),          // 23: completion.v1.Transition
-	(*UpstreamError)(nil),       // 24: completion.v1.UpstreamError
-	(*StopHookRequest)(nil),     // 25: completion.v1.StopHookRequest
-	(*AttemptUsage)(nil),        // 26: completion.v1.AttemptUsage
-	(*Result)(nil),              // 27: completion.v1.Result
-	(*CompleteResponse)(nil),    // 28: completion.v1.CompleteResponse
-	(*SessionRequest)(nil),      // 29: completion.v1.SessionRequest
-	(*SessionResume)(nil),       // 30: completion.v1.SessionResume
-	(*SessionStart)(nil),        // 31: completion.v1.SessionStart
-	(*ToolResults)(nil),         // 32: completion.v1.ToolResults
-	(*StopHookVerdict)(nil),     // 33: completion.v1.StopHookVerdict
-	(*Cancel)(nil),              // 34: completion.v1.Cancel
-	nil,                         // 35: completion.v1.CompleteRequest.MetadataEntry
-	(*durationpb.Duration)(nil), // 36: google.protobuf.Duration
-	(*structpb.Struct)(nil),     // 37: google.protobuf.Struct
+	(ToolChoiceMode)(0),         // 0: completion.v1.ToolChoiceMode
+	(DeliveryMode)(0),           // 1: completion.v1.DeliveryMode
+	(Role)(0),                   // 2: completion.v1.Role
+	(DeltaKind)(0),              // 3: completion.v1.DeltaKind
+	(TransitionReason)(0),       // 4: completion.v1.TransitionReason
+	(ErrorKind)(0),              // 5: completion.v1.ErrorKind
+	(StopReason)(0),             // 6: completion.v1.StopReason
+	(AttemptOutcome)(0),         // 7: completion.v1.AttemptOutcome
+	(Verdict)(0),                // 8: completion.v1.Verdict
+	(*AttachRequest)(nil),       // 9: completion.v1.AttachRequest
+	(*CompleteRequest)(nil),     // 10: completion.v1.CompleteRequest
+	(*ToolChoice)(nil),          // 11: completion.v1.ToolChoice
+	(*Message)(nil),             // 12: completion.v1.Message
+	(*ContentBlock)(nil),        // 13: completion.v1.ContentBlock
+	(*TextBlock)(nil),           // 14: completion.v1.TextBlock
+	(*ImageBlock)(nil),          // 15: completion.v1.ImageBlock
+	(*ToolUseBlock)(nil),        // 16: completion.v1.ToolUseBlock
+	(*ToolResultBlock)(nil),     // 17: completion.v1.ToolResultBlock
+	(*Tool)(nil),                // 18: completion.v1.Tool
+	(*Policy)(nil),              // 19: completion.v1.Policy
+	(*CompletionEvent)(nil),     // 20: completion.v1.CompletionEvent
+	(*Started)(nil),             // 21: completion.v1.Started
+	(*TokenDelta)(nil),          // 22: completion.v1.TokenDelta
+	(*ToolCall)(nil),            // 23: completion.v1.ToolCall
+	(*Usage)(nil),               // 24: completion.v1.Usage
+	(*Transition)(nil),          // 25: completion.v1.Transition
+	(*UpstreamError)(nil),       // 26: completion.v1.UpstreamError
+	(*StopHookRequest)(nil),     // 27: completion.v1.StopHookRequest
+	(*AttemptUsage)(nil),        // 28: completion.v1.AttemptUsage
+	(*Result)(nil),              // 29: completion.v1.Result
+	(*CompleteResponse)(nil),    // 30: completion.v1.CompleteResponse
+	(*SessionRequest)(nil),      // 31: completion.v1.SessionRequest
+	(*SessionResume)(nil),       // 32: completion.v1.SessionResume
+	(*SessionStart)(nil),        // 33: completion.v1.SessionStart
+	(*ToolResults)(nil),         // 34: completion.v1.ToolResults
+	(*StopHookVerdict)(nil),     // 35: completion.v1.StopHookVerdict
+	(*Cancel)(nil),              // 36: completion.v1.Cancel
+	nil,                         // 37: completion.v1.CompleteRequest.MetadataEntry
+	(*durationpb.Duration)(nil), // 38: google.protobuf.Duration
+	(*structpb.Struct)(nil),     // 39: google.protobuf.Struct
 }
 var file_completion_v1_completion_proto_depIdxs = []int32{
-	10, // 0: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
-	16, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
-	17, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
-	35, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
-	0,  // 4: completion.v1.CompleteRequest.delivery:type_name -> completion.v1.DeliveryMode
-	36, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
-	1,  // 6: completion.v1.Message.role:type_name -> completion.v1.Role
-	11, // 7: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
-	12, // 8: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
-	13, // 9: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
-	14, // 10: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
-	15, // 11: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
-	37, // 12: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
-	37, // 13: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	36, // 14: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
-	36, // 15: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
-	36, // 16: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
-	36, // 17: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
-	19, // 18: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
-	20, // 19: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
-	21, // 20: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
-	22, // 21: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
-	23, // 22: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
-	25, // 23: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
-	27, // 24: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
-	2,  // 25: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
-	37, // 26: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
-	3,  // 27: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
-	36, // 28: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
-	24, // 29: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
-	4,  // 30: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
-	36, // 31: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
-	10, // 32: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
-	6,  // 33: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
-	22, // 34: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
-	3,  // 35: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
-	10, // 36: completion.v1.Result.message:type_name -> completion.v1.Message
-	5,  // 37: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
-	22, // 38: completion.v1.Result.usage:type_name -> completion.v1.Usage
-	26, // 39: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
-	24, // 40: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
-	10, // 41: completion.v1.Result.transcript:type_name -> completion.v1.Message
-	27, // 42: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
-	23, // 43: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
-	31, // 44: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
-	32, // 45: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
-	33, // 46: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
-	34, // 47: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
-	30, // 48: completion.v1.SessionRequest.resume:type_name -> completion.v1.SessionResume
-	9,  // 49: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
-	15, // 50: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
-	7,  // 51: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
-	9,  // 52: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
-	9,  // 53: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
-	29, // 54: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
-	8,  // 55: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
-	18, // 56: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
-	28, // 57: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
-	18, // 58: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
-	18, // 59: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
-	56, // [56:60] is the sub-list for method output_type
-	52, // [52:56] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	12, // 0: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
+	18, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
+	19, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
+	37, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
+	1,  // 4: completion.v1.CompleteRequest.delivery:type_name -> completion.v1.DeliveryMode
+	38, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
+	11, // 6: completion.v1.CompleteRequest.tool_choice:type_name -> completion.v1.ToolChoice
+	0,  // 7: completion.v1.ToolChoice.mode:type_name -> completion.v1.ToolChoiceMode
+	2,  // 8: completion.v1.Message.role:type_name -> completion.v1.Role
+	13, // 9: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
+	14, // 10: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
+	15, // 11: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
+	16, // 12: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
+	17, // 13: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
+	39, // 14: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
+	39, // 15: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	38, // 16: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
+	38, // 17: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
+	38, // 18: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
+	38, // 19: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	21, // 20: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
+	22, // 21: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
+	23, // 22: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
+	24, // 23: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
+	25, // 24: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
+	27, // 25: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
+	29, // 26: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
+	3,  // 27: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
+	39, // 28: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
+	4,  // 29: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
+	38, // 30: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
+	26, // 31: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
+	5,  // 32: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
+	38, // 33: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
+	12, // 34: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
+	7,  // 35: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
+	24, // 36: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
+	4,  // 37: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
+	12, // 38: completion.v1.Result.message:type_name -> completion.v1.Message
+	6,  // 39: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
+	24, // 40: completion.v1.Result.usage:type_name -> completion.v1.Usage
+	28, // 41: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
+	26, // 42: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
+	12, // 43: completion.v1.Result.transcript:type_name -> completion.v1.Message
+	29, // 44: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
+	25, // 45: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
+	33, // 46: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
+	34, // 47: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
+	35, // 48: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
+	36, // 49: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
+	32, // 50: completion.v1.SessionRequest.resume:type_name -> completion.v1.SessionResume
+	10, // 51: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
+	17, // 52: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
+	8,  // 53: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
+	10, // 54: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
+	10, // 55: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
+	31, // 56: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
+	9,  // 57: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
+	20, // 58: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
+	30, // 59: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
+	20, // 60: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
+	20, // 61: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
+	58, // [58:62] is the sub-list for method output_type
+	54, // [54:58] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_completion_v1_completion_proto_init() }
@@ -3437,14 +3687,14 @@ func file_completion_v1_completion_proto_init() {
 		return
 	}
 	file_completion_v1_completion_proto_msgTypes[1].OneofWrappers = []any{}
-	file_completion_v1_completion_proto_msgTypes[3].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[4].OneofWrappers = []any{
 		(*ContentBlock_Text)(nil),
 		(*ContentBlock_Image)(nil),
 		(*ContentBlock_ToolUse)(nil),
 		(*ContentBlock_ToolResult)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[9].OneofWrappers = []any{}
-	file_completion_v1_completion_proto_msgTypes[10].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[10].OneofWrappers = []any{}
+	file_completion_v1_completion_proto_msgTypes[11].OneofWrappers = []any{
 		(*CompletionEvent_Started)(nil),
 		(*CompletionEvent_Delta)(nil),
 		(*CompletionEvent_ToolCall)(nil),
@@ -3453,7 +3703,7 @@ func file_completion_v1_completion_proto_init() {
 		(*CompletionEvent_StopHookRequest)(nil),
 		(*CompletionEvent_Result)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[21].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[22].OneofWrappers = []any{
 		(*SessionRequest_Start)(nil),
 		(*SessionRequest_ToolResults)(nil),
 		(*SessionRequest_StopHookVerdict)(nil),
@@ -3465,8 +3715,8 @@ func file_completion_v1_completion_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_completion_v1_completion_proto_rawDesc), len(file_completion_v1_completion_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   28,
+			NumEnums:      9,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,72 @@ export const protobufPackage = "completion.v1";
 
 export const protobufFileName = "completion/v1/completion.proto";
 
+/** ToolChoiceMode is how the model chooses whether to call a tool. */
+export enum ToolChoiceMode {
+  /** TOOL_CHOICE_MODE_UNSPECIFIED - TOOL_CHOICE_MODE_UNSPECIFIED means TOOL_CHOICE_MODE_AUTO. */
+  TOOL_CHOICE_MODE_UNSPECIFIED = 0,
+  /**
+   * TOOL_CHOICE_MODE_AUTO - TOOL_CHOICE_MODE_AUTO lets the model decide (Anthropic auto, OpenAI
+   * auto).
+   */
+  TOOL_CHOICE_MODE_AUTO = 1,
+  /**
+   * TOOL_CHOICE_MODE_ANY - TOOL_CHOICE_MODE_ANY makes the model call at least one of the tools
+   * (Anthropic any, OpenAI required).
+   */
+  TOOL_CHOICE_MODE_ANY = 2,
+  /** TOOL_CHOICE_MODE_NONE - TOOL_CHOICE_MODE_NONE forbids tool calls (Anthropic none, OpenAI none). */
+  TOOL_CHOICE_MODE_NONE = 3,
+  /**
+   * TOOL_CHOICE_MODE_TOOL - TOOL_CHOICE_MODE_TOOL makes the model call the tool named in
+   * ToolChoice.name.
+   */
+  TOOL_CHOICE_MODE_TOOL = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function toolChoiceModeFromJSON(object: any): ToolChoiceMode {
+  switch (object) {
+    case 0:
+    case "TOOL_CHOICE_MODE_UNSPECIFIED":
+      return ToolChoiceMode.TOOL_CHOICE_MODE_UNSPECIFIED;
+    case 1:
+    case "TOOL_CHOICE_MODE_AUTO":
+      return ToolChoiceMode.TOOL_CHOICE_MODE_AUTO;
+    case 2:
+    case "TOOL_CHOICE_MODE_ANY":
+      return ToolChoiceMode.TOOL_CHOICE_MODE_ANY;
+    case 3:
+    case "TOOL_CHOICE_MODE_NONE":
+      return ToolChoiceMode.TOOL_CHOICE_MODE_NONE;
+    case 4:
+    case "TOOL_CHOICE_MODE_TOOL":
+      return ToolChoiceMode.TOOL_CHOICE_MODE_TOOL;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return ToolChoiceMode.UNRECOGNIZED;
+  }
+}
+
+export function toolChoiceModeToJSON(object: ToolChoiceMode): string {
+  switch (object) {
+    case ToolChoiceMode.TOOL_CHOICE_MODE_UNSPECIFIED:
+      return "TOOL_CHOICE_MODE_UNSPECIFIED";
+    case ToolChoiceMode.TOOL_CHOICE_MODE_AUTO:
+      return "TOOL_CHOICE_MODE_AUTO";
+    case ToolChoiceMode.TOOL_CHOICE_MODE_ANY:
+      return "TOOL_CHOICE_MODE_ANY";
+    case ToolChoiceMode.TOOL_CHOICE_MODE_NONE:
+      return "TOOL_CHOICE_MODE_NONE";
+    case ToolChoiceMode.TOOL_CHOICE_MODE_TOOL:
+      return "TOOL_CHOICE_MODE_TOOL";
+    case ToolChoiceMode.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** DeliveryMode chooses when token deltas reach the caller. */
 export enum DeliveryMode {
   /** DELIVERY_MODE_UNSPECIFIED - DELIVERY_MODE_UNSPECIFIED means DELIVERY_MODE_LIVE. */
@@ -839,12 +905,84 @@ export interface CompleteRequest {
    * grace is cancelled the same way. It must not exceed the server's maximum
    * (10 min by default); Complete refuses it.
    */
-  resumeGrace: Duration | undefined;
+  resumeGrace:
+    | Duration
+    | undefined;
+  /**
+   * temperature sets the sampling temperature: 0 to 1 on Anthropic routes,
+   * 0 to 2 on OpenAI-compatible ones. Unset leaves the provider's default.
+   * Every attempt of the completion sends the same value.
+   */
+  temperature?:
+    | number
+    | undefined;
+  /**
+   * top_p sets nucleus sampling, in (0, 1]. Unset leaves the provider's
+   * default.
+   */
+  topP?:
+    | number
+    | undefined;
+  /**
+   * top_k samples from the k most likely tokens only (Anthropic routes);
+   * at least 1 when set.
+   */
+  topK?:
+    | number
+    | undefined;
+  /** seed asks an OpenAI-compatible route for reproducible sampling. */
+  seed?:
+    | number
+    | undefined;
+  /**
+   * stop_sequences end the answer where the model writes one of them
+   * (STOP_REASON_STOP_SEQUENCE, Result.stop_sequence; the sequence itself is
+   * not part of the answer). A stop sequence is a natural end: no
+   * continuation, no escalation follows it. They apply to the whole answer:
+   * after a stream resume or a continuation, a sequence split across the
+   * cut still stops it there, the part the caller already received staying
+   * in the answer. At most 4 (the OpenAI limit; 16 on Anthropic-only
+   * chains), each 1 to 256 bytes.
+   */
+  stopSequences: string[];
+  /**
+   * tool_choice says whether and which tool the model must call. Unset is
+   * the provider's default, auto.
+   */
+  toolChoice:
+    | ToolChoice
+    | undefined;
+  /**
+   * max_total_output_tokens bounds the output tokens of the answer as a
+   * whole: across continuations (MAX_OUTPUT_TOKENS_RECOVERY), stream resumes
+   * and token-budget nudges. No attempt is asked for more than what is left
+   * of it; once the answer reaches it, the completion ends COMPLETED with
+   * the answer flagged truncated. Unset: no bound beyond max_output_tokens
+   * per attempt and the policy's continuations. Positive when set.
+   */
+  maxTotalOutputTokens?: number | undefined;
 }
 
 export interface CompleteRequest_MetadataEntry {
   key: string;
   value: string;
+}
+
+/** ToolChoice says whether and which tool the model must call. */
+export interface ToolChoice {
+  /** mode is how the model chooses. */
+  mode: ToolChoiceMode;
+  /**
+   * name is the tool to call with TOOL_CHOICE_MODE_TOOL; it must be one of
+   * the request's tools.
+   */
+  name: string;
+  /**
+   * disable_parallel_tool_use asks for at most one tool call per answer
+   * (Anthropic's disable_parallel_tool_use, OpenAI's parallel_tool_calls
+   * false).
+   */
+  disableParallelToolUse: boolean;
 }
 
 /** Message is one turn of the conversation. */
@@ -1211,6 +1349,11 @@ export interface Result {
    * that the conversation can be resumed as it stands.
    */
   transcript: Message[];
+  /**
+   * stop_sequence is the request's stop sequence that ended the answer, with
+   * STOP_REASON_STOP_SEQUENCE.
+   */
+  stopSequence: string;
 }
 
 /** CompleteResponse is the aggregated answer of Complete. */
@@ -1420,6 +1563,13 @@ function createBaseCompleteRequest(): CompleteRequest {
     outputJsonSchema: "",
     delivery: 0,
     resumeGrace: undefined,
+    temperature: undefined,
+    topP: undefined,
+    topK: undefined,
+    seed: undefined,
+    stopSequences: [],
+    toolChoice: undefined,
+    maxTotalOutputTokens: undefined,
   };
 }
 
@@ -1460,6 +1610,27 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
     }
     if (message.resumeGrace !== undefined) {
       Duration.encode(message.resumeGrace, writer.uint32(98).fork()).join();
+    }
+    if (message.temperature !== undefined) {
+      writer.uint32(105).double(message.temperature);
+    }
+    if (message.topP !== undefined) {
+      writer.uint32(113).double(message.topP);
+    }
+    if (message.topK !== undefined) {
+      writer.uint32(120).int32(message.topK);
+    }
+    if (message.seed !== undefined) {
+      writer.uint32(128).int64(message.seed);
+    }
+    for (const v of message.stopSequences) {
+      writer.uint32(138).string(v!);
+    }
+    if (message.toolChoice !== undefined) {
+      ToolChoice.encode(message.toolChoice, writer.uint32(146).fork()).join();
+    }
+    if (message.maxTotalOutputTokens !== undefined) {
+      writer.uint32(152).int32(message.maxTotalOutputTokens);
     }
     return writer;
   },
@@ -1576,6 +1747,62 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
             message.resumeGrace = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 13: {
+            if (tag !== 105) {
+              break;
+            }
+
+            message.temperature = reader.double();
+            continue;
+          }
+          case 14: {
+            if (tag !== 113) {
+              break;
+            }
+
+            message.topP = reader.double();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.topK = reader.int32();
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.seed = longToNumber(reader.int64());
+            continue;
+          }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.stopSequences.push(reader.string());
+            continue;
+          }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            message.toolChoice = ToolChoice.decode(reader, reader.uint32());
+            continue;
+          }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.maxTotalOutputTokens = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1635,6 +1862,33 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
         : isSet(object.resume_grace)
         ? Duration.fromJSON(object.resume_grace)
         : undefined,
+      temperature: isSet(object.temperature) ? globalThis.Number(object.temperature) : undefined,
+      topP: isSet(object.topP)
+        ? globalThis.Number(object.topP)
+        : isSet(object.top_p)
+        ? globalThis.Number(object.top_p)
+        : undefined,
+      topK: isSet(object.topK)
+        ? globalThis.Number(object.topK)
+        : isSet(object.top_k)
+        ? globalThis.Number(object.top_k)
+        : undefined,
+      seed: isSet(object.seed) ? globalThis.Number(object.seed) : undefined,
+      stopSequences: globalThis.Array.isArray(object?.stopSequences)
+        ? object.stopSequences.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.stop_sequences)
+        ? object.stop_sequences.map((e: any) => globalThis.String(e))
+        : [],
+      toolChoice: isSet(object.toolChoice)
+        ? ToolChoice.fromJSON(object.toolChoice)
+        : isSet(object.tool_choice)
+        ? ToolChoice.fromJSON(object.tool_choice)
+        : undefined,
+      maxTotalOutputTokens: isSet(object.maxTotalOutputTokens)
+        ? globalThis.Number(object.maxTotalOutputTokens)
+        : isSet(object.max_total_output_tokens)
+        ? globalThis.Number(object.max_total_output_tokens)
+        : undefined,
     };
   },
 
@@ -1682,6 +1936,27 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
     if (message.resumeGrace !== undefined) {
       obj.resumeGrace = Duration.toJSON(message.resumeGrace);
     }
+    if (message.temperature !== undefined) {
+      obj.temperature = floatToJson(message.temperature);
+    }
+    if (message.topP !== undefined) {
+      obj.topP = floatToJson(message.topP);
+    }
+    if (message.topK !== undefined) {
+      obj.topK = Math.round(message.topK);
+    }
+    if (message.seed !== undefined) {
+      obj.seed = Math.round(message.seed);
+    }
+    if (message.stopSequences?.length) {
+      obj.stopSequences = message.stopSequences;
+    }
+    if (message.toolChoice !== undefined) {
+      obj.toolChoice = ToolChoice.toJSON(message.toolChoice);
+    }
+    if (message.maxTotalOutputTokens !== undefined) {
+      obj.maxTotalOutputTokens = Math.round(message.maxTotalOutputTokens);
+    }
     return obj;
   },
 
@@ -1714,6 +1989,15 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
     message.resumeGrace = (object.resumeGrace !== undefined && object.resumeGrace !== null)
       ? Duration.fromPartial(object.resumeGrace)
       : undefined;
+    message.temperature = object.temperature ?? undefined;
+    message.topP = object.topP ?? undefined;
+    message.topK = object.topK ?? undefined;
+    message.seed = object.seed ?? undefined;
+    message.stopSequences = object.stopSequences?.map((e) => e) || [];
+    message.toolChoice = (object.toolChoice !== undefined && object.toolChoice !== null)
+      ? ToolChoice.fromPartial(object.toolChoice)
+      : undefined;
+    message.maxTotalOutputTokens = object.maxTotalOutputTokens ?? undefined;
     return message;
   },
 };
@@ -1801,6 +2085,111 @@ export const CompleteRequest_MetadataEntry: MessageFns<CompleteRequest_MetadataE
     const message = createBaseCompleteRequest_MetadataEntry();
     message.key = object.key ?? "";
     message.value = object.value ?? "";
+    return message;
+  },
+};
+
+function createBaseToolChoice(): ToolChoice {
+  return { mode: 0, name: "", disableParallelToolUse: false };
+}
+
+export const ToolChoice: MessageFns<ToolChoice> = {
+  encode(message: ToolChoice, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mode !== 0) {
+      writer.uint32(8).int32(message.mode);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.disableParallelToolUse !== false) {
+      writer.uint32(24).bool(message.disableParallelToolUse);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolChoice {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolChoice();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.mode = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.disableParallelToolUse = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolChoice {
+    return {
+      mode: isSet(object.mode) ? toolChoiceModeFromJSON(object.mode) : 0,
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      disableParallelToolUse: isSet(object.disableParallelToolUse)
+        ? globalThis.Boolean(object.disableParallelToolUse)
+        : isSet(object.disable_parallel_tool_use)
+        ? globalThis.Boolean(object.disable_parallel_tool_use)
+        : false,
+    };
+  },
+
+  toJSON(message: ToolChoice): unknown {
+    const obj: any = {};
+    if (message.mode !== 0) {
+      obj.mode = toolChoiceModeToJSON(message.mode);
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.disableParallelToolUse !== false) {
+      obj.disableParallelToolUse = message.disableParallelToolUse;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolChoice>, I>>(base?: I): ToolChoice {
+    return ToolChoice.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolChoice>, I>>(object: I): ToolChoice {
+    const message = createBaseToolChoice();
+    message.mode = object.mode ?? 0;
+    message.name = object.name ?? "";
+    message.disableParallelToolUse = object.disableParallelToolUse ?? false;
     return message;
   },
 };
@@ -4310,6 +4699,7 @@ function createBaseResult(): Result {
     attempts: [],
     error: undefined,
     transcript: [],
+    stopSequence: "",
   };
 }
 
@@ -4344,6 +4734,9 @@ export const Result: MessageFns<Result> = {
     }
     for (const v of message.transcript) {
       Message.encode(v!, writer.uint32(82).fork()).join();
+    }
+    if (message.stopSequence !== "") {
+      writer.uint32(90).string(message.stopSequence);
     }
     return writer;
   },
@@ -4441,6 +4834,14 @@ export const Result: MessageFns<Result> = {
             message.transcript.push(Message.decode(reader, reader.uint32()));
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.stopSequence = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4473,6 +4874,11 @@ export const Result: MessageFns<Result> = {
       transcript: globalThis.Array.isArray(object?.transcript)
         ? object.transcript.map((e: any) => Message.fromJSON(e))
         : [],
+      stopSequence: isSet(object.stopSequence)
+        ? globalThis.String(object.stopSequence)
+        : isSet(object.stop_sequence)
+        ? globalThis.String(object.stop_sequence)
+        : "",
     };
   },
 
@@ -4508,6 +4914,9 @@ export const Result: MessageFns<Result> = {
     if (message.transcript?.length) {
       obj.transcript = message.transcript.map((e) => Message.toJSON(e));
     }
+    if (message.stopSequence !== "") {
+      obj.stopSequence = message.stopSequence;
+    }
     return obj;
   },
 
@@ -4530,6 +4939,7 @@ export const Result: MessageFns<Result> = {
       ? UpstreamError.fromPartial(object.error)
       : undefined;
     message.transcript = object.transcript?.map((e) => Message.fromPartial(e)) || [];
+    message.stopSequence = object.stopSequence ?? "";
     return message;
   },
 };
@@ -5435,6 +5845,10 @@ function bytesFromBase64(b64: string): Uint8Array {
 
 function base64FromBytes(arr: Uint8Array): string {
   return globalThis.Buffer.from(arr).toString("base64");
+}
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
 }
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;

@@ -46,6 +46,11 @@ STOP_REASON_REFUSAL: StopReason
 STOP_REASON_STOP_SEQUENCE: StopReason
 STOP_REASON_TOOL_USE: StopReason
 STOP_REASON_UNSPECIFIED: StopReason
+TOOL_CHOICE_MODE_ANY: ToolChoiceMode
+TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
+TOOL_CHOICE_MODE_NONE: ToolChoiceMode
+TOOL_CHOICE_MODE_TOOL: ToolChoiceMode
+TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
 TRANSITION_REASON_ABORTED_STREAMING: TransitionReason
 TRANSITION_REASON_ABORTED_TOOLS: TransitionReason
 TRANSITION_REASON_AUTO_COMPACT: TransitionReason
@@ -103,7 +108,7 @@ class Cancel(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ["delivery", "fallback_routes", "max_output_tokens", "messages", "metadata", "output_json_schema", "policy", "resume_grace", "route", "system", "token_budget", "tools"]
+    __slots__ = ["delivery", "fallback_routes", "max_output_tokens", "max_total_output_tokens", "messages", "metadata", "output_json_schema", "policy", "resume_grace", "route", "seed", "stop_sequences", "system", "temperature", "token_budget", "tool_choice", "tools", "top_k", "top_p"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -114,28 +119,42 @@ class CompleteRequest(_message.Message):
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_ROUTES_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOTAL_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     RESUME_GRACE_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STOP_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
     delivery: DeliveryMode
     fallback_routes: _containers.RepeatedScalarFieldContainer[str]
     max_output_tokens: int
+    max_total_output_tokens: int
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     metadata: _containers.ScalarMap[str, str]
     output_json_schema: str
     policy: Policy
     resume_grace: _duration_pb2.Duration
     route: str
+    seed: int
+    stop_sequences: _containers.RepeatedScalarFieldContainer[str]
     system: str
+    temperature: float
     token_budget: int
+    tool_choice: ToolChoice
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
-    def __init__(self, route: _Optional[str] = ..., fallback_routes: _Optional[_Iterable[str]] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., max_output_tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., output_json_schema: _Optional[str] = ..., delivery: _Optional[_Union[DeliveryMode, str]] = ..., resume_grace: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    top_k: int
+    top_p: float
+    def __init__(self, route: _Optional[str] = ..., fallback_routes: _Optional[_Iterable[str]] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., max_output_tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., output_json_schema: _Optional[str] = ..., delivery: _Optional[_Union[DeliveryMode, str]] = ..., resume_grace: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., max_total_output_tokens: _Optional[int] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
     __slots__ = ["completion_id", "result", "transitions"]
@@ -230,7 +249,7 @@ class Policy(_message.Message):
     def __init__(self, max_retries: _Optional[int] = ..., backoff_base: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., backoff_max: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., overloads_before_fallback: _Optional[int] = ..., max_continuations: _Optional[int] = ..., disable_escalation: bool = ..., disable_compaction: bool = ..., max_turns: _Optional[int] = ..., max_stop_hook_blocks: _Optional[int] = ..., disable_fallback: bool = ..., fallback_retries: _Optional[int] = ..., fallback_wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_after_ceiling: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ["attempts", "error", "message", "model", "reason", "route", "stop_reason", "transcript", "truncated", "usage"]
+    __slots__ = ["attempts", "error", "message", "model", "reason", "route", "stop_reason", "stop_sequence", "transcript", "truncated", "usage"]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -238,6 +257,7 @@ class Result(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    STOP_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TRANSCRIPT_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -248,10 +268,11 @@ class Result(_message.Message):
     reason: TransitionReason
     route: str
     stop_reason: StopReason
+    stop_sequence: str
     transcript: _containers.RepeatedCompositeFieldContainer[Message]
     truncated: bool
     usage: Usage
-    def __init__(self, reason: _Optional[_Union[TransitionReason, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., truncated: bool = ..., route: _Optional[str] = ..., model: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[AttemptUsage, _Mapping]]] = ..., error: _Optional[_Union[UpstreamError, _Mapping]] = ..., transcript: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    def __init__(self, reason: _Optional[_Union[TransitionReason, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., truncated: bool = ..., route: _Optional[str] = ..., model: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[AttemptUsage, _Mapping]]] = ..., error: _Optional[_Union[UpstreamError, _Mapping]] = ..., transcript: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., stop_sequence: _Optional[str] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
     __slots__ = ["cancel", "resume", "start", "stop_hook_verdict", "tool_results"]
@@ -351,6 +372,16 @@ class ToolCall(_message.Message):
     name: str
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
+class ToolChoice(_message.Message):
+    __slots__ = ["disable_parallel_tool_use", "mode", "name"]
+    DISABLE_PARALLEL_TOOL_USE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    disable_parallel_tool_use: bool
+    mode: ToolChoiceMode
+    name: str
+    def __init__(self, mode: _Optional[_Union[ToolChoiceMode, str]] = ..., name: _Optional[str] = ..., disable_parallel_tool_use: bool = ...) -> None: ...
+
 class ToolResultBlock(_message.Message):
     __slots__ = ["halt", "is_error", "text", "tool_use_id"]
     HALT_FIELD_NUMBER: _ClassVar[int]
@@ -440,6 +471,9 @@ class Usage(_message.Message):
     input_tokens: int
     output_tokens: int
     def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_input_tokens: _Optional[int] = ..., cache_creation_input_tokens: _Optional[int] = ...) -> None: ...
+
+class ToolChoiceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
 
 class DeliveryMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

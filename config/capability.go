@@ -1,0 +1,71 @@
+package config
+
+// Capabilities is what a route can honour of a request's parameters. The
+// table of them per provider kind (KindCapabilities) is the one place that
+// says it: the request validation refuses a parameter some route of the
+// completion's chain cannot honour, before any upstream call, and the
+// README's table is printed from it (TestCapabilityTableInREADME).
+type Capabilities struct {
+	// MaxTemperature is the largest temperature the route accepts (its
+	// range starts at 0); 0 when it takes none.
+	MaxTemperature float64
+	// TopP reports whether the route takes top_p; MinTopP is the smallest it
+	// accepts, when it bounds it from below (0: any value in (0, 1]).
+	TopP    bool
+	MinTopP float64
+	// TopK reports whether the route takes top_k.
+	TopK bool
+	// Seed reports whether the route takes a sampling seed.
+	Seed bool
+	// MaxStopSequences is how many stop sequences the route takes; 0 when
+	// it takes none.
+	MaxStopSequences int
+	// NamesStopSequence reports whether the route's upstream says which
+	// stop sequence ended an answer. Where it does not (OpenAI's API ends
+	// with finish_reason "stop" both at a stop sequence and at a natural
+	// end), a stop sequence still ends the answer there, reported as
+	// STOP_REASON_END_TURN.
+	NamesStopSequence bool
+	// ToolChoiceAny, ToolChoiceNone and ToolChoiceTool report whether the
+	// route can be made to call some tool, no tool, or a named tool; auto
+	// is always honoured.
+	ToolChoiceAny, ToolChoiceNone, ToolChoiceTool bool
+	// DisableParallelToolUse reports whether the route can be held to one
+	// tool call per answer.
+	DisableParallelToolUse bool
+}
+
+// ProviderKinds are the provider kinds, in the order the capability table lists
+// them.
+var ProviderKinds = []string{"anthropic", "openai", "sim"}
+
+// KindCapabilities is the capability table: what a route of provider kind
+// kind can honour, before anything particular to the route (see
+// WithThinking). An unknown kind honours nothing beyond the defaults.
+func KindCapabilities(kind string) Capabilities {
+	switch kind {
+	case "anthropic":
+		return Capabilities{MaxTemperature: 1, TopP: true, TopK: true, MaxStopSequences: 16, NamesStopSequence: true,
+			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true}
+	case "openai":
+		return Capabilities{MaxTemperature: 2, TopP: true, Seed: true, MaxStopSequences: 4,
+			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true}
+	case "sim":
+		return Capabilities{MaxTemperature: 2, TopP: true, TopK: true, Seed: true, MaxStopSequences: 16, NamesStopSequence: true,
+			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true}
+	}
+	return Capabilities{}
+}
+
+// WithThinking is c for a route whose model thinks (Anthropic extended
+// thinking): such a call takes neither a temperature other than the
+// default nor top_k, top_p only from 0.95, and no forced tool use (any, or
+// a named tool).
+func (c Capabilities) WithThinking() Capabilities {
+	c.MaxTemperature, c.TopK = 0, false
+	if c.TopP {
+		c.MinTopP = max(c.MinTopP, 0.95)
+	}
+	c.ToolChoiceAny, c.ToolChoiceTool = false, false
+	return c
+}
