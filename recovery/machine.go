@@ -461,6 +461,7 @@ func (m *Machine) call() Action {
 		System:    m.cfg.System,
 		Messages:  slices.Clone(m.msgs),
 		Prefill:   m.segmentText(),
+		Continues: m.text(m.answerStart),
 	}
 	m.phase = phaseCalling
 	return Action{Kind: ActCall, Call: m.inflight}

@@ -127,17 +127,18 @@ func (e *env) start(d *datadriven.TestData) string {
 	p.Overflow.Compaction = !d.HasArg("no-compaction")
 	p.Truncation.Escalation = !d.HasArg("no-escalation")
 	cfg := Config{
-		Policy:      p,
-		Routes:      parseRoutes(t, d),
-		System:      strArg(t, d, "system", "You are terse."),
-		Messages:    parseMessages(t, d.Input),
-		MaxTokens:   intArg(t, d, "max-tokens", 0),
-		TokenBudget: intArg(t, d, "budget", 0),
-		Session:     d.HasArg("session"),
-		StopHook:    d.HasArg("stop-hook"),
-		MaxTurns:    intArg(t, d, "max-turns", 0),
-		OpenRoutes:  listArg(d, "open"),
-		Checkpoints: d.HasArg("checkpoints"),
+		Policy:               p,
+		Routes:               parseRoutes(t, d),
+		System:               strArg(t, d, "system", "You are terse."),
+		Messages:             parseMessages(t, d.Input),
+		MaxTokens:            intArg(t, d, "max-tokens", 0),
+		TokenBudget:          intArg(t, d, "budget", 0),
+		MaxTotalOutputTokens: intArg(t, d, "max-total", 0),
+		Session:              d.HasArg("session"),
+		StopHook:             d.HasArg("stop-hook"),
+		MaxTurns:             intArg(t, d, "max-turns", 0),
+		OpenRoutes:           listArg(d, "open"),
+		Checkpoints:          d.HasArg("checkpoints"),
 	}
 	if dl := durArg(t, d, "deadline", 0); dl > 0 {
 		cfg.Deadline = epoch.Add(dl)
@@ -250,6 +251,7 @@ func (e *env) event(d *datadriven.TestData) (Event, bool) {
 	case "done":
 		ev.Kind, ev.Text = EvAttemptDone, text
 		ev.StopReason = parseStop(t, strArg(t, d, "stop", "end_turn"))
+		ev.StopSequence = strArg(t, d, "seq", "")
 		ev.ToolCalls = parseToolCalls(t, d)
 		for _, v := range listArg(d, "thinking") {
 			ev.Thinking = append(ev.Thinking, parseThinking(v))
@@ -392,7 +394,11 @@ func renderTransition(t Transition) string {
 
 func renderResult(r *Result) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "finish %s stop=%s truncated=%t route=%s\n", r.Reason, r.StopReason, r.Truncated, r.Route.Name)
+	fmt.Fprintf(&sb, "finish %s stop=%s truncated=%t route=%s", r.Reason, r.StopReason, r.Truncated, r.Route.Name)
+	if r.StopSequence != "" {
+		fmt.Fprintf(&sb, " stop_sequence=%q", r.StopSequence)
+	}
+	sb.WriteString("\n")
 	fmt.Fprintf(&sb, "  text: %s\n", shortN(r.Text, 120))
 	if len(r.ToolCalls) > 0 {
 		fmt.Fprintf(&sb, "  tool calls: %s\n", renderToolCalls(r.ToolCalls))

@@ -233,6 +233,12 @@ type Call struct {
 	// the model continues after it, and the attempt's output is only what
 	// follows it.
 	Prefill string
+	// Continues is the answer kept so far that the call's output goes on
+	// from — by prefill (its end is Prefill), or after a continuation or a
+	// budget nudge — and "" when the output starts an answer. A driver
+	// matching stop sequences across the cut reads its end (an upstream
+	// matches only in its own output).
+	Continues string
 }
 
 // Action is what the driver must do next. Which fields are meaningful depends on Kind.

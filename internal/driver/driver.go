@@ -222,14 +222,32 @@ func (c *Completion) call(ctx context.Context, a recovery.Action) recovery.Event
 	var text strings.Builder
 	var calls []recovery.ToolCall
 	var thinking []recovery.Block
+	var join *joinStop // a stop sequence split across the cut this attempt continues
+	if !summary {
+		join = newJoinStop(call.Continues, c.spec.Request.GetStopSequences())
+	}
+	answer := func(s string) error {
+		text.WriteString(s)
+		if summary {
+			return nil
+		}
+		return c.out.output(attempt, turn, completionv1.DeltaKind_DELTA_KIND_TEXT, s)
+	}
 	fin, err := route.Upstream.Stream(span.Ctx, c.request(call, route, summary), func(ch provider.Chunk) error {
 		span.Chunk()
 		switch ch.Kind {
 		case provider.ChunkText:
-			text.WriteString(ch.Text)
-			if !summary {
-				return c.out.output(attempt, turn, completionv1.DeltaKind_DELTA_KIND_TEXT, ch.Text)
+			s := ch.Text
+			if join != nil {
+				var done bool
+				if s, done = join.feed(s); done {
+					return errJoinStop
+				}
+				if s == "" {
+					return nil
+				}
 			}
+			return answer(s)
 		case provider.ChunkThinking:
 			if !summary {
 				return c.out.output(attempt, turn, completionv1.DeltaKind_DELTA_KIND_THINKING, ch.Text)
@@ -241,6 +259,11 @@ func (c *Completion) call(ctx context.Context, a recovery.Action) recovery.Event
 		}
 		return nil
 	})
+	if join != nil && !errors.Is(err, errJoinStop) {
+		if rest := join.flush(); rest != "" {
+			_ = answer(rest) // a caller gone is seen below, as for any chunk
+		}
+	}
 	c.out.event(a.Attempt, a.Turn, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Usage{Usage: convert.FromUsage(fin.Usage)}})
 	// The model and id an upstream names are its own words: scrubbed here,
 	// once, where they enter, for the result, the span and the metrics.
@@ -252,6 +275,10 @@ func (c *Completion) call(ctx context.Context, a recovery.Action) recovery.Event
 		c.models[int32(call.Attempt)] = fin.Model
 	}
 	ev := attemptEvent(fin, err, text.String(), calls)
+	if errors.Is(err, errJoinStop) {
+		ev = recovery.Event{Kind: recovery.EvAttemptDone, StopReason: recovery.StopSequence, StopSequence: join.matched,
+			Text: text.String(), Usage: fin.Usage}
+	}
 	if ev.Kind == recovery.EvAttemptDone {
 		ev.Thinking = thinking
 	}
