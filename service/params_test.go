@@ -1,0 +1,284 @@
+package service
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/completiond/completiond/config"
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/sim"
+	"github.com/completiond/completiond/recovery"
+)
+
+// recordingProvider keeps every request that reaches the upstream.
+type recordingProvider struct {
+	provider.Provider
+	mu   sync.Mutex
+	reqs []provider.Request
+}
+
+func (p *recordingProvider) Stream(ctx context.Context, req *provider.Request, emit func(provider.Chunk) error) (provider.Finish, error) {
+	p.mu.Lock()
+	p.reqs = append(p.reqs, *req)
+	p.mu.Unlock()
+	return p.Provider.Stream(ctx, req, emit)
+}
+
+func (p *recordingProvider) requests() []provider.Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.reqs)
+}
+
+// kindRoutes adds routes of every provider kind to cfg, each served by up
+// (a sim: the tests look at what reaches it, or that nothing does): claude
+// (anthropic), claude-thinking (anthropic, thinking), gpt (openai), and
+// sim-then-gpt (sim, falling back to gpt).
+func kindRoutes(up provider.Provider) func(*Config) {
+	return func(cfg *Config) {
+		route := func(name, kind string, thinking bool, fallbacks ...string) *config.Route {
+			r := &config.Route{Spec: recovery.Route{Name: name, Provider: kind, Model: name, MaxOutputTokens: 64_000, Prefill: !thinking, Thinking: thinking},
+				Upstream: up, Fallbacks: fallbacks}
+			if thinking {
+				r.ThinkingBudget = 2048
+			}
+			return r
+		}
+		cfg.Routes["claude"] = route("claude", "anthropic", false)
+		cfg.Routes["claude-thinking"] = route("claude-thinking", "anthropic", true)
+		cfg.Routes["gpt"] = route("gpt", "openai", false)
+		cfg.Routes["sim-then-gpt"] = route("sim-then-gpt", "sim", false, "gpt")
+	}
+}
+
+func TestModelParametersAreRefusedBeforeAnyUpstreamCall(t *testing.T) {
+	up := &countingProvider{Provider: sim.New(sim.Config{Words: 12})}
+	env := newTestEnv(t, kindRoutes(up))
+	on := func(route string, mut func(r *completionv1.CompleteRequest)) *completionv1.CompleteRequest {
+		r := prompt("hello", nil)
+		r.Route = route
+		r.Tools = []*completionv1.Tool{{Name: "lookup"}}
+		mut(r)
+		return r
+	}
+	tool := func(mode completionv1.ToolChoiceMode, name string) *completionv1.ToolChoice {
+		return &completionv1.ToolChoice{Mode: mode, Name: name}
+	}
+	tests := []struct {
+		name  string
+		req   *completionv1.CompleteRequest
+		field string
+		says  string // a part of the violation's description
+	}{
+		{"temperature over 2", on("sim", func(r *completionv1.CompleteRequest) { r.Temperature = proto.Float64(2.5) }), "temperature", "between 0 and 2"},
+		{"temperature NaN", on("sim", func(r *completionv1.CompleteRequest) { r.Temperature = proto.Float64(math.NaN()) }), "temperature", "NaN"},
+		{"temperature over Anthropic's 1", on("claude", func(r *completionv1.CompleteRequest) { r.Temperature = proto.Float64(1.5) }), "temperature", `route "claude" takes a temperature between 0 and 1`},
+		{"temperature on a thinking route", on("claude-thinking", func(r *completionv1.CompleteRequest) { r.Temperature = proto.Float64(0.2) }), "temperature", `route "claude-thinking" does not take a temperature`},
+		{"top_p zero", on("sim", func(r *completionv1.CompleteRequest) { r.TopP = proto.Float64(0) }), "top_p", "(0, 1]"},
+		{"top_p low on a thinking route", on("claude-thinking", func(r *completionv1.CompleteRequest) { r.TopP = proto.Float64(0.5) }), "top_p", "from 0.95"},
+		{"top_k zero", on("sim", func(r *completionv1.CompleteRequest) { r.TopK = proto.Int32(0) }), "top_k", "at least 1"},
+		{"top_k on OpenAI", on("gpt", func(r *completionv1.CompleteRequest) { r.TopK = proto.Int32(40) }), "top_k", `route "gpt" does not take top_k`},
+		{"top_k on a fallback that cannot", on("sim-then-gpt", func(r *completionv1.CompleteRequest) { r.TopK = proto.Int32(40) }), "top_k", `route "gpt"`},
+		{"seed on Anthropic", on("claude", func(r *completionv1.CompleteRequest) { r.Seed = proto.Int64(7) }), "seed", `route "claude" does not take a seed`},
+		{"five stop sequences on OpenAI", on("gpt", func(r *completionv1.CompleteRequest) { r.StopSequences = []string{"a", "b", "c", "d", "e"} }), "stop_sequences", "at most 4"},
+		{"seventeen stop sequences", on("sim", func(r *completionv1.CompleteRequest) {
+			for i := range 17 {
+				r.StopSequences = append(r.StopSequences, strings.Repeat("x", i+1))
+			}
+		}), "stop_sequences", "over the limit of 16"},
+		{"empty stop sequence", on("sim", func(r *completionv1.CompleteRequest) { r.StopSequences = []string{"END", ""} }), "stop_sequences[1]", "empty"},
+		{"long stop sequence", on("sim", func(r *completionv1.CompleteRequest) { r.StopSequences = []string{strings.Repeat("x", 1<<20)} }), "stop_sequences[0]", "over the limit of 256"},
+		{"duplicate stop sequence", on("sim", func(r *completionv1.CompleteRequest) { r.StopSequences = []string{"END", "END"} }), "stop_sequences[1]", "duplicate"},
+		{"named tool unknown", on("sim", func(r *completionv1.CompleteRequest) {
+			r.ToolChoice = tool(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_TOOL, "search")
+		}), "tool_choice.name", "not one of the request's tools"},
+		{"any without tools", on("sim", func(r *completionv1.CompleteRequest) {
+			r.Tools, r.ToolChoice = nil, tool(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_ANY, "")
+		}), "tool_choice.mode", "needs tools"},
+		{"name without mode tool", on("sim", func(r *completionv1.CompleteRequest) {
+			r.ToolChoice = tool(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO, "lookup")
+		}), "tool_choice.name", "TOOL_CHOICE_MODE_TOOL only"},
+		{"unknown mode", on("sim", func(r *completionv1.CompleteRequest) { r.ToolChoice = tool(42, "") }), "tool_choice.mode", "unknown"},
+		{"forced tool on a thinking route", on("claude-thinking", func(r *completionv1.CompleteRequest) {
+			r.ToolChoice = tool(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_ANY, "")
+		}), "tool_choice.mode", `route "claude-thinking" cannot honour TOOL_CHOICE_MODE_ANY`},
+		{"max total zero", on("sim", func(r *completionv1.CompleteRequest) { r.MaxTotalOutputTokens = proto.Int32(0) }), "max_total_output_tokens", "between 1 and"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, st := env.streamAll(t, tt.req)
+			if st.Code() != codes.InvalidArgument {
+				t.Fatalf("status %v, want InvalidArgument", st.Code())
+			}
+			if !hasViolationSaying(st.Details(), tt.field, tt.says) {
+				t.Errorf("details %v lack a violation of %q saying %q", st.Details(), tt.field, tt.says)
+			}
+			if size := proto.Size(st.Proto()); size > 4096 {
+				t.Errorf("the status is %d bytes: a refusal stays small", size)
+			}
+		})
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Errorf("upstream was called %d times for bad requests, want 0", n)
+	}
+}
+
+// hasViolationSaying reports whether details hold a violation of field
+// whose description contains says.
+func hasViolationSaying(details []any, field, says string) bool {
+	for _, d := range details {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				if v.GetField() == field && strings.Contains(v.GetDescription(), says) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestModelParametersReachEveryAttempt: the caller's parameters go
+// unchanged to every attempt — the first, a retry after a rate limit, a
+// stream resume by prefill, a fallback — and a fallback chain the request
+// turns off is not held against it.
+func TestModelParametersReachEveryAttempt(t *testing.T) {
+	up := &recordingProvider{Provider: sim.New(sim.Config{Words: 12})}
+	env := newTestEnv(t, kindRoutes(up), func(cfg *Config) {
+		for _, r := range cfg.Routes {
+			r.Upstream = up
+		}
+	})
+	req := prompt("Tell me about recovery.", map[string]string{sim.MetaFaults: "rate_limit=1ms,cut=3,overload*3"})
+	req.Route = "sim-then-gpt"
+	req.Temperature, req.TopP, req.Seed = proto.Float64(0), proto.Float64(0.9), proto.Int64(-42)
+	req.StopSequences = []string{"\n\nHuman:", "</answer>"}
+	req.Tools = []*completionv1.Tool{{Name: "lookup"}}
+	req.ToolChoice = &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE, DisableParallelToolUse: true}
+	evs, st := env.streamAll(t, req)
+	res := checkContract(t, evs, st)
+	got := transitions(evs)
+	for _, want := range []string{"RETRY", "STREAM_RESUME", "MODEL_FALLBACK", "COMPLETED"} {
+		if !slices.Contains(got, want) {
+			t.Fatalf("transitions %v lack %s", got, want)
+		}
+	}
+	if res.GetRoute() != "gpt" {
+		t.Errorf("answered by %q, want the fallback gpt", res.GetRoute())
+	}
+	reqs := up.requests()
+	if len(reqs) != len(res.GetAttempts()) {
+		t.Fatalf("%d requests reached the upstream for %d attempts", len(reqs), len(res.GetAttempts()))
+	}
+	for i, r := range reqs {
+		if r.Sampling.Temperature == nil || *r.Sampling.Temperature != 0 || r.Sampling.TopP == nil || *r.Sampling.TopP != 0.9 ||
+			r.Sampling.Seed == nil || *r.Sampling.Seed != -42 || r.Sampling.TopK != 0 {
+			t.Errorf("attempt %d: sampling %+v", i+1, r.Sampling)
+		}
+		if !slices.Equal(r.StopSequences, req.StopSequences) {
+			t.Errorf("attempt %d: stop sequences %q", i+1, r.StopSequences)
+		}
+		if r.ToolChoice != (provider.ToolChoice{Mode: provider.ToolChoiceNone, DisableParallel: true}) {
+			t.Errorf("attempt %d: tool choice %+v", i+1, r.ToolChoice)
+		}
+	}
+
+	// top_k is refused on sim-then-gpt (gpt cannot take it), but not when
+	// the request keeps to its first route.
+	up.reqs = nil
+	req = prompt("hello", nil)
+	req.Route, req.TopK = "sim-then-gpt", proto.Int32(40)
+	req.Policy = &completionv1.Policy{DisableFallback: true}
+	evs, st = env.streamAll(t, req)
+	checkContract(t, evs, st)
+	if reqs := up.requests(); len(reqs) != 1 || reqs[0].Sampling.TopK != 40 {
+		t.Errorf("requests %+v, want one with top_k 40", reqs)
+	}
+}
+
+// TestStopSequenceSplitAcrossAResume: the stream breaks after three
+// tokens and is resumed by prefill; the request's stop sequence begins at
+// the end of the kept text and ends in the resumed attempt's first token.
+// The upstream cannot see it (it matches its own output only): the
+// service ends the answer there, STOP_SEQUENCE, with the part the caller
+// already has kept and nothing more sent.
+func TestStopSequenceSplitAcrossAResume(t *testing.T) {
+	env := newTestEnv(t)
+	words := sim.Answer("Tell me about recovery.", 12)
+	kept := strings.Join(words[:3], "")
+	seq := kept[len(kept)-3:] + words[3][:3]
+	req := faults("cut=3")
+	req.StopSequences = []string{"never in the answer", seq}
+	evs, st := env.streamAll(t, req)
+	res := checkContract(t, evs, st)
+	if got := transitions(evs); !slices.Equal(got, []string{"STREAM_RESUME", "COMPLETED"}) {
+		t.Fatalf("transitions %v", got)
+	}
+	if res.GetStopReason() != completionv1.StopReason_STOP_REASON_STOP_SEQUENCE || res.GetStopSequence() != seq {
+		t.Errorf("stop %v %q, want STOP_SEQUENCE %q", res.GetStopReason(), res.GetStopSequence(), seq)
+	}
+	if got := resultText(res); got != kept {
+		t.Errorf("answer %q, want the kept text %q", got, kept)
+	}
+	if res.GetTruncated() {
+		t.Error("a stop sequence is a natural end, not a truncation")
+	}
+}
+
+// TestStopSequenceSplitAcrossAContinuation: the same across a max_tokens
+// cut continued by MAX_OUTPUT_TOKENS_RECOVERY.
+func TestStopSequenceSplitAcrossAContinuation(t *testing.T) {
+	env := newTestEnv(t)
+	words := sim.Answer("Tell me about recovery.", 12)
+	kept := strings.Join(words[:4], "")
+	seq := kept[len(kept)-2:] + words[4][:2]
+	req := faults("max_tokens=4")
+	req.MaxOutputTokens = proto.Int32(100) // the caller's own cap: continued, not escalated
+	req.StopSequences = []string{seq}
+	evs, st := env.streamAll(t, req)
+	res := checkContract(t, evs, st)
+	if got := transitions(evs); !slices.Equal(got, []string{"MAX_OUTPUT_TOKENS_RECOVERY", "COMPLETED"}) {
+		t.Fatalf("transitions %v", got)
+	}
+	if res.GetStopSequence() != seq || resultText(res) != kept {
+		t.Errorf("stop sequence %q, answer %q; want %q, %q", res.GetStopSequence(), resultText(res), seq, kept)
+	}
+}
+
+// TestMaxTotalOutputTokensBoundsTheCompletion: every attempt is cut at
+// max_tokens; each asks for no more than is left of the completion's
+// bound, and the completion ends COMPLETED, truncated, at the bound.
+func TestMaxTotalOutputTokensBoundsTheCompletion(t *testing.T) {
+	up := &recordingProvider{Provider: sim.New(sim.Config{Words: 200})}
+	env := newTestEnv(t, func(cfg *Config) {
+		for _, r := range cfg.Routes {
+			r.Upstream = up
+		}
+	})
+	req := faults("max_tokens,max_tokens,max_tokens,max_tokens")
+	req.MaxOutputTokens, req.MaxTotalOutputTokens = proto.Int32(20), proto.Int32(45)
+	evs, st := env.streamAll(t, req)
+	res := checkContract(t, evs, st)
+	if got := transitions(evs); !slices.Equal(got, []string{"MAX_OUTPUT_TOKENS_RECOVERY", "MAX_OUTPUT_TOKENS_RECOVERY", "COMPLETED"}) {
+		t.Fatalf("transitions %v", got)
+	}
+	var asked []int
+	for _, r := range up.requests() {
+		asked = append(asked, r.MaxTokens)
+	}
+	if !slices.Equal(asked, []int{20, 20, 5}) {
+		t.Errorf("max_tokens asked %v, want [20 20 5]", asked)
+	}
+	if !res.GetTruncated() || res.GetReason() != completionv1.TransitionReason_TRANSITION_REASON_COMPLETED || res.GetUsage().GetOutputTokens() != 45 {
+		t.Errorf("result: reason %v truncated %t output %d; want COMPLETED, truncated, 45", res.GetReason(), res.GetTruncated(), res.GetUsage().GetOutputTokens())
+	}
+}
