@@ -7,6 +7,14 @@
 // in the conversation, and any prefill, counts as produced: the sim goes on
 // from there, so continuations and stream resumes finish the same answer.
 //
+// The request's stop sequences end the answer where its new output (never
+// the prefill or what the conversation holds) first writes one, mid-token if
+// need be, with recovery.StopSequence, unless a scripted cut or break comes
+// first. Its tool choice is obeyed: "any" or "tool" makes a plain answer
+// call a tool, "tool" makes every call the named tool's, and "none" makes a
+// scripted tool step a plain answer. The sim is deterministic: temperature,
+// top_p, top_k and seed are accepted and change nothing in its output.
+//
 // Faults are scripted with the request metadata key "sim.faults": a
 // comma-separated list whose k-th step applies to attempt k (steps past the
 // end of the list answer normally). See ParseScript for the step syntax.

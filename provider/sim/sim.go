@@ -70,7 +70,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if err != nil {
 		return provider.Finish{}, fail(recovery.FailInvalidRequest, http.StatusBadRequest, "invalid_request_error", "", err.Error())
 	}
-	a := p.newAttempt(req, script.At(req.Attempt))
+	a := p.newAttempt(req, chooseTools(script.At(req.Attempt), req.ToolChoice))
 	return a.run(ctx, emit)
 }
 
@@ -239,14 +239,36 @@ func (a *attempt) hang(ctx context.Context, phase recovery.TimeoutPhase) *recove
 	}
 }
 
+// stream says words and stops with stop, unless a stop sequence ends them
+// first. Words is all the step generates, up to its limit or its end, so a
+// sequence only the tokens past a max_tokens cut would complete never
+// matches, as with a real model.
 func (a *attempt) stream(ctx context.Context, emit func(provider.Chunk) error, words []string, stop recovery.StopReason) (provider.Finish, error) {
-	for _, w := range words {
-		if err := a.emitText(ctx, emit, w); err != nil {
-			return a.finish(0, a.tokens), err
-		}
+	if cut, seq, ok := a.stopIn(words); ok {
+		return a.say(ctx, emit, cut, recovery.StopSequence, seq)
+	}
+	return a.say(ctx, emit, words, stop, "")
+}
+
+// say emits words, then finishes with stop (and seq, the stop sequence of
+// recovery.StopSequence).
+func (a *attempt) say(ctx context.Context, emit func(provider.Chunk) error, words []string, stop recovery.StopReason, seq string) (provider.Finish, error) {
+	if err := a.emitAll(ctx, emit, words); err != nil {
+		return a.finish(0, a.tokens), err
 	}
 	fin := a.finish(stop, len(words))
+	fin.StopSequence = seq
 	return fin, nil
+}
+
+// emitAll emits words, one token each.
+func (a *attempt) emitAll(ctx context.Context, emit func(provider.Chunk) error, words []string) error {
+	for _, w := range words {
+		if err := a.emitText(ctx, emit, w); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (a *attempt) streamThenBreak(ctx context.Context, emit func(provider.Chunk) error) (provider.Finish, error) {
@@ -255,10 +277,13 @@ func (a *attempt) streamThenBreak(ctx context.Context, emit func(provider.Chunk)
 		n = 5
 	}
 	n = min(n, max(len(a.words)-1, 0)) // break before the end, or the answer would be complete
-	for _, w := range a.words[:n] {
-		if err := a.emitText(ctx, emit, w); err != nil {
-			return a.finish(0, a.tokens), err
-		}
+	if cut, seq, ok := a.stopIn(a.words[:n]); ok {
+		// The answer reaches a stop sequence before the break: it ends
+		// there, as a real model's would, and the break never comes.
+		return a.say(ctx, emit, cut, recovery.StopSequence, seq)
+	}
+	if err := a.emitAll(ctx, emit, a.words[:n]); err != nil {
+		return a.finish(0, a.tokens), err
 	}
 	switch a.step.Kind {
 	case StepStall:
@@ -272,10 +297,42 @@ func (a *attempt) streamThenBreak(ctx context.Context, emit func(provider.Chunk)
 	return a.finish(0, n), fail(recovery.FailStreamBroken, 200, "", "", "unexpected EOF before message_stop")
 }
 
+// toolPreamble is what the sim says before it calls a tool.
+var toolPreamble = []string{"Let me check. "}
+
+// chooseTools makes step obey the request's tool choice, as a real model
+// must: "any" turns a plain answer into a call of the first tool, "tool"
+// makes every call (a plain answer's included) call the named tool, and
+// "none" turns every tool step into a plain answer, since the model may not
+// call. Auto and the default leave the script as it is; so does
+// DisableParallel, since the sim never makes more than one call.
+func chooseTools(step Step, choice provider.ToolChoice) Step {
+	tool := step.Kind == StepToolUse || step.Kind == StepToolCut || step.Kind == StepToolReset
+	switch choice.Mode {
+	case provider.ToolChoiceAny:
+		if step.Kind == StepOK {
+			step.Kind = StepToolUse
+		}
+	case provider.ToolChoiceTool:
+		if step.Kind == StepOK {
+			step.Kind, tool = StepToolUse, true
+		}
+		if tool {
+			step.Name = choice.Name
+		}
+	case provider.ToolChoiceNone:
+		if tool {
+			step = Step{Kind: StepOK}
+		}
+	}
+	return step
+}
+
 // toolUse says a few words and calls a tool: whole (tool_use), cut by the
 // output limit (tool_cut: the call is dropped, as the real providers drop
 // it, and the attempt stops with max_tokens), or whole and then the
-// connection reset before the finish (tool_reset).
+// connection reset before the finish (tool_reset). A stop sequence in the
+// words ends the answer before any call.
 func (a *attempt) toolUse(ctx context.Context, emit func(provider.Chunk) error) (provider.Finish, error) {
 	name := a.step.Name
 	if name == "" {
@@ -284,7 +341,10 @@ func (a *attempt) toolUse(ctx context.Context, emit func(provider.Chunk) error) 
 			name = a.req.Tools[0].Name
 		}
 	}
-	if err := a.emitText(ctx, emit, "Let me check. "); err != nil {
+	if cut, seq, ok := a.stopIn(toolPreamble); ok {
+		return a.say(ctx, emit, cut, recovery.StopSequence, seq)
+	}
+	if err := a.emitAll(ctx, emit, toolPreamble); err != nil {
 		return a.finish(0, 1), err
 	}
 	if a.step.Kind == StepToolCut {
