@@ -1,5 +1,10 @@
 package config
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Capabilities is what a route can honour of a request's parameters. The
 // table of them per provider kind (KindCapabilities) is the one place that
 // says it: the request validation refuses a parameter some route of the
@@ -68,4 +73,70 @@ func (c Capabilities) WithThinking() Capabilities {
 	}
 	c.ToolChoiceAny, c.ToolChoiceTool = false, false
 	return c
+}
+
+// CapabilityTable is the capability table in Markdown, as the README shows
+// it: a row per parameter, a column per provider kind, and the thinking
+// route's limits in a column of its own.
+func CapabilityTable() string {
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "—"
+	}
+	temp := func(c Capabilities) string {
+		if c.MaxTemperature == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("0 – %g", c.MaxTemperature)
+	}
+	topP := func(c Capabilities) string {
+		switch {
+		case !c.TopP:
+			return "—"
+		case c.MinTopP > 0:
+			return fmt.Sprintf("%g – 1", c.MinTopP)
+		}
+		return "(0, 1]"
+	}
+	stops := func(c Capabilities) string {
+		if c.MaxStopSequences == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("up to %d", c.MaxStopSequences)
+	}
+	cols := []Capabilities{}
+	head := "| parameter |"
+	for _, k := range ProviderKinds {
+		cols = append(cols, KindCapabilities(k))
+		head += " " + k + " |"
+	}
+	cols = append(cols, KindCapabilities("anthropic").WithThinking())
+	head += " anthropic, thinking route |"
+	rows := []struct {
+		name string
+		cell func(Capabilities) string
+	}{
+		{"`temperature`", temp},
+		{"`top_p`", topP},
+		{"`top_k`", func(c Capabilities) string { return yes(c.TopK) }},
+		{"`seed`", func(c Capabilities) string { return yes(c.Seed) }},
+		{"`stop_sequences`", stops},
+		{"`stop_sequence` named in the result", func(c Capabilities) string { return yes(c.NamesStopSequence) }},
+		{"`tool_choice` ANY", func(c Capabilities) string { return yes(c.ToolChoiceAny) }},
+		{"`tool_choice` NONE", func(c Capabilities) string { return yes(c.ToolChoiceNone) }},
+		{"`tool_choice` TOOL", func(c Capabilities) string { return yes(c.ToolChoiceTool) }},
+		{"`disable_parallel_tool_use`", func(c Capabilities) string { return yes(c.DisableParallelToolUse) }},
+	}
+	var b strings.Builder
+	b.WriteString(head + "\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
+	for _, r := range rows {
+		b.WriteString("| " + r.name + " |")
+		for _, c := range cols {
+			b.WriteString(" " + r.cell(c) + " |")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }

@@ -282,3 +282,45 @@ func TestMaxTotalOutputTokensBoundsTheCompletion(t *testing.T) {
 		t.Errorf("result: reason %v truncated %t output %d; want COMPLETED, truncated, 45", res.GetReason(), res.GetTruncated(), res.GetUsage().GetOutputTokens())
 	}
 }
+
+// TestStopSequenceEndsTheAnswer: a stop sequence the model writes ends the
+// answer there (the sim matches it as a provider does): STOP_SEQUENCE, the
+// sequence named in the result, no continuation, the sequence not sent.
+func TestStopSequenceEndsTheAnswer(t *testing.T) {
+	env := newTestEnv(t)
+	words := sim.Answer("Tell me about recovery.", 12)
+	req := faults("")
+	req.StopSequences = []string{words[5]}
+	evs, st := env.streamAll(t, req)
+	res := checkContract(t, evs, st)
+	if got := transitions(evs); !slices.Equal(got, []string{"COMPLETED"}) {
+		t.Fatalf("transitions %v", got)
+	}
+	want := strings.Join(words[:5], "")
+	if res.GetStopReason() != completionv1.StopReason_STOP_REASON_STOP_SEQUENCE || res.GetStopSequence() != words[5] || resultText(res) != want {
+		t.Errorf("stop %v %q, answer %q; want STOP_SEQUENCE %q, %q", res.GetStopReason(), res.GetStopSequence(), resultText(res), words[5], want)
+	}
+}
+
+// TestToolChoiceForcesACall: with TOOL_CHOICE_MODE_TOOL the model calls
+// the named tool, and the completion stops for the caller to run it.
+func TestToolChoiceForcesACall(t *testing.T) {
+	env := newTestEnv(t)
+	req := faults("")
+	req.Tools = []*completionv1.Tool{{Name: "lookup"}, {Name: "search"}}
+	req.ToolChoice = &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_TOOL, Name: "search"}
+	evs, st := env.streamAll(t, req)
+	res := checkContract(t, evs, st)
+	if res.GetStopReason() != completionv1.StopReason_STOP_REASON_TOOL_USE {
+		t.Fatalf("stop %v, want TOOL_USE", res.GetStopReason())
+	}
+	var calls []string
+	for _, ev := range evs {
+		if c := ev.GetToolCall(); c != nil {
+			calls = append(calls, c.GetName())
+		}
+	}
+	if !slices.Equal(calls, []string{"search"}) {
+		t.Errorf("tool calls %v, want [search]", calls)
+	}
+}
