@@ -70,6 +70,90 @@ func WithMaxOutputTokens(n int32) RequestOption {
 	return func(r *completionv1.CompleteRequest) { r.MaxOutputTokens = &n }
 }
 
+// WithMaxTotalOutputTokens bounds the output tokens of the answer as a
+// whole, across continuations, stream resumes and token-budget nudges; an
+// answer that reaches it ends COMPLETED, flagged truncated.
+func WithMaxTotalOutputTokens(n int32) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.MaxTotalOutputTokens = &n }
+}
+
+// WithTemperature sets the sampling temperature: 0 to 1 on Anthropic
+// routes, 0 to 2 on OpenAI-compatible ones.
+func WithTemperature(t float64) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.Temperature = &t }
+}
+
+// WithTopP sets nucleus sampling, in (0, 1].
+func WithTopP(p float64) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.TopP = &p }
+}
+
+// WithTopK samples from the k most likely tokens only (Anthropic routes);
+// k is at least 1.
+func WithTopK(k int32) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.TopK = &k }
+}
+
+// WithSeed asks an OpenAI-compatible route for reproducible sampling.
+func WithSeed(seed int64) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.Seed = &seed }
+}
+
+// WithStopSequences adds stop sequences: the answer ends where the model
+// writes one of them (STOP_REASON_STOP_SEQUENCE, Result.stop_sequence),
+// the sequence itself left out.
+func WithStopSequences(sequences ...string) RequestOption {
+	return func(r *completionv1.CompleteRequest) { r.StopSequences = append(r.StopSequences, sequences...) }
+}
+
+// WithToolChoice says whether and which tool the model must call:
+// [ToolChoiceAuto], [ToolChoiceAny], [ToolChoiceNone] or [ToolChoiceTool].
+// It sets the mode and the tool's name and keeps what
+// [WithDisableParallelToolUse] set, before or after it.
+func WithToolChoice(c *completionv1.ToolChoice) RequestOption {
+	return func(r *completionv1.CompleteRequest) {
+		disable := r.GetToolChoice().GetDisableParallelToolUse()
+		r.ToolChoice = &completionv1.ToolChoice{
+			Mode:                   c.GetMode(),
+			Name:                   c.GetName(),
+			DisableParallelToolUse: disable || c.GetDisableParallelToolUse(),
+		}
+	}
+}
+
+// WithDisableParallelToolUse asks for at most one tool call per answer,
+// whatever the tool choice (auto when none is set).
+func WithDisableParallelToolUse() RequestOption {
+	return func(r *completionv1.CompleteRequest) {
+		if r.ToolChoice == nil {
+			r.ToolChoice = &completionv1.ToolChoice{}
+		}
+		r.ToolChoice.DisableParallelToolUse = true
+	}
+}
+
+// ToolChoiceAuto lets the model decide whether to call a tool, the
+// default.
+func ToolChoiceAuto() *completionv1.ToolChoice {
+	return &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO}
+}
+
+// ToolChoiceAny makes the model call at least one of the request's tools.
+func ToolChoiceAny() *completionv1.ToolChoice {
+	return &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_ANY}
+}
+
+// ToolChoiceNone forbids tool calls.
+func ToolChoiceNone() *completionv1.ToolChoice {
+	return &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE}
+}
+
+// ToolChoiceTool makes the model call the tool named name, one of the
+// request's tools.
+func ToolChoiceTool(name string) *completionv1.ToolChoice {
+	return &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_TOOL, Name: name}
+}
+
 // WithResumeGrace keeps the completion running for d after its caller's
 // connection dropped, so that the stream can attach again (and a Session
 // resume) without missing an event.

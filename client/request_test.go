@@ -41,12 +41,66 @@ func TestTextBuildsTheRequest(t *testing.T) {
 			}},
 		{"options apply in order", Text("hi", WithRoute("a"), WithRoute("b")),
 			&completionv1.CompleteRequest{Route: "b", Messages: []*completionv1.Message{user("hi")}}},
+		{"sampling, stop sequences and the total output bound", Text("hi",
+			WithTemperature(0.25), WithTopP(0.9), WithTopK(40), WithSeed(-7),
+			WithStopSequences("END"), WithStopSequences("\n\nHuman:", "###"), WithMaxTotalOutputTokens(20000)),
+			&completionv1.CompleteRequest{
+				Messages:    []*completionv1.Message{user("hi")},
+				Temperature: proto.Float64(0.25), TopP: proto.Float64(0.9), TopK: proto.Int32(40), Seed: proto.Int64(-7),
+				StopSequences:        []string{"END", "\n\nHuman:", "###"},
+				MaxTotalOutputTokens: proto.Int32(20000),
+			}},
+		{"a zero temperature is sent, not left unset", Text("hi", WithTemperature(0), WithSeed(0)),
+			&completionv1.CompleteRequest{Messages: []*completionv1.Message{user("hi")}, Temperature: proto.Float64(0), Seed: proto.Int64(0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !proto.Equal(tc.got, tc.want) {
 				t.Errorf("got  %v\nwant %v", tc.got, tc.want)
 			}
 		})
+	}
+}
+
+func TestToolChoiceOptions(t *testing.T) {
+	choice := func(mode completionv1.ToolChoiceMode, name string, disable bool) *completionv1.ToolChoice {
+		return &completionv1.ToolChoice{Mode: mode, Name: name, DisableParallelToolUse: disable}
+	}
+	for _, tc := range []struct {
+		name string
+		opts []RequestOption
+		want *completionv1.ToolChoice
+	}{
+		{"unset", nil, nil},
+		{"auto", []RequestOption{WithToolChoice(ToolChoiceAuto())}, choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO, "", false)},
+		{"any", []RequestOption{WithToolChoice(ToolChoiceAny())}, choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_ANY, "", false)},
+		{"none", []RequestOption{WithToolChoice(ToolChoiceNone())}, choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE, "", false)},
+		{"a named tool", []RequestOption{WithToolChoice(ToolChoiceTool("search"))},
+			choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_TOOL, "search", false)},
+		{"no parallel tool use alone", []RequestOption{WithDisableParallelToolUse()},
+			choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED, "", true)},
+		{"no parallel tool use, then a choice", []RequestOption{WithDisableParallelToolUse(), WithToolChoice(ToolChoiceAny())},
+			choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_ANY, "", true)},
+		{"a choice, then no parallel tool use", []RequestOption{WithToolChoice(ToolChoiceTool("search")), WithDisableParallelToolUse()},
+			choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_TOOL, "search", true)},
+		{"the latest choice wins", []RequestOption{WithToolChoice(ToolChoiceTool("search")), WithToolChoice(ToolChoiceNone())},
+			choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE, "", false)},
+		{"a message of the caller's", []RequestOption{WithToolChoice(choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_ANY, "", true))},
+			choice(completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_ANY, "", true)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Text("hi", append([]RequestOption{WithTools(&completionv1.Tool{Name: "search"})}, tc.opts...)...).GetToolChoice()
+			if !proto.Equal(got, tc.want) {
+				t.Errorf("got  %v\nwant %v", got, tc.want)
+			}
+		})
+	}
+	// The option copies the caller's message: changing it later does not
+	// change the request.
+	mine := ToolChoiceAny()
+	req := Text("hi", WithToolChoice(mine))
+	mine.Mode = completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE
+	if got := req.GetToolChoice().GetMode(); got != completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_ANY {
+		t.Errorf("mode %v after the caller changed its message, want ANY", got)
 	}
 }
 
@@ -67,5 +121,29 @@ func TestTextIsAValidRequest(t *testing.T) {
 	}
 	if got := f.Transitions()[0].GetReason(); got != completionv1.TransitionReason_TRANSITION_REASON_RETRY {
 		t.Errorf("first transition %v, want RETRY", got)
+	}
+}
+
+// TestTextWithSamplingIsAValidRequest: the server takes every new request
+// option Text sets (the sim routes honour them all) and answers.
+func TestTextWithSamplingIsAValidRequest(t *testing.T) {
+	c := New(serve(t))
+	s, err := c.Stream(ctxFor(t), Text("Tell me about recovery.", WithRoute("sim"),
+		WithMetadata(map[string]string{"sim.words": "5", "sim.pace": "1ms"}),
+		WithTemperature(0.5), WithTopP(0.9), WithTopK(40), WithSeed(7), WithStopSequences("\n\nHuman:"),
+		WithTools(&completionv1.Tool{Name: "search"}), WithToolChoice(ToolChoiceNone()), WithDisableParallelToolUse(),
+		WithMaxOutputTokens(500), WithMaxTotalOutputTokens(2000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Reason() != completionv1.TransitionReason_TRANSITION_REASON_COMPLETED || f.Text() == "" {
+		t.Errorf("reason %v, text %q", f.Reason(), f.Text())
+	}
+	if got := f.Result().GetStopSequence(); got != "" {
+		t.Errorf("stop_sequence %q of an answer no stop sequence ended", got)
 	}
 }

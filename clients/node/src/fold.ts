@@ -193,6 +193,15 @@ export class Fold {
     return this.#result?.stopReason;
   }
 
+  /**
+   * stopSequence is the request's stop sequence that ended the answer
+   * (with STOP_REASON_STOP_SEQUENCE; "" after any other end); undefined
+   * without a result.
+   */
+  get stopSequence(): string | undefined {
+    return this.#result?.stopSequence;
+  }
+
   /** truncated is the result's truncated flag (false without a result). */
   get truncated(): boolean {
     return this.#result?.truncated ?? false;

@@ -29,7 +29,8 @@ export {
   seconds,
 } from "./errors";
 export type { ErrorContext, FieldViolation, GrpcErrorLike } from "./errors";
-export { duration, userText } from "./messages";
+export { duration, toolChoiceAny, toolChoiceAuto, toolChoiceNone, toolChoiceTool, userText } from "./messages";
+export type { ToolChoiceOptions } from "./messages";
 export * from "./gen/completion/v1/completion";
 export { Duration } from "./gen/google/protobuf/duration";
 export { status as GrpcStatus, Metadata } from "@grpc/grpc-js";

@@ -16,7 +16,9 @@ import {
   CompletionService,
   GrpcStatus,
   SessionRequest,
+  ToolChoiceMode,
   TransitionReason,
+  toolChoiceTool,
   userText,
 } from "../src/index";
 import { Events, detailsBin } from "./build";
@@ -25,6 +27,8 @@ import { Events, detailsBin } from "./build";
 const seen: Metadata[] = [];
 /** peers records the client address of every Complete call: one per connection. */
 const peers: string[] = [];
+/** requests records the request of every Stream and Complete call, as the server decoded it. */
+const requests: CompleteRequest[] = [];
 
 function answer(): CompletionEvent[] {
   const e = new Events();
@@ -43,12 +47,14 @@ function statusOf(code: GrpcStatus, message: string, bin: string) {
 const impl = {
   stream(call: ServerWritableStream<CompleteRequest, CompletionEvent>) {
     seen.push(call.metadata);
+    requests.push(call.request);
     for (const ev of answer()) call.write(ev);
     call.end();
   },
   complete(call: ServerUnaryCall<CompleteRequest, CompleteResponse>, cb: sendUnaryData<CompleteResponse>) {
     seen.push(call.metadata);
     peers.push(call.getPeer());
+    requests.push(call.request);
     if (call.request.messages.length === 0) return cb(statusOf(GrpcStatus.INVALID_ARGUMENT, "invalid request", BAD), null);
     cb(null, CompleteResponse.fromPartial({ completionId: "cmpl_fake", result: answer().at(-1)!.result }));
   },
@@ -101,6 +107,36 @@ describe("Client over grpc-js", { timeout: 10_000 }, () => {
       const md = seen.at(-1)!;
       assert.deepEqual(md.get("authorization"), ["Bearer k-123"]);
       assert.deepEqual(md.get("x-request-id"), ["r-1"]);
+    } finally {
+      c.close();
+    }
+  });
+
+  test("stream and complete: sampling, stop sequences, tool choice and the total output bound reach the server", async () => {
+    const c = new Client(addr);
+    const request = {
+      messages: [userText("hi")],
+      tools: [{ name: "search" }],
+      temperature: 0.5,
+      topP: 0.9,
+      topK: 40,
+      seed: 7,
+      stopSequences: ["\n\nHuman:"],
+      toolChoice: toolChoiceTool("search", { disableParallelToolUse: true }),
+      maxTotalOutputTokens: 2000,
+    };
+    try {
+      await c.stream(request).done();
+      await c.complete(request);
+      for (const got of requests.slice(-2)) {
+        assert.equal(got.temperature, 0.5);
+        assert.equal(got.topP, 0.9);
+        assert.equal(got.topK, 40);
+        assert.equal(got.seed, 7);
+        assert.deepEqual(got.stopSequences, ["\n\nHuman:"]);
+        assert.deepEqual(got.toolChoice, { mode: ToolChoiceMode.TOOL_CHOICE_MODE_TOOL, name: "search", disableParallelToolUse: true });
+        assert.equal(got.maxTotalOutputTokens, 2000);
+      }
     } finally {
       c.close();
     }

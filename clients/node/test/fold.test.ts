@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { CompletionEvent, Fold, StopReason, TransitionReason } from "../src/index";
+import { CompletionEvent, Fold, Role, StopReason, TransitionReason } from "../src/index";
 import { Events } from "./build";
 
 const R = TransitionReason;
@@ -23,6 +23,7 @@ describe("Fold", { timeout: 10_000 }, () => {
     assert.equal(f.text, "");
     assert.deepEqual(f.toolCalls, []);
     assert.equal(f.stopReason, undefined);
+    assert.equal(f.stopSequence, undefined);
     assert.equal(f.truncated, false);
     assert.equal(f.done, false);
   });
@@ -36,7 +37,27 @@ describe("Fold", { timeout: 10_000 }, () => {
     assert.equal(f.reason, R.TRANSITION_REASON_COMPLETED);
     assert.deepEqual(f.transitions.map((t) => t.reason), [R.TRANSITION_REASON_COMPLETED]);
     assert.equal(f.stopReason, StopReason.STOP_REASON_END_TURN);
+    assert.equal(f.stopSequence, "", "a natural end names no stop sequence");
     assert.equal(f.done, true);
+  });
+
+  test("a stop sequence: the result names it beside the stop reason", () => {
+    const e = new Events();
+    const f = fold([e.started(), e.text(1, "one, two"), e.completed(1)]);
+    assert.equal(f.stopSequence, undefined, "no result yet");
+    f.add(
+      e.ev(1, 1, {
+        result: {
+          reason: R.TRANSITION_REASON_COMPLETED,
+          stopReason: StopReason.STOP_REASON_STOP_SEQUENCE,
+          stopSequence: ", three",
+          message: { role: Role.ROLE_ASSISTANT, content: [{ text: { text: "one, two" } }] },
+        },
+      }),
+    );
+    assert.equal(f.stopReason, StopReason.STOP_REASON_STOP_SEQUENCE);
+    assert.equal(f.stopSequence, ", three");
+    assert.equal(f.text, "one, two", "the sequence is not part of the answer");
   });
 
   test("a transition voids the deltas of the attempts it discards, received before it", () => {

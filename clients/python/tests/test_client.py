@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import unittest
+from typing import Any, Dict, List, Tuple
 from unittest import mock
 
 import completiond
@@ -52,6 +53,57 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(req.max_output_tokens, 100)
         self.assertEqual(completiond.text_request("x", resume_grace=1.5).resume_grace.nanos, 500_000_000)
         self.assertFalse(completiond.text_request("x").HasField("resume_grace"))
+
+    def test_text_request_sampling_and_bounds(self) -> None:
+        req = completiond.text_request("x", temperature=0.25, top_p=0.9, top_k=40, seed=-7,
+                                       stop_sequences=["END", "\n\nHuman:"], max_total_output_tokens=20000)
+        # What goes on the wire: every field survives a round trip.
+        req = pb.CompleteRequest.FromString(req.SerializeToString())
+        self.assertEqual(req.temperature, 0.25)
+        self.assertEqual(req.top_p, 0.9)
+        self.assertEqual(req.top_k, 40)
+        self.assertEqual(req.seed, -7)
+        self.assertEqual(list(req.stop_sequences), ["END", "\n\nHuman:"])
+        self.assertEqual(req.max_total_output_tokens, 20000)
+        self.assertFalse(req.HasField("tool_choice"))
+        # The optional fields are sent when zero, and absent when not given.
+        zero = pb.CompleteRequest.FromString(completiond.text_request("x", temperature=0.0, seed=0).SerializeToString())
+        self.assertTrue(zero.HasField("temperature"))
+        self.assertTrue(zero.HasField("seed"))
+        plain = completiond.text_request("x")
+        for field in ("temperature", "top_p", "top_k", "seed", "max_total_output_tokens"):
+            self.assertFalse(plain.HasField(field), field)
+        self.assertEqual(list(plain.stop_sequences), [])
+
+    def test_text_request_tool_choice(self) -> None:
+        search = pb.Tool(name="search")
+        cases: List[Tuple[Dict[str, Any], pb.ToolChoice]] = [
+            ({"tool_choice": completiond.tool_choice_auto()}, pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_AUTO)),
+            ({"tool_choice": completiond.tool_choice_any()}, pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_ANY)),
+            ({"tool_choice": completiond.tool_choice_none()}, pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_NONE)),
+            ({"tool_choice": completiond.tool_choice_tool("search")},
+             pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_TOOL, name="search")),
+            ({"disable_parallel_tool_use": True}, pb.ToolChoice(disable_parallel_tool_use=True)),
+            ({"tool_choice": completiond.tool_choice_tool("search"), "disable_parallel_tool_use": True},
+             pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_TOOL, name="search", disable_parallel_tool_use=True)),
+            ({"tool_choice": completiond.tool_choice_none(disable_parallel_tool_use=True)},
+             pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_NONE, disable_parallel_tool_use=True)),
+            ({"tool_choice": completiond.tool_choice_tool("search", disable_parallel_tool_use=True)},
+             pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_TOOL, name="search", disable_parallel_tool_use=True)),
+            ({"tool_choice": pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_ANY, disable_parallel_tool_use=True)},
+             pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_ANY, disable_parallel_tool_use=True)),
+        ]
+        for kwargs, want in cases:
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                req = completiond.text_request("x", tools=[search], **kwargs)
+                req = pb.CompleteRequest.FromString(req.SerializeToString())
+                self.assertTrue(req.HasField("tool_choice"))
+                self.assertEqual(req.tool_choice, want)
+        self.assertFalse(completiond.text_request("x").HasField("tool_choice"))
+        mine = completiond.tool_choice_any()
+        req = completiond.text_request("x", tool_choice=mine, disable_parallel_tool_use=True)
+        self.assertFalse(mine.disable_parallel_tool_use, "the caller's message is copied, not changed")
+        self.assertTrue(req.tool_choice.disable_parallel_tool_use)
 
     def test_public_names(self) -> None:
         for name in completiond.__all__:

@@ -113,6 +113,18 @@ class FoldTest(unittest.TestCase):
         self.assertTrue(fold.truncated)
         self.assertEqual(fold.to_dict()["truncated"], True)
 
+    def test_stop_sequence(self) -> None:
+        fold = fold_of(started(), text(2, "one, two"))
+        self.assertEqual(fold.stop_sequence, "", "no result yet")
+        answer = pb.Message(role=pb.ROLE_ASSISTANT, content=[pb.ContentBlock(text=pb.TextBlock(text="one, two"))])
+        fold.add(event(3, 1, transition=pb.Transition(reason=pb.TRANSITION_REASON_COMPLETED, terminal=True)))
+        fold.add(event(4, 1, result=pb.Result(reason=pb.TRANSITION_REASON_COMPLETED, message=answer,
+                                              stop_reason=pb.STOP_REASON_STOP_SEQUENCE, stop_sequence=", three")))
+        self.assertEqual(fold.stop_reason, pb.STOP_REASON_STOP_SEQUENCE)
+        self.assertEqual(fold.stop_sequence, ", three")
+        self.assertEqual(fold.text, "one, two", "the sequence is not part of the answer")
+        self.assertEqual(fold_of(started(), *completed(2, "done")).stop_sequence, "", "a natural end names none")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -20,7 +20,17 @@ from completiond._proto.completion.v1 import completion_pb2_grpc as pb_grpc
 from completiond._rpc import code_pb2 as rpc_code
 from completiond._rpc import error_details_pb2 as error_details
 from completiond._rpc import status_pb2 as rpc_status
-from completiond.client import DEFAULT_ADDRESS, Client, default_address, text_request, user_message
+from completiond.client import (
+    DEFAULT_ADDRESS,
+    Client,
+    default_address,
+    text_request,
+    tool_choice_any,
+    tool_choice_auto,
+    tool_choice_none,
+    tool_choice_tool,
+    user_message,
+)
 from completiond.errors import DOMAIN, CompletionError, FieldViolation, error_from_grpc, error_from_status
 from completiond.fold import Fold, Turn, tool_input
 from completiond.session import CancelSession, Session, allow, block, prevent
@@ -57,6 +67,10 @@ __all__ = [
     "rpc_code",
     "rpc_status",
     "text_request",
+    "tool_choice_any",
+    "tool_choice_auto",
+    "tool_choice_none",
+    "tool_choice_tool",
     "tool_input",
     "user_message",
 ]

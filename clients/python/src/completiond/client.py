@@ -247,12 +247,20 @@ def text_request(
     resume_grace: Union[float, datetime.timedelta, None] = None,
     metadata: Optional[Mapping[str, str]] = None,
     tools: Iterable[pb.Tool] = (),
+    tool_choice: Optional[pb.ToolChoice] = None,
+    disable_parallel_tool_use: bool = False,
     **fields: Any,
 ) -> pb.CompleteRequest:
     """A CompleteRequest whose conversation is one user message, prompt.
 
-    resume_grace is seconds or a timedelta; the other fields are
-    CompleteRequest's (route, system, max_output_tokens, delivery, ...).
+    resume_grace is seconds or a timedelta. tool_choice is one of
+    :func:`tool_choice_auto`, :func:`tool_choice_any`,
+    :func:`tool_choice_none`, :func:`tool_choice_tool` (or any
+    pb.ToolChoice); disable_parallel_tool_use asks for at most one tool call
+    per answer, whatever the tool choice (auto when there is none). The other
+    fields are CompleteRequest's: route, system, max_output_tokens,
+    max_total_output_tokens, temperature, top_p, top_k, seed,
+    stop_sequences, delivery, ...
     """
     request = pb.CompleteRequest(messages=[user_message(prompt)], tools=list(tools),
                                  metadata=dict(metadata or {}), **fields)
@@ -260,5 +268,32 @@ def text_request(
         if not isinstance(resume_grace, datetime.timedelta):
             resume_grace = datetime.timedelta(seconds=resume_grace)
         request.resume_grace.FromTimedelta(resume_grace)
+    if tool_choice is not None:
+        request.tool_choice.CopyFrom(tool_choice)
+    if disable_parallel_tool_use:
+        request.tool_choice.disable_parallel_tool_use = True
     return request
 
+
+def tool_choice_auto(*, disable_parallel_tool_use: bool = False) -> pb.ToolChoice:
+    """A ToolChoice that lets the model decide whether to call a tool (the default).
+
+    disable_parallel_tool_use, here and in the other tool_choice_* helpers,
+    asks for at most one tool call per answer.
+    """
+    return pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_AUTO, disable_parallel_tool_use=disable_parallel_tool_use)
+
+
+def tool_choice_any(*, disable_parallel_tool_use: bool = False) -> pb.ToolChoice:
+    """A ToolChoice that makes the model call at least one of the request's tools."""
+    return pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_ANY, disable_parallel_tool_use=disable_parallel_tool_use)
+
+
+def tool_choice_none(*, disable_parallel_tool_use: bool = False) -> pb.ToolChoice:
+    """A ToolChoice that forbids tool calls."""
+    return pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_NONE, disable_parallel_tool_use=disable_parallel_tool_use)
+
+
+def tool_choice_tool(name: str, *, disable_parallel_tool_use: bool = False) -> pb.ToolChoice:
+    """A ToolChoice that makes the model call the tool named name, one of the request's tools."""
+    return pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_TOOL, name=name, disable_parallel_tool_use=disable_parallel_tool_use)

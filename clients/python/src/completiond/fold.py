@@ -171,6 +171,11 @@ class Fold:
         return self.result.stop_reason if self.result is not None else pb.STOP_REASON_UNSPECIFIED
 
     @property
+    def stop_sequence(self) -> str:
+        """The result's stop_sequence: the request's stop sequence that ended the answer ("" otherwise)."""
+        return self.result.stop_sequence if self.result is not None else ""
+
+    @property
     def truncated(self) -> bool:
         """The result's truncated flag (False without a result)."""
         return self.result.truncated if self.result is not None else False
