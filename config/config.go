@@ -366,8 +366,8 @@ func (c *Config) Chain(route string, fallbacks []string) []*Route {
 	if route == "" {
 		route = c.DefaultRoute
 	}
-	if len(fallbacks) == 0 {
-		fallbacks = c.Routes[route].Fallbacks
+	if r, ok := c.Routes[route]; ok && len(fallbacks) == 0 {
+		fallbacks = r.Fallbacks
 	}
 	out := make([]*Route, 0, 1+len(fallbacks))
 	if r, ok := c.Routes[route]; ok {
