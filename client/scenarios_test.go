@@ -26,7 +26,8 @@ type caller struct{ hooks, deltas int }
 
 // scenarios are every transcript of clients/testdata/transcripts: every
 // transition reason, both delivery modes, failed statuses with each detail,
-// and Session tool loops.
+// the model parameters (stop sequences, tool choice, the output bounds,
+// sampling) and Session tool loops.
 func scenarios() []scenario {
 	return []scenario{
 		{name: "completed", about: "a plain answer", want: []string{"COMPLETED"}, stream: ask("")},
@@ -82,6 +83,16 @@ func scenarios() []scenario {
 			stream: &completionv1.CompleteRequest{MaxOutputTokens: proto.Int32(-1)}},
 		{name: "tool_use", about: "Stream with tools: the call in a tool_call event, stop TOOL_USE",
 			want: []string{"COMPLETED"}, stream: tools(ask("tool_use=search"))},
+		{name: "stop_sequence", about: "a stop sequence the answer writes: it ends there, stop STOP_SEQUENCE, the sequence not part of the text",
+			want: []string{"COMPLETED"}, stream: stop(ask(""), "models")},
+		{name: "stop_split_resume", about: "a stop sequence split across a stream resume: matched by the service, nothing of the new attempt sent",
+			want: []string{"STREAM_RESUME", "COMPLETED"}, stream: stop(ask("cut=3"), "hen up")},
+		{name: "tool_choice", about: "tool_choice TOOL: a plain answer becomes a call of the named tool, stop TOOL_USE",
+			want: []string{"COMPLETED"}, stream: choose(tools(ask("")), "fetch")},
+		{name: "max_total_output", about: "max_output_tokens 2 is never escalated: continued until max_total_output_tokens 5 is spent, COMPLETED truncated",
+			want: []string{"MAX_OUTPUT_TOKENS_RECOVERY", "MAX_OUTPUT_TOKENS_RECOVERY", "COMPLETED"}, stream: capped(ask("max_tokens,max_tokens,max_tokens"), 2, 5)},
+		{name: "sampling", about: "temperature 0 and a seed: accepted, a plain answer (the sim is deterministic)",
+			want: []string{"COMPLETED"}, stream: sampled(ask(""), 0, 7)},
 
 		{name: "session_next_turn", about: "a Session tool loop: the call answered, the model answers in turn 2",
 			want: []string{"NEXT_TURN", "COMPLETED"}, session: start(tools(ask("tool_use=search")), 0, false), answer: answerTools(false)},
@@ -159,6 +170,32 @@ func paced(r *completionv1.CompleteRequest) *completionv1.CompleteRequest {
 
 func tools(r *completionv1.CompleteRequest) *completionv1.CompleteRequest {
 	r.Tools = []*completionv1.Tool{{Name: "search", Description: "Searches the web."}}
+	return r
+}
+
+// stop sets the request's stop sequences.
+func stop(r *completionv1.CompleteRequest, seqs ...string) *completionv1.CompleteRequest {
+	r.StopSequences = seqs
+	return r
+}
+
+// choose offers a second tool, fetch, and forces the call of the tool name.
+func choose(r *completionv1.CompleteRequest, name string) *completionv1.CompleteRequest {
+	r.Tools = append(r.Tools, &completionv1.Tool{Name: "fetch", Description: "Fetches a page."})
+	r.ToolChoice = &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_TOOL, Name: name}
+	return r
+}
+
+// capped sets max_output_tokens (one attempt's) and max_total_output_tokens
+// (the completion's).
+func capped(r *completionv1.CompleteRequest, attempt, total int32) *completionv1.CompleteRequest {
+	r.MaxOutputTokens, r.MaxTotalOutputTokens = proto.Int32(attempt), proto.Int32(total)
+	return r
+}
+
+// sampled sets the sampling parameters temperature and seed.
+func sampled(r *completionv1.CompleteRequest, temperature float64, seed int64) *completionv1.CompleteRequest {
+	r.Temperature, r.Seed = proto.Float64(temperature), proto.Int64(seed)
 	return r
 }
 

@@ -78,6 +78,7 @@ type expectJSON struct {
 	Text              string     `json:"text"`
 	ToolCalls         []callJSON `json:"tool_calls"`
 	StopReason        string     `json:"stop_reason"`
+	StopSequence      string     `json:"stop_sequence"`
 	Truncated         bool       `json:"truncated"`
 	Error             *errorJSON `json:"error"`
 }
@@ -127,7 +128,7 @@ func expectOf(f *Fold, st *status.Status) expectJSON {
 		x.Turns = append(x.Turns, turnJSON{t.Turn, t.Text, t.Thinking, callsJSON(t.ToolCalls)})
 	}
 	if r := f.Result(); r != nil {
-		x.StopReason, x.Truncated = r.GetStopReason().String(), r.GetTruncated()
+		x.StopReason, x.StopSequence, x.Truncated = r.GetStopReason().String(), r.GetStopSequence(), r.GetTruncated()
 	}
 	if e := FromStatus(st); e != nil {
 		x.Error = errorOf(e)

@@ -81,6 +81,7 @@ export function expectOf(fold: Fold, err: CompletiondError | undefined): Record<
     text: fold.text,
     tool_calls: calls(fold.toolCalls),
     stop_reason: fold.stopReason === undefined ? "" : stopReasonToJSON(fold.stopReason),
+    stop_sequence: fold.stopSequence ?? "",
     truncated: fold.truncated,
     error: err === undefined ? null : errorOf(err),
   };

@@ -33,7 +33,8 @@ class FoldTest(unittest.TestCase):
         fold = completiond.Fold()
         self.assertEqual(fold.to_dict(), {
             "completion_id": "", "last_seq": 0, "reason": "", "transitions": [], "discarded_attempts": [],
-            "turns": [], "text": "", "tool_calls": [], "stop_reason": "", "truncated": False})
+            "turns": [], "text": "", "tool_calls": [], "stop_reason": "", "stop_sequence": "",
+            "truncated": False})
         self.assertFalse(fold.ended)
 
     def test_discard_voids_deltas_received_and_to_come(self) -> None:

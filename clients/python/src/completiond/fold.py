@@ -197,6 +197,7 @@ class Fold:
             "text": self.text,
             "tool_calls": [_call_dict(c) for c in self.tool_calls],
             "stop_reason": pb.StopReason.Name(self.stop_reason) if self.result is not None else "",
+            "stop_sequence": self.stop_sequence,
             "truncated": self.truncated,
         }
 
