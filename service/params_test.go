@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
@@ -322,5 +324,64 @@ func TestToolChoiceForcesACall(t *testing.T) {
 	}
 	if !slices.Equal(calls, []string{"search"}) {
 		t.Errorf("tool calls %v, want [search]", calls)
+	}
+}
+
+// TestTakeoverKeepsTheModelParameters: replica A dies mid-stream and B
+// takes the completion over from the logged request: B's attempt carries
+// the same sampling, stop sequences and tool choice as A's did.
+func TestTakeoverKeepsTheModelParameters(t *testing.T) {
+	up := &recordingProvider{Provider: sim.New(sim.Config{})}
+	replicas := inProcessFleetLimited(t, 2, fleet.NewMemLeases(time.Second), "", config.EventLogLimits{}, func(cfg *Config) {
+		for _, r := range cfg.Routes {
+			r.Upstream = up
+		}
+	})
+	a, b := replicas[0], replicas[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := slowRequest("sim", 40, 10*time.Millisecond)
+	req.Temperature, req.TopK, req.Seed = proto.Float64(0.3), proto.Int32(5), proto.Int64(9)
+	req.StopSequences = []string{"</never>"}
+	req.Tools = []*completionv1.Tool{{Name: "lookup"}}
+	req.ToolChoice = &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE}
+	st, err := a.client.Stream(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	var id string
+	for deltas := 0; deltas < 5; {
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatalf("before the kill: %v", err)
+		}
+		last = ev.GetSeq()
+		if s := ev.GetStarted(); s != nil {
+			id = s.GetCompletionId()
+		}
+		if ev.GetDelta() != nil {
+			deltas++
+		}
+	}
+	a.kill()
+	at, err := b.client.Attach(ctx, &completionv1.AttachRequest{CompletionId: id, AfterSeq: last})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, s := recvAll(at.Recv); s.Code() != codes.OK {
+		t.Fatalf("attach through B: %v", s)
+	}
+	reqs := up.requests()
+	if len(reqs) < 2 {
+		t.Fatalf("%d attempts reached the upstream, want A's and B's", len(reqs))
+	}
+	first := reqs[0]
+	for i, r := range reqs[1:] {
+		if *r.Sampling.Temperature != *first.Sampling.Temperature || r.Sampling.TopK != 5 || *r.Sampling.Seed != 9 ||
+			!slices.Equal(r.StopSequences, first.StopSequences) || r.ToolChoice != first.ToolChoice {
+			t.Errorf("attempt %d after the takeover: %+v %q %+v; before: %+v %q %+v", i+2,
+				r.Sampling, r.StopSequences, r.ToolChoice, first.Sampling, first.StopSequences, first.ToolChoice)
+		}
 	}
 }

@@ -42,8 +42,8 @@ func inProcessFleet(t *testing.T, n int, leases fleet.Leases, redisAddr string) 
 }
 
 // inProcessFleetLimited is inProcessFleet with the shared in-memory log's
-// limits.
-func inProcessFleetLimited(t *testing.T, n int, leases fleet.Leases, redisAddr string, limits config.EventLogLimits) []*replica {
+// limits, and each replica's configuration changed by mutate.
+func inProcessFleetLimited(t *testing.T, n int, leases fleet.Leases, redisAddr string, limits config.EventLogLimits, mutate ...func(*Config)) []*replica {
 	t.Helper()
 	log := fleet.NewMemLog(limits, time.Now)
 	var rs []*replica
@@ -55,6 +55,9 @@ func inProcessFleetLimited(t *testing.T, n int, leases fleet.Leases, redisAddr s
 		if redisAddr != "" {
 			cfg.Log = nil
 			withRedis(t, redisAddr, nil)(&cfg)
+		}
+		for _, m := range mutate {
+			m(&cfg)
 		}
 		srv, err := New(cfg)
 		if err != nil {
