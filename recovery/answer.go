@@ -111,6 +111,9 @@ func (m *Machine) toolUse(calls []ToolCall, thinking []Block) Action {
 	}
 	m.tools, m.stop, m.phase = calls, StopToolUse, phaseTools
 	m.thinking = slices.Clone(thinking)
+	for i := range m.thinking {
+		m.thinking[i].Model = m.inflight.Route.Model // signed by the model just called
+	}
 	return Action{Kind: ActAwaitTools, ToolCalls: slices.Clone(calls)}
 }
 

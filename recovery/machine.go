@@ -459,12 +459,27 @@ func (m *Machine) call() Action {
 		Route:     m.cur(),
 		MaxTokens: m.callMax(),
 		System:    m.cfg.System,
-		Messages:  slices.Clone(m.msgs),
+		Messages:  withoutForeignThinking(m.msgs, m.cur().Model),
 		Prefill:   m.segmentText(),
 		Continues: m.text(m.answerStart),
 	}
 	m.phase = phaseCalling
 	return Action{Kind: ActCall, Call: m.inflight}
+}
+
+// withoutForeignThinking is a copy of msgs to send to model: without the
+// thinking blocks another model signed, which no other model may be sent
+// (their signature is that model's). The machine's assistant messages
+// always keep a text block beside their thinking, so none is left empty.
+func withoutForeignThinking(msgs []Message, model string) []Message {
+	foreign := func(b Block) bool { return b.Kind == BlockThinking && b.Model != "" && b.Model != model }
+	out := slices.Clone(msgs)
+	for i, msg := range out {
+		if slices.ContainsFunc(msg.Blocks, foreign) {
+			out[i].Blocks = slices.DeleteFunc(slices.Clone(msg.Blocks), foreign)
+		}
+	}
+	return out
 }
 
 // wait runs an ActWait of d, then calls; no wait at all when d is zero.

@@ -63,6 +63,12 @@ type Block struct {
 	// (Anthropic redacted_thinking): Data holds it, Text and Signature are
 	// empty.
 	Redacted bool
+	// Model is the model that produced a BlockThinking, which its signature
+	// binds it to: the machine sends the block to that model only, and
+	// leaves it out of a call to another (a fallback, a takeover onto
+	// another route). Empty for a block the caller brought, which goes as
+	// it is.
+	Model string
 	// ToolUseID identifies a BlockToolUse, or the call a BlockToolResult answers.
 	ToolUseID string
 	// ToolName is the tool of a BlockToolUse.
