@@ -105,7 +105,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		defer res.Body.Close()
 	}
 
-	s := newReader(a, &p.classes, a.Emitter(emit), held)
+	s := newReader(a, &p.classes, a.Emitter(emit), held, req.StopSequences)
 	if err == nil {
 		events := sse.NewReader(res.Body, sse.MaxEvent)
 		var ev event

@@ -582,3 +582,120 @@ func TestFraming(t *testing.T) {
 		return anthropic.New(anthropic.Config{BaseURL: srv.URL, APIKey: apiKey, HTTPClient: srv.Client()})
 	})
 }
+
+// TestStopSequenceIsNamed: a message_delta with stop_reason stop_sequence
+// names the stop sequence that matched; Finish.StopSequence is it when it
+// is one of the request's, and empty otherwise, the stop reason standing.
+func TestStopSequenceIsNamed(t *testing.T) {
+	long := strings.Repeat("x", 257)
+	odd := "</answer>\n\"é\u2028&"
+	for _, tc := range []struct {
+		name   string
+		stops  []string
+		answer pt.Answer
+		stop   recovery.StopReason
+		want   string
+	}{
+		{"one of the request's", []string{"END", "\n\nHuman:"}, pt.Answer{StopSequence: "\n\nHuman:"}, recovery.StopSequence, "\n\nHuman:"},
+		{"escaped on the wire", []string{odd}, pt.Answer{StopSequence: odd}, recovery.StopSequence, odd},
+		{"not the request's", []string{"END"}, pt.Answer{StopSequence: "FIN"}, recovery.StopSequence, ""},
+		{"a prefix of the request's", []string{"END"}, pt.Answer{StopSequence: "EN"}, recovery.StopSequence, ""},
+		{"the request has none", nil, pt.Answer{StopSequence: "END"}, recovery.StopSequence, ""},
+		{"longer than any request's", []string{long}, pt.Answer{StopSequence: long}, recovery.StopSequence, ""},
+		{"named none", []string{"END"}, pt.Answer{Stop: "stop_sequence"}, recovery.StopSequence, ""},
+		{"another stop reason", []string{"END"}, pt.Answer{Stop: "end_turn", StopSequence: "END"}, recovery.StopEndTurn, ""},
+		{"the output limit", []string{"END"}, pt.Answer{Limit: true, StopSequence: "END"}, recovery.StopMaxTokens, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest()
+			req.StopSequences = tc.stops
+			tc.answer.Text = []string{"Hello"}
+			r, _ := run(t, pt.Always(pt.OK(tc.answer)), req)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if r.Finish.StopReason != tc.stop || r.Finish.StopSequence != tc.want {
+				t.Errorf("stop %v %q, want %v %q", r.Finish.StopReason, r.Finish.StopSequence, tc.stop, tc.want)
+			}
+			if r.Text() != "Hello" {
+				t.Errorf("text %q", r.Text())
+			}
+		})
+	}
+}
+
+// TestStopSequenceFromTheAPIsOwnWords: the stream as the API sends it, the
+// stop sequence last of the answer (the API leaves it out of the text).
+func TestStopSequenceFromTheAPIsOwnWords(t *testing.T) {
+	const sse = "event: message_start\n" +
+		`data: {"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}}` + "\n\n" +
+		"event: content_block_start\n" +
+		`data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
+		"event: ping\ndata: {\"type\": \"ping\"}\n\n" +
+		"event: content_block_delta\n" +
+		`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"1, 2, 3"}}` + "\n\n" +
+		"event: content_block_stop\n" +
+		`data: {"type":"content_block_stop","index":0}` + "\n\n" +
+		"event: message_delta\n" +
+		`data: {"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"\u003c/list\u003e"},"usage":{"output_tokens":7}}` + "\n\n" +
+		"event: message_stop\n" +
+		`data: {"type":"message_stop"}` + "\n\n"
+	req := newRequest()
+	req.StopSequences = []string{"4", "</list>"}
+	r, _ := run(t, pt.Always(pt.Reply{SSE: sse}), req)
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	want := provider.Finish{StopReason: recovery.StopSequence, StopSequence: "</list>", Model: "claude-test", ID: "msg_01",
+		Usage: recovery.Usage{InputTokens: 12, OutputTokens: 7}}
+	if r.Finish != want || r.Text() != "1, 2, 3" {
+		t.Errorf("text %q, finish %+v, want %+v", r.Text(), r.Finish, want)
+	}
+}
+
+// TestModelParametersOnTheWire: the sampling parameters, the stop
+// sequences and the tool choice go as the API's keys (the parity tests,
+// body_test.go, hold them to the SDK's encoding).
+func TestModelParametersOnTheWire(t *testing.T) {
+	temp, topP := 0.0, 1e-9
+	zoom := provider.Tool{Name: "zoom", InputSchema: []byte(`{"type":"object","properties":{"factor":{"type":"number"}}}`)}
+	for _, tc := range []struct {
+		name string
+		set  func(*provider.Request)
+		want string // the keys after "model", before "stream"
+	}{
+		{"nothing", func(*provider.Request) {}, ``},
+		{"sampling", func(r *provider.Request) {
+			r.Sampling = provider.Sampling{Temperature: &temp, TopP: &topP, TopK: 40, Seed: new(int64(1))}
+		}, `"temperature":0,"top_k":40,"top_p":1e-9`},
+		{"stop sequences", func(r *provider.Request) { r.StopSequences = []string{"</a>", "\n\"é"} },
+			`"stop_sequences":["</a>","\n\"é"]`},
+		{"disable parallel alone", func(r *provider.Request) { r.ToolChoice.DisableParallel = true },
+			`"tool_choice":{"disable_parallel_tool_use":true,"type":"auto"}`},
+		{"any", func(r *provider.Request) { r.ToolChoice.Mode = provider.ToolChoiceAny }, `"tool_choice":{"type":"any"}`},
+		{"tool choice none", func(r *provider.Request) {
+			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceNone, DisableParallel: true}
+		},
+			`"tool_choice":{"type":"none"}`},
+		{"tool", func(r *provider.Request) {
+			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: "zoom", DisableParallel: true}
+			r.Tools = []provider.Tool{zoom}
+		}, `"tool_choice":{"name":"zoom","disable_parallel_tool_use":true,"type":"tool"},` +
+			`"tools":[{"input_schema":{"properties":{"factor":{"type":"number"}},"type":"object"},"name":"zoom"}]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest()
+			tc.set(req)
+			r, srv := run(t, pt.Always(pt.OK(pt.Text("ok"))), req)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			want := `{"max_tokens":1024,"messages":[{"content":[{"text":"Say hello.","type":"text"}],"role":"user"}],"model":"claude-test",` +
+				tc.want + `,"stream":true}`
+			if tc.want == "" {
+				want = strings.Replace(want, ",,", ",", 1)
+			}
+			pt.AssertJSON(t, srv.Request(t, 1).Body, want)
+		})
+	}
+}

@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -146,6 +150,63 @@ func checkBody(t *testing.T, p *Provider, req *provider.Request) {
 	if g := decodeJSON(t, body); !reflect.DeepEqual(g, w) {
 		t.Fatalf("body\n%s\njson.Marshal(params) with \"stream\": true\n%s", body, want)
 	}
+	checkOrder(t, body, want)
+}
+
+// checkOrder holds the body's top-level keys, and tool_choice's, to the
+// SDK's order, and its numbers (max_tokens, temperature, top_k, top_p) to
+// the SDK's bytes. The rest is held to JSON equality: the SDK's encoder
+// writes the keys of a message, a block or thinking in another order, and
+// escapes <, > and & in strings (\u003c), which package jsonenc does not
+// need to.
+func checkOrder(t *testing.T, body, sdkBody []byte) {
+	t.Helper()
+	keys, vals := rawFields(t, body)
+	wantKeys, wantVals := rawFields(t, sdkBody)
+	if wantKeys = append(wantKeys, "stream"); !slices.Equal(keys, wantKeys) {
+		t.Fatalf("keys %q, the SDK's %q", keys, wantKeys)
+	}
+	for _, k := range []string{"max_tokens", "temperature", "top_k", "top_p"} {
+		if !bytes.Equal(vals[k], wantVals[k]) {
+			t.Fatalf("%s: %s, the SDK's %s", k, vals[k], wantVals[k])
+		}
+	}
+	if c := vals["tool_choice"]; c != nil {
+		if !slices.Equal(fieldNames(t, c), fieldNames(t, wantVals["tool_choice"])) {
+			t.Fatalf("tool_choice %s, the SDK's %s", c, wantVals["tool_choice"])
+		}
+	}
+}
+
+// rawFields is the keys of the JSON object b, in order, and their values
+// as they are written.
+func rawFields(t *testing.T, b []byte) (keys []string, vals map[string]json.RawMessage) {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("not a JSON object (%v): %q", err, b)
+	}
+	vals = map[string]json.RawMessage{}
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			t.Fatalf("%v: %q", err, b)
+		}
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("%v: %q", err, b)
+		}
+		keys = append(keys, tok.(string))
+		vals[tok.(string)] = v
+	}
+	return keys, vals
+}
+
+// fieldNames is the keys of the JSON object b, in order.
+func fieldNames(t *testing.T, b []byte) []string {
+	t.Helper()
+	keys, _ := rawFields(t, b)
+	return keys
 }
 
 // decodeJSON is b decoded into any, as a server reads it, its numbers as
@@ -202,7 +263,7 @@ func parityRequests() map[string]*provider.Request {
 			}
 		}
 	}
-	return map[string]*provider.Request{
+	reqs := map[string]*provider.Request{
 		"plain":          req(recovery.UserText("Say hello.")),
 		"empty":          {},
 		"no messages":    req(),
@@ -283,6 +344,114 @@ func parityRequests() map[string]*provider.Request {
 			r.Tools = []provider.Tool{tool("zoom", "Zooms.", schema)}
 		}),
 	}
+	maps.Copy(reqs, paramsRequests())
+	return reqs
+}
+
+// paramsRequests are the requests of TestBodyParity that carry the
+// caller's model parameters: each alone, with its edge values, together,
+// and refused.
+func paramsRequests() map[string]*provider.Request {
+	f := func(v float64) *float64 { return &v }
+	with := func(f func(*provider.Request)) *provider.Request {
+		r := &provider.Request{Model: "claude-test", MaxTokens: 4096, Messages: []recovery.Message{recovery.UserText("Hi.")}}
+		f(r)
+		return r
+	}
+	sampling := func(s provider.Sampling) *provider.Request { return with(func(r *provider.Request) { r.Sampling = s }) }
+	stops := func(seqs ...string) *provider.Request {
+		return with(func(r *provider.Request) { r.StopSequences = seqs })
+	}
+	choice := func(c provider.ToolChoice) *provider.Request {
+		return with(func(r *provider.Request) {
+			r.ToolChoice = c
+			r.Tools = []provider.Tool{{Name: "zoom", InputSchema: []byte(`{"properties":{"factor":{"type":"number"}}}`)}}
+		})
+	}
+	sixteen := make([]string, 16) // the most the API takes, each of the most bytes the service takes
+	for i := range sixteen {
+		sixteen[i] = strings.Repeat("\n\"<"+string(rune('a'+i)), 64)
+	}
+	return map[string]*provider.Request{
+		"temperature 0":             sampling(provider.Sampling{Temperature: f(0)}),
+		"temperature negative zero": sampling(provider.Sampling{Temperature: f(math.Copysign(0, -1))}),
+		"temperature 1":             sampling(provider.Sampling{Temperature: f(1)}),
+		"temperature 0.7":           sampling(provider.Sampling{Temperature: f(0.7)}),
+		"temperature 17 digits":     sampling(provider.Sampling{Temperature: f(0.30000000000000004)}),
+		"temperature NaN":           sampling(provider.Sampling{Temperature: f(math.NaN())}),
+		"temperature infinite":      sampling(provider.Sampling{Temperature: f(math.Inf(-1))}),
+		"top_p 1":                   sampling(provider.Sampling{TopP: f(1)}),
+		"top_p 0.95":                sampling(provider.Sampling{TopP: f(0.95)}),
+		"top_p 1e-6":                sampling(provider.Sampling{TopP: f(1e-6)}),
+		"top_p under 1e-6":          sampling(provider.Sampling{TopP: f(9.99e-7)}),
+		"top_p 1e-9":                sampling(provider.Sampling{TopP: f(1e-9)}),
+		"top_p 1.5e-10":             sampling(provider.Sampling{TopP: f(1.5e-10)}),
+		"top_p 1e-100":              sampling(provider.Sampling{TopP: f(1e-100)}),
+		"top_p smallest":            sampling(provider.Sampling{TopP: f(math.SmallestNonzeroFloat64)}),
+		"top_p 1e21":                sampling(provider.Sampling{TopP: f(1e21)}),
+		"top_p NaN":                 sampling(provider.Sampling{TopP: f(math.NaN())}),
+		"top_k":                     sampling(provider.Sampling{TopK: 40}),
+		"top_k 1":                   sampling(provider.Sampling{TopK: 1}),
+		"seed is not sent":          sampling(provider.Sampling{Seed: new(int64(7))}),
+		"sampling all": sampling(provider.Sampling{Temperature: f(0.7), TopP: f(0.9), TopK: 5,
+			Seed: new(int64(-1))}),
+		"stop sequence":                        stops("\n\nHuman:"),
+		"stop sequences escaped":               stops(`"quoted"`, "a\nb\r\t\x00\x1f", "é 😀 \u2028\u2029", "</script>", "<&>", `back\slash`, "\xff\xe2\x82"),
+		"stop sequences sixteen":               stops(sixteen...),
+		"stop sequences empty":                 stops(),
+		"stop sequences nil":                   stops(nil...),
+		"stop sequence empty":                  stops(""),
+		"tool choice default":                  choice(provider.ToolChoice{}),
+		"tool choice default named":            choice(provider.ToolChoice{Name: "zoom"}),
+		"tool choice default disable parallel": choice(provider.ToolChoice{DisableParallel: true}),
+		"tool choice auto":                     choice(provider.ToolChoice{Mode: provider.ToolChoiceAuto}),
+		"tool choice auto disable parallel":    choice(provider.ToolChoice{Mode: provider.ToolChoiceAuto, DisableParallel: true}),
+		"tool choice any":                      choice(provider.ToolChoice{Mode: provider.ToolChoiceAny}),
+		"tool choice any disable parallel":     choice(provider.ToolChoice{Mode: provider.ToolChoiceAny, DisableParallel: true}),
+		"tool choice none":                     choice(provider.ToolChoice{Mode: provider.ToolChoiceNone}),
+		"tool choice none disable parallel":    choice(provider.ToolChoice{Mode: provider.ToolChoiceNone, DisableParallel: true}),
+		"tool choice tool":                     choice(provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: "zoom"}),
+		"tool choice tool disable parallel": choice(provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: "zoom",
+			DisableParallel: true}),
+		"tool choice tool escaped": choice(provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: "<z\"\u2028\xff>"}),
+		"tool choice tool unnamed": choice(provider.ToolChoice{Mode: provider.ToolChoiceTool}),
+		"tool choice without tools": with(func(r *provider.Request) {
+			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceNone}
+		}),
+		"tool choice unknown": choice(provider.ToolChoice{Mode: 99, DisableParallel: true}),
+		"all parameters": with(func(r *provider.Request) {
+			r.System = "Be brief."
+			r.Sampling = provider.Sampling{Temperature: f(0), TopP: f(1e-9), TopK: 3}
+			r.StopSequences = []string{"</answer>", "\n\n"}
+			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: "zoom", DisableParallel: true}
+			r.Tools = []provider.Tool{{Name: "zoom", Description: "Zooms.", InputSchema: []byte(schema)}}
+		}),
+		"all parameters thinking": with(func(r *provider.Request) {
+			r.System, r.ThinkingBudget = "Be brief.", 2000
+			r.Sampling = provider.Sampling{TopP: f(0.95)}
+			r.StopSequences = []string{"END"}
+			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceAuto, DisableParallel: true}
+			r.Tools = []provider.Tool{{Name: "zoom", InputSchema: []byte(schema)}}
+		}),
+		// A request refused twice is refused for what the SDK refused first:
+		// its params' mapping (messages, tool choice, tools), and only then
+		// its encoding (a number JSON cannot carry).
+		"NaN and a bad message": with(func(r *provider.Request) {
+			r.Sampling.Temperature = f(math.NaN())
+			r.Messages = append(r.Messages, recovery.Message{Role: recovery.RoleUser, Blocks: []recovery.Block{{Kind: 42}}})
+		}),
+		"NaN and an unknown tool choice": with(func(r *provider.Request) {
+			r.Sampling.TopP, r.ToolChoice.Mode = f(math.Inf(1)), 7
+		}),
+		"NaN and a bad schema": with(func(r *provider.Request) {
+			r.Sampling.Temperature = f(math.NaN())
+			r.Tools = []provider.Tool{{Name: "f", InputSchema: []byte(`[]`)}}
+		}),
+		"unknown tool choice and a bad schema": with(func(r *provider.Request) {
+			r.ToolChoice.Mode = -1
+			r.Tools = []provider.Tool{{Name: "f", InputSchema: []byte(`[]`)}}
+		}),
+	}
 }
 
 // TestBodyParity: for each request and each configuration, the provider's
@@ -358,6 +527,10 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		}
 		req.Messages = append(req.Messages, m)
 	}
+	req.Sampling, req.ToolChoice = genSampling(rng), genToolChoice(rng, cut)
+	for range rng.IntN(4) {
+		req.StopSequences = append(req.StopSequences, cut())
+	}
 	for range rng.IntN(3) {
 		t := provider.Tool{Name: cut(), Description: cut()}
 		switch rng.IntN(3) {
@@ -369,6 +542,46 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		req.Tools = append(req.Tools, t)
 	}
 	return req
+}
+
+// genSampling is sampling parameters, each set or not, their numbers
+// edge values, any in [0, 1) or, now and then, any float64 bits (NaN and
+// the infinities included).
+func genSampling(rng *rand.Rand) provider.Sampling {
+	edges := []float64{0, 1, 0.7, 1e-6, 9.99e-7, 1e-9, 1e21, 5e-324, math.Copysign(0, -1)}
+	num := func() *float64 {
+		var v float64
+		switch rng.IntN(4) {
+		case 0:
+			return nil
+		case 1:
+			v = edges[rng.IntN(len(edges))]
+		case 2:
+			v = rng.Float64()
+		default:
+			if v = math.Float64frombits(rng.Uint64()); rng.IntN(10) != 0 && (math.IsNaN(v) || math.IsInf(v, 0)) {
+				v = 0.5 // mostly finite: a refused body compares nothing else
+			}
+		}
+		return &v
+	}
+	s := provider.Sampling{Temperature: num(), TopP: num()}
+	if rng.IntN(2) == 0 {
+		s.TopK = rng.IntN(500) - 10
+	}
+	return s
+}
+
+// genToolChoice is a tool choice of any mode, an unknown one now and then.
+func genToolChoice(rng *rand.Rand, cut func() string) provider.ToolChoice {
+	c := provider.ToolChoice{Mode: provider.ToolChoiceMode(rng.IntN(5)), DisableParallel: rng.IntN(2) == 0}
+	if rng.IntN(40) == 0 {
+		c.Mode = provider.ToolChoiceMode(rng.IntN(100) - 50)
+	}
+	if c.Mode == provider.ToolChoiceTool || rng.IntN(8) == 0 {
+		c.Name = cut()
+	}
+	return c
 }
 
 // genBlock is a block of random kind; an unknown kind now and then. Text

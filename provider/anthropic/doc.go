@@ -10,7 +10,8 @@
 // stream that ends before it is a FailStreamBroken, whatever came before.
 //
 // The request's body is encoded here (Provider.body), appending to one
-// buffer, JSON-equal to what the SDK would encode from its params (the
+// buffer, JSON-equal to what the SDK would encode from its params, its
+// top-level keys in the SDK's order and its numbers in the SDK's bytes (the
 // parity tests hold it to that): the SDK's encoder reflects over them on
 // every request. The SDK sends it — options, auth, anthropic-version, base
 // URL, the attempt's middleware, the error of an error status — through its
@@ -49,13 +50,28 @@
 // CONTEXT_LIMIT_ADJUST reason about the value on the wire), so a budget that
 // does not fit under max_tokens is cut to half of it (at least 1024), never
 // max_tokens raised; with max_tokens ≤ 1024 the request goes without
-// thinking. Temperature is never sent (thinking refuses a changed one).
+// thinking. A temperature, a top_k or a forced tool choice, which thinking
+// refuses, is the caller's, refused on a thinking route before any attempt
+// (the capability table): the body carries what it is given.
 // Thinking is also left off for a request with a Prefill — the API refuses
 // both together, and dropping the prefill instead would break its promise
 // that the stream continues it (the recovery machine never asks for both) —
 // and for one whose last assistant message calls tools without starting
 // with a thinking block, which the API refuses with thinking on: a tool turn
 // whose thinking was not kept, as a stateless caller's.
+//
+// The caller's model parameters: Request.Sampling sends temperature, top_p
+// and top_k when set (a pointer to 0 sends 0; Seed never, the API has
+// none); Request.StopSequences sends stop_sequences; Request.ToolChoice
+// sends tool_choice {type: auto, any, none or tool, the tool's name,
+// disable_parallel_tool_use: true with DisableParallel} — ToolChoiceDefault
+// sends nothing, or {type: auto, disable_parallel_tool_use: true} with
+// DisableParallel, and none carries no disable_parallel_tool_use. A
+// temperature or top_p that is NaN or infinite is refused
+// (FailInvalidRequest), as the SDK's encoder refused it. When message_delta
+// ends the answer with stop_reason stop_sequence, its stop_sequence is
+// Finish.StopSequence if it is one of the request's stop sequences; another
+// is not echoed, and the stop reason stands.
 //
 // Each thinking block's text streams as ChunkThinking pieces; at its
 // content_block_stop the whole block, with the signature its signature_delta

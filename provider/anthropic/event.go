@@ -29,9 +29,10 @@ type event struct {
 	ContentBlock struct {
 		Type, ID, Name, Text, Thinking, Signature, Data string
 	}
-	// Delta is content_block_delta's, or message_delta's StopReason.
+	// Delta is content_block_delta's, or message_delta's StopReason and
+	// StopSequence (the one that matched, with stop_reason stop_sequence).
 	Delta struct {
-		Type, Text, Thinking, Signature, PartialJSON, StopReason string
+		Type, Text, Thinking, Signature, PartialJSON, StopReason, StopSequence string
 	}
 	// Usage is message_delta's.
 	Usage usage
@@ -69,7 +70,7 @@ func (e *event) decode(data []byte) error {
 		sse.Object("delta", func(v gjson.Result) {
 			sse.Decode(v, sse.String("type", &d.Type), sse.String("text", &d.Text), sse.String("thinking", &d.Thinking),
 				sse.String("signature", &d.Signature), sse.String("partial_json", &d.PartialJSON),
-				sse.String("stop_reason", &d.StopReason))
+				sse.String("stop_reason", &d.StopReason), sse.String("stop_sequence", &d.StopSequence))
 		}),
 		sse.Object("usage", e.Usage.decode),
 	)

@@ -55,7 +55,7 @@ func use(e *event) used {
 	case "content_block_stop":
 		u.Index = e.Index
 	case "message_delta":
-		u.Strings, u.Usage = []string{e.Delta.StopReason}, e.Usage
+		u.Strings, u.Usage = []string{e.Delta.StopReason, e.Delta.StopSequence}, e.Usage
 	}
 	return u
 }
@@ -84,7 +84,7 @@ func sdkUsed(data []byte) used {
 	e.ContentBlock.Thinking, e.ContentBlock.Signature, e.ContentBlock.Data = b.Thinking, b.Signature, b.Data
 	d := u.Delta
 	e.Delta.Type, e.Delta.Text, e.Delta.Thinking, e.Delta.Signature = d.Type, d.Text, d.Thinking, d.Signature
-	e.Delta.PartialJSON, e.Delta.StopReason = d.PartialJSON, string(d.StopReason)
+	e.Delta.PartialJSON, e.Delta.StopReason, e.Delta.StopSequence = d.PartialJSON, string(d.StopReason), d.StopSequence
 	e.Usage = usage{u.Usage.InputTokens, u.Usage.OutputTokens, u.Usage.CacheReadInputTokens, u.Usage.CacheCreationInputTokens}
 	return use(&e)
 }
@@ -124,15 +124,19 @@ func TestDecode(t *testing.T) {
 			used{Outcome: "event", Type: "content_block_delta", Index: 1, Strings: []string{"input_json_delta", `{"location": "San`}}},
 		{"content_block_stop", `{"type":"content_block_stop","index":3}`, used{Outcome: "event", Type: "content_block_stop", Index: 3}},
 		{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}`,
-			used{Outcome: "event", Type: "message_delta", Strings: []string{"end_turn"}, Usage: usage{OutputTokens: 15}}},
+			used{Outcome: "event", Type: "message_delta", Strings: []string{"end_turn", ""}, Usage: usage{OutputTokens: 15}}},
 		{"message_delta with every count", `{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"input_tokens":10,"output_tokens":89,"cache_read_input_tokens":2,"cache_creation_input_tokens":1}}`,
-			used{Outcome: "event", Type: "message_delta", Strings: []string{"tool_use"}, Usage: usage{10, 89, 2, 1}}},
+			used{Outcome: "event", Type: "message_delta", Strings: []string{"tool_use", ""}, Usage: usage{10, 89, 2, 1}}},
 		{"message_stop", `{"type":"message_stop"}`, used{Outcome: "event", Type: "message_stop"}},
 		{"ping", `{"type": "ping"}`, used{Outcome: "event", Type: "ping"}},
 		{"wrong types take the SDK's conversions", `{"type":"content_block_delta","index":"1","delta":{"type":"text_delta","text":5}}`,
 			used{Outcome: "event", Type: "content_block_delta", Index: 1, Strings: []string{"text_delta", "5"}}},
+		{"message_delta on a stop sequence", `{"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"\n\nHuman:"},"usage":{"output_tokens":12}}`,
+			used{Outcome: "event", Type: "message_delta", Strings: []string{"stop_sequence", "\n\nHuman:"}, Usage: usage{OutputTokens: 12}}},
+		{"message_delta with a number for a stop sequence", `{"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":42}}`,
+			used{Outcome: "event", Type: "message_delta", Strings: []string{"stop_sequence", "42"}}},
 		{"wrong containers are empty", `{"type":"message_delta","delta":"x","usage":[1]}`,
-			used{Outcome: "event", Type: "message_delta", Strings: []string{""}}},
+			used{Outcome: "event", Type: "message_delta", Strings: []string{"", ""}}},
 		{"not an object", `[{"type":"message_stop"}]`, used{Outcome: "event"}},
 		{"not JSON", `not json`, used{Outcome: "malformed"}},
 		{"cut", `{"type":"content_block_delta","index":0,`, used{Outcome: "malformed"}},
@@ -153,7 +157,7 @@ func TestDecode(t *testing.T) {
 // fresh event and into one reused after another decode, and with the SDK's
 // decoding: what the reader takes from it must be the same.
 func FuzzDecodeParity(f *testing.F) {
-	const reused = `{"type":"content_block_start","index":7,"message":{"id":"i","model":"m","usage":{"input_tokens":1}},"content_block":{"type":"tool_use","id":"a","name":"b","text":"c","thinking":"d","signature":"e","data":"f"},"delta":{"type":"text_delta","text":"g","stop_reason":"h"},"usage":{"output_tokens":2}}`
+	const reused = `{"type":"content_block_start","index":7,"message":{"id":"i","model":"m","usage":{"input_tokens":1}},"content_block":{"type":"tool_use","id":"a","name":"b","text":"c","thinking":"d","signature":"e","data":"f"},"delta":{"type":"text_delta","text":"g","stop_reason":"h","stop_sequence":"j"},"usage":{"output_tokens":2}}`
 	for _, s := range []string{
 		reused,
 		`{"type":"message_start","message":{"id":1,"model":"m","usage":{"input_tokens":"5","output_tokens":null}}}`,
@@ -166,6 +170,8 @@ func FuzzDecodeParity(f *testing.F) {
 		`{"type":"message_start","message":[],"usage":{"input_tokens":3}}`,
 		`{"type":"content_block_stop","index":1e3}`,
 		`{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":-1}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":null}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":["x"]}}`,
 	} {
 		f.Add([]byte(s))
 	}

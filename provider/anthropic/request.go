@@ -58,6 +58,8 @@ func (p *Provider) body(req *provider.Request) (b []byte, held int, err error) {
 	if req.Model != "" { // the SDK omits an empty model
 		b = jsonenc.AppendString(append(b, `,"model":`...), req.Model)
 	}
+	b = appendSampling(b, req.Sampling)
+	b = appendStopSequences(b, req.StopSequences)
 	if req.System != "" {
 		b = append(b, `,"system":[{"type":"text","text":`...)
 		b = append(jsonenc.AppendString(b, req.System), "}]"...)
@@ -66,16 +68,32 @@ func (p *Provider) body(req *provider.Request) (b []byte, held int, err error) {
 		b = append(b, `,"thinking":{"type":"enabled","budget_tokens":`...)
 		b = append(strconv.AppendInt(b, int64(budget), 10), '}')
 	}
+	if b, err = appendToolChoice(b, req.ToolChoice); err != nil {
+		return nil, 0, err
+	}
 	if b, err = appendTools(b, req.Tools); err != nil {
+		return nil, 0, err
+	}
+	// A number JSON cannot carry is refused last, where the SDK refused it:
+	// in its encoder, after the refusals of the mapping to its params.
+	if err = finite(req.Sampling); err != nil {
 		return nil, 0, err
 	}
 	return append(b, `,"stream":true}`...), held, nil
 }
 
 // sizeHint is about the body's length, so that it is allocated once: the
-// texts, the images in base64 and the schemas, and some room for the rest.
+// texts, the images in base64 and the schemas, and some room for the rest
+// (paramsRoom more for the sampling parameters, the stop sequences and the
+// tool choice).
 func sizeHint(req *provider.Request) int {
 	n := 256 + len(req.System) + len(req.Prefill) + len(req.Model)
+	if req.Sampling != (provider.Sampling{}) || len(req.StopSequences) > 0 || req.ToolChoice != (provider.ToolChoice{}) {
+		n += paramsRoom + len(req.ToolChoice.Name)
+	}
+	for _, s := range req.StopSequences {
+		n += 8 + len(s)
+	}
 	for _, m := range req.Messages {
 		for _, b := range m.Blocks {
 			n += 96 + len(b.Text) + len(b.Signature) + len(b.MediaType) + base64.StdEncoding.EncodedLen(len(b.Data)) +

@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	sdk "github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/packages/param"
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/recovery"
@@ -26,6 +27,10 @@ func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 	if err != nil {
 		return params, 0, err
 	}
+	toolChoice, err := sdkToolChoice(req.ToolChoice)
+	if err != nil {
+		return params, 0, err
+	}
 	tools, err := sdkTools(req.Tools)
 	if err != nil {
 		return params, 0, err
@@ -40,10 +45,15 @@ func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 		msgs, held = sdkTrimFinalAssistant(msgs)
 	}
 	params = sdk.MessageNewParams{
-		Model:     sdk.Model(req.Model),
-		MaxTokens: int64(req.MaxTokens),
-		Messages:  msgs,
-		Tools:     tools,
+		Model:      sdk.Model(req.Model),
+		MaxTokens:  int64(req.MaxTokens),
+		Messages:   msgs,
+		Tools:      tools,
+		ToolChoice: toolChoice,
+	}
+	sdkSampling(&params, req.Sampling)
+	if len(req.StopSequences) > 0 { // none, nil or empty, sends none
+		params.StopSequences = req.StopSequences
 	}
 	if req.System != "" {
 		params.System = []sdk.TextBlockParam{{Text: req.System}}
@@ -203,4 +213,46 @@ func sdkInputSchema(raw []byte) (sdk.ToolInputSchemaParam, error) {
 		schema.ExtraFields = fields
 	}
 	return schema, nil
+}
+
+// sdkSampling sets the sampling parameters that are set: a nil pointer or a
+// zero TopK is the upstream's default. The API has no seed.
+func sdkSampling(params *sdk.MessageNewParams, s provider.Sampling) {
+	if s.Temperature != nil {
+		params.Temperature = sdk.Float(*s.Temperature)
+	}
+	if s.TopP != nil {
+		params.TopP = sdk.Float(*s.TopP)
+	}
+	if s.TopK != 0 {
+		params.TopK = sdk.Int(int64(s.TopK))
+	}
+}
+
+// sdkToolChoice maps the tool choice: none for ToolChoiceDefault, unless
+// DisableParallel, which goes with auto; "none" has no
+// disable_parallel_tool_use.
+func sdkToolChoice(c provider.ToolChoice) (sdk.ToolChoiceUnionParam, error) {
+	var u sdk.ToolChoiceUnionParam
+	var parallel param.Opt[bool]
+	if c.DisableParallel {
+		parallel = sdk.Bool(true)
+	}
+	switch c.Mode {
+	case provider.ToolChoiceDefault:
+		if c.DisableParallel {
+			u.OfAuto = &sdk.ToolChoiceAutoParam{DisableParallelToolUse: parallel}
+		}
+	case provider.ToolChoiceAuto:
+		u.OfAuto = &sdk.ToolChoiceAutoParam{DisableParallelToolUse: parallel}
+	case provider.ToolChoiceAny:
+		u.OfAny = &sdk.ToolChoiceAnyParam{DisableParallelToolUse: parallel}
+	case provider.ToolChoiceNone:
+		u.OfNone = &sdk.ToolChoiceNoneParam{}
+	case provider.ToolChoiceTool:
+		u.OfTool = &sdk.ToolChoiceToolParam{Name: c.Name, DisableParallelToolUse: parallel}
+	default:
+		return u, fmt.Errorf("unknown tool choice mode %d", c.Mode)
+	}
+	return u, nil
 }

@@ -3,6 +3,7 @@ package anthropic
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -35,6 +36,8 @@ type reader struct {
 	// skip is how many bytes of leading whitespace of the continuation may
 	// still be dropped: the prefill's, which were held off the wire.
 	skip int
+	// stops are the request's stop sequences, the only ones Finish names.
+	stops []string
 	// tools are the tool_use blocks being streamed, by content index.
 	tools map[int64]*toolBlock
 	// thoughts are the thinking and redacted_thinking blocks being
@@ -63,8 +66,8 @@ type thinkingBlock struct {
 	data            string
 }
 
-func newReader(a *classify.Attempt, c *classify.Classifier, emit func(provider.Chunk) error, held int) *reader {
-	return &reader{attempt: a, classes: c, emit: emit, skip: held, tools: map[int64]*toolBlock{},
+func newReader(a *classify.Attempt, c *classify.Classifier, emit func(provider.Chunk) error, held int, stops []string) *reader {
+	return &reader{attempt: a, classes: c, emit: emit, skip: held, stops: stops, tools: map[int64]*toolBlock{},
 		thoughts: map[int64]*thinkingBlock{}}
 }
 
@@ -86,6 +89,7 @@ func (r *reader) event(ev *event) error {
 	case "message_delta":
 		if ev.Delta.StopReason != "" {
 			r.finish.StopReason = stopReason(ev.Delta.StopReason)
+			r.finish.StopSequence = r.stopSequence(ev.Delta.StopSequence)
 		}
 		r.usage(ev.Usage)
 	case "message_stop":
@@ -231,6 +235,25 @@ func (r *reader) usage(n usage) {
 	u.OutputTokens = max(u.OutputTokens, n.OutputTokens)
 	u.CacheReadInputTokens = max(u.CacheReadInputTokens, n.CacheReadInputTokens)
 	u.CacheCreationInputTokens = max(u.CacheCreationInputTokens, n.CacheCreationInputTokens)
+}
+
+// maxStopSequence is the longest stop sequence a caller may send (the
+// service refuses longer ones): an upstream's longer than that is no
+// request's, and is not even compared.
+const maxStopSequence = 256
+
+// stopSequence is the request's stop sequence that message_delta says
+// ended the answer, with stop_reason stop_sequence; "" otherwise, and when
+// the upstream names none of the request's — its stop reason stands, but
+// its words are never echoed: what Finish names is the caller's own string.
+func (r *reader) stopSequence(s string) string {
+	if r.finish.StopReason != recovery.StopSequence || s == "" || len(s) > maxStopSequence {
+		return ""
+	}
+	if i := slices.Index(r.stops, s); i >= 0 {
+		return r.stops[i]
+	}
+	return ""
 }
 
 func stopReason(s string) recovery.StopReason {

@@ -88,7 +88,8 @@ func event(name string, data any) string {
 
 // frames renders a as the API streams it: message_start, a ping, one content
 // block per kind (thinking with its signature_delta, each redacted_thinking,
-// text, each tool_use), message_delta, message_stop.
+// text, each tool_use), message_delta (with the stop sequence, if any),
+// message_stop.
 func (anthropicWire) frames(a Answer, n int) []frame {
 	u := a.Usage
 	fs := []frame{
@@ -133,22 +134,28 @@ func (anthropicWire) frames(a Answer, n int) []frame {
 	for _, t := range a.Tools {
 		block(map[string]any{"type": "tool_use", "id": t.ID, "name": t.Name, "input": map[string]any{}}, deltas(t.Args, "input_json_delta", "partial_json"))
 	}
-	stop := a.Stop
-	if a.Limit {
-		stop = "max_tokens"
-	}
-	if stop == "" {
-		stop = "end_turn"
-		if len(a.Tools) > 0 {
-			stop = "tool_use"
-		}
-	}
 	return append(fs,
 		frame{tail: true, data: event("message_delta", map[string]any{"type": "message_delta",
-			"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
+			"delta": map[string]any{"stop_reason": a.anthropicStop(), "stop_sequence": orNil(a.StopSequence)},
 			"usage": map[string]any{"output_tokens": u.Output}})},
 		frame{tail: true, end: true, data: event("message_stop", map[string]any{"type": "message_stop"})},
 	)
+}
+
+// anthropicStop is the stop_reason that ends a: Limit's max_tokens, Stop,
+// stop_sequence with a StopSequence, tool_use with Tools, or end_turn.
+func (a Answer) anthropicStop() string {
+	switch {
+	case a.Limit:
+		return "max_tokens"
+	case a.Stop != "":
+		return a.Stop
+	case a.StopSequence != "":
+		return "stop_sequence"
+	case len(a.Tools) > 0:
+		return "tool_use"
+	}
+	return "end_turn"
 }
 
 // deltas are the content_block_delta payloads of pieces.

@@ -136,6 +136,11 @@ type Answer struct {
 	// Anthropic stop_reason max_tokens, OpenAI finish_reason length. It
 	// overrides Stop.
 	Limit bool
+	// StopSequence, when not empty, is the stop sequence that ended the
+	// answer. Anthropic's wire: message_delta's stop_sequence, with
+	// stop_reason stop_sequence unless Stop or Limit says otherwise.
+	// OpenAI's wire names none: its answer ends as a normal one (stop).
+	StopSequence string
 	// Usage is what the stream reports.
 	Usage Usage
 }

@@ -400,3 +400,38 @@ func TestTheConversationAsTheServersTakeIt(t *testing.T) {
 		})
 	}
 }
+
+// TestAnthropicStopSequenceIsTheAPIWire: an Answer's StopSequence is
+// message_delta's stop_sequence, with stop_reason stop_sequence unless the
+// script says another; without one, stop_sequence is null.
+func TestAnthropicStopSequenceIsTheAPIWire(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    Answer
+		want string
+	}{
+		{"stop sequence", Answer{StopSequence: "</a>\n"},
+			`{"delta":{"stop_reason":"stop_sequence","stop_sequence":"\u003c/a\u003e\n"},"type":"message_delta","usage":{"output_tokens":0}}`},
+		{"stop sequence named alone", Answer{Stop: "stop_sequence"},
+			`{"delta":{"stop_reason":"stop_sequence","stop_sequence":null},"type":"message_delta","usage":{"output_tokens":0}}`},
+		{"another stop reason", Answer{Stop: "end_turn", StopSequence: "x"},
+			`{"delta":{"stop_reason":"end_turn","stop_sequence":"x"},"type":"message_delta","usage":{"output_tokens":0}}`},
+		{"the limit", Answer{Limit: true, StopSequence: "x"},
+			`{"delta":{"stop_reason":"max_tokens","stop_sequence":"x"},"type":"message_delta","usage":{"output_tokens":0}}`},
+		{"none", Answer{},
+			`{"delta":{"stop_reason":"end_turn","stop_sequence":null},"type":"message_delta","usage":{"output_tokens":0}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.a.Text = []string{"Hi"}
+			s := NewAnthropic(t, Always(OK(tc.a)))
+			_, body, err := post(t, s, "/v1/messages", `{"stream":true}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs := events(body)
+			if len(evs) < 2 || evs[len(evs)-2] != tc.want {
+				t.Errorf("events\n%s\nwant message_delta\n%s", strings.Join(evs, "\n"), tc.want)
+			}
+		})
+	}
+}
