@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/tidwall/gjson"
 
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/classify"
@@ -103,11 +105,45 @@ func checkParity(t *testing.T, p *Provider, rec *providertest.Recorder, req *pro
 	if g, w := decodeJSON(t, got[0].Body), decodeJSON(t, want[0].Body); !reflect.DeepEqual(g, w) {
 		t.Fatalf("body\n%s\nSDK's\n%s", got[0].Body, want[0].Body)
 	}
+	checkTopLevel(t, got[0].Body, want[0].Body)
 	got[0].Header.Del("Content-Length")
 	want[0].Header.Del("Content-Length")
 	if !reflect.DeepEqual(got[0].Header, want[0].Header) {
 		t.Fatalf("headers\n%v\nSDK's\n%v", got[0].Header, want[0].Header)
 	}
+}
+
+// checkTopLevel holds a body's top level to the SDK's byte for byte: the
+// same keys in the same order, and the same bytes for each value — the
+// numbers' and strings' encodings included — but messages and tools,
+// whose objects the SDK writes with their keys in another order (and a
+// tool's schema re-encoded), which only JSON equality holds to the SDK's.
+// "stream" is left out: the SDK's streaming call sets it last, after the
+// prefill fields (option.WithJSONSet) that come after the provider's body,
+// which carries it itself.
+func checkTopLevel(t *testing.T, got, want []byte) {
+	t.Helper()
+	if g, w := topLevel(got), topLevel(want); !reflect.DeepEqual(g, w) {
+		t.Fatalf("top level\n%q\nSDK's\n%q", g, w)
+	}
+}
+
+// topLevel is the keys of a JSON object and their values' bytes, in order;
+// messages' and tools' values are left out, and so is stream.
+func topLevel(body []byte) [][2]string {
+	var fields [][2]string
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		raw := v.Raw
+		switch k.Str {
+		case "stream":
+			return true
+		case "messages", "tools":
+			raw = "…"
+		}
+		fields = append(fields, [2]string{k.Raw, raw})
+		return true
+	})
+	return fields
 }
 
 // checkBody compares the body alone with the SDK's encoding of the params.
@@ -296,7 +332,34 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		}
 		req.Tools = append(req.Tools, t)
 	}
+	genParams(rng, req, cut)
 	return req
+}
+
+// genParams sets random sampling parameters — an edge value or any
+// float64's bits, not finite now and then — stop sequences cut from the
+// text and a tool choice, an unknown mode now and then.
+func genParams(rng *rand.Rand, req *provider.Request, cut func() string) {
+	float := func() *float64 {
+		if rng.IntN(2) == 0 {
+			return nil
+		}
+		edges := []float64{0, 0.7, 1, 2, 1e-7, 1e21}
+		v := edges[rng.IntN(len(edges))]
+		if rng.IntN(3) == 0 {
+			v = math.Float64frombits(rng.Uint64())
+		}
+		return &v
+	}
+	req.Sampling.Temperature, req.Sampling.TopP = float(), float()
+	if rng.IntN(2) == 0 {
+		seed := int64(rng.Uint64())
+		req.Sampling.Seed = &seed
+	}
+	for range rng.IntN(5) {
+		req.StopSequences = append(req.StopSequences, cut())
+	}
+	req.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceMode(rng.IntN(6)), Name: cut(), DisableParallel: rng.IntN(2) == 0}
 }
 
 // genBlock is a block of random kind; a kind that no message can hold

@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -35,6 +36,10 @@ type choice struct {
 	Index        int64
 	Delta        delta
 	FinishReason string
+	// StopReason is vLLM's stop_reason, beside finish_reason "stop": the
+	// stop string that ended the answer. Only a JSON string counts, as for
+	// the reasoning fields: the stop token's id (a number) or null is "".
+	StopReason string
 }
 
 // delta is what a choice adds to the answer.
@@ -118,6 +123,7 @@ func (ch *choice) decode(v gjson.Result) {
 	sse.Decode(v,
 		sse.Int("index", &ch.Index),
 		sse.String("finish_reason", &ch.FinishReason),
+		sse.Value("stop_reason", func(v gjson.Result) { ch.StopReason = jsonString(v) }),
 		sse.Object("delta", ch.Delta.decode),
 	)
 }
@@ -154,12 +160,39 @@ func (u *usage) decode(v gjson.Result) {
 	)
 }
 
-// jsonString is v's text if it is a JSON string, and "" otherwise.
+// jsonString is v's text if it is a JSON string, and "" otherwise, as
+// encoding/json reads it, which is how the reader took these fields from
+// the SDK's extra fields. gjson unescapes a lone escaped surrogate
+// otherwise (it takes the escape after it for its pair, and drops it): a
+// string holding a surrogate's escape is left to encoding/json, which
+// costs an allocation only for such a string.
 func jsonString(v gjson.Result) string {
-	if v.Type == gjson.String {
-		return v.Str
+	if v.Type != gjson.String {
+		return ""
 	}
-	return ""
+	if escapedSurrogate(v.Raw) {
+		var s string
+		if json.Unmarshal([]byte(v.Raw), &s) == nil {
+			return s
+		}
+	}
+	return v.Str
+}
+
+// escapedSurrogate reports whether raw, a JSON string, may hold the \u
+// escape of a UTF-16 surrogate (an escaped backslash before a u is taken
+// for one too, which only sends the string the slow way).
+func escapedSurrogate(raw string) bool {
+	for {
+		i := strings.Index(raw, `\u`)
+		if i < 0 || i+6 > len(raw) {
+			return false
+		}
+		if surrogate(raw[i+2 : i+6]) {
+			return true
+		}
+		raw = raw[i+2:]
+	}
 }
 
 // jsonKind names the kind of a JSON value as encoding/json's errors do.

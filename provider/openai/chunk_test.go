@@ -24,9 +24,9 @@ type decoded struct {
 }
 
 type decodedChoice struct {
-	Index                               int64
-	Content, Refusal, Reasoning, Finish string
-	Tools                               []toolCallDelta
+	Index                                           int64
+	Content, Refusal, Reasoning, Finish, StopReason string
+	Tools                                           []toolCallDelta
 }
 
 // leanDecoded decodes data with chunk.decode into c, as Stream does.
@@ -40,7 +40,7 @@ func leanDecoded(c *chunk, data []byte) decoded {
 	d := decoded{Outcome: "chunk", ID: c.ID, Model: c.Model}
 	for _, ch := range c.Choices {
 		d.Choices = append(d.Choices, decodedChoice{Index: ch.Index, Content: ch.Delta.Content, Refusal: ch.Delta.Refusal,
-			Reasoning: reasoning(&ch.Delta), Finish: ch.FinishReason, Tools: append([]toolCallDelta(nil), ch.Delta.ToolCalls...)})
+			Reasoning: reasoning(&ch.Delta), Finish: ch.FinishReason, StopReason: ch.StopReason, Tools: append([]toolCallDelta(nil), ch.Delta.ToolCalls...)})
 	}
 	if c.HasUsage {
 		u := c.Usage
@@ -51,7 +51,8 @@ func leanDecoded(c *chunk, data []byte) decoded {
 
 // sdkDecoded decodes data as the SDK's stream did before: [DONE], then an
 // "error" key anywhere at the top, then encoding/json into the SDK's chunk
-// (apijson), and the reasoning from the delta's extra fields.
+// (apijson), the reasoning from the delta's extra fields, and vLLM's
+// stop_reason from the choice's, as a string.
 func sdkDecoded(data []byte) decoded {
 	if bytes.HasPrefix(data, done) {
 		return decoded{Outcome: "done"}
@@ -72,6 +73,9 @@ func sdkDecoded(data []byte) decoded {
 				dc.Reasoning = s
 				break
 			}
+		}
+		if f, ok := ch.JSON.ExtraFields["stop_reason"]; ok {
+			_ = json.Unmarshal([]byte(f.Raw()), &dc.StopReason) // a number or null leaves it empty
 		}
 		for _, tc := range ch.Delta.ToolCalls {
 			dc.Tools = append(dc.Tools, toolCallDelta{Index: tc.Index, ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
@@ -120,6 +124,18 @@ func TestDecode(t *testing.T) {
 			decoded{Outcome: "chunk", Choices: []decodedChoice{{Refusal: "I can't"}}}},
 		{"finish_reason and no usage", `{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
 			decoded{Outcome: "chunk", Choices: []decodedChoice{{Finish: "stop"}}}},
+		{"vLLM's stop_reason, a stop string", `{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":"</s>\n\u00e9"}]}`,
+			decoded{Outcome: "chunk", ID: "c", Model: "m", Choices: []decodedChoice{{Finish: "stop", StopReason: "</s>\né"}}}},
+		{"vLLM's stop_reason, a stop token id", `{"choices":[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":128009}]}`,
+			decoded{Outcome: "chunk", Choices: []decodedChoice{{Finish: "stop"}}}},
+		{"vLLM's stop_reason, null", `{"choices":[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":null}]}`,
+			decoded{Outcome: "chunk", Choices: []decodedChoice{{Finish: "stop"}}}},
+		{"stop_reason neither a string nor a number", `{"choices":[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":["x"]},{"index":1,"stop_reason":true}]}`,
+			decoded{Outcome: "chunk", Choices: []decodedChoice{{Finish: "stop"}, {Index: 1}}}},
+		{"stop_reason in the delta is not the choice's", `{"choices":[{"index":0,"delta":{"stop_reason":"x"},"finish_reason":"stop"}]}`,
+			decoded{Outcome: "chunk", Choices: []decodedChoice{{Finish: "stop"}}}},
+		{"a lone escaped surrogate is encoding/json's U+FFFD", `{"choices":[{"index":0,"delta":{"reasoning":"\ud800\u00e9"},"finish_reason":"stop","stop_reason":"\udc00x"}]}`,
+			decoded{Outcome: "chunk", Choices: []decodedChoice{{Reasoning: "\ufffdé", Finish: "stop", StopReason: "\ufffdx"}}}},
 		{"usage with cache details", `{"choices":[],"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"cache_write_tokens":50,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}`,
 			decoded{Outcome: "chunk", Usage: &usage{PromptTokens: 2006, CompletionTokens: 300, CachedTokens: 1920, CacheWriteTokens: 50}}},
 		{"empty usage", `{"choices":[],"usage":{}}`, decoded{Outcome: "chunk", Usage: &usage{}}},
@@ -172,7 +188,7 @@ func TestDecode(t *testing.T) {
 
 // reused is a chunk with more of everything than most: decoding it before
 // another checks that nothing of it is left in the reused chunk.
-const reused = `{"id":"old","model":"old","choices":[{"index":0,"delta":{"content":"x","refusal":"r","reasoning":"t","tool_calls":[{"index":4,"id":"i","function":{"name":"n","arguments":"a"}},{"index":5}]},"finish_reason":"stop"},{"index":1}],"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":3}}}`
+const reused = `{"id":"old","model":"old","choices":[{"index":0,"delta":{"content":"x","refusal":"r","reasoning":"t","tool_calls":[{"index":4,"id":"i","function":{"name":"n","arguments":"a"}},{"index":5}]},"finish_reason":"stop","stop_reason":"old"},{"index":1}],"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":3}}}`
 
 // FuzzDecodeParity decodes arbitrary event data with chunk.decode, into a
 // fresh chunk and into one reused after another decode, and with the SDK's
@@ -192,6 +208,9 @@ func FuzzDecodeParity(f *testing.F) {
 		`{"x":{"error":1}}`,
 		`{"choices":[{"index":0,"delta":{"reasoning_content":"","reasoning":"r","reasoning":5}}]}`,
 		`{"choices":[{"index":true,"delta":{"content":"\ud83d\ude00 \u0000"}}]}`,
+		`{"choices":[{"index":0,"delta":{"reasoning":"\ud800\u00e9 \\ud800 \ud83d\ude00"},"finish_reason":"stop","stop_reason":"###","stop_reason":5}]}`,
+		`{"choices":[{"index":0,"finish_reason":"stop","stop_reason":128009},{"index":0,"stop_reason":null},{"stop_reason":"\ud800\u00e9"}]}`,
+		`{"choices":[{"index":0,"finish_reason":"stop","stop_reason":{"s":"x"}},{"index":0,"stop_reason":"a\"b"}]}`,
 		`{"choices":[{"index":"1","delta":{}}]} `,
 		"[DONE] trailing",
 		`{"error"`,

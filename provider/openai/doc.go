@@ -25,6 +25,21 @@
 // the SDK's conversions, in one pass without reflection: the SDK's stream
 // decoding was about a third of the service's CPU per streamed token.
 //
+// The body carries, besides the conversation, the tools and the output
+// limit, the request's sampling (temperature, top_p, seed; top_k has no
+// field on this wire, and the request validation refuses it for an openai
+// route), its stop sequences (stop, always a list), its tool choice
+// (tool_choice "auto", "required", "none" or the named function) and
+// parallel_tool_calls false when parallel tool calls are disabled; unset
+// fields are not sent, leaving the server's defaults.
+//
+// Stop sequences: OpenAI's API ends with finish_reason "stop" both at a
+// stop sequence and at a natural end, and does not say which: both are
+// StopEndTurn. vLLM adds stop_reason to the finishing choice; when it is a
+// string equal to one of the request's stop sequences the answer ended
+// there (StopSequence, with Finish.StopSequence the request's sequence);
+// a stop token's id, null, or any other string is StopEndTurn.
+//
 // finish_reason length drops every tool call of the answer: the limit may
 // have cut any of them mid-arguments, and a partial call is never emitted.
 // The attempt ends normally with StopMaxTokens and the text it streamed.

@@ -26,6 +26,8 @@ func FuzzStreamReader(f *testing.F) {
 			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":-5}}\n\n",
 			"data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n",
 			"data: not json\n\n",
+			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\",\"stop_reason\":\"###\"}]}\n\ndata: [DONE]\n\n",
+			"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\",\"stop_reason\":128009}]}\n\n",
 		},
 		Malformed: "data: {\"choices\":[{\"delta\":\n\n",
 		Provider: func(client *http.Client) (provider.Provider, error) {

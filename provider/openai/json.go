@@ -70,6 +70,6 @@ func asIs(v []byte) bool {
 
 // surrogate reports whether the four hex digits of a \u escape are a UTF-16
 // surrogate, D800 to DFFF.
-func surrogate(h []byte) bool {
+func surrogate[T string | []byte](h T) bool {
 	return (h[0] == 'd' || h[0] == 'D') && strings.IndexByte("89abcdefABCDEF", h[1]) >= 0
 }

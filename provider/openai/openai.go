@@ -162,6 +162,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 
 	r := newReader(a, a.Emitter(emit))
 	r.classes = &p.classes
+	r.stops = req.StopSequences
 	if err == nil {
 		events := sse.NewReader(res.Body, sse.MaxEvent)
 		var c chunk

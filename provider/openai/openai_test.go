@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/url"
 	"testing"
@@ -550,4 +551,116 @@ func TestFraming(t *testing.T) {
 	pt.StreamFraming(t, pt.NewOpenAI, func(srv *pt.Server) (provider.Provider, error) {
 		return openai.New(openai.Config{BaseURL: srv.URL, APIKey: apiKey, HTTPClient: srv.Client()})
 	})
+}
+
+// TestStopSequenceFromVLLMStopReason: finish_reason "stop" is end_turn —
+// OpenAI's API says it at a stop sequence and at a natural end alike —
+// unless the choice's stop_reason (vLLM's) is a string equal to one of the
+// request's stop sequences: then the answer ended at that stop sequence.
+// A stop token's id, null, or a string the request did not ask for is
+// end_turn, and the upstream's string is never reported.
+func TestStopSequenceFromVLLMStopReason(t *testing.T) {
+	stops := []string{"###", "</s>\n\"é😀", "<b>&"}
+	text := pt.Text("4", "2")
+	tool := pt.Answer{Tools: []pt.ToolCall{{ID: "call_1", Name: "f", Args: []string{`{}`}}}, Stop: "stop"}
+	for _, tc := range []struct {
+		name  string
+		reply pt.Reply
+		stops []string
+		want  recovery.StopReason
+		seq   string
+	}{
+		{"no stop_reason", pt.OK(text), stops, recovery.StopEndTurn, ""},
+		{"a matching stop string", pt.VLLMStopReason(text, "###"), stops, recovery.StopSequence, "###"},
+		{"a matching stop string with escapes", pt.VLLMStopReason(text, "</s>\n\"é😀"), stops, recovery.StopSequence, "</s>\n\"é😀"},
+		{"a matching stop string with HTML characters", pt.VLLMStopReason(text, "<b>&"), stops, recovery.StopSequence, "<b>&"},
+		{"a stop token id", pt.VLLMStopReason(text, 128009), stops, recovery.StopEndTurn, ""},
+		{"null", pt.VLLMStopReason(text, nil), stops, recovery.StopEndTurn, ""},
+		{"a string not asked for", pt.VLLMStopReason(text, "<|im_end|>"), stops, recovery.StopEndTurn, ""},
+		{"a prefix of one asked for", pt.VLLMStopReason(text, "##"), stops, recovery.StopEndTurn, ""},
+		{"an empty string", pt.VLLMStopReason(text, ""), []string{""}, recovery.StopEndTurn, ""},
+		{"no stop sequences asked for", pt.VLLMStopReason(text, "###"), nil, recovery.StopEndTurn, ""},
+		{"the string as a number's text", pt.VLLMStopReason(text, 42), []string{"42"}, recovery.StopEndTurn, ""},
+		{"finish_reason length", pt.VLLMStopReason(pt.Answer{Text: text.Text, Limit: true}, "###"), stops, recovery.StopMaxTokens, ""},
+		{"another finish_reason", pt.VLLMStopReason(pt.Answer{Text: text.Text, Stop: "abort"}, "###"), stops, recovery.StopEndTurn, ""},
+		{"tool calls with finish_reason stop", pt.VLLMStopReason(tool, "###"), stops, recovery.StopToolUse, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest()
+			req.StopSequences = tc.stops
+			r, _ := run(t, pt.Always(tc.reply), req)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if r.Finish.StopReason != tc.want || r.Finish.StopSequence != tc.seq {
+				t.Errorf("stop %v, sequence %q; want %v, %q", r.Finish.StopReason, r.Finish.StopSequence, tc.want, tc.seq)
+			}
+		})
+	}
+}
+
+// TestStopReasonWithTheLastDelta: vLLM may send the last text delta, the
+// finish_reason and the stop_reason in one chunk, and the usage in the
+// next; the text is kept and the stop sequence reported.
+func TestStopReasonWithTheLastDelta(t *testing.T) {
+	stream := sse(
+		`{"id":"chatcmpl-v","object":"chat.completion.chunk","created":1,"model":"qwen3","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`,
+		`{"id":"chatcmpl-v","object":"chat.completion.chunk","created":1,"model":"qwen3","choices":[{"index":0,"delta":{"content":"Done"},"logprobs":null,"finish_reason":"stop","stop_reason":"\nUser:"}]}`,
+		`{"id":"chatcmpl-v","object":"chat.completion.chunk","created":1,"model":"qwen3","choices":[],"usage":{"prompt_tokens":5,"total_tokens":6,"completion_tokens":1}}`,
+		`[DONE]`)
+	req := newRequest()
+	req.StopSequences = []string{"\nUser:"}
+	r, _ := run(t, pt.Always(pt.Reply{SSE: stream}), req)
+	want := provider.Finish{StopReason: recovery.StopSequence, StopSequence: "\nUser:", Model: "qwen3", ID: "chatcmpl-v",
+		Usage: recovery.Usage{InputTokens: 5, OutputTokens: 1}}
+	if r.Err != nil || r.Text() != "Done" || r.Finish != want {
+		t.Errorf("err %v, text %q, finish %+v; want %+v", r.Err, r.Text(), r.Finish, want)
+	}
+}
+
+// TestSamplingStopAndToolChoiceOnTheWire: the request's sampling, stop
+// sequences and tool choice reach the server in OpenAI's fields; top_k,
+// which Chat Completions has not, does not.
+func TestSamplingStopAndToolChoiceOnTheWire(t *testing.T) {
+	temp, topP, seed := 0.0, 0.9, int64(-7)
+	for _, tc := range []struct {
+		name string
+		edit func(*provider.Request)
+		want string // the fields after "messages", "model" and "max_completion_tokens"
+	}{
+		{"nothing set", func(*provider.Request) {}, ``},
+		{"sampling", func(r *provider.Request) {
+			r.Sampling = provider.Sampling{Temperature: &temp, TopP: &topP, TopK: 40, Seed: &seed}
+		}, `"temperature":0,"top_p":0.9,"seed":-7,`},
+		{"one stop sequence", func(r *provider.Request) { r.StopSequences = []string{"\n\n"} }, `"stop":["\n\n"],`},
+		{"auto", func(r *provider.Request) { r.ToolChoice.Mode = provider.ToolChoiceAuto }, `"tool_choice":"auto",`},
+		{"any", func(r *provider.Request) { r.ToolChoice.Mode = provider.ToolChoiceAny }, `"tool_choice":"required",`},
+		{"none", func(r *provider.Request) { r.ToolChoice.Mode = provider.ToolChoiceNone }, `"tool_choice":"none",`},
+		{"a named tool, one call", func(r *provider.Request) {
+			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: "zoom", DisableParallel: true}
+		}, `"tool_choice":{"type":"function","function":{"name":"zoom"}},"parallel_tool_calls":false,`},
+		{"one call, the default choice", func(r *provider.Request) { r.ToolChoice.DisableParallel = true }, `"parallel_tool_calls":false,`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest()
+			tc.edit(req)
+			r, srv := run(t, pt.Always(pt.OK(pt.Text("ok"))), req)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			pt.AssertJSON(t, srv.Request(t, 1).Body, `{"messages":[{"content":"Say hello.","role":"user"}],"model":"gpt-test","max_completion_tokens":1024,`+
+				tc.want+`"stream_options":{"include_usage":true},"stream":true}`)
+		})
+	}
+}
+
+// TestNonFiniteSamplingIsRefusedBeforeAnyCall: JSON has no NaN.
+func TestNonFiniteSamplingIsRefusedBeforeAnyCall(t *testing.T) {
+	nan := math.NaN()
+	req := newRequest()
+	req.Sampling.Temperature = &nan
+	r, srv := run(t, pt.Always(pt.OK(pt.Text("x"))), req)
+	if f := r.Failure(t); f.Kind != recovery.FailInvalidRequest || srv.Count() != 0 {
+		t.Errorf("kind %v, %d requests", f.Kind, srv.Count())
+	}
 }

@@ -16,8 +16,10 @@ import (
 // params a frame per level, and took the sending goroutine's stack to
 // 32 KiB (see Provider.send). The body is what the SDK would encode from
 // the params the provider used to build (the parity tests, body_test.go,
-// hold it to that) with "stream": true, which the SDK's streaming call
-// would set, and without the prefill fields, which Provider.prefillOpts set.
+// hold it to that: JSON-equal, and byte for byte at the top level but for
+// the messages' and tools' inner key order) with "stream": true, which the
+// SDK's streaming call would set, and without the prefill fields, which
+// Provider.prefillOpts set.
 func (p *Provider) body(req *provider.Request) ([]byte, error) {
 	b := make([]byte, 0, sizeHint(req))
 	b = append(b, `{"messages":[`...)
@@ -33,16 +35,35 @@ func (p *Provider) body(req *provider.Request) ([]byte, error) {
 	if req.Prefill != "" {
 		b = appendText(b, "assistant", req.Prefill)
 	}
-	b = append(b, ']')
-	if req.Model != "" { // the SDK omits an empty model
-		b = jsonenc.AppendString(append(b, `,"model":`...), req.Model)
-	}
-	b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
-	b, err := appendTools(b, req.Tools)
+	b, err := p.appendParams(append(b, ']'), req)
 	if err != nil {
 		return nil, err
 	}
-	return append(p.appendMaxTokens(b, req.MaxTokens), '}'), nil
+	return append(b, `,"stream":true}`...), nil
+}
+
+// appendParams appends the fields after the messages, in the order of the
+// SDK's params struct, which its encoder keeps: the body's top-level keys
+// come in the order the SDK's do ("stream" last, where the SDK's streaming
+// call sets it), and each field's value is the SDK's byte for byte
+// (checkTopLevel, in the parity tests).
+func (p *Provider) appendParams(b []byte, req *provider.Request) ([]byte, error) {
+	if req.Model != "" { // the SDK omits an empty model
+		b = jsonenc.AppendString(append(b, `,"model":`...), req.Model)
+	}
+	b, err := appendSampling(p.appendMaxTokens(b, req.MaxTokens), req.Sampling)
+	if err != nil {
+		return nil, err
+	}
+	if req.ToolChoice.DisableParallel {
+		b = append(b, `,"parallel_tool_calls":false`...)
+	}
+	b = appendStop(b, req.StopSequences)
+	b = append(b, `,"stream_options":{"include_usage":true}`...)
+	if b, err = appendToolChoice(b, req.ToolChoice); err != nil {
+		return nil, err
+	}
+	return appendTools(b, req.Tools)
 }
 
 // appendMaxTokens sets the output limit, in the field the server knows.
@@ -59,9 +80,10 @@ func (p *Provider) appendMaxTokens(b []byte, n int) []byte {
 }
 
 // sizeHint is about the body's length, so that it is allocated once: the
-// texts, the images in base64 and the schemas, and some room for the rest.
+// texts, the images in base64 and the schemas, and some room for the rest
+// (the sampling and tool choice fields included).
 func sizeHint(req *provider.Request) int {
-	n := 256 + len(req.System) + len(req.Prefill) + len(req.Model)
+	n := 384 + len(req.System) + len(req.Prefill) + len(req.Model) + len(req.ToolChoice.Name)
 	for _, m := range req.Messages {
 		for _, b := range m.Blocks {
 			n += 64 + len(b.Text) + len(b.MediaType) + base64.StdEncoding.EncodedLen(len(b.Data)) +
@@ -70,6 +92,9 @@ func sizeHint(req *provider.Request) int {
 	}
 	for _, t := range req.Tools {
 		n += 64 + len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	for _, s := range req.StopSequences {
+		n += 8 + len(s)
 	}
 	return n
 }

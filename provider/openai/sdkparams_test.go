@@ -33,6 +33,13 @@ func (p *Provider) sdkParams(req *provider.Request) (*sdk.ChatCompletionNewParam
 	if req.Prefill != "" {
 		msgs = append(msgs, sdk.AssistantMessage(req.Prefill))
 	}
+	if err := checkSampling(req.Sampling); err != nil {
+		return nil, err
+	}
+	choice, err := sdkToolChoice(req.ToolChoice)
+	if err != nil {
+		return nil, err
+	}
 	tools, err := sdkTools(req.Tools)
 	if err != nil {
 		return nil, err
@@ -41,8 +48,10 @@ func (p *Provider) sdkParams(req *provider.Request) (*sdk.ChatCompletionNewParam
 		Model:         shared.ChatModel(req.Model),
 		Messages:      msgs,
 		Tools:         tools,
+		ToolChoice:    choice,
 		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)},
 	}
+	sdkSampling(params, req)
 	if req.MaxTokens > 0 {
 		if p.legacyMax {
 			params.MaxTokens = sdk.Int(int64(req.MaxTokens))
@@ -51,6 +60,46 @@ func (p *Provider) sdkParams(req *provider.Request) (*sdk.ChatCompletionNewParam
 		}
 	}
 	return params, nil
+}
+
+// sdkSampling sets the sampling parameters, the stop sequences (always as
+// a list) and parallel_tool_calls false when parallel calls are disabled.
+func sdkSampling(params *sdk.ChatCompletionNewParams, req *provider.Request) {
+	s := req.Sampling
+	if s.Temperature != nil {
+		params.Temperature = sdk.Float(*s.Temperature)
+	}
+	if s.TopP != nil {
+		params.TopP = sdk.Float(*s.TopP)
+	}
+	if s.Seed != nil {
+		params.Seed = sdk.Int(*s.Seed)
+	}
+	if len(req.StopSequences) > 0 {
+		params.Stop = sdk.ChatCompletionNewParamsStopUnion{OfStringArray: req.StopSequences}
+	}
+	if req.ToolChoice.DisableParallel {
+		params.ParallelToolCalls = sdk.Bool(false)
+	}
+}
+
+// sdkToolChoice maps the tool choice; the zero union sends nothing.
+func sdkToolChoice(tc provider.ToolChoice) (sdk.ChatCompletionToolChoiceOptionUnionParam, error) {
+	var u sdk.ChatCompletionToolChoiceOptionUnionParam
+	switch tc.Mode {
+	case provider.ToolChoiceDefault:
+	case provider.ToolChoiceAuto:
+		u.OfAuto = sdk.String(string(sdk.ChatCompletionToolChoiceOptionAutoAuto))
+	case provider.ToolChoiceAny:
+		u.OfAuto = sdk.String(string(sdk.ChatCompletionToolChoiceOptionAutoRequired))
+	case provider.ToolChoiceNone:
+		u.OfAuto = sdk.String(string(sdk.ChatCompletionToolChoiceOptionAutoNone))
+	case provider.ToolChoiceTool:
+		u = sdk.ToolChoiceOptionFunctionToolChoice(sdk.ChatCompletionNamedToolChoiceFunctionParam{Name: tc.Name})
+	default:
+		return u, errToolChoice(tc.Mode)
+	}
+	return u, nil
 }
 
 // sdkMessage maps one message, which may become several: each tool result is

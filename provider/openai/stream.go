@@ -24,6 +24,7 @@ type reader struct {
 	emit    func(provider.Chunk) error
 	classes *classify.Classifier // scrubs the model the stream names; nil: patterns only
 
+	stops   []string            // the request's stop sequences
 	calls   map[int64]*toolCall // tool calls being streamed, by index
 	order   []int64             // their indexes in order of appearance
 	reason  string              // finish_reason, once it came
@@ -67,7 +68,7 @@ func (r *reader) chunk(c *chunk) error {
 			return err
 		}
 		if choice.FinishReason != "" && r.reason == "" {
-			if err := r.finishWith(strings.Clone(choice.FinishReason)); err != nil {
+			if err := r.finishWith(strings.Clone(choice.FinishReason), choice.StopReason); err != nil {
 				return err
 			}
 		}
@@ -122,9 +123,10 @@ func (r *reader) toolDelta(tc *toolCallDelta) {
 	call.args.WriteString(tc.Arguments)
 }
 
-// finishWith records the finish_reason and emits the tool calls, which are
-// complete now — unless the output limit stopped the answer, which drops them.
-func (r *reader) finishWith(reason string) error {
+// finishWith records the finish_reason, with the choice's stop_reason,
+// and emits the tool calls, which are complete now — unless the output
+// limit stopped the answer, which drops them.
+func (r *reader) finishWith(reason, stopReason string) error {
 	r.reason = reason
 	stop, ok := finishReasons[reason]
 	if !ok {
@@ -136,6 +138,10 @@ func (r *reader) finishWith(reason string) error {
 		stop = recovery.StopToolUse
 	case stop == recovery.StopEndTurn && r.refused:
 		stop = recovery.StopRefusal
+	case reason == "stop":
+		if seq, ok := r.stopSequence(stopReason); ok {
+			stop, r.finish.StopSequence = recovery.StopSequence, seq
+		}
 	}
 	r.finish.StopReason = stop
 	if stop.Truncating() {
@@ -155,6 +161,24 @@ func (r *reader) finishWith(reason string) error {
 		}
 	}
 	return nil
+}
+
+// stopSequence is the request's stop sequence that stopReason names, if
+// it names one. OpenAI's own API ends with finish_reason "stop" at a stop
+// sequence and at a natural end alike, and sends no stop_reason: that is
+// end_turn. vLLM says which stop string matched in stop_reason; any other
+// stop_reason — a stop token's id, null, a string the request did not ask
+// for — is end_turn too. The sequence returned is the request's own, never
+// the upstream's words.
+func (r *reader) stopSequence(stopReason string) (string, bool) {
+	if stopReason == "" {
+		return "", false
+	}
+	i := slices.Index(r.stops, stopReason)
+	if i < 0 {
+		return "", false
+	}
+	return r.stops[i], true
 }
 
 // setUsage maps usage. prompt_tokens counts cached tokens too; they are

@@ -3,8 +3,10 @@ package providertest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
+	"strings"
 )
 
 // openaiWire speaks Chat Completions.
@@ -83,7 +85,26 @@ func (openaiWire) malformed() string {
 
 // frames renders a as the API streams it: a role chunk, the deltas, the
 // finish chunk, the usage chunk (stream_options.include_usage) and [DONE].
-func (openaiWire) frames(a Answer, n int) []frame {
+func (openaiWire) frames(a Answer, n int) []frame { return openaiFrames(a, n, nil) }
+
+// VLLMStopReason streams a on the Chat Completions wire (a server of
+// NewOpenAI) as vLLM does: its finish chunk's choice carries, beside
+// finish_reason, vLLM's stop_reason — the stop string that ended the
+// answer (a string), the id of the stop token that did (an int), or null
+// for a natural end (nil). OpenAI's own API sends no stop_reason. The
+// stream is the reply's SSE, sent as it is, its chunks' id that of a first
+// request (chatcmpl-test0001): Reply's Fault and delays do not apply to it.
+func VLLMStopReason(a Answer, stopReason any) Reply {
+	var b strings.Builder
+	for _, f := range openaiFrames(a, 1, map[string]any{"stop_reason": stopReason}) {
+		b.WriteString(f.data)
+	}
+	return Reply{SSE: b.String()}
+}
+
+// openaiFrames renders a for request n; finishExtra, when not nil, are
+// more fields of the finish chunk's choice.
+func openaiFrames(a Answer, n int, finishExtra map[string]any) []frame {
 	id := fmt.Sprintf("chatcmpl-test%04d", n)
 	chunk := func(choices []any, usage any) string {
 		return "data: " + mustJSON(map[string]any{
@@ -125,8 +146,10 @@ func (openaiWire) frames(a Answer, n int) []frame {
 		"prompt_tokens_details":     map[string]any{"cached_tokens": u.CacheRead, "audio_tokens": 0},
 		"completion_tokens_details": map[string]any{"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
 	}
+	finish := delta(map[string]any{}, stop)
+	maps.Copy(finish[0].(map[string]any), finishExtra)
 	return append(fs,
-		frame{tail: true, data: chunk(delta(map[string]any{}, stop), nil)},
+		frame{tail: true, data: chunk(finish, nil)},
 		frame{tail: true, data: chunk([]any{}, usage)},
 		frame{tail: true, end: true, data: "data: [DONE]\n\n"},
 	)

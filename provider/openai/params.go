@@ -1,0 +1,121 @@
+package openai
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/jsonenc"
+)
+
+// The request's sampling, stop sequences and tool choice, appended as the
+// SDK encodes its params' seed, temperature, top_p, stop, tool_choice and
+// parallel_tool_calls: each value byte for byte (checkTopLevel, in the
+// parity tests), each field where the SDK puts it (Provider.appendParams).
+// Sampling.TopK has no field on this wire and is never sent: the request
+// validation refuses top_k on an openai route (config.KindCapabilities).
+
+// checkSampling refuses a temperature or top_p that is not a finite
+// number, which JSON cannot hold: the SDK's encoder failed on it and the
+// request was never sent.
+func checkSampling(s provider.Sampling) error {
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"temperature", s.Temperature}, {"top_p", s.TopP}} {
+		if f.v != nil && (math.IsNaN(*f.v) || math.IsInf(*f.v, 0)) {
+			return fmt.Errorf("%s %v is not a finite number", f.name, *f.v)
+		}
+	}
+	return nil
+}
+
+// appendSampling appends the seed, the temperature and top_p that are set;
+// a nil pointer sends nothing (the upstream's default), and a temperature
+// of 0 set through its pointer is sent as 0.
+func appendSampling(b []byte, s provider.Sampling) ([]byte, error) {
+	if err := checkSampling(s); err != nil {
+		return nil, err
+	}
+	if s.Seed != nil {
+		b = strconv.AppendInt(append(b, `,"seed":`...), *s.Seed, 10)
+	}
+	if s.Temperature != nil {
+		b = appendFloat(append(b, `,"temperature":`...), *s.Temperature)
+	}
+	if s.TopP != nil {
+		b = appendFloat(append(b, `,"top_p":`...), *s.TopP)
+	}
+	return b, nil
+}
+
+// appendFloat appends the finite f as encoding/json, and the SDK's fork of
+// it, write a float64: the shortest decimal that reads back as f, in
+// exponent form below 1e-6 and from 1e21 on, with no leading zero in a
+// negative exponent (1e-7, not 1e-07).
+func appendFloat(b []byte, f float64) []byte {
+	format := byte('f')
+	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if n := len(b); format == 'e' && n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+		b[n-2] = b[n-1]
+		b = b[:n-1]
+	}
+	return b
+}
+
+// appendStop appends the stop sequences as an array, the form of the SDK's
+// stop union that every compatible server takes, for one sequence too;
+// none sends nothing.
+func appendStop(b []byte, stops []string) []byte {
+	if len(stops) == 0 {
+		return b
+	}
+	b = append(b, `,"stop":[`...)
+	for i, s := range stops {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonenc.AppendString(b, s)
+	}
+	return append(b, ']')
+}
+
+// toolChoiceModes are the tool choice modes sent as a string.
+var toolChoiceModes = map[provider.ToolChoiceMode]string{
+	provider.ToolChoiceAuto: "auto",
+	provider.ToolChoiceAny:  "required",
+	provider.ToolChoiceNone: "none",
+}
+
+// errToolChoice is the failure of a tool choice mode this provider does
+// not know; the request validation lets none through.
+func errToolChoice(m provider.ToolChoiceMode) error {
+	return fmt.Errorf("tool choice mode %d is not known", m)
+}
+
+// appendToolChoice appends tool_choice: a mode's string, or the named
+// function, in the SDK's key order. ToolChoiceDefault sends nothing.
+func appendToolChoice(b []byte, tc provider.ToolChoice) ([]byte, error) {
+	switch tc.Mode {
+	case provider.ToolChoiceDefault:
+		return b, nil
+	case provider.ToolChoiceTool:
+		if tc.Name == "" {
+			// The SDK omits a function that is all zero; the server
+			// refuses the choice either way.
+			return append(b, `,"tool_choice":{"type":"function"}`...), nil
+		}
+		b = jsonenc.AppendString(append(b, `,"tool_choice":{"function":{"name":`...), tc.Name)
+		return append(b, `},"type":"function"}`...), nil
+	}
+	mode, ok := toolChoiceModes[tc.Mode]
+	if !ok {
+		return nil, errToolChoice(tc.Mode)
+	}
+	b = append(b, `,"tool_choice":"`...)
+	return append(append(b, mode...), '"'), nil
+}
