@@ -27,32 +27,13 @@ const paramsRoom = 200
 // table refuses it for the route).
 func appendSampling(b []byte, s provider.Sampling) []byte {
 	if s.Temperature != nil {
-		b = appendFloat(append(b, `,"temperature":`...), *s.Temperature)
+		b = jsonenc.AppendFloat(append(b, `,"temperature":`...), *s.Temperature)
 	}
 	if s.TopK != 0 {
 		b = strconv.AppendInt(append(b, `,"top_k":`...), int64(s.TopK), 10)
 	}
 	if s.TopP != nil {
-		b = appendFloat(append(b, `,"top_p":`...), *s.TopP)
-	}
-	return b
-}
-
-// appendFloat appends f as encoding/json writes a float64, and so the SDK's
-// encoder (its fork) through param.Opt: the shortest text that reads back
-// as f, in exponent form below 1e-6 and from 1e21 on, its exponent without
-// a leading zero (1e-7, not 1e-07). f is finite (see finite).
-func appendFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1] // e-07 → e-7
-			b = b[:n-1]
-		}
+		b = jsonenc.AppendFloat(append(b, `,"top_p":`...), *s.TopP)
 	}
 	return b
 }

@@ -7,48 +7,14 @@ import (
 	"testing"
 
 	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/jsonenc"
 	"github.com/completiond/completiond/recovery"
 )
 
-// TestAppendFloat: a float is written as encoding/json writes it, which the
-// SDK's param.Opt[float64] does (the parity tests compare the two on the
-// wire).
-func TestAppendFloat(t *testing.T) {
-	for _, tc := range []struct {
-		f    float64
-		want string
-	}{
-		{0, "0"},
-		{math.Copysign(0, -1), "-0"},
-		{1, "1"},
-		{0.7, "0.7"},
-		{0.30000000000000004, "0.30000000000000004"},
-		{1e-6, "0.000001"},
-		{9.99e-7, "9.99e-7"},
-		{1e-9, "1e-9"},
-		{1.5e-10, "1.5e-10"},
-		{1e-100, "1e-100"},
-		{5e-324, "5e-324"},
-		{123456789.125, "123456789.125"},
-		{1e20, "100000000000000000000"},
-		{1e21, "1e+21"},
-		{-2.5e-8, "-2.5e-8"},
-		{math.MaxFloat64, "1.7976931348623157e+308"},
-	} {
-		got := string(appendFloat(nil, tc.f))
-		want, err := json.Marshal(tc.f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != tc.want || got != string(want) {
-			t.Errorf("appendFloat(%v) = %s, want %s (encoding/json: %s)", tc.f, got, tc.want, want)
-		}
-	}
-}
-
-// FuzzAppendFloat holds appendFloat to encoding/json for every finite
-// float64, and finite to refusing the others as encoding/json does.
-func FuzzAppendFloat(f *testing.F) {
+// FuzzFinite holds finite to refusing the floats encoding/json refuses
+// (the SDK's encoder, its fork, refused the params and sent nothing), and
+// jsonenc.AppendFloat to encoding/json for the others.
+func FuzzFinite(f *testing.F) {
 	for _, v := range []float64{0, 1, 0.7, 1e-6, 9.99e-7, 1e-9, 1e21, 5e-324, math.NaN(), math.Inf(1)} {
 		f.Add(math.Float64bits(v))
 	}
@@ -58,8 +24,8 @@ func FuzzAppendFloat(f *testing.F) {
 		if ferr := finite(provider.Sampling{TopP: &v}); (err == nil) != (ferr == nil) {
 			t.Fatalf("%v: finite says %v, encoding/json %v", v, ferr, err)
 		}
-		if err == nil && string(appendFloat(nil, v)) != string(want) {
-			t.Fatalf("appendFloat(%v) = %s, encoding/json %s", v, appendFloat(nil, v), want)
+		if got := jsonenc.AppendFloat(nil, v); err == nil && string(got) != string(want) {
+			t.Fatalf("AppendFloat(%v) = %s, encoding/json %s", v, got, want)
 		}
 	})
 }

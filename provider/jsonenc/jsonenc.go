@@ -1,6 +1,10 @@
 package jsonenc
 
-import "unicode/utf8"
+import (
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
 
 // AppendString appends s as a JSON string, escaped as encoding/json (and
 // the SDK's encoder, its fork) escapes it, but for <, > and &, which need
@@ -66,4 +70,22 @@ func appendControl(b []byte, c byte) []byte {
 		return append(b, `\t`...)
 	}
 	return append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+}
+
+// AppendFloat appends the finite f as encoding/json writes a float64, and
+// so the providers' SDK encoders (its forks): the shortest decimal that
+// reads back as f, in exponent form below 1e-6 and from 1e21 on, with no
+// leading zero in a negative exponent (1e-7, not 1e-07). JSON has no NaN
+// or infinity: the caller refuses them.
+func AppendFloat(b []byte, f float64) []byte {
+	format := byte('f')
+	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if n := len(b); format == 'e' && n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+		b[n-2] = b[n-1] // e-07 → e-7
+		b = b[:n-1]
+	}
+	return b
 }

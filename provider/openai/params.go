@@ -42,29 +42,12 @@ func appendSampling(b []byte, s provider.Sampling) ([]byte, error) {
 		b = strconv.AppendInt(append(b, `,"seed":`...), *s.Seed, 10)
 	}
 	if s.Temperature != nil {
-		b = appendFloat(append(b, `,"temperature":`...), *s.Temperature)
+		b = jsonenc.AppendFloat(append(b, `,"temperature":`...), *s.Temperature)
 	}
 	if s.TopP != nil {
-		b = appendFloat(append(b, `,"top_p":`...), *s.TopP)
+		b = jsonenc.AppendFloat(append(b, `,"top_p":`...), *s.TopP)
 	}
 	return b, nil
-}
-
-// appendFloat appends the finite f as encoding/json, and the SDK's fork of
-// it, write a float64: the shortest decimal that reads back as f, in
-// exponent form below 1e-6 and from 1e21 on, with no leading zero in a
-// negative exponent (1e-7, not 1e-07).
-func appendFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if n := len(b); format == 'e' && n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-		b[n-2] = b[n-1]
-		b = b[:n-1]
-	}
-	return b
 }
 
 // appendStop appends the stop sequences as an array, the form of the SDK's

@@ -2,9 +2,7 @@ package openai
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/completiond/completiond/provider"
@@ -138,29 +136,5 @@ func TestParamsOnTheWire(t *testing.T) {
 				t.Errorf("body %s\nlacks %s", body, tc.want)
 			}
 		})
-	}
-}
-
-// TestAppendFloatIsEncodingJSONs: appendFloat writes a float64 as
-// encoding/json does (the SDK's encoder is its fork, with the same float
-// encoding): around both cutoffs of the exponent form, at the extremes,
-// and for random bit patterns.
-func TestAppendFloatIsEncodingJSONs(t *testing.T) {
-	values := []float64{0, math.Copysign(0, -1), 1, -1, 2, 0.7, 0.1 + 0.2, 1e-6, math.Nextafter(1e-6, 0), 1e-7,
-		1e21, math.Nextafter(1e21, 0), 1e20, 123456789e-15, math.MaxFloat64, math.SmallestNonzeroFloat64, -1e-300, 1e300}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 10000 {
-		if v := math.Float64frombits(rng.Uint64()); !math.IsNaN(v) && !math.IsInf(v, 0) {
-			values = append(values, v)
-		}
-	}
-	for _, v := range values {
-		want, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendFloat([]byte("x"), v); string(got) != "x"+string(want) {
-			t.Fatalf("appendFloat(%v) = %s, want x%s", v, got, want)
-		}
 	}
 }
