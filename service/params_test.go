@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"slices"
@@ -17,6 +18,8 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/provider/anthropic"
+	pt "github.com/completiond/completiond/provider/providertest"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
 )
@@ -383,5 +386,51 @@ func TestTakeoverKeepsTheModelParameters(t *testing.T) {
 			t.Errorf("attempt %d after the takeover: %+v %q %+v; before: %+v %q %+v", i+2,
 				r.Sampling, r.StopSequences, r.ToolChoice, first.Sampling, first.StopSequences, first.ToolChoice)
 		}
+	}
+}
+
+// TestSignedThinkingNeverReachesAnotherModel: a Session's tool turn
+// thinks on claude-a (its block signed for claude-a); the next turn's call
+// is overloaded and falls back to claude-b. The fault server refuses, as
+// the API does, a thinking block signed for another model: the completion
+// ends COMPLETED only because claude-b's request leaves a's block out.
+func TestSignedThinkingNeverReachesAnotherModel(t *testing.T) {
+	srv := pt.NewAnthropic(t, pt.Seq(
+		pt.OK(pt.Answer{Model: "claude-a", Thinking: []string{"Need ", "weather."}, Signature: pt.SignatureFor("claude-a"),
+			Text: []string{"Checking."}, Tools: []pt.ToolCall{{ID: "toolu_1", Name: "weather", Args: []string{`{}`}}}}),
+		pt.Fail(pt.Overloaded),
+		pt.OK(pt.Answer{Model: "claude-b", Text: []string{"Sunny."}}),
+	))
+	p := realProvider(t, anthropic.Kind, srv, "sk-ant-test")
+	env := newTestEnv(t, func(cfg *Config) {
+		a := upstreamRoute("claude-a", "claude-a", anthropic.Kind, p, 200_000, false, provider.Timeouts{}, "claude-b")
+		b := upstreamRoute("claude-b", "claude-b", anthropic.Kind, p, 200_000, false, provider.Timeouts{})
+		for _, r := range []*config.Route{a, b} {
+			r.Spec.Thinking, r.ThinkingBudget = true, 2048
+			cfg.Routes[r.Spec.Name] = r
+		}
+		cfg.Policy.Retry.OverloadsBeforeFallback = 1
+	})
+	req := prompt("What is the weather?", nil)
+	req.Route, req.Tools = "claude-a", []*completionv1.Tool{{Name: "weather"}}
+	s := env.session(t, &completionv1.SessionStart{Request: req})
+	call := s.toolCall()
+	if call == nil {
+		t.Fatalf("no tool call; events %v", s.events)
+	}
+	s.answer(call.GetId(), "sunny", false)
+	res, code := s.end()
+	if code != codes.OK || res.GetRoute() != "claude-b" || resultText(res) != "Checking.Sunny." {
+		t.Fatalf("ended %v on %q with %q; transitions %v", code, res.GetRoute(), resultText(res), transitions(s.events))
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests, want 3", len(reqs))
+	}
+	if !bytes.Contains(reqs[1].Body, []byte(pt.SignatureFor("claude-a"))) {
+		t.Errorf("claude-a's second call lacks its own thinking block: %s", reqs[1].Body)
+	}
+	if bytes.Contains(reqs[2].Body, []byte(`"type":"thinking"`)) {
+		t.Errorf("claude-b was sent a thinking block: %s", reqs[2].Body)
 	}
 }

@@ -1,6 +1,7 @@
 package providertest
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -171,12 +172,52 @@ func deltas(pieces []string, typ, field string) []map[string]any {
 // the API does: 400 "final assistant content cannot end with trailing
 // whitespace".
 func (anthropicWire) refuse(body []byte) *APIError {
+	if e := foreignThinking(body); e != nil {
+		return e
+	}
 	text, ok := finalAssistant(body)
 	if !ok || text == "" || strings.TrimRightFunc(text, unicode.IsSpace) == text {
 		return nil
 	}
 	return &APIError{Status: 400, Type: "invalid_request_error", Header: noRetry,
 		Message: "messages: final assistant content cannot end with trailing whitespace"}
+}
+
+// signedPrefix starts the signatures SignatureFor makes.
+const signedPrefix = "sig-for:"
+
+// SignatureFor is a thinking block's signature as the fault server checks
+// it: made by model, valid for model only. A request that sends a thinking
+// block signed so for another model is refused as the API refuses a
+// signature it cannot verify (400 invalid_request_error); signatures of
+// any other form are not checked.
+func SignatureFor(model string) string { return signedPrefix + model }
+
+// foreignThinking refuses a request that sends a thinking block
+// SignatureFor signed for a model other than the request's.
+func foreignThinking(body []byte) *APIError {
+	var req struct {
+		Model    string `json:"model"`
+		Messages []struct {
+			Content []struct {
+				Type      string `json:"type"`
+				Signature string `json:"signature"`
+			} `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return nil
+	}
+	for i, m := range req.Messages {
+		for j, b := range m.Content {
+			signer, ok := strings.CutPrefix(b.Signature, signedPrefix)
+			if b.Type == "thinking" && ok && signer != req.Model {
+				return &APIError{Status: 400, Type: "invalid_request_error", Header: noRetry,
+					Message: fmt.Sprintf("messages.%d.content.%d: Invalid `signature` in `thinking` block", i, j)}
+			}
+		}
+	}
+	return nil
 }
 
 // answer is a: the API continues a final assistant message (a prefill).
