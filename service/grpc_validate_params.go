@@ -1,7 +1,6 @@
 package service
 
 import (
-	"math"
 	"slices"
 	"strconv"
 
@@ -47,27 +46,31 @@ func (c *Config) chainOf(req *completionv1.CompleteRequest) []*config.Route {
 }
 
 func validateSampling(req *completionv1.CompleteRequest, v *violations) {
-	if req.Temperature != nil {
-		if t := req.GetTemperature(); math.IsNaN(t) || t < 0 || t > 2 {
-			v.add("temperature", "must be between 0 and 2, got %s", number(t))
-		}
+	if t := req.GetTemperature(); req.Temperature != nil && !validTemperature(t) {
+		v.add("temperature", "must be between 0 and 2, got %s", number(t))
 	}
-	if req.TopP != nil {
-		if p := req.GetTopP(); math.IsNaN(p) || p <= 0 || p > 1 {
-			v.add("top_p", "must be in (0, 1], got %s", number(p))
-		}
+	if p := req.GetTopP(); req.TopP != nil && !validTopP(p) {
+		v.add("top_p", "must be in (0, 1], got %s", number(p))
 	}
 	if req.TopK != nil && req.GetTopK() < 1 {
 		v.add("top_k", "must be at least 1, got %d", req.GetTopK())
 	}
 }
 
+// validTemperature and validTopP report whether a value is in the range
+// some route takes (NaN is in none).
+func validTemperature(t float64) bool { return t >= 0 && t <= 2 }
+func validTopP(p float64) bool        { return p > 0 && p <= 1 }
+
 // number formats a caller's float for a violation: short, and NaN or an
 // infinity by name.
 func number(f float64) string { return strconv.FormatFloat(f, 'g', 6, 64) }
 
 func validateStopSequences(seqs []string, v *violations) {
-	const most = 16 // the largest any provider kind takes; routes may take fewer
+	most := 0 // the most any provider kind takes; routes may take fewer
+	for _, k := range config.ProviderKinds {
+		most = max(most, config.KindCapabilities(k).MaxStopSequences)
+	}
 	if len(seqs) > most {
 		v.add("stop_sequences", "%d stop sequences, over the limit of %d", len(seqs), most)
 		return
@@ -116,21 +119,22 @@ func forcing(mode completionv1.ToolChoiceMode) bool {
 // honour (the capability table, provider.KindCapabilities).
 func checkRoute(req *completionv1.CompleteRequest, route string, capa config.Capabilities, v *violations) {
 	on := "route " + quote(route)
-	if req.Temperature != nil {
+	// A value already refused on its own is not refused again per route.
+	if req.Temperature != nil && validTemperature(req.GetTemperature()) {
 		if t := req.GetTemperature(); capa.MaxTemperature == 0 {
 			v.add("temperature", "%s does not take a temperature", on)
 		} else if t > capa.MaxTemperature {
 			v.add("temperature", "%s takes a temperature between 0 and %s, got %s", on, number(capa.MaxTemperature), number(t))
 		}
 	}
-	if req.TopP != nil {
+	if req.TopP != nil && validTopP(req.GetTopP()) {
 		if !capa.TopP {
 			v.add("top_p", "%s does not take top_p", on)
 		} else if p := req.GetTopP(); p < capa.MinTopP {
 			v.add("top_p", "%s takes top_p from %s, got %s", on, number(capa.MinTopP), number(p))
 		}
 	}
-	if req.TopK != nil && !capa.TopK {
+	if req.TopK != nil && req.GetTopK() >= 1 && !capa.TopK {
 		v.add("top_k", "%s does not take top_k", on)
 	}
 	if req.Seed != nil && !capa.Seed {
