@@ -106,7 +106,14 @@
 //     (Event.Thinking) lead the assistant message of that turn, unchanged,
 //     ahead of its text and tool uses, as Anthropic requires on a tool-use
 //     turn. The thinking of other answers is dropped: the API needs it
-//     nowhere else, and it is never part of the answer.
+//     nowhere else, and it is never part of the answer. Such a block is
+//     sent to the model that signed it (Block.Model) only: a call to
+//     another model leaves it out.
+//   - A stop sequence (StopSequence) is a natural end: no continuation, no
+//     escalation. A caller's own max_tokens (Config.MaxTokens) is a
+//     ceiling that escalation never passes; Config.MaxTotalOutputTokens
+//     caps every call at what is left of it, and once nothing is, the
+//     completion ends COMPLETED with what it kept, flagged truncated.
 //   - pause_turn is continued by prefill as STREAM_RESUME, sharing the bound
 //     of MAX_OUTPUT_TOKENS_RECOVERY; without prefill the answer ends
 //     COMPLETED, flagged truncated.
