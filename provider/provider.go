@@ -3,6 +3,8 @@ package provider
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"time"
@@ -85,6 +87,26 @@ type Sampling struct {
 	TopK int
 	// Seed asks for reproducible sampling (OpenAI-compatible).
 	Seed *int64
+}
+
+// ErrNotFinite is why a sampling parameter that is NaN or infinite is
+// refused: JSON has no such number (the SDKs' encoders refuse the params
+// and send nothing).
+var ErrNotFinite = errors.New("is not a finite number")
+
+// Finite refuses a temperature or top_p that JSON cannot carry. The
+// request validation refuses them before; a provider checks again before
+// it encodes a body.
+func (s Sampling) Finite() error {
+	for _, p := range []struct {
+		name string
+		v    *float64
+	}{{"temperature", s.Temperature}, {"top_p", s.TopP}} {
+		if p.v != nil && (math.IsNaN(*p.v) || math.IsInf(*p.v, 0)) {
+			return fmt.Errorf("%s %w: %v", p.name, ErrNotFinite, *p.v)
+		}
+	}
+	return nil
 }
 
 // ToolChoiceMode is how the model chooses whether to call a tool.

@@ -93,11 +93,17 @@ func TestBadRequestsAreRefusedBeforeAnyUpstreamCall(t *testing.T) {
 	}
 }
 
-func hasViolation(details []any, field string) bool {
+// hasViolation reports whether details hold a violation of field that
+// says why.
+func hasViolation(details []any, field string) bool { return hasViolationSaying(details, field, "") }
+
+// hasViolationSaying reports whether details hold a violation of field
+// whose description is not empty and contains says.
+func hasViolationSaying(details []any, field, says string) bool {
 	for _, d := range details {
 		if br, ok := d.(*errdetails.BadRequest); ok {
 			for _, v := range br.GetFieldViolations() {
-				if v.GetField() == field && v.GetDescription() != "" {
+				if v.GetField() == field && v.GetDescription() != "" && strings.Contains(v.GetDescription(), says) {
 					return true
 				}
 			}

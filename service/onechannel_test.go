@@ -2,8 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
-	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider"
 )
 
@@ -97,14 +96,8 @@ func drain(st grpc.ServerStreamingClient[completionv1.CompletionEvent], err erro
 	if err != nil {
 		return err
 	}
-	for {
-		if _, err := st.Recv(); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-	}
+	_, err = testkit.Drain(st)
+	return err
 }
 
 // TestEveryRefusalSaysSoAtOnce: each limit that refuses a call does so on

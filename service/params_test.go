@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -135,21 +134,6 @@ func TestModelParametersAreRefusedBeforeAnyUpstreamCall(t *testing.T) {
 	if n := up.calls.Load(); n != 0 {
 		t.Errorf("upstream was called %d times for bad requests, want 0", n)
 	}
-}
-
-// hasViolationSaying reports whether details hold a violation of field
-// whose description contains says.
-func hasViolationSaying(details []any, field, says string) bool {
-	for _, d := range details {
-		if br, ok := d.(*errdetails.BadRequest); ok {
-			for _, v := range br.GetFieldViolations() {
-				if v.GetField() == field && strings.Contains(v.GetDescription(), says) {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // TestModelParametersReachEveryAttempt: the caller's parameters go

@@ -3,7 +3,6 @@ package anthropic
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/completiond/completiond/provider"
@@ -36,24 +35,6 @@ func appendSampling(b []byte, s provider.Sampling) []byte {
 		b = jsonenc.AppendFloat(append(b, `,"top_p":`...), *s.TopP)
 	}
 	return b
-}
-
-// errNotFinite is why a sampling parameter that is NaN or infinite is
-// refused: JSON has no such number, and the SDK's encoder refused the
-// params and sent nothing.
-var errNotFinite = errors.New("is not a finite number")
-
-// finite refuses a temperature or top_p that JSON cannot carry.
-func finite(s provider.Sampling) error {
-	for _, p := range []struct {
-		name string
-		v    *float64
-	}{{"temperature", s.Temperature}, {"top_p", s.TopP}} {
-		if p.v != nil && (math.IsNaN(*p.v) || math.IsInf(*p.v, 0)) {
-			return fmt.Errorf("%s %w: %v", p.name, errNotFinite, *p.v)
-		}
-	}
-	return nil
 }
 
 // appendStopSequences appends the stop sequences, if there are any: none

@@ -11,7 +11,7 @@ import (
 	"github.com/completiond/completiond/recovery"
 )
 
-// FuzzFinite holds finite to refusing the floats encoding/json refuses
+// FuzzFinite holds Sampling.Finite to refusing the floats encoding/json refuses
 // (the SDK's encoder, its fork, refused the params and sent nothing), and
 // jsonenc.AppendFloat to encoding/json for the others.
 func FuzzFinite(f *testing.F) {
@@ -21,7 +21,7 @@ func FuzzFinite(f *testing.F) {
 	f.Fuzz(func(t *testing.T, bits uint64) {
 		v := math.Float64frombits(bits)
 		want, err := json.Marshal(v)
-		if ferr := finite(provider.Sampling{TopP: &v}); (err == nil) != (ferr == nil) {
+		if ferr := (provider.Sampling{TopP: &v}).Finite(); (err == nil) != (ferr == nil) {
 			t.Fatalf("%v: finite says %v, encoding/json %v", v, ferr, err)
 		}
 		if got := jsonenc.AppendFloat(nil, v); err == nil && string(got) != string(want) {

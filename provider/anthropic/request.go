@@ -76,7 +76,7 @@ func (p *Provider) body(req *provider.Request) (b []byte, held int, err error) {
 	}
 	// A number JSON cannot carry is refused last, where the SDK refused it:
 	// in its encoder, after the refusals of the mapping to its params.
-	if err = finite(req.Sampling); err != nil {
+	if err = req.Sampling.Finite(); err != nil {
 		return nil, 0, err
 	}
 	return append(b, `,"stream":true}`...), held, nil

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/completiond/completiond/provider"
@@ -16,26 +15,11 @@ import (
 // Sampling.TopK has no field on this wire and is never sent: the request
 // validation refuses top_k on an openai route (config.KindCapabilities).
 
-// checkSampling refuses a temperature or top_p that is not a finite
-// number, which JSON cannot hold: the SDK's encoder failed on it and the
-// request was never sent.
-func checkSampling(s provider.Sampling) error {
-	for _, f := range []struct {
-		name string
-		v    *float64
-	}{{"temperature", s.Temperature}, {"top_p", s.TopP}} {
-		if f.v != nil && (math.IsNaN(*f.v) || math.IsInf(*f.v, 0)) {
-			return fmt.Errorf("%s %v is not a finite number", f.name, *f.v)
-		}
-	}
-	return nil
-}
-
 // appendSampling appends the seed, the temperature and top_p that are set;
 // a nil pointer sends nothing (the upstream's default), and a temperature
 // of 0 set through its pointer is sent as 0.
 func appendSampling(b []byte, s provider.Sampling) ([]byte, error) {
-	if err := checkSampling(s); err != nil {
+	if err := s.Finite(); err != nil {
 		return nil, err
 	}
 	if s.Seed != nil {

@@ -33,7 +33,7 @@ func (p *Provider) sdkParams(req *provider.Request) (*sdk.ChatCompletionNewParam
 	if req.Prefill != "" {
 		msgs = append(msgs, sdk.AssistantMessage(req.Prefill))
 	}
-	if err := checkSampling(req.Sampling); err != nil {
+	if err := req.Sampling.Finite(); err != nil {
 		return nil, err
 	}
 	choice, err := sdkToolChoice(req.ToolChoice)
