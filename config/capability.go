@@ -38,7 +38,37 @@ type Capabilities struct {
 	// DisableParallelToolUse reports whether the route can be held to one
 	// tool call per answer.
 	DisableParallelToolUse bool
+	// ThinkingBudget reports whether the kind thinks with a token budget
+	// (Anthropic extended thinking); MaxThinkingBudget is the largest a
+	// request may ask of the route (its max_thinking_budget), 0 where the
+	// route takes none.
+	ThinkingBudget    bool
+	MaxThinkingBudget int
+	// ReasoningEffort reports whether the kind reasons with an effort
+	// (OpenAI reasoning_effort); MaxReasoningEffort is the most a request
+	// may ask of the route (its max_reasoning_effort), "" where it takes
+	// none.
+	ReasoningEffort    bool
+	MaxReasoningEffort string
+	// InterleavedThinking reports whether the route's model can think
+	// between tool calls.
+	InterleavedThinking bool
+	// StructuredOutput is how the kind asks for an answer that satisfies
+	// output_json_schema ("native", "native or tool", "stop hook").
+	StructuredOutput string
+	// CacheBreakpoints reports whether the kind takes prompt cache
+	// breakpoints (Anthropic cache_control); OpenAI caches long prompts by
+	// itself, so a mark asks nothing it does not do anyway.
+	CacheBreakpoints bool
+	// ImageURL reports whether the route takes an image by URL, which the
+	// provider fetches.
+	ImageURL bool
+	// Documents reports whether the route takes PDF document blocks.
+	Documents bool
 }
+
+// Reasons reports whether the route can be asked to reason at all.
+func (c Capabilities) Reasons() bool { return c.MaxThinkingBudget > 0 || c.MaxReasoningEffort != "" }
 
 // ProviderKinds are the provider kinds, in the order the capability table lists
 // them.
@@ -51,13 +81,18 @@ func KindCapabilities(kind string) Capabilities {
 	switch kind {
 	case "anthropic":
 		return Capabilities{MaxTemperature: 1, TopP: true, TopK: true, MaxStopSequences: 16, NamesStopSequence: true,
-			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true}
+			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true,
+			ThinkingBudget: true, InterleavedThinking: true, StructuredOutput: "native or tool",
+			CacheBreakpoints: true, ImageURL: true, Documents: true}
 	case "openai":
 		return Capabilities{MaxTemperature: 2, TopP: true, Seed: true, MaxStopSequences: 4,
-			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true}
+			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true,
+			ReasoningEffort: true, StructuredOutput: "native", CacheBreakpoints: true, ImageURL: true}
 	case "sim":
 		return Capabilities{MaxTemperature: 2, TopP: true, TopK: true, Seed: true, MaxStopSequences: 16, NamesStopSequence: true,
-			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true}
+			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true,
+			ThinkingBudget: true, ReasoningEffort: true, InterleavedThinking: true, StructuredOutput: "stop hook",
+			CacheBreakpoints: true, ImageURL: true, Documents: true}
 	}
 	return Capabilities{}
 }

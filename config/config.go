@@ -32,17 +32,107 @@ type Route struct {
 	// machine from continuing by prefill there; LoadFile sets both from
 	// thinking_budget.
 	ThinkingBudget int
+	// MaxThinkingBudget is the largest thinking budget a request may ask
+	// of the route (kinds that think with a budget); 0 takes none.
+	// LoadFile sets it from max_thinking_budget, else from thinking_budget.
+	MaxThinkingBudget int
+	// MaxReasoningEffort is the most reasoning effort a request may ask of
+	// the route (kinds that reason with an effort: "minimal", "low",
+	// "medium", "high"); "" takes none.
+	MaxReasoningEffort string
+	// Effort is the reasoning effort every call of the route sends
+	// (OpenAI reasoning_effort); "" sends none. Set per completion by
+	// Reasoning.
+	Effort string
+	// Interleaved lets the route's model think between tool calls. Set per
+	// completion by Reasoning.
+	Interleaved bool
+	// StructuredOutput is how the route asks its upstream for an answer
+	// that satisfies the request's output schema.
+	StructuredOutput provider.StructuredOutput
 }
 
 // Capabilities is what the route can honour of a request's parameters:
-// its provider kind's row of the capability table, less what its own
-// settings rule out (a thinking route's sampling and forced tool use).
+// its provider kind's row of the capability table with the route's own
+// ceilings, less what its own settings rule out (a thinking route's
+// sampling and forced tool use).
 func (r *Route) Capabilities() Capabilities {
 	c := KindCapabilities(r.Spec.Provider)
+	if c.ThinkingBudget {
+		c.MaxThinkingBudget = r.MaxThinkingBudget
+	}
+	if c.ReasoningEffort {
+		c.MaxReasoningEffort = r.MaxReasoningEffort
+	}
 	if r.Spec.Thinking {
 		c = c.WithThinking()
 	}
+	if r.StructuredOutput == provider.StructuredTool {
+		c.StructuredOutput = "tool"
+	}
 	return c
+}
+
+// ReasoningEfforts are the reasoning efforts, least first.
+var ReasoningEfforts = []string{"minimal", "low", "medium", "high"}
+
+// EffortRank is effort's place in ReasoningEfforts (0 for minimal), or -1
+// for an unknown effort.
+func EffortRank(effort string) int { return slices.Index(ReasoningEfforts, effort) }
+
+// EffortBudgets are the thinking budgets a reasoning effort stands for on
+// a route that thinks with a budget (capped at its MaxThinkingBudget).
+var EffortBudgets = map[string]int{"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+
+// BudgetEffort is the reasoning effort a thinking budget stands for on a
+// route that reasons with an effort: up to 2048 low, up to 8192 medium,
+// above high.
+func BudgetEffort(budget int) string {
+	switch {
+	case budget <= 2048:
+		return "low"
+	case budget <= 8192:
+		return "medium"
+	}
+	return "high"
+}
+
+// Reasoning is the route as one completion calls it when its request asks
+// for reasoning: a copy that thinks with budget, or the budget effort
+// stands for, when the route thinks with a budget, and reasons with effort,
+// or the effort budget stands for, when it reasons with an effort — each
+// capped at the route's ceiling (the request validation refuses a value
+// over it; a mapped one is capped). A zero budget and an empty effort
+// leave the route as it is, with interleaved thinking added when asked.
+// The machine sees a thinking route (Spec.Thinking): no prefill there.
+func (r *Route) Reasoning(budget int, effort string, interleaved bool) *Route {
+	if budget <= 0 && effort == "" && !interleaved {
+		return r
+	}
+	c := *r
+	c.Interleaved = interleaved
+	kind := KindCapabilities(r.Spec.Provider)
+	if kind.ThinkingBudget && (budget > 0 || effort != "") {
+		b := budget
+		if b <= 0 {
+			b = EffortBudgets[effort]
+		}
+		if r.MaxThinkingBudget > 0 {
+			b = min(b, r.MaxThinkingBudget)
+		}
+		c.ThinkingBudget, c.Spec.Thinking = max(b, MinThinkingBudget), true
+	}
+	if kind.ReasoningEffort && (budget > 0 || effort != "") {
+		e := effort
+		if e == "" {
+			e = BudgetEffort(budget)
+		}
+		if m := EffortRank(r.MaxReasoningEffort); m >= 0 && EffortRank(e) > m {
+			e = r.MaxReasoningEffort
+		}
+		c.Effort = e
+	}
+	return &c
 }
 
 // Limits are the server's bounds on what a request may ask for.
@@ -275,7 +365,9 @@ func SimRoutes(s *sim.Provider) map[string]*Route {
 				MaxOutputTokens: maxOut, Prefill: prefill},
 			Upstream:  s,
 			Fallbacks: fallbacks,
-			Timeouts:  provider.Timeouts{Headers: 10 * time.Second, FirstToken: 30 * time.Second, Idle: 2 * time.Second, Total: 5 * time.Minute},
+			// The sim reasons on request, to show thinking from grpcurl.
+			MaxThinkingBudget: 32_000, MaxReasoningEffort: "high", StructuredOutput: provider.StructuredHook,
+			Timeouts: provider.Timeouts{Headers: 10 * time.Second, FirstToken: 30 * time.Second, Idle: 2 * time.Second, Total: 5 * time.Minute},
 		}
 	}
 	return map[string]*Route{

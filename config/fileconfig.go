@@ -123,6 +123,21 @@ type FileRoute struct {
 	// of max_tokens when it does not fit under it). A route that thinks
 	// never continues by prefill, whatever prefill says.
 	ThinkingBudget int `yaml:"thinking_budget"`
+	// MaxThinkingBudget (kind anthropic) is the largest thinking budget a
+	// request's reasoning may ask for (at least 1024); unset, it is
+	// thinking_budget, and a route with neither takes no reasoning.
+	MaxThinkingBudget int `yaml:"max_thinking_budget"`
+	// MaxReasoningEffort (kind openai) is the most reasoning_effort a
+	// request's reasoning may ask for: minimal, low, medium or high; unset,
+	// the route takes no reasoning (its model is not a reasoning model).
+	MaxReasoningEffort string `yaml:"max_reasoning_effort"`
+	// StructuredOutput is how the route asks for an answer that satisfies
+	// a request's output_json_schema: native (the default: OpenAI
+	// response_format json_schema, Anthropic output_config.format), tool
+	// (kind anthropic: a forced tool whose input is the answer, for models
+	// without native structured output) or hook (nothing sent upstream:
+	// the built-in stop hook alone, for servers without structured output).
+	StructuredOutput string `yaml:"structured_output"`
 	// Fallbacks are the routes tried after this one, in order.
 	Fallbacks []string `yaml:"fallbacks"`
 	// Timeouts bound each attempt.
@@ -336,6 +351,14 @@ func buildRoute(name string, fr FileRoute, providers map[string]provider.Provide
 		return nil, fmt.Errorf("%s.thinking_budget: %d is under the minimum of %d tokens (0 turns thinking off)",
 			field, fr.ThinkingBudget, MinThinkingBudget)
 	}
+	reasoning, err := fr.reasoning(field, KindCapabilities(p.Kind()))
+	if err != nil {
+		return nil, err
+	}
+	so, err := fr.structuredOutput(field, p.Kind())
+	if err != nil {
+		return nil, err
+	}
 	t, err := fr.Timeouts.parse(field + ".timeouts")
 	if err != nil {
 		return nil, err
@@ -344,7 +367,51 @@ func buildRoute(name string, fr FileRoute, providers map[string]provider.Provide
 		Spec: recovery.Route{Name: name, Provider: p.Kind(), Model: fr.Model, ContextWindow: fr.ContextWindow,
 			MaxOutputTokens: fr.MaxOutputTokens, Prefill: fr.Prefill, Thinking: fr.ThinkingBudget > 0},
 		Upstream: p, Fallbacks: fr.Fallbacks, Timeouts: t, ThinkingBudget: fr.ThinkingBudget,
+		MaxThinkingBudget: reasoning.MaxThinkingBudget, MaxReasoningEffort: reasoning.MaxReasoningEffort,
+		StructuredOutput: so,
 	}, nil
+}
+
+// reasoning checks the route's reasoning ceilings against what its kind
+// can take, and gives them with their defaults.
+func (fr FileRoute) reasoning(field string, kind Capabilities) (Capabilities, error) {
+	var c Capabilities
+	switch {
+	case fr.MaxThinkingBudget != 0 && !kind.ThinkingBudget:
+		return c, fmt.Errorf("%s.max_thinking_budget: the route's provider does not think with a budget (max_reasoning_effort is its knob)", field)
+	case fr.MaxThinkingBudget != 0 && fr.MaxThinkingBudget < max(MinThinkingBudget, fr.ThinkingBudget):
+		return c, fmt.Errorf("%s.max_thinking_budget: %d is under %d (the minimum, and the route's thinking_budget)",
+			field, fr.MaxThinkingBudget, max(MinThinkingBudget, fr.ThinkingBudget))
+	case fr.MaxReasoningEffort != "" && !kind.ReasoningEffort:
+		return c, fmt.Errorf("%s.max_reasoning_effort: the route's provider does not reason with an effort (max_thinking_budget is its knob)", field)
+	case fr.MaxReasoningEffort != "" && EffortRank(fr.MaxReasoningEffort) < 0:
+		return c, fmt.Errorf("%s.max_reasoning_effort: %q is not one of %s", field, fr.MaxReasoningEffort, strings.Join(ReasoningEfforts, ", "))
+	}
+	c.MaxThinkingBudget, c.MaxReasoningEffort = fr.MaxThinkingBudget, fr.MaxReasoningEffort
+	if c.MaxThinkingBudget == 0 && kind.ThinkingBudget {
+		c.MaxThinkingBudget = fr.ThinkingBudget
+	}
+	return c, nil
+}
+
+// structuredOutput is the route's structured_output, checked against its
+// kind.
+func (fr FileRoute) structuredOutput(field, kind string) (provider.StructuredOutput, error) {
+	switch fr.StructuredOutput {
+	case "", "native":
+		if kind == "sim" { // the sim writes text of its own: the stop hook holds it
+			return provider.StructuredHook, nil
+		}
+		return provider.StructuredNative, nil
+	case "hook":
+		return provider.StructuredHook, nil
+	case "tool":
+		if kind != "anthropic" {
+			return 0, fmt.Errorf("%s.structured_output: tool is for anthropic routes", field)
+		}
+		return provider.StructuredTool, nil
+	}
+	return 0, fmt.Errorf("%s.structured_output: %q is not one of native, tool, hook", field, fr.StructuredOutput)
 }
 
 // minThinkingBudget is the smallest thinking_budget a route may set:

@@ -20,6 +20,9 @@ type Tool struct {
 	Description string
 	// InputSchema is the JSON Schema of the arguments, as JSON.
 	InputSchema []byte
+	// CacheBreakpoint marks the tools up to and including this one as a
+	// prompt cache breakpoint (Anthropic cache_control).
+	CacheBreakpoint bool
 }
 
 // Timeouts bound one attempt. Zero fields mean no limit.
@@ -59,6 +62,22 @@ type Request struct {
 	// streams as ChunkThinking, and each complete block as a
 	// ChunkThinkingBlock.
 	ThinkingBudget int
+	// Reasoning is the caller's reasoning request, resolved against the
+	// route: Anthropic's budget and interleaved thinking go through
+	// ThinkingBudget and Interleaved, OpenAI's effort through Effort.
+	Reasoning Reasoning
+	// OutputSchema, when set, is the JSON Schema the answer must satisfy,
+	// as JSON: a provider whose StructuredOutput is not StructuredHook
+	// sends it as the upstream's structured output (the driver's stop hook
+	// checks the answer either way).
+	OutputSchema []byte
+	// StructuredOutput is how the route asks for OutputSchema.
+	StructuredOutput StructuredOutput
+	// CacheSystem marks the end of the system prompt (with the tools
+	// before it) as a prompt cache breakpoint. The blocks and tools marked
+	// are Block.CacheBreakpoint and Tool.CacheBreakpoint; at most 4 marks
+	// in all.
+	CacheSystem bool
 	// Sampling is the caller's sampling parameters, the same on every
 	// attempt of a completion (none on a summarising call).
 	Sampling Sampling
@@ -108,6 +127,36 @@ func (s Sampling) Finite() error {
 	}
 	return nil
 }
+
+// Reasoning is what an OpenAI-compatible route is asked to reason with,
+// and whether an Anthropic route thinks between tool calls.
+type Reasoning struct {
+	// Effort is OpenAI's reasoning_effort ("minimal", "low", "medium",
+	// "high"); empty sends none.
+	Effort string
+	// Interleaved lets an Anthropic model think between tool calls
+	// (the interleaved-thinking beta); its ThinkingBudget may then exceed
+	// MaxTokens.
+	Interleaved bool
+}
+
+// StructuredOutput is how a route asks its upstream for an answer that
+// satisfies Request.OutputSchema.
+type StructuredOutput int
+
+const (
+	// StructuredNative sends the schema as the upstream's own structured
+	// output: OpenAI response_format json_schema, Anthropic
+	// output_config.format.
+	StructuredNative StructuredOutput = iota
+	// StructuredTool (Anthropic) declares a tool whose input schema is the
+	// schema and forces the model to call it; the provider streams the
+	// call's input as the answer's text.
+	StructuredTool
+	// StructuredHook sends nothing: the driver's stop hook alone holds the
+	// answer to the schema (for upstreams without structured output).
+	StructuredHook
+)
 
 // ToolChoiceMode is how the model chooses whether to call a tool.
 type ToolChoiceMode int

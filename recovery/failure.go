@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -120,6 +121,24 @@ type Failure struct {
 	// time from the call to the dropped or refused connection. A drop
 	// after DeadRouteSilence or more marks a dead route (see DeadRoute).
 	Silence time.Duration
+	// MediaBlocks are the media blocks (images, documents) the upstream
+	// named as the ones it rejected, a FailMedia's, as indexes into the
+	// request's Messages; empty when it did not say which (then every
+	// media block is stripped).
+	MediaBlocks []BlockRef
+}
+
+// BlockRef points at one block of a conversation: Messages[Message].Blocks[Block].
+type BlockRef struct {
+	// Message is the message's index.
+	Message int
+	// Block is the block's index within the message.
+	Block int
+}
+
+// String returns "messages[i].content[j]", the block's path in the API.
+func (r BlockRef) String() string {
+	return "messages[" + strconv.Itoa(r.Message) + "].content[" + strconv.Itoa(r.Block) + "]"
 }
 
 // DeadRouteSilence is the silence after which an upstream that drops a

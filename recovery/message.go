@@ -42,6 +42,8 @@ const (
 	// all, ahead of the tool uses in that assistant message; the machine
 	// puts them there (see Event.Thinking).
 	BlockThinking
+	// BlockDocument is a PDF document: Data with MediaType, or URL.
+	BlockDocument
 )
 
 // Block is one piece of a Message. Which fields are meaningful depends on Kind.
@@ -51,11 +53,23 @@ type Block struct {
 	// Text is the text of a BlockText, the output of a BlockToolResult, or
 	// the reasoning of a BlockThinking.
 	Text string
-	// MediaType is the MIME type of a BlockImage.
+	// MediaType is the MIME type of a BlockImage or a BlockDocument
+	// given as Data.
 	MediaType string
-	// Data is the encoded image of a BlockImage, or the opaque data of a
-	// redacted BlockThinking, byte for byte as the upstream sent it.
+	// Data is the encoded image of a BlockImage, the document of a
+	// BlockDocument, or the opaque data of a redacted BlockThinking, byte
+	// for byte as the upstream sent it.
 	Data []byte
+	// URL is where the provider fetches a BlockImage or a BlockDocument
+	// given by URL (https; completiond never fetches it).
+	URL string
+	// Title names a BlockDocument for the model.
+	Title string
+	// CacheBreakpoint marks the end of the block as a prompt cache
+	// breakpoint: the prompt up to and including it is cached (Anthropic
+	// cache_control). The machine never sets it; the driver marks the
+	// blocks of each call's prompt.
+	CacheBreakpoint bool
 	// Signature is the upstream's signature of a BlockThinking's Text; it
 	// must go back unchanged with it.
 	Signature string

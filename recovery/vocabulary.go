@@ -104,6 +104,10 @@ type Transition struct {
 	Failure *Failure
 	// Message explains the decision for people.
 	Message string
+	// Stripped names the media blocks the transition replaced by a
+	// placeholder after an upstream rejected them, as indexes into the
+	// conversation of the rejected call.
+	Stripped []BlockRef
 }
 
 // EventKind says what happened.

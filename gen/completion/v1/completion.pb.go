@@ -31,6 +31,130 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ReasoningEffort is how hard a reasoning model thinks.
+type ReasoningEffort int32
+
+const (
+	// REASONING_EFFORT_UNSPECIFIED leaves it to budget_tokens or the route.
+	ReasoningEffort_REASONING_EFFORT_UNSPECIFIED ReasoningEffort = 0
+	// REASONING_EFFORT_MINIMAL is the least reasoning the model does.
+	ReasoningEffort_REASONING_EFFORT_MINIMAL ReasoningEffort = 1
+	// REASONING_EFFORT_LOW is little reasoning.
+	ReasoningEffort_REASONING_EFFORT_LOW ReasoningEffort = 2
+	// REASONING_EFFORT_MEDIUM is the providers' default.
+	ReasoningEffort_REASONING_EFFORT_MEDIUM ReasoningEffort = 3
+	// REASONING_EFFORT_HIGH is the most reasoning.
+	ReasoningEffort_REASONING_EFFORT_HIGH ReasoningEffort = 4
+)
+
+// Enum value maps for ReasoningEffort.
+var (
+	ReasoningEffort_name = map[int32]string{
+		0: "REASONING_EFFORT_UNSPECIFIED",
+		1: "REASONING_EFFORT_MINIMAL",
+		2: "REASONING_EFFORT_LOW",
+		3: "REASONING_EFFORT_MEDIUM",
+		4: "REASONING_EFFORT_HIGH",
+	}
+	ReasoningEffort_value = map[string]int32{
+		"REASONING_EFFORT_UNSPECIFIED": 0,
+		"REASONING_EFFORT_MINIMAL":     1,
+		"REASONING_EFFORT_LOW":         2,
+		"REASONING_EFFORT_MEDIUM":      3,
+		"REASONING_EFFORT_HIGH":        4,
+	}
+)
+
+func (x ReasoningEffort) Enum() *ReasoningEffort {
+	p := new(ReasoningEffort)
+	*p = x
+	return p
+}
+
+func (x ReasoningEffort) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReasoningEffort) Descriptor() protoreflect.EnumDescriptor {
+	return file_completion_v1_completion_proto_enumTypes[0].Descriptor()
+}
+
+func (ReasoningEffort) Type() protoreflect.EnumType {
+	return &file_completion_v1_completion_proto_enumTypes[0]
+}
+
+func (x ReasoningEffort) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReasoningEffort.Descriptor instead.
+func (ReasoningEffort) EnumDescriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{0}
+}
+
+// PromptCacheMode chooses who places the prompt's cache breakpoints. At most
+// 4 breakpoints go upstream (the Anthropic limit).
+type PromptCacheMode int32
+
+const (
+	// PROMPT_CACHE_MODE_UNSPECIFIED means PROMPT_CACHE_MODE_AUTO.
+	PromptCacheMode_PROMPT_CACHE_MODE_UNSPECIFIED PromptCacheMode = 0
+	// PROMPT_CACHE_MODE_AUTO: completiond marks the system prompt and tools,
+	// the end of the caller's conversation and the end of each call's prompt
+	// (so that a continuation reads the answer so far from the cache), after
+	// the caller's own marks, 4 in all.
+	PromptCacheMode_PROMPT_CACHE_MODE_AUTO PromptCacheMode = 1
+	// PROMPT_CACHE_MODE_OFF sends no breakpoint (marks are refused). OpenAI
+	// caches long prompts by itself regardless.
+	PromptCacheMode_PROMPT_CACHE_MODE_OFF PromptCacheMode = 2
+	// PROMPT_CACHE_MODE_CALLER sends the caller's marks only: the blocks and
+	// tools whose cache_breakpoint is set, and PromptCache.system.
+	PromptCacheMode_PROMPT_CACHE_MODE_CALLER PromptCacheMode = 3
+)
+
+// Enum value maps for PromptCacheMode.
+var (
+	PromptCacheMode_name = map[int32]string{
+		0: "PROMPT_CACHE_MODE_UNSPECIFIED",
+		1: "PROMPT_CACHE_MODE_AUTO",
+		2: "PROMPT_CACHE_MODE_OFF",
+		3: "PROMPT_CACHE_MODE_CALLER",
+	}
+	PromptCacheMode_value = map[string]int32{
+		"PROMPT_CACHE_MODE_UNSPECIFIED": 0,
+		"PROMPT_CACHE_MODE_AUTO":        1,
+		"PROMPT_CACHE_MODE_OFF":         2,
+		"PROMPT_CACHE_MODE_CALLER":      3,
+	}
+)
+
+func (x PromptCacheMode) Enum() *PromptCacheMode {
+	p := new(PromptCacheMode)
+	*p = x
+	return p
+}
+
+func (x PromptCacheMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PromptCacheMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_completion_v1_completion_proto_enumTypes[1].Descriptor()
+}
+
+func (PromptCacheMode) Type() protoreflect.EnumType {
+	return &file_completion_v1_completion_proto_enumTypes[1]
+}
+
+func (x PromptCacheMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PromptCacheMode.Descriptor instead.
+func (PromptCacheMode) EnumDescriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
+}
+
 // ToolChoiceMode is how the model chooses whether to call a tool.
 type ToolChoiceMode int32
 
@@ -79,11 +203,11 @@ func (x ToolChoiceMode) String() string {
 }
 
 func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[0].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[2].Descriptor()
 }
 
 func (ToolChoiceMode) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[0]
+	return &file_completion_v1_completion_proto_enumTypes[2]
 }
 
 func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
@@ -92,7 +216,7 @@ func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolChoiceMode.Descriptor instead.
 func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{0}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
 }
 
 // DeliveryMode chooses when token deltas reach the caller.
@@ -138,11 +262,11 @@ func (x DeliveryMode) String() string {
 }
 
 func (DeliveryMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[1].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[3].Descriptor()
 }
 
 func (DeliveryMode) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[1]
+	return &file_completion_v1_completion_proto_enumTypes[3]
 }
 
 func (x DeliveryMode) Number() protoreflect.EnumNumber {
@@ -151,7 +275,7 @@ func (x DeliveryMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeliveryMode.Descriptor instead.
 func (DeliveryMode) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
 }
 
 // Role is the author of a message.
@@ -191,11 +315,11 @@ func (x Role) String() string {
 }
 
 func (Role) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[2].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[4].Descriptor()
 }
 
 func (Role) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[2]
+	return &file_completion_v1_completion_proto_enumTypes[4]
 }
 
 func (x Role) Number() protoreflect.EnumNumber {
@@ -204,7 +328,7 @@ func (x Role) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Role.Descriptor instead.
 func (Role) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
 }
 
 // DeltaKind distinguishes answer text from reasoning.
@@ -244,11 +368,11 @@ func (x DeltaKind) String() string {
 }
 
 func (DeltaKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[3].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[5].Descriptor()
 }
 
 func (DeltaKind) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[3]
+	return &file_completion_v1_completion_proto_enumTypes[5]
 }
 
 func (x DeltaKind) Number() protoreflect.EnumNumber {
@@ -257,7 +381,7 @@ func (x DeltaKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeltaKind.Descriptor instead.
 func (DeltaKind) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
 }
 
 // TransitionReason is why the recovery machine did what it did. Terminal
@@ -400,11 +524,11 @@ func (x TransitionReason) String() string {
 }
 
 func (TransitionReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[4].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[6].Descriptor()
 }
 
 func (TransitionReason) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[4]
+	return &file_completion_v1_completion_proto_enumTypes[6]
 }
 
 func (x TransitionReason) Number() protoreflect.EnumNumber {
@@ -413,7 +537,7 @@ func (x TransitionReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransitionReason.Descriptor instead.
 func (TransitionReason) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
 }
 
 // ErrorKind is the class of an upstream failure.
@@ -518,11 +642,11 @@ func (x ErrorKind) String() string {
 }
 
 func (ErrorKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[5].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[7].Descriptor()
 }
 
 func (ErrorKind) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[5]
+	return &file_completion_v1_completion_proto_enumTypes[7]
 }
 
 func (x ErrorKind) Number() protoreflect.EnumNumber {
@@ -531,7 +655,7 @@ func (x ErrorKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorKind.Descriptor instead.
 func (ErrorKind) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
 }
 
 // StopReason is why the model stopped.
@@ -592,11 +716,11 @@ func (x StopReason) String() string {
 }
 
 func (StopReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[6].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[8].Descriptor()
 }
 
 func (StopReason) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[6]
+	return &file_completion_v1_completion_proto_enumTypes[8]
 }
 
 func (x StopReason) Number() protoreflect.EnumNumber {
@@ -605,7 +729,7 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
 }
 
 // AttemptOutcome is how one upstream attempt ended.
@@ -650,11 +774,11 @@ func (x AttemptOutcome) String() string {
 }
 
 func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[7].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[9].Descriptor()
 }
 
 func (AttemptOutcome) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[7]
+	return &file_completion_v1_completion_proto_enumTypes[9]
 }
 
 func (x AttemptOutcome) Number() protoreflect.EnumNumber {
@@ -663,7 +787,7 @@ func (x AttemptOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttemptOutcome.Descriptor instead.
 func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
 }
 
 // Verdict is a stop hook's decision.
@@ -708,11 +832,11 @@ func (x Verdict) String() string {
 }
 
 func (Verdict) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[8].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[10].Descriptor()
 }
 
 func (Verdict) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[8]
+	return &file_completion_v1_completion_proto_enumTypes[10]
 }
 
 func (x Verdict) Number() protoreflect.EnumNumber {
@@ -721,7 +845,7 @@ func (x Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Verdict.Descriptor instead.
 func (Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
 }
 
 // AttachRequest names the completion to attach to and the last event the
@@ -812,8 +936,12 @@ type CompleteRequest struct {
 	// starting with "sim." script the embedded simulator (see the README).
 	Metadata map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// output_json_schema, when set, is a JSON Schema (draft 2020-12 unless the
-	// schema says otherwise) that the final answer must satisfy; the built-in
-	// stop hook asks the model to correct an answer that does not.
+	// schema says otherwise) that the final answer must satisfy. It goes to
+	// the provider's own structured output where the route has it (OpenAI
+	// response_format json_schema, strict when the schema allows it;
+	// Anthropic output_config.format, or a forced tool where the route says
+	// so), and the built-in stop hook still checks every final answer, asking
+	// the model to correct one that does not satisfy it.
 	OutputJsonSchema string `protobuf:"bytes,10,opt,name=output_json_schema,json=outputJsonSchema,proto3" json:"output_json_schema,omitempty"`
 	// delivery chooses when token deltas are sent.
 	Delivery DeliveryMode `protobuf:"varint,11,opt,name=delivery,proto3,enum=completion.v1.DeliveryMode" json:"delivery,omitempty"`
@@ -857,8 +985,19 @@ type CompleteRequest struct {
 	// the answer flagged truncated. Unset: no bound beyond max_output_tokens
 	// per attempt and the policy's continuations. Positive when set.
 	MaxTotalOutputTokens *int32 `protobuf:"varint,19,opt,name=max_total_output_tokens,json=maxTotalOutputTokens,proto3,oneof" json:"max_total_output_tokens,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// reasoning asks the model to think before it answers: Anthropic extended
+	// thinking (budget_tokens, interleaved), OpenAI reasoning_effort. Every
+	// route of the chain must take reasoning (a route's configuration sets its
+	// ceiling); the thinking streams as DELTA_KIND_THINKING and the result
+	// keeps it. Unset: the route's own setting.
+	Reasoning *Reasoning `protobuf:"bytes,20,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	// prompt_cache says where the prompt is marked for the provider's prompt
+	// cache (Anthropic cache_control), so that every retry, escalation,
+	// continuation, resume and Session turn reads the prompt from the cache
+	// instead of paying for it again. Unset is PROMPT_CACHE_MODE_AUTO.
+	PromptCache   *PromptCache `protobuf:"bytes,21,opt,name=prompt_cache,json=promptCache,proto3" json:"prompt_cache,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -1024,6 +1163,147 @@ func (x *CompleteRequest) GetMaxTotalOutputTokens() int32 {
 	return 0
 }
 
+func (x *CompleteRequest) GetReasoning() *Reasoning {
+	if x != nil {
+		return x.Reasoning
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetPromptCache() *PromptCache {
+	if x != nil {
+		return x.PromptCache
+	}
+	return nil
+}
+
+// Reasoning asks the model to think before it answers.
+type Reasoning struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// budget_tokens is the thinking budget of Anthropic extended thinking:
+	// at least 1024 and at most the route's max_thinking_budget. On an
+	// OpenAI-compatible route without effort it maps to an effort: up to
+	// 2048 low, up to 8192 medium, above high.
+	BudgetTokens int32 `protobuf:"varint,1,opt,name=budget_tokens,json=budgetTokens,proto3" json:"budget_tokens,omitempty"`
+	// effort is OpenAI's reasoning_effort, at most the route's
+	// max_reasoning_effort. On an Anthropic route without budget_tokens it
+	// maps to a budget: minimal 1024, low 2048, medium 8192, high 24576
+	// (capped at the route's max_thinking_budget).
+	Effort ReasoningEffort `protobuf:"varint,2,opt,name=effort,proto3,enum=completion.v1.ReasoningEffort" json:"effort,omitempty"`
+	// interleaved lets an Anthropic model think between tool calls
+	// (interleaved thinking); its budget may then exceed max_output_tokens.
+	Interleaved   bool `protobuf:"varint,3,opt,name=interleaved,proto3" json:"interleaved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reasoning) Reset() {
+	*x = Reasoning{}
+	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reasoning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reasoning) ProtoMessage() {}
+
+func (x *Reasoning) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reasoning.ProtoReflect.Descriptor instead.
+func (*Reasoning) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Reasoning) GetBudgetTokens() int32 {
+	if x != nil {
+		return x.BudgetTokens
+	}
+	return 0
+}
+
+func (x *Reasoning) GetEffort() ReasoningEffort {
+	if x != nil {
+		return x.Effort
+	}
+	return ReasoningEffort_REASONING_EFFORT_UNSPECIFIED
+}
+
+func (x *Reasoning) GetInterleaved() bool {
+	if x != nil {
+		return x.Interleaved
+	}
+	return false
+}
+
+// PromptCache says where the prompt is marked for the provider's cache.
+type PromptCache struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// mode chooses who places the cache breakpoints.
+	Mode PromptCacheMode `protobuf:"varint,1,opt,name=mode,proto3,enum=completion.v1.PromptCacheMode" json:"mode,omitempty"`
+	// system marks the end of the system prompt (and the tools before it)
+	// as a breakpoint of the caller's.
+	System        bool `protobuf:"varint,2,opt,name=system,proto3" json:"system,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptCache) Reset() {
+	*x = PromptCache{}
+	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptCache) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptCache) ProtoMessage() {}
+
+func (x *PromptCache) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptCache.ProtoReflect.Descriptor instead.
+func (*PromptCache) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PromptCache) GetMode() PromptCacheMode {
+	if x != nil {
+		return x.Mode
+	}
+	return PromptCacheMode_PROMPT_CACHE_MODE_UNSPECIFIED
+}
+
+func (x *PromptCache) GetSystem() bool {
+	if x != nil {
+		return x.System
+	}
+	return false
+}
+
 // ToolChoice says whether and which tool the model must call.
 type ToolChoice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1042,7 +1322,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	mi := &file_completion_v1_completion_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1334,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	mi := &file_completion_v1_completion_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1347,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ToolChoice) GetMode() ToolChoiceMode {
@@ -1104,7 +1384,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	mi := &file_completion_v1_completion_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1396,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	mi := &file_completion_v1_completion_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1409,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Message) GetRole() Role {
@@ -1157,14 +1437,19 @@ type ContentBlock struct {
 	//	*ContentBlock_Image
 	//	*ContentBlock_ToolUse
 	//	*ContentBlock_ToolResult
-	Block         isContentBlock_Block `protobuf_oneof:"block"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	//	*ContentBlock_Document
+	Block isContentBlock_Block `protobuf_oneof:"block"`
+	// cache_breakpoint marks the end of this block as a prompt cache
+	// breakpoint of the caller's (see PromptCache): the conversation up to
+	// and including it is cached.
+	CacheBreakpoint bool `protobuf:"varint,10,opt,name=cache_breakpoint,json=cacheBreakpoint,proto3" json:"cache_breakpoint,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	mi := &file_completion_v1_completion_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1461,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	mi := &file_completion_v1_completion_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1474,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ContentBlock) GetBlock() isContentBlock_Block {
@@ -1235,6 +1520,22 @@ func (x *ContentBlock) GetToolResult() *ToolResultBlock {
 	return nil
 }
 
+func (x *ContentBlock) GetDocument() *DocumentBlock {
+	if x != nil {
+		if x, ok := x.Block.(*ContentBlock_Document); ok {
+			return x.Document
+		}
+	}
+	return nil
+}
+
+func (x *ContentBlock) GetCacheBreakpoint() bool {
+	if x != nil {
+		return x.CacheBreakpoint
+	}
+	return false
+}
+
 type isContentBlock_Block interface {
 	isContentBlock_Block()
 }
@@ -1259,6 +1560,11 @@ type ContentBlock_ToolResult struct {
 	ToolResult *ToolResultBlock `protobuf:"bytes,4,opt,name=tool_result,json=toolResult,proto3,oneof"`
 }
 
+type ContentBlock_Document struct {
+	// document is a PDF document (user messages, Anthropic routes).
+	Document *DocumentBlock `protobuf:"bytes,5,opt,name=document,proto3,oneof"`
+}
+
 func (*ContentBlock_Text) isContentBlock_Block() {}
 
 func (*ContentBlock_Image) isContentBlock_Block() {}
@@ -1266,6 +1572,8 @@ func (*ContentBlock_Image) isContentBlock_Block() {}
 func (*ContentBlock_ToolUse) isContentBlock_Block() {}
 
 func (*ContentBlock_ToolResult) isContentBlock_Block() {}
+
+func (*ContentBlock_Document) isContentBlock_Block() {}
 
 // TextBlock is plain text.
 type TextBlock struct {
@@ -1278,7 +1586,7 @@ type TextBlock struct {
 
 func (x *TextBlock) Reset() {
 	*x = TextBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	mi := &file_completion_v1_completion_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1598,7 @@ func (x *TextBlock) String() string {
 func (*TextBlock) ProtoMessage() {}
 
 func (x *TextBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	mi := &file_completion_v1_completion_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1611,7 @@ func (x *TextBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextBlock.ProtoReflect.Descriptor instead.
 func (*TextBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TextBlock) GetText() string {
@@ -1313,20 +1621,24 @@ func (x *TextBlock) GetText() string {
 	return ""
 }
 
-// ImageBlock is an inline image.
+// ImageBlock is an image: inline data, or a URL the provider fetches.
 type ImageBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// media_type is one of image/png, image/jpeg, image/gif, image/webp.
+	// media_type is one of image/png, image/jpeg, image/gif, image/webp; it is
+	// required with data and must be empty with url.
 	MediaType string `protobuf:"bytes,1,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
-	// data is the encoded image.
-	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// data is the encoded image; exactly one of data and url is set.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// url is an https URL of the image, fetched by the provider, never by
+	// completiond; at most 2048 bytes.
+	Url           string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ImageBlock) Reset() {
 	*x = ImageBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	mi := &file_completion_v1_completion_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1650,7 @@ func (x *ImageBlock) String() string {
 func (*ImageBlock) ProtoMessage() {}
 
 func (x *ImageBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	mi := &file_completion_v1_completion_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1663,7 @@ func (x *ImageBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageBlock.ProtoReflect.Descriptor instead.
 func (*ImageBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ImageBlock) GetMediaType() string {
@@ -1366,6 +1678,88 @@ func (x *ImageBlock) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *ImageBlock) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// DocumentBlock is a PDF document (Anthropic routes).
+type DocumentBlock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// media_type is application/pdf; it is required with data and must be
+	// empty with url.
+	MediaType string `protobuf:"bytes,1,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// data is the document; exactly one of data and url is set.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// url is an https URL of the document, fetched by the provider, never by
+	// completiond; at most 2048 bytes.
+	Url string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	// title names the document for the model; at most 256 bytes.
+	Title         string `protobuf:"bytes,4,opt,name=title,proto3" json:"title,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DocumentBlock) Reset() {
+	*x = DocumentBlock{}
+	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DocumentBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DocumentBlock) ProtoMessage() {}
+
+func (x *DocumentBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DocumentBlock.ProtoReflect.Descriptor instead.
+func (*DocumentBlock) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DocumentBlock) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *DocumentBlock) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *DocumentBlock) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *DocumentBlock) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
 }
 
 // ToolUseBlock is a tool call made by the model.
@@ -1383,7 +1777,7 @@ type ToolUseBlock struct {
 
 func (x *ToolUseBlock) Reset() {
 	*x = ToolUseBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[7]
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1789,7 @@ func (x *ToolUseBlock) String() string {
 func (*ToolUseBlock) ProtoMessage() {}
 
 func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[7]
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1802,7 @@ func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolUseBlock.ProtoReflect.Descriptor instead.
 func (*ToolUseBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ToolUseBlock) GetId() string {
@@ -1450,7 +1844,7 @@ type ToolResultBlock struct {
 
 func (x *ToolResultBlock) Reset() {
 	*x = ToolResultBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[8]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1856,7 @@ func (x *ToolResultBlock) String() string {
 func (*ToolResultBlock) ProtoMessage() {}
 
 func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[8]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1869,7 @@ func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultBlock.ProtoReflect.Descriptor instead.
 func (*ToolResultBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ToolResultBlock) GetToolUseId() string {
@@ -1514,14 +1908,17 @@ type Tool struct {
 	// description tells the model what the tool does.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
 	// input_schema is the JSON Schema of the tool's arguments.
-	InputSchema   *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InputSchema *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	// cache_breakpoint marks the tools up to and including this one as a
+	// prompt cache breakpoint of the caller's (see PromptCache).
+	CacheBreakpoint bool `protobuf:"varint,4,opt,name=cache_breakpoint,json=cacheBreakpoint,proto3" json:"cache_breakpoint,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1930,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1943,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Tool) GetName() string {
@@ -1568,6 +1965,13 @@ func (x *Tool) GetInputSchema() *structpb.Struct {
 		return x.InputSchema
 	}
 	return nil
+}
+
+func (x *Tool) GetCacheBreakpoint() bool {
+	if x != nil {
+		return x.CacheBreakpoint
+	}
+	return false
 }
 
 // Policy tightens the server's recovery policy for one request. Unset fields
@@ -1618,7 +2022,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +2034,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +2047,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Policy) GetMaxRetries() int32 {
@@ -1765,7 +2169,7 @@ type CompletionEvent struct {
 
 func (x *CompletionEvent) Reset() {
 	*x = CompletionEvent{}
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +2181,7 @@ func (x *CompletionEvent) String() string {
 func (*CompletionEvent) ProtoMessage() {}
 
 func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +2194,7 @@ func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionEvent.ProtoReflect.Descriptor instead.
 func (*CompletionEvent) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CompletionEvent) GetSeq() uint64 {
@@ -1960,7 +2364,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2376,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2389,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Started) GetCompletionId() string {
@@ -2037,7 +2441,7 @@ type TokenDelta struct {
 
 func (x *TokenDelta) Reset() {
 	*x = TokenDelta{}
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2453,7 @@ func (x *TokenDelta) String() string {
 func (*TokenDelta) ProtoMessage() {}
 
 func (x *TokenDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2466,7 @@ func (x *TokenDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenDelta.ProtoReflect.Descriptor instead.
 func (*TokenDelta) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TokenDelta) GetKind() DeltaKind {
@@ -2094,7 +2498,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2510,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2523,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolCall) GetId() string {
@@ -2160,7 +2564,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2576,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2589,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -2249,13 +2653,18 @@ type Transition struct {
 	// may also name earlier attempts, for example when a resumed stream is
 	// restarted cleanly after its prefill was refused.
 	DiscardedAttempts []int32 `protobuf:"varint,13,rep,packed,name=discarded_attempts,json=discardedAttempts,proto3" json:"discarded_attempts,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// stripped_blocks names the media blocks an upstream rejected and the
+	// transition replaced by a placeholder, as "messages[i].content[j]":
+	// indexes into the conversation of the call the upstream rejected, the
+	// caller's own unless a compaction changed it; at most 16 are named.
+	StrippedBlocks []string `protobuf:"bytes,14,rep,name=stripped_blocks,json=strippedBlocks,proto3" json:"stripped_blocks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2676,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2689,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Transition) GetReason() TransitionReason {
@@ -2374,6 +2783,13 @@ func (x *Transition) GetDiscardedAttempts() []int32 {
 	return nil
 }
 
+func (x *Transition) GetStrippedBlocks() []string {
+	if x != nil {
+		return x.StrippedBlocks
+	}
+	return nil
+}
+
 // UpstreamError is a classified upstream failure, without secrets.
 type UpstreamError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2399,7 +2815,7 @@ type UpstreamError struct {
 
 func (x *UpstreamError) Reset() {
 	*x = UpstreamError{}
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2827,7 @@ func (x *UpstreamError) String() string {
 func (*UpstreamError) ProtoMessage() {}
 
 func (x *UpstreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2840,7 @@ func (x *UpstreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamError.ProtoReflect.Descriptor instead.
 func (*UpstreamError) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpstreamError) GetKind() ErrorKind {
@@ -2496,7 +2912,7 @@ type StopHookRequest struct {
 
 func (x *StopHookRequest) Reset() {
 	*x = StopHookRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2924,7 @@ func (x *StopHookRequest) String() string {
 func (*StopHookRequest) ProtoMessage() {}
 
 func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2937,7 @@ func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookRequest.ProtoReflect.Descriptor instead.
 func (*StopHookRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StopHookRequest) GetHookId() string {
@@ -2557,7 +2973,7 @@ type AttemptUsage struct {
 
 func (x *AttemptUsage) Reset() {
 	*x = AttemptUsage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2985,7 @@ func (x *AttemptUsage) String() string {
 func (*AttemptUsage) ProtoMessage() {}
 
 func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2998,7 @@ func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUsage.ProtoReflect.Descriptor instead.
 func (*AttemptUsage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AttemptUsage) GetAttempt() int32 {
@@ -2656,7 +3072,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +3084,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +3097,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Result) GetReason() TransitionReason {
@@ -2776,7 +3192,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +3204,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +3217,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CompleteResponse) GetCompletionId() string {
@@ -2844,7 +3260,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2856,7 +3272,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2869,7 +3285,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SessionRequest) GetRequest() isSessionRequest_Request {
@@ -2986,7 +3402,7 @@ type SessionResume struct {
 
 func (x *SessionResume) Reset() {
 	*x = SessionResume{}
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3414,7 @@ func (x *SessionResume) String() string {
 func (*SessionResume) ProtoMessage() {}
 
 func (x *SessionResume) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3427,7 @@ func (x *SessionResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResume.ProtoReflect.Descriptor instead.
 func (*SessionResume) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionResume) GetCompletionId() string {
@@ -3044,7 +3460,7 @@ type SessionStart struct {
 
 func (x *SessionStart) Reset() {
 	*x = SessionStart{}
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3056,7 +3472,7 @@ func (x *SessionStart) String() string {
 func (*SessionStart) ProtoMessage() {}
 
 func (x *SessionStart) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3069,7 +3485,7 @@ func (x *SessionStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStart.ProtoReflect.Descriptor instead.
 func (*SessionStart) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionStart) GetRequest() *CompleteRequest {
@@ -3104,7 +3520,7 @@ type ToolResults struct {
 
 func (x *ToolResults) Reset() {
 	*x = ToolResults{}
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3532,7 @@ func (x *ToolResults) String() string {
 func (*ToolResults) ProtoMessage() {}
 
 func (x *ToolResults) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3545,7 @@ func (x *ToolResults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResults.ProtoReflect.Descriptor instead.
 func (*ToolResults) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ToolResults) GetResults() []*ToolResultBlock {
@@ -3155,7 +3571,7 @@ type StopHookVerdict struct {
 
 func (x *StopHookVerdict) Reset() {
 	*x = StopHookVerdict{}
-	mi := &file_completion_v1_completion_proto_msgTypes[26]
+	mi := &file_completion_v1_completion_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3583,7 @@ func (x *StopHookVerdict) String() string {
 func (*StopHookVerdict) ProtoMessage() {}
 
 func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[26]
+	mi := &file_completion_v1_completion_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3596,7 @@ func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookVerdict.ProtoReflect.Descriptor instead.
 func (*StopHookVerdict) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{26}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StopHookVerdict) GetHookId() string {
@@ -3215,7 +3631,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_completion_v1_completion_proto_msgTypes[27]
+	mi := &file_completion_v1_completion_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3643,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[27]
+	mi := &file_completion_v1_completion_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3656,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{27}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3257,7 +3673,7 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x1ecompletion/v1/completion.proto\x12\rcompletion.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"Q\n" +
 	"\rAttachRequest\x12#\n" +
 	"\rcompletion_id\x18\x01 \x01(\tR\fcompletionId\x12\x1b\n" +
-	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\xe8\a\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\xdf\b\n" +
 	"\x0fCompleteRequest\x12\x14\n" +
 	"\x05route\x18\x01 \x01(\tR\x05route\x12'\n" +
 	"\x0ffallback_routes\x18\x02 \x03(\tR\x0efallbackRoutes\x12\x16\n" +
@@ -3279,7 +3695,9 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x0estop_sequences\x18\x11 \x03(\tR\rstopSequences\x12:\n" +
 	"\vtool_choice\x18\x12 \x01(\v2\x19.completion.v1.ToolChoiceR\n" +
 	"toolChoice\x12:\n" +
-	"\x17max_total_output_tokens\x18\x13 \x01(\x05H\x05R\x14maxTotalOutputTokens\x88\x01\x01\x1a;\n" +
+	"\x17max_total_output_tokens\x18\x13 \x01(\x05H\x05R\x14maxTotalOutputTokens\x88\x01\x01\x126\n" +
+	"\treasoning\x18\x14 \x01(\v2\x18.completion.v1.ReasoningR\treasoning\x12=\n" +
+	"\fprompt_cache\x18\x15 \x01(\v2\x1a.completion.v1.PromptCacheR\vpromptCache\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x14\n" +
@@ -3288,7 +3706,14 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x06_top_pB\b\n" +
 	"\x06_top_kB\a\n" +
 	"\x05_seedB\x1a\n" +
-	"\x18_max_total_output_tokens\"\x8e\x01\n" +
+	"\x18_max_total_output_tokens\"\x8a\x01\n" +
+	"\tReasoning\x12#\n" +
+	"\rbudget_tokens\x18\x01 \x01(\x05R\fbudgetTokens\x126\n" +
+	"\x06effort\x18\x02 \x01(\x0e2\x1e.completion.v1.ReasoningEffortR\x06effort\x12 \n" +
+	"\vinterleaved\x18\x03 \x01(\bR\vinterleaved\"Y\n" +
+	"\vPromptCache\x122\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1e.completion.v1.PromptCacheModeR\x04mode\x12\x16\n" +
+	"\x06system\x18\x02 \x01(\bR\x06system\"\x8e\x01\n" +
 	"\n" +
 	"ToolChoice\x121\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1d.completion.v1.ToolChoiceModeR\x04mode\x12\x12\n" +
@@ -3296,21 +3721,31 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x19disable_parallel_tool_use\x18\x03 \x01(\bR\x16disableParallelToolUse\"i\n" +
 	"\aMessage\x12'\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x13.completion.v1.RoleR\x04role\x125\n" +
-	"\acontent\x18\x02 \x03(\v2\x1b.completion.v1.ContentBlockR\acontent\"\xf7\x01\n" +
+	"\acontent\x18\x02 \x03(\v2\x1b.completion.v1.ContentBlockR\acontent\"\xde\x02\n" +
 	"\fContentBlock\x12.\n" +
 	"\x04text\x18\x01 \x01(\v2\x18.completion.v1.TextBlockH\x00R\x04text\x121\n" +
 	"\x05image\x18\x02 \x01(\v2\x19.completion.v1.ImageBlockH\x00R\x05image\x128\n" +
 	"\btool_use\x18\x03 \x01(\v2\x1b.completion.v1.ToolUseBlockH\x00R\atoolUse\x12A\n" +
 	"\vtool_result\x18\x04 \x01(\v2\x1e.completion.v1.ToolResultBlockH\x00R\n" +
-	"toolResultB\a\n" +
+	"toolResult\x12:\n" +
+	"\bdocument\x18\x05 \x01(\v2\x1c.completion.v1.DocumentBlockH\x00R\bdocument\x12)\n" +
+	"\x10cache_breakpoint\x18\n" +
+	" \x01(\bR\x0fcacheBreakpointB\a\n" +
 	"\x05block\"\x1f\n" +
 	"\tTextBlock\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"?\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"Q\n" +
 	"\n" +
 	"ImageBlock\x12\x1d\n" +
 	"\n" +
 	"media_type\x18\x01 \x01(\tR\tmediaType\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"a\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\"j\n" +
+	"\rDocumentBlock\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x01 \x01(\tR\tmediaType\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x14\n" +
+	"\x05title\x18\x04 \x01(\tR\x05title\"a\n" +
 	"\fToolUseBlock\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12-\n" +
@@ -3319,11 +3754,12 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\vtool_use_id\x18\x01 \x01(\tR\ttoolUseId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x12\x12\n" +
-	"\x04halt\x18\x04 \x01(\bR\x04halt\"x\n" +
+	"\x04halt\x18\x04 \x01(\bR\x04halt\"\xa3\x01\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
-	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\xb7\x06\n" +
+	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12)\n" +
+	"\x10cache_breakpoint\x18\x04 \x01(\bR\x0fcacheBreakpoint\"\xb7\x06\n" +
 	"\x06Policy\x12$\n" +
 	"\vmax_retries\x18\x01 \x01(\x05H\x00R\n" +
 	"maxRetries\x88\x01\x01\x12<\n" +
@@ -3381,7 +3817,7 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x125\n" +
 	"\x17cache_read_input_tokens\x18\x03 \x01(\x03R\x14cacheReadInputTokens\x12=\n" +
-	"\x1bcache_creation_input_tokens\x18\x04 \x01(\x03R\x18cacheCreationInputTokens\"\xe3\x03\n" +
+	"\x1bcache_creation_input_tokens\x18\x04 \x01(\x03R\x18cacheCreationInputTokens\"\x8c\x04\n" +
 	"\n" +
 	"Transition\x127\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1f.completion.v1.TransitionReasonR\x06reason\x12\x1a\n" +
@@ -3400,7 +3836,8 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	" \x01(\v2\x1c.completion.v1.UpstreamErrorR\x05error\x12\x18\n" +
 	"\amessage\x18\v \x01(\tR\amessage\x12\x14\n" +
 	"\x05retry\x18\f \x01(\x05R\x05retry\x12-\n" +
-	"\x12discarded_attempts\x18\r \x03(\x05R\x11discardedAttempts\"\x97\x02\n" +
+	"\x12discarded_attempts\x18\r \x03(\x05R\x11discardedAttempts\x12'\n" +
+	"\x0fstripped_blocks\x18\x0e \x03(\tR\x0estrippedBlocks\"\x97\x02\n" +
 	"\rUpstreamError\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.completion.v1.ErrorKindR\x04kind\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x1f\n" +
@@ -3463,7 +3900,18 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\averdict\x18\x02 \x01(\x0e2\x16.completion.v1.VerdictR\averdict\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\" \n" +
 	"\x06Cancel\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\x9d\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\xa3\x01\n" +
+	"\x0fReasoningEffort\x12 \n" +
+	"\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18REASONING_EFFORT_MINIMAL\x10\x01\x12\x18\n" +
+	"\x14REASONING_EFFORT_LOW\x10\x02\x12\x1b\n" +
+	"\x17REASONING_EFFORT_MEDIUM\x10\x03\x12\x19\n" +
+	"\x15REASONING_EFFORT_HIGH\x10\x04*\x89\x01\n" +
+	"\x0fPromptCacheMode\x12!\n" +
+	"\x1dPROMPT_CACHE_MODE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16PROMPT_CACHE_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15PROMPT_CACHE_MODE_OFF\x10\x02\x12\x1c\n" +
+	"\x18PROMPT_CACHE_MODE_CALLER\x10\x03*\x9d\x01\n" +
 	"\x0eToolChoiceMode\x12 \n" +
 	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x18\n" +
@@ -3567,118 +4015,128 @@ func file_completion_v1_completion_proto_rawDescGZIP() []byte {
 	return file_completion_v1_completion_proto_rawDescData
 }
 
-var file_completion_v1_completion_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_completion_v1_completion_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_completion_v1_completion_proto_goTypes = []any{
-	(ToolChoiceMode)(0),         // 0: completion.v1.ToolChoiceMode
-	(DeliveryMode)(0),           // 1: completion.v1.DeliveryMode
-	(Role)(0),                   // 2: completion.v1.Role
-	(DeltaKind)(0),              // 3: completion.v1.DeltaKind
-	(TransitionReason)(0),       // 4: completion.v1.TransitionReason
-	(ErrorKind)(0),              // 5: completion.v1.ErrorKind
-	(StopReason)(0),             // 6: completion.v1.StopReason
-	(AttemptOutcome)(0),         // 7: completion.v1.AttemptOutcome
-	(Verdict)(0),                // 8: completion.v1.Verdict
-	(*AttachRequest)(nil),       // 9: completion.v1.AttachRequest
-	(*CompleteRequest)(nil),     // 10: completion.v1.CompleteRequest
-	(*ToolChoice)(nil),          // 11: completion.v1.ToolChoice
-	(*Message)(nil),             // 12: completion.v1.Message
-	(*ContentBlock)(nil),        // 13: completion.v1.ContentBlock
-	(*TextBlock)(nil),           // 14: completion.v1.TextBlock
-	(*ImageBlock)(nil),          // 15: completion.v1.ImageBlock
-	(*ToolUseBlock)(nil),        // 16: completion.v1.ToolUseBlock
-	(*ToolResultBlock)(nil),     // 17: completion.v1.ToolResultBlock
-	(*Tool)(nil),                // 18: completion.v1.Tool
-	(*Policy)(nil),              // 19: completion.v1.Policy
-	(*CompletionEvent)(nil),     // 20: completion.v1.CompletionEvent
-	(*Started)(nil),             // 21: completion.v1.Started
-	(*TokenDelta)(nil),          // 22: completion.v1.TokenDelta
-	(*ToolCall)(nil),            // 23: completion.v1.ToolCall
-	(*Usage)(nil),               // 24: completion.v1.Usage
-	(*Transition)(nil),          // 25: completion.v1.Transition
-	(*UpstreamError)(nil),       // 26: completion.v1.UpstreamError
-	(*StopHookRequest)(nil),     // 27: completion.v1.StopHookRequest
-	(*AttemptUsage)(nil),        // 28: completion.v1.AttemptUsage
-	(*Result)(nil),              // 29: completion.v1.Result
-	(*CompleteResponse)(nil),    // 30: completion.v1.CompleteResponse
-	(*SessionRequest)(nil),      // 31: completion.v1.SessionRequest
-	(*SessionResume)(nil),       // 32: completion.v1.SessionResume
-	(*SessionStart)(nil),        // 33: completion.v1.SessionStart
-	(*ToolResults)(nil),         // 34: completion.v1.ToolResults
-	(*StopHookVerdict)(nil),     // 35: completion.v1.StopHookVerdict
-	(*Cancel)(nil),              // 36: completion.v1.Cancel
-	nil,                         // 37: completion.v1.CompleteRequest.MetadataEntry
-	(*durationpb.Duration)(nil), // 38: google.protobuf.Duration
-	(*structpb.Struct)(nil),     // 39: google.protobuf.Struct
+	(ReasoningEffort)(0),        // 0: completion.v1.ReasoningEffort
+	(PromptCacheMode)(0),        // 1: completion.v1.PromptCacheMode
+	(ToolChoiceMode)(0),         // 2: completion.v1.ToolChoiceMode
+	(DeliveryMode)(0),           // 3: completion.v1.DeliveryMode
+	(Role)(0),                   // 4: completion.v1.Role
+	(DeltaKind)(0),              // 5: completion.v1.DeltaKind
+	(TransitionReason)(0),       // 6: completion.v1.TransitionReason
+	(ErrorKind)(0),              // 7: completion.v1.ErrorKind
+	(StopReason)(0),             // 8: completion.v1.StopReason
+	(AttemptOutcome)(0),         // 9: completion.v1.AttemptOutcome
+	(Verdict)(0),                // 10: completion.v1.Verdict
+	(*AttachRequest)(nil),       // 11: completion.v1.AttachRequest
+	(*CompleteRequest)(nil),     // 12: completion.v1.CompleteRequest
+	(*Reasoning)(nil),           // 13: completion.v1.Reasoning
+	(*PromptCache)(nil),         // 14: completion.v1.PromptCache
+	(*ToolChoice)(nil),          // 15: completion.v1.ToolChoice
+	(*Message)(nil),             // 16: completion.v1.Message
+	(*ContentBlock)(nil),        // 17: completion.v1.ContentBlock
+	(*TextBlock)(nil),           // 18: completion.v1.TextBlock
+	(*ImageBlock)(nil),          // 19: completion.v1.ImageBlock
+	(*DocumentBlock)(nil),       // 20: completion.v1.DocumentBlock
+	(*ToolUseBlock)(nil),        // 21: completion.v1.ToolUseBlock
+	(*ToolResultBlock)(nil),     // 22: completion.v1.ToolResultBlock
+	(*Tool)(nil),                // 23: completion.v1.Tool
+	(*Policy)(nil),              // 24: completion.v1.Policy
+	(*CompletionEvent)(nil),     // 25: completion.v1.CompletionEvent
+	(*Started)(nil),             // 26: completion.v1.Started
+	(*TokenDelta)(nil),          // 27: completion.v1.TokenDelta
+	(*ToolCall)(nil),            // 28: completion.v1.ToolCall
+	(*Usage)(nil),               // 29: completion.v1.Usage
+	(*Transition)(nil),          // 30: completion.v1.Transition
+	(*UpstreamError)(nil),       // 31: completion.v1.UpstreamError
+	(*StopHookRequest)(nil),     // 32: completion.v1.StopHookRequest
+	(*AttemptUsage)(nil),        // 33: completion.v1.AttemptUsage
+	(*Result)(nil),              // 34: completion.v1.Result
+	(*CompleteResponse)(nil),    // 35: completion.v1.CompleteResponse
+	(*SessionRequest)(nil),      // 36: completion.v1.SessionRequest
+	(*SessionResume)(nil),       // 37: completion.v1.SessionResume
+	(*SessionStart)(nil),        // 38: completion.v1.SessionStart
+	(*ToolResults)(nil),         // 39: completion.v1.ToolResults
+	(*StopHookVerdict)(nil),     // 40: completion.v1.StopHookVerdict
+	(*Cancel)(nil),              // 41: completion.v1.Cancel
+	nil,                         // 42: completion.v1.CompleteRequest.MetadataEntry
+	(*durationpb.Duration)(nil), // 43: google.protobuf.Duration
+	(*structpb.Struct)(nil),     // 44: google.protobuf.Struct
 }
 var file_completion_v1_completion_proto_depIdxs = []int32{
-	12, // 0: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
-	18, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
-	19, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
-	37, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
-	1,  // 4: completion.v1.CompleteRequest.delivery:type_name -> completion.v1.DeliveryMode
-	38, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
-	11, // 6: completion.v1.CompleteRequest.tool_choice:type_name -> completion.v1.ToolChoice
-	0,  // 7: completion.v1.ToolChoice.mode:type_name -> completion.v1.ToolChoiceMode
-	2,  // 8: completion.v1.Message.role:type_name -> completion.v1.Role
-	13, // 9: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
-	14, // 10: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
-	15, // 11: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
-	16, // 12: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
-	17, // 13: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
-	39, // 14: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
-	39, // 15: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	38, // 16: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
-	38, // 17: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
-	38, // 18: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
-	38, // 19: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
-	21, // 20: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
-	22, // 21: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
-	23, // 22: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
-	24, // 23: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
-	25, // 24: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
-	27, // 25: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
-	29, // 26: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
-	3,  // 27: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
-	39, // 28: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
-	4,  // 29: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
-	38, // 30: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
-	26, // 31: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
-	5,  // 32: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
-	38, // 33: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
-	12, // 34: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
-	7,  // 35: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
-	24, // 36: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
-	4,  // 37: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
-	12, // 38: completion.v1.Result.message:type_name -> completion.v1.Message
-	6,  // 39: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
-	24, // 40: completion.v1.Result.usage:type_name -> completion.v1.Usage
-	28, // 41: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
-	26, // 42: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
-	12, // 43: completion.v1.Result.transcript:type_name -> completion.v1.Message
-	29, // 44: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
-	25, // 45: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
-	33, // 46: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
-	34, // 47: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
-	35, // 48: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
-	36, // 49: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
-	32, // 50: completion.v1.SessionRequest.resume:type_name -> completion.v1.SessionResume
-	10, // 51: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
-	17, // 52: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
-	8,  // 53: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
-	10, // 54: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
-	10, // 55: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
-	31, // 56: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
-	9,  // 57: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
-	20, // 58: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
-	30, // 59: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
-	20, // 60: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
-	20, // 61: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
-	58, // [58:62] is the sub-list for method output_type
-	54, // [54:58] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	16, // 0: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
+	23, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
+	24, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
+	42, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
+	3,  // 4: completion.v1.CompleteRequest.delivery:type_name -> completion.v1.DeliveryMode
+	43, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
+	15, // 6: completion.v1.CompleteRequest.tool_choice:type_name -> completion.v1.ToolChoice
+	13, // 7: completion.v1.CompleteRequest.reasoning:type_name -> completion.v1.Reasoning
+	14, // 8: completion.v1.CompleteRequest.prompt_cache:type_name -> completion.v1.PromptCache
+	0,  // 9: completion.v1.Reasoning.effort:type_name -> completion.v1.ReasoningEffort
+	1,  // 10: completion.v1.PromptCache.mode:type_name -> completion.v1.PromptCacheMode
+	2,  // 11: completion.v1.ToolChoice.mode:type_name -> completion.v1.ToolChoiceMode
+	4,  // 12: completion.v1.Message.role:type_name -> completion.v1.Role
+	17, // 13: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
+	18, // 14: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
+	19, // 15: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
+	21, // 16: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
+	22, // 17: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
+	20, // 18: completion.v1.ContentBlock.document:type_name -> completion.v1.DocumentBlock
+	44, // 19: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
+	44, // 20: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	43, // 21: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
+	43, // 22: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
+	43, // 23: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
+	43, // 24: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	26, // 25: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
+	27, // 26: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
+	28, // 27: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
+	29, // 28: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
+	30, // 29: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
+	32, // 30: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
+	34, // 31: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
+	5,  // 32: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
+	44, // 33: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
+	6,  // 34: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
+	43, // 35: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
+	31, // 36: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
+	7,  // 37: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
+	43, // 38: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
+	16, // 39: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
+	9,  // 40: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
+	29, // 41: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
+	6,  // 42: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
+	16, // 43: completion.v1.Result.message:type_name -> completion.v1.Message
+	8,  // 44: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
+	29, // 45: completion.v1.Result.usage:type_name -> completion.v1.Usage
+	33, // 46: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
+	31, // 47: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
+	16, // 48: completion.v1.Result.transcript:type_name -> completion.v1.Message
+	34, // 49: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
+	30, // 50: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
+	38, // 51: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
+	39, // 52: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
+	40, // 53: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
+	41, // 54: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
+	37, // 55: completion.v1.SessionRequest.resume:type_name -> completion.v1.SessionResume
+	12, // 56: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
+	22, // 57: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
+	10, // 58: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
+	12, // 59: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
+	12, // 60: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
+	36, // 61: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
+	11, // 62: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
+	25, // 63: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
+	35, // 64: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
+	25, // 65: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
+	25, // 66: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
+	63, // [63:67] is the sub-list for method output_type
+	59, // [59:63] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_completion_v1_completion_proto_init() }
@@ -3687,14 +4145,15 @@ func file_completion_v1_completion_proto_init() {
 		return
 	}
 	file_completion_v1_completion_proto_msgTypes[1].OneofWrappers = []any{}
-	file_completion_v1_completion_proto_msgTypes[4].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[6].OneofWrappers = []any{
 		(*ContentBlock_Text)(nil),
 		(*ContentBlock_Image)(nil),
 		(*ContentBlock_ToolUse)(nil),
 		(*ContentBlock_ToolResult)(nil),
+		(*ContentBlock_Document)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[10].OneofWrappers = []any{}
-	file_completion_v1_completion_proto_msgTypes[11].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[13].OneofWrappers = []any{}
+	file_completion_v1_completion_proto_msgTypes[14].OneofWrappers = []any{
 		(*CompletionEvent_Started)(nil),
 		(*CompletionEvent_Delta)(nil),
 		(*CompletionEvent_ToolCall)(nil),
@@ -3703,7 +4162,7 @@ func file_completion_v1_completion_proto_init() {
 		(*CompletionEvent_StopHookRequest)(nil),
 		(*CompletionEvent_Result)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[22].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[25].OneofWrappers = []any{
 		(*SessionRequest_Start)(nil),
 		(*SessionRequest_ToolResults)(nil),
 		(*SessionRequest_StopHookVerdict)(nil),
@@ -3715,8 +4174,8 @@ func file_completion_v1_completion_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_completion_v1_completion_proto_rawDesc), len(file_completion_v1_completion_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   29,
+			NumEnums:      11,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

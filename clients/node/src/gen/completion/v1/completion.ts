@@ -29,6 +29,127 @@ export const protobufPackage = "completion.v1";
 
 export const protobufFileName = "completion/v1/completion.proto";
 
+/** ReasoningEffort is how hard a reasoning model thinks. */
+export enum ReasoningEffort {
+  /** REASONING_EFFORT_UNSPECIFIED - REASONING_EFFORT_UNSPECIFIED leaves it to budget_tokens or the route. */
+  REASONING_EFFORT_UNSPECIFIED = 0,
+  /** REASONING_EFFORT_MINIMAL - REASONING_EFFORT_MINIMAL is the least reasoning the model does. */
+  REASONING_EFFORT_MINIMAL = 1,
+  /** REASONING_EFFORT_LOW - REASONING_EFFORT_LOW is little reasoning. */
+  REASONING_EFFORT_LOW = 2,
+  /** REASONING_EFFORT_MEDIUM - REASONING_EFFORT_MEDIUM is the providers' default. */
+  REASONING_EFFORT_MEDIUM = 3,
+  /** REASONING_EFFORT_HIGH - REASONING_EFFORT_HIGH is the most reasoning. */
+  REASONING_EFFORT_HIGH = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function reasoningEffortFromJSON(object: any): ReasoningEffort {
+  switch (object) {
+    case 0:
+    case "REASONING_EFFORT_UNSPECIFIED":
+      return ReasoningEffort.REASONING_EFFORT_UNSPECIFIED;
+    case 1:
+    case "REASONING_EFFORT_MINIMAL":
+      return ReasoningEffort.REASONING_EFFORT_MINIMAL;
+    case 2:
+    case "REASONING_EFFORT_LOW":
+      return ReasoningEffort.REASONING_EFFORT_LOW;
+    case 3:
+    case "REASONING_EFFORT_MEDIUM":
+      return ReasoningEffort.REASONING_EFFORT_MEDIUM;
+    case 4:
+    case "REASONING_EFFORT_HIGH":
+      return ReasoningEffort.REASONING_EFFORT_HIGH;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return ReasoningEffort.UNRECOGNIZED;
+  }
+}
+
+export function reasoningEffortToJSON(object: ReasoningEffort): string {
+  switch (object) {
+    case ReasoningEffort.REASONING_EFFORT_UNSPECIFIED:
+      return "REASONING_EFFORT_UNSPECIFIED";
+    case ReasoningEffort.REASONING_EFFORT_MINIMAL:
+      return "REASONING_EFFORT_MINIMAL";
+    case ReasoningEffort.REASONING_EFFORT_LOW:
+      return "REASONING_EFFORT_LOW";
+    case ReasoningEffort.REASONING_EFFORT_MEDIUM:
+      return "REASONING_EFFORT_MEDIUM";
+    case ReasoningEffort.REASONING_EFFORT_HIGH:
+      return "REASONING_EFFORT_HIGH";
+    case ReasoningEffort.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/**
+ * PromptCacheMode chooses who places the prompt's cache breakpoints. At most
+ * 4 breakpoints go upstream (the Anthropic limit).
+ */
+export enum PromptCacheMode {
+  /** PROMPT_CACHE_MODE_UNSPECIFIED - PROMPT_CACHE_MODE_UNSPECIFIED means PROMPT_CACHE_MODE_AUTO. */
+  PROMPT_CACHE_MODE_UNSPECIFIED = 0,
+  /**
+   * PROMPT_CACHE_MODE_AUTO - PROMPT_CACHE_MODE_AUTO: completiond marks the system prompt and tools,
+   * the end of the caller's conversation and the end of each call's prompt
+   * (so that a continuation reads the answer so far from the cache), after
+   * the caller's own marks, 4 in all.
+   */
+  PROMPT_CACHE_MODE_AUTO = 1,
+  /**
+   * PROMPT_CACHE_MODE_OFF - PROMPT_CACHE_MODE_OFF sends no breakpoint (marks are refused). OpenAI
+   * caches long prompts by itself regardless.
+   */
+  PROMPT_CACHE_MODE_OFF = 2,
+  /**
+   * PROMPT_CACHE_MODE_CALLER - PROMPT_CACHE_MODE_CALLER sends the caller's marks only: the blocks and
+   * tools whose cache_breakpoint is set, and PromptCache.system.
+   */
+  PROMPT_CACHE_MODE_CALLER = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function promptCacheModeFromJSON(object: any): PromptCacheMode {
+  switch (object) {
+    case 0:
+    case "PROMPT_CACHE_MODE_UNSPECIFIED":
+      return PromptCacheMode.PROMPT_CACHE_MODE_UNSPECIFIED;
+    case 1:
+    case "PROMPT_CACHE_MODE_AUTO":
+      return PromptCacheMode.PROMPT_CACHE_MODE_AUTO;
+    case 2:
+    case "PROMPT_CACHE_MODE_OFF":
+      return PromptCacheMode.PROMPT_CACHE_MODE_OFF;
+    case 3:
+    case "PROMPT_CACHE_MODE_CALLER":
+      return PromptCacheMode.PROMPT_CACHE_MODE_CALLER;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return PromptCacheMode.UNRECOGNIZED;
+  }
+}
+
+export function promptCacheModeToJSON(object: PromptCacheMode): string {
+  switch (object) {
+    case PromptCacheMode.PROMPT_CACHE_MODE_UNSPECIFIED:
+      return "PROMPT_CACHE_MODE_UNSPECIFIED";
+    case PromptCacheMode.PROMPT_CACHE_MODE_AUTO:
+      return "PROMPT_CACHE_MODE_AUTO";
+    case PromptCacheMode.PROMPT_CACHE_MODE_OFF:
+      return "PROMPT_CACHE_MODE_OFF";
+    case PromptCacheMode.PROMPT_CACHE_MODE_CALLER:
+      return "PROMPT_CACHE_MODE_CALLER";
+    case PromptCacheMode.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** ToolChoiceMode is how the model chooses whether to call a tool. */
 export enum ToolChoiceMode {
   /** TOOL_CHOICE_MODE_UNSPECIFIED - TOOL_CHOICE_MODE_UNSPECIFIED means TOOL_CHOICE_MODE_AUTO. */
@@ -889,8 +1010,12 @@ export interface CompleteRequest {
   metadata: { [key: string]: string };
   /**
    * output_json_schema, when set, is a JSON Schema (draft 2020-12 unless the
-   * schema says otherwise) that the final answer must satisfy; the built-in
-   * stop hook asks the model to correct an answer that does not.
+   * schema says otherwise) that the final answer must satisfy. It goes to
+   * the provider's own structured output where the route has it (OpenAI
+   * response_format json_schema, strict when the schema allows it;
+   * Anthropic output_config.format, or a forced tool where the route says
+   * so), and the built-in stop hook still checks every final answer, asking
+   * the model to correct one that does not satisfy it.
    */
   outputJsonSchema: string;
   /** delivery chooses when token deltas are sent. */
@@ -960,12 +1085,65 @@ export interface CompleteRequest {
    * the answer flagged truncated. Unset: no bound beyond max_output_tokens
    * per attempt and the policy's continuations. Positive when set.
    */
-  maxTotalOutputTokens?: number | undefined;
+  maxTotalOutputTokens?:
+    | number
+    | undefined;
+  /**
+   * reasoning asks the model to think before it answers: Anthropic extended
+   * thinking (budget_tokens, interleaved), OpenAI reasoning_effort. Every
+   * route of the chain must take reasoning (a route's configuration sets its
+   * ceiling); the thinking streams as DELTA_KIND_THINKING and the result
+   * keeps it. Unset: the route's own setting.
+   */
+  reasoning:
+    | Reasoning
+    | undefined;
+  /**
+   * prompt_cache says where the prompt is marked for the provider's prompt
+   * cache (Anthropic cache_control), so that every retry, escalation,
+   * continuation, resume and Session turn reads the prompt from the cache
+   * instead of paying for it again. Unset is PROMPT_CACHE_MODE_AUTO.
+   */
+  promptCache: PromptCache | undefined;
 }
 
 export interface CompleteRequest_MetadataEntry {
   key: string;
   value: string;
+}
+
+/** Reasoning asks the model to think before it answers. */
+export interface Reasoning {
+  /**
+   * budget_tokens is the thinking budget of Anthropic extended thinking:
+   * at least 1024 and at most the route's max_thinking_budget. On an
+   * OpenAI-compatible route without effort it maps to an effort: up to
+   * 2048 low, up to 8192 medium, above high.
+   */
+  budgetTokens: number;
+  /**
+   * effort is OpenAI's reasoning_effort, at most the route's
+   * max_reasoning_effort. On an Anthropic route without budget_tokens it
+   * maps to a budget: minimal 1024, low 2048, medium 8192, high 24576
+   * (capped at the route's max_thinking_budget).
+   */
+  effort: ReasoningEffort;
+  /**
+   * interleaved lets an Anthropic model think between tool calls
+   * (interleaved thinking); its budget may then exceed max_output_tokens.
+   */
+  interleaved: boolean;
+}
+
+/** PromptCache says where the prompt is marked for the provider's cache. */
+export interface PromptCache {
+  /** mode chooses who places the cache breakpoints. */
+  mode: PromptCacheMode;
+  /**
+   * system marks the end of the system prompt (and the tools before it)
+   * as a breakpoint of the caller's.
+   */
+  system: boolean;
 }
 
 /** ToolChoice says whether and which tool the model must call. */
@@ -1008,7 +1186,19 @@ export interface ContentBlock {
     | ToolUseBlock
     | undefined;
   /** tool_result answers a tool call (user messages only). */
-  toolResult?: ToolResultBlock | undefined;
+  toolResult?:
+    | ToolResultBlock
+    | undefined;
+  /** document is a PDF document (user messages, Anthropic routes). */
+  document?:
+    | DocumentBlock
+    | undefined;
+  /**
+   * cache_breakpoint marks the end of this block as a prompt cache
+   * breakpoint of the caller's (see PromptCache): the conversation up to
+   * and including it is cached.
+   */
+  cacheBreakpoint: boolean;
 }
 
 /** TextBlock is plain text. */
@@ -1017,12 +1207,38 @@ export interface TextBlock {
   text: string;
 }
 
-/** ImageBlock is an inline image. */
+/** ImageBlock is an image: inline data, or a URL the provider fetches. */
 export interface ImageBlock {
-  /** media_type is one of image/png, image/jpeg, image/gif, image/webp. */
+  /**
+   * media_type is one of image/png, image/jpeg, image/gif, image/webp; it is
+   * required with data and must be empty with url.
+   */
   mediaType: string;
-  /** data is the encoded image. */
+  /** data is the encoded image; exactly one of data and url is set. */
   data: Buffer;
+  /**
+   * url is an https URL of the image, fetched by the provider, never by
+   * completiond; at most 2048 bytes.
+   */
+  url: string;
+}
+
+/** DocumentBlock is a PDF document (Anthropic routes). */
+export interface DocumentBlock {
+  /**
+   * media_type is application/pdf; it is required with data and must be
+   * empty with url.
+   */
+  mediaType: string;
+  /** data is the document; exactly one of data and url is set. */
+  data: Buffer;
+  /**
+   * url is an https URL of the document, fetched by the provider, never by
+   * completiond; at most 2048 bytes.
+   */
+  url: string;
+  /** title names the document for the model; at most 256 bytes. */
+  title: string;
 }
 
 /** ToolUseBlock is a tool call made by the model. */
@@ -1057,7 +1273,14 @@ export interface Tool {
   /** description tells the model what the tool does. */
   description: string;
   /** input_schema is the JSON Schema of the tool's arguments. */
-  inputSchema: { [key: string]: any } | undefined;
+  inputSchema:
+    | { [key: string]: any }
+    | undefined;
+  /**
+   * cache_breakpoint marks the tools up to and including this one as a
+   * prompt cache breakpoint of the caller's (see PromptCache).
+   */
+  cacheBreakpoint: boolean;
 }
 
 /**
@@ -1271,6 +1494,13 @@ export interface Transition {
    * restarted cleanly after its prefill was refused.
    */
   discardedAttempts: number[];
+  /**
+   * stripped_blocks names the media blocks an upstream rejected and the
+   * transition replaced by a placeholder, as "messages[i].content[j]":
+   * indexes into the conversation of the call the upstream rejected, the
+   * caller's own unless a compaction changed it; at most 16 are named.
+   */
+  strippedBlocks: string[];
 }
 
 /** UpstreamError is a classified upstream failure, without secrets. */
@@ -1570,6 +1800,8 @@ function createBaseCompleteRequest(): CompleteRequest {
     stopSequences: [],
     toolChoice: undefined,
     maxTotalOutputTokens: undefined,
+    reasoning: undefined,
+    promptCache: undefined,
   };
 }
 
@@ -1631,6 +1863,12 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
     }
     if (message.maxTotalOutputTokens !== undefined) {
       writer.uint32(152).int32(message.maxTotalOutputTokens);
+    }
+    if (message.reasoning !== undefined) {
+      Reasoning.encode(message.reasoning, writer.uint32(162).fork()).join();
+    }
+    if (message.promptCache !== undefined) {
+      PromptCache.encode(message.promptCache, writer.uint32(170).fork()).join();
     }
     return writer;
   },
@@ -1803,6 +2041,22 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
             message.maxTotalOutputTokens = reader.int32();
             continue;
           }
+          case 20: {
+            if (tag !== 162) {
+              break;
+            }
+
+            message.reasoning = Reasoning.decode(reader, reader.uint32());
+            continue;
+          }
+          case 21: {
+            if (tag !== 170) {
+              break;
+            }
+
+            message.promptCache = PromptCache.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1889,6 +2143,12 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
         : isSet(object.max_total_output_tokens)
         ? globalThis.Number(object.max_total_output_tokens)
         : undefined,
+      reasoning: isSet(object.reasoning) ? Reasoning.fromJSON(object.reasoning) : undefined,
+      promptCache: isSet(object.promptCache)
+        ? PromptCache.fromJSON(object.promptCache)
+        : isSet(object.prompt_cache)
+        ? PromptCache.fromJSON(object.prompt_cache)
+        : undefined,
     };
   },
 
@@ -1957,6 +2217,12 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
     if (message.maxTotalOutputTokens !== undefined) {
       obj.maxTotalOutputTokens = Math.round(message.maxTotalOutputTokens);
     }
+    if (message.reasoning !== undefined) {
+      obj.reasoning = Reasoning.toJSON(message.reasoning);
+    }
+    if (message.promptCache !== undefined) {
+      obj.promptCache = PromptCache.toJSON(message.promptCache);
+    }
     return obj;
   },
 
@@ -1998,6 +2264,12 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
       ? ToolChoice.fromPartial(object.toolChoice)
       : undefined;
     message.maxTotalOutputTokens = object.maxTotalOutputTokens ?? undefined;
+    message.reasoning = (object.reasoning !== undefined && object.reasoning !== null)
+      ? Reasoning.fromPartial(object.reasoning)
+      : undefined;
+    message.promptCache = (object.promptCache !== undefined && object.promptCache !== null)
+      ? PromptCache.fromPartial(object.promptCache)
+      : undefined;
     return message;
   },
 };
@@ -2085,6 +2357,196 @@ export const CompleteRequest_MetadataEntry: MessageFns<CompleteRequest_MetadataE
     const message = createBaseCompleteRequest_MetadataEntry();
     message.key = object.key ?? "";
     message.value = object.value ?? "";
+    return message;
+  },
+};
+
+function createBaseReasoning(): Reasoning {
+  return { budgetTokens: 0, effort: 0, interleaved: false };
+}
+
+export const Reasoning: MessageFns<Reasoning> = {
+  encode(message: Reasoning, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.budgetTokens !== 0) {
+      writer.uint32(8).int32(message.budgetTokens);
+    }
+    if (message.effort !== 0) {
+      writer.uint32(16).int32(message.effort);
+    }
+    if (message.interleaved !== false) {
+      writer.uint32(24).bool(message.interleaved);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Reasoning {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReasoning();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.budgetTokens = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.effort = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.interleaved = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Reasoning {
+    return {
+      budgetTokens: isSet(object.budgetTokens)
+        ? globalThis.Number(object.budgetTokens)
+        : isSet(object.budget_tokens)
+        ? globalThis.Number(object.budget_tokens)
+        : 0,
+      effort: isSet(object.effort) ? reasoningEffortFromJSON(object.effort) : 0,
+      interleaved: isSet(object.interleaved) ? globalThis.Boolean(object.interleaved) : false,
+    };
+  },
+
+  toJSON(message: Reasoning): unknown {
+    const obj: any = {};
+    if (message.budgetTokens !== 0) {
+      obj.budgetTokens = Math.round(message.budgetTokens);
+    }
+    if (message.effort !== 0) {
+      obj.effort = reasoningEffortToJSON(message.effort);
+    }
+    if (message.interleaved !== false) {
+      obj.interleaved = message.interleaved;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Reasoning>, I>>(base?: I): Reasoning {
+    return Reasoning.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Reasoning>, I>>(object: I): Reasoning {
+    const message = createBaseReasoning();
+    message.budgetTokens = object.budgetTokens ?? 0;
+    message.effort = object.effort ?? 0;
+    message.interleaved = object.interleaved ?? false;
+    return message;
+  },
+};
+
+function createBasePromptCache(): PromptCache {
+  return { mode: 0, system: false };
+}
+
+export const PromptCache: MessageFns<PromptCache> = {
+  encode(message: PromptCache, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mode !== 0) {
+      writer.uint32(8).int32(message.mode);
+    }
+    if (message.system !== false) {
+      writer.uint32(16).bool(message.system);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PromptCache {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePromptCache();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.mode = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.system = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PromptCache {
+    return {
+      mode: isSet(object.mode) ? promptCacheModeFromJSON(object.mode) : 0,
+      system: isSet(object.system) ? globalThis.Boolean(object.system) : false,
+    };
+  },
+
+  toJSON(message: PromptCache): unknown {
+    const obj: any = {};
+    if (message.mode !== 0) {
+      obj.mode = promptCacheModeToJSON(message.mode);
+    }
+    if (message.system !== false) {
+      obj.system = message.system;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PromptCache>, I>>(base?: I): PromptCache {
+    return PromptCache.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PromptCache>, I>>(object: I): PromptCache {
+    const message = createBasePromptCache();
+    message.mode = object.mode ?? 0;
+    message.system = object.system ?? false;
     return message;
   },
 };
@@ -2282,7 +2744,14 @@ export const Message: MessageFns<Message> = {
 };
 
 function createBaseContentBlock(): ContentBlock {
-  return { text: undefined, image: undefined, toolUse: undefined, toolResult: undefined };
+  return {
+    text: undefined,
+    image: undefined,
+    toolUse: undefined,
+    toolResult: undefined,
+    document: undefined,
+    cacheBreakpoint: false,
+  };
 }
 
 export const ContentBlock: MessageFns<ContentBlock> = {
@@ -2298,6 +2767,12 @@ export const ContentBlock: MessageFns<ContentBlock> = {
     }
     if (message.toolResult !== undefined) {
       ToolResultBlock.encode(message.toolResult, writer.uint32(34).fork()).join();
+    }
+    if (message.document !== undefined) {
+      DocumentBlock.encode(message.document, writer.uint32(42).fork()).join();
+    }
+    if (message.cacheBreakpoint !== false) {
+      writer.uint32(80).bool(message.cacheBreakpoint);
     }
     return writer;
   },
@@ -2347,6 +2822,22 @@ export const ContentBlock: MessageFns<ContentBlock> = {
             message.toolResult = ToolResultBlock.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.document = DocumentBlock.decode(reader, reader.uint32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.cacheBreakpoint = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2373,6 +2864,12 @@ export const ContentBlock: MessageFns<ContentBlock> = {
         : isSet(object.tool_result)
         ? ToolResultBlock.fromJSON(object.tool_result)
         : undefined,
+      document: isSet(object.document) ? DocumentBlock.fromJSON(object.document) : undefined,
+      cacheBreakpoint: isSet(object.cacheBreakpoint)
+        ? globalThis.Boolean(object.cacheBreakpoint)
+        : isSet(object.cache_breakpoint)
+        ? globalThis.Boolean(object.cache_breakpoint)
+        : false,
     };
   },
 
@@ -2389,6 +2886,12 @@ export const ContentBlock: MessageFns<ContentBlock> = {
     }
     if (message.toolResult !== undefined) {
       obj.toolResult = ToolResultBlock.toJSON(message.toolResult);
+    }
+    if (message.document !== undefined) {
+      obj.document = DocumentBlock.toJSON(message.document);
+    }
+    if (message.cacheBreakpoint !== false) {
+      obj.cacheBreakpoint = message.cacheBreakpoint;
     }
     return obj;
   },
@@ -2408,6 +2911,10 @@ export const ContentBlock: MessageFns<ContentBlock> = {
     message.toolResult = (object.toolResult !== undefined && object.toolResult !== null)
       ? ToolResultBlock.fromPartial(object.toolResult)
       : undefined;
+    message.document = (object.document !== undefined && object.document !== null)
+      ? DocumentBlock.fromPartial(object.document)
+      : undefined;
+    message.cacheBreakpoint = object.cacheBreakpoint ?? false;
     return message;
   },
 };
@@ -2480,7 +2987,7 @@ export const TextBlock: MessageFns<TextBlock> = {
 };
 
 function createBaseImageBlock(): ImageBlock {
-  return { mediaType: "", data: Buffer.alloc(0) };
+  return { mediaType: "", data: Buffer.alloc(0), url: "" };
 }
 
 export const ImageBlock: MessageFns<ImageBlock> = {
@@ -2490,6 +2997,9 @@ export const ImageBlock: MessageFns<ImageBlock> = {
     }
     if (message.data.length !== 0) {
       writer.uint32(18).bytes(message.data);
+    }
+    if (message.url !== "") {
+      writer.uint32(26).string(message.url);
     }
     return writer;
   },
@@ -2523,6 +3033,14 @@ export const ImageBlock: MessageFns<ImageBlock> = {
             message.data = Buffer.from(reader.bytes());
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.url = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2543,6 +3061,7 @@ export const ImageBlock: MessageFns<ImageBlock> = {
         ? globalThis.String(object.media_type)
         : "",
       data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+      url: isSet(object.url) ? globalThis.String(object.url) : "",
     };
   },
 
@@ -2554,6 +3073,9 @@ export const ImageBlock: MessageFns<ImageBlock> = {
     if (message.data.length !== 0) {
       obj.data = base64FromBytes(message.data);
     }
+    if (message.url !== "") {
+      obj.url = message.url;
+    }
     return obj;
   },
 
@@ -2564,6 +3086,128 @@ export const ImageBlock: MessageFns<ImageBlock> = {
     const message = createBaseImageBlock();
     message.mediaType = object.mediaType ?? "";
     message.data = object.data ?? Buffer.alloc(0);
+    message.url = object.url ?? "";
+    return message;
+  },
+};
+
+function createBaseDocumentBlock(): DocumentBlock {
+  return { mediaType: "", data: Buffer.alloc(0), url: "", title: "" };
+}
+
+export const DocumentBlock: MessageFns<DocumentBlock> = {
+  encode(message: DocumentBlock, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mediaType !== "") {
+      writer.uint32(10).string(message.mediaType);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(18).bytes(message.data);
+    }
+    if (message.url !== "") {
+      writer.uint32(26).string(message.url);
+    }
+    if (message.title !== "") {
+      writer.uint32(34).string(message.title);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DocumentBlock {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDocumentBlock();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mediaType = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.url = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.title = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DocumentBlock {
+    return {
+      mediaType: isSet(object.mediaType)
+        ? globalThis.String(object.mediaType)
+        : isSet(object.media_type)
+        ? globalThis.String(object.media_type)
+        : "",
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+      url: isSet(object.url) ? globalThis.String(object.url) : "",
+      title: isSet(object.title) ? globalThis.String(object.title) : "",
+    };
+  },
+
+  toJSON(message: DocumentBlock): unknown {
+    const obj: any = {};
+    if (message.mediaType !== "") {
+      obj.mediaType = message.mediaType;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    if (message.url !== "") {
+      obj.url = message.url;
+    }
+    if (message.title !== "") {
+      obj.title = message.title;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DocumentBlock>, I>>(base?: I): DocumentBlock {
+    return DocumentBlock.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DocumentBlock>, I>>(object: I): DocumentBlock {
+    const message = createBaseDocumentBlock();
+    message.mediaType = object.mediaType ?? "";
+    message.data = object.data ?? Buffer.alloc(0);
+    message.url = object.url ?? "";
+    message.title = object.title ?? "";
     return message;
   },
 };
@@ -2795,7 +3439,7 @@ export const ToolResultBlock: MessageFns<ToolResultBlock> = {
 };
 
 function createBaseTool(): Tool {
-  return { name: "", description: "", inputSchema: undefined };
+  return { name: "", description: "", inputSchema: undefined, cacheBreakpoint: false };
 }
 
 export const Tool: MessageFns<Tool> = {
@@ -2808,6 +3452,9 @@ export const Tool: MessageFns<Tool> = {
     }
     if (message.inputSchema !== undefined) {
       Struct.encode(Struct.wrap(message.inputSchema), writer.uint32(26).fork()).join();
+    }
+    if (message.cacheBreakpoint !== false) {
+      writer.uint32(32).bool(message.cacheBreakpoint);
     }
     return writer;
   },
@@ -2849,6 +3496,14 @@ export const Tool: MessageFns<Tool> = {
             message.inputSchema = Struct.unwrap(Struct.decode(reader, reader.uint32()));
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.cacheBreakpoint = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2870,6 +3525,11 @@ export const Tool: MessageFns<Tool> = {
         : isObject(object.input_schema)
         ? object.input_schema
         : undefined,
+      cacheBreakpoint: isSet(object.cacheBreakpoint)
+        ? globalThis.Boolean(object.cacheBreakpoint)
+        : isSet(object.cache_breakpoint)
+        ? globalThis.Boolean(object.cache_breakpoint)
+        : false,
     };
   },
 
@@ -2884,6 +3544,9 @@ export const Tool: MessageFns<Tool> = {
     if (message.inputSchema !== undefined) {
       obj.inputSchema = message.inputSchema;
     }
+    if (message.cacheBreakpoint !== false) {
+      obj.cacheBreakpoint = message.cacheBreakpoint;
+    }
     return obj;
   },
 
@@ -2895,6 +3558,7 @@ export const Tool: MessageFns<Tool> = {
     message.name = object.name ?? "";
     message.description = object.description ?? "";
     message.inputSchema = object.inputSchema ?? undefined;
+    message.cacheBreakpoint = object.cacheBreakpoint ?? false;
     return message;
   },
 };
@@ -3953,6 +4617,7 @@ function createBaseTransition(): Transition {
     message: "",
     retry: 0,
     discardedAttempts: [],
+    strippedBlocks: [],
   };
 }
 
@@ -4000,6 +4665,9 @@ export const Transition: MessageFns<Transition> = {
         writer.int32(v);
       }
       writer.join();
+    }
+    for (const v of message.strippedBlocks) {
+      writer.uint32(114).string(v!);
     }
     return writer;
   },
@@ -4131,6 +4799,14 @@ export const Transition: MessageFns<Transition> = {
 
             break;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.strippedBlocks.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4186,6 +4862,11 @@ export const Transition: MessageFns<Transition> = {
         : globalThis.Array.isArray(object?.discarded_attempts)
         ? object.discarded_attempts.map((e: any) => globalThis.Number(e))
         : [],
+      strippedBlocks: globalThis.Array.isArray(object?.strippedBlocks)
+        ? object.strippedBlocks.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.stripped_blocks)
+        ? object.stripped_blocks.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -4230,6 +4911,9 @@ export const Transition: MessageFns<Transition> = {
     if (message.discardedAttempts?.length) {
       obj.discardedAttempts = message.discardedAttempts.map((e) => Math.round(e));
     }
+    if (message.strippedBlocks?.length) {
+      obj.strippedBlocks = message.strippedBlocks;
+    }
     return obj;
   },
 
@@ -4255,6 +4939,7 @@ export const Transition: MessageFns<Transition> = {
     message.message = object.message ?? "";
     message.retry = object.retry ?? 0;
     message.discardedAttempts = object.discardedAttempts?.map((e) => e) || [];
+    message.strippedBlocks = object.strippedBlocks?.map((e) => e) || [];
     return message;
   },
 };

@@ -35,6 +35,15 @@ ERROR_KIND_SERVER: ErrorKind
 ERROR_KIND_STREAM_BROKEN: ErrorKind
 ERROR_KIND_TIMEOUT: ErrorKind
 ERROR_KIND_UNSPECIFIED: ErrorKind
+PROMPT_CACHE_MODE_AUTO: PromptCacheMode
+PROMPT_CACHE_MODE_CALLER: PromptCacheMode
+PROMPT_CACHE_MODE_OFF: PromptCacheMode
+PROMPT_CACHE_MODE_UNSPECIFIED: PromptCacheMode
+REASONING_EFFORT_HIGH: ReasoningEffort
+REASONING_EFFORT_LOW: ReasoningEffort
+REASONING_EFFORT_MEDIUM: ReasoningEffort
+REASONING_EFFORT_MINIMAL: ReasoningEffort
+REASONING_EFFORT_UNSPECIFIED: ReasoningEffort
 ROLE_ASSISTANT: Role
 ROLE_UNSPECIFIED: Role
 ROLE_USER: Role
@@ -108,7 +117,7 @@ class Cancel(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ["delivery", "fallback_routes", "max_output_tokens", "max_total_output_tokens", "messages", "metadata", "output_json_schema", "policy", "resume_grace", "route", "seed", "stop_sequences", "system", "temperature", "token_budget", "tool_choice", "tools", "top_k", "top_p"]
+    __slots__ = ["delivery", "fallback_routes", "max_output_tokens", "max_total_output_tokens", "messages", "metadata", "output_json_schema", "policy", "prompt_cache", "reasoning", "resume_grace", "route", "seed", "stop_sequences", "system", "temperature", "token_budget", "tool_choice", "tools", "top_k", "top_p"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +133,8 @@ class CompleteRequest(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_CACHE_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
     RESUME_GRACE_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +154,8 @@ class CompleteRequest(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     output_json_schema: str
     policy: Policy
+    prompt_cache: PromptCache
+    reasoning: Reasoning
     resume_grace: _duration_pb2.Duration
     route: str
     seed: int
@@ -154,7 +167,7 @@ class CompleteRequest(_message.Message):
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
     top_k: int
     top_p: float
-    def __init__(self, route: _Optional[str] = ..., fallback_routes: _Optional[_Iterable[str]] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., max_output_tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., output_json_schema: _Optional[str] = ..., delivery: _Optional[_Union[DeliveryMode, str]] = ..., resume_grace: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., max_total_output_tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, route: _Optional[str] = ..., fallback_routes: _Optional[_Iterable[str]] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., max_output_tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., output_json_schema: _Optional[str] = ..., delivery: _Optional[_Union[DeliveryMode, str]] = ..., resume_grace: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., max_total_output_tokens: _Optional[int] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ..., prompt_cache: _Optional[_Union[PromptCache, _Mapping]] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
     __slots__ = ["completion_id", "result", "transitions"]
@@ -191,24 +204,42 @@ class CompletionEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., attempt: _Optional[int] = ..., turn: _Optional[int] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., transition: _Optional[_Union[Transition, _Mapping]] = ..., stop_hook_request: _Optional[_Union[StopHookRequest, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ...) -> None: ...
 
 class ContentBlock(_message.Message):
-    __slots__ = ["image", "text", "tool_result", "tool_use"]
+    __slots__ = ["cache_breakpoint", "document", "image", "text", "tool_result", "tool_use"]
+    CACHE_BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
     TOOL_USE_FIELD_NUMBER: _ClassVar[int]
+    cache_breakpoint: bool
+    document: DocumentBlock
     image: ImageBlock
     text: TextBlock
     tool_result: ToolResultBlock
     tool_use: ToolUseBlock
-    def __init__(self, text: _Optional[_Union[TextBlock, _Mapping]] = ..., image: _Optional[_Union[ImageBlock, _Mapping]] = ..., tool_use: _Optional[_Union[ToolUseBlock, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultBlock, _Mapping]] = ...) -> None: ...
+    def __init__(self, text: _Optional[_Union[TextBlock, _Mapping]] = ..., image: _Optional[_Union[ImageBlock, _Mapping]] = ..., tool_use: _Optional[_Union[ToolUseBlock, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultBlock, _Mapping]] = ..., document: _Optional[_Union[DocumentBlock, _Mapping]] = ..., cache_breakpoint: bool = ...) -> None: ...
 
-class ImageBlock(_message.Message):
-    __slots__ = ["data", "media_type"]
+class DocumentBlock(_message.Message):
+    __slots__ = ["data", "media_type", "title", "url"]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     media_type: str
-    def __init__(self, media_type: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+    title: str
+    url: str
+    def __init__(self, media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., url: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
+
+class ImageBlock(_message.Message):
+    __slots__ = ["data", "media_type", "url"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    media_type: str
+    url: str
+    def __init__(self, media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., url: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ["content", "role"]
@@ -247,6 +278,24 @@ class Policy(_message.Message):
     overloads_before_fallback: int
     retry_after_ceiling: _duration_pb2.Duration
     def __init__(self, max_retries: _Optional[int] = ..., backoff_base: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., backoff_max: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., overloads_before_fallback: _Optional[int] = ..., max_continuations: _Optional[int] = ..., disable_escalation: bool = ..., disable_compaction: bool = ..., max_turns: _Optional[int] = ..., max_stop_hook_blocks: _Optional[int] = ..., disable_fallback: bool = ..., fallback_retries: _Optional[int] = ..., fallback_wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_after_ceiling: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class PromptCache(_message.Message):
+    __slots__ = ["mode", "system"]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    mode: PromptCacheMode
+    system: bool
+    def __init__(self, mode: _Optional[_Union[PromptCacheMode, str]] = ..., system: bool = ...) -> None: ...
+
+class Reasoning(_message.Message):
+    __slots__ = ["budget_tokens", "effort", "interleaved"]
+    BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EFFORT_FIELD_NUMBER: _ClassVar[int]
+    INTERLEAVED_FIELD_NUMBER: _ClassVar[int]
+    budget_tokens: int
+    effort: ReasoningEffort
+    interleaved: bool
+    def __init__(self, budget_tokens: _Optional[int] = ..., effort: _Optional[_Union[ReasoningEffort, str]] = ..., interleaved: bool = ...) -> None: ...
 
 class Result(_message.Message):
     __slots__ = ["attempts", "error", "message", "model", "reason", "route", "stop_reason", "stop_sequence", "transcript", "truncated", "usage"]
@@ -353,14 +402,16 @@ class TokenDelta(_message.Message):
     def __init__(self, kind: _Optional[_Union[DeltaKind, str]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Tool(_message.Message):
-    __slots__ = ["description", "input_schema", "name"]
+    __slots__ = ["cache_breakpoint", "description", "input_schema", "name"]
+    CACHE_BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    cache_breakpoint: bool
     description: str
     input_schema: _struct_pb2.Struct
     name: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., cache_breakpoint: bool = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ["id", "input", "name"]
@@ -411,7 +462,7 @@ class ToolUseBlock(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Transition(_message.Message):
-    __slots__ = ["backoff", "discard_output", "discarded_attempts", "error", "from_model", "from_route", "max_tokens", "message", "reason", "retry", "terminal", "to_model", "to_route"]
+    __slots__ = ["backoff", "discard_output", "discarded_attempts", "error", "from_model", "from_route", "max_tokens", "message", "reason", "retry", "stripped_blocks", "terminal", "to_model", "to_route"]
     BACKOFF_FIELD_NUMBER: _ClassVar[int]
     DISCARDED_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     DISCARD_OUTPUT_FIELD_NUMBER: _ClassVar[int]
@@ -422,6 +473,7 @@ class Transition(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
+    STRIPPED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
     TO_MODEL_FIELD_NUMBER: _ClassVar[int]
     TO_ROUTE_FIELD_NUMBER: _ClassVar[int]
@@ -435,10 +487,11 @@ class Transition(_message.Message):
     message: str
     reason: TransitionReason
     retry: int
+    stripped_blocks: _containers.RepeatedScalarFieldContainer[str]
     terminal: bool
     to_model: str
     to_route: str
-    def __init__(self, reason: _Optional[_Union[TransitionReason, str]] = ..., terminal: bool = ..., discard_output: bool = ..., backoff: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., from_route: _Optional[str] = ..., from_model: _Optional[str] = ..., to_route: _Optional[str] = ..., to_model: _Optional[str] = ..., max_tokens: _Optional[int] = ..., error: _Optional[_Union[UpstreamError, _Mapping]] = ..., message: _Optional[str] = ..., retry: _Optional[int] = ..., discarded_attempts: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, reason: _Optional[_Union[TransitionReason, str]] = ..., terminal: bool = ..., discard_output: bool = ..., backoff: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., from_route: _Optional[str] = ..., from_model: _Optional[str] = ..., to_route: _Optional[str] = ..., to_model: _Optional[str] = ..., max_tokens: _Optional[int] = ..., error: _Optional[_Union[UpstreamError, _Mapping]] = ..., message: _Optional[str] = ..., retry: _Optional[int] = ..., discarded_attempts: _Optional[_Iterable[int]] = ..., stripped_blocks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UpstreamError(_message.Message):
     __slots__ = ["code", "http_status", "kind", "message", "provider", "request_id", "retry_after", "type"]
@@ -471,6 +524,12 @@ class Usage(_message.Message):
     input_tokens: int
     output_tokens: int
     def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_input_tokens: _Optional[int] = ..., cache_creation_input_tokens: _Optional[int] = ...) -> None: ...
+
+class ReasoningEffort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class PromptCacheMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
 
 class ToolChoiceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
