@@ -130,11 +130,11 @@ func MediaBlocks(msgs []Message) []BlockRef {
 
 // StripMedia replaces the media blocks of msgs that refs point at with a
 // text block holding their placeholder (ImagePlaceholder,
-// DocumentPlaceholder). A ref that points at no media block of msgs (out of
-// range, or at a block that is not, or no longer, an image or a document)
-// is skipped, and so is a repeated one. It returns the new conversation and
-// the refs of the blocks it replaced, in the order given; msgs is not
-// modified.
+// DocumentPlaceholder), which keeps the block's CacheBreakpoint. A ref
+// that points at no media block of msgs (out of range, or at a block that
+// is not, or no longer, an image or a document) is skipped, and so is a
+// repeated one. It returns the new conversation and the refs of the blocks
+// it replaced, in the order given; msgs is not modified.
 func StripMedia(msgs []Message, refs []BlockRef) (out []Message, stripped []BlockRef) {
 	out = slices.Clone(msgs)
 	for _, r := range refs {
@@ -147,7 +147,9 @@ func StripMedia(msgs []Message, refs []BlockRef) (out []Message, stripped []Bloc
 			continue // a repeated ref finds the placeholder it left
 		}
 		bs := slices.Clone(m.Blocks) // copy on write: msgs stays untouched
-		bs[r.Block] = TextBlock(placeholder(b))
+		// The caller's cache mark stays where the caller put it: the
+		// prompt up to the placeholder is what the next calls repeat.
+		bs[r.Block] = Block{Kind: BlockText, Text: placeholder(b), CacheBreakpoint: b.CacheBreakpoint}
 		out[r.Message] = Message{Role: m.Role, Blocks: bs}
 		stripped = append(stripped, r)
 	}

@@ -115,6 +115,11 @@ func TestStripMedia(t *testing.T) {
 			[][]Block{{TextBlock("see"), img, doc}, {TextBlock("ok")}, {url}},
 			nil},
 	}
+	marked := Block{Kind: BlockImage, Data: []byte{1}, CacheBreakpoint: true}
+	out, _ := StripMedia([]Message{{Role: RoleUser, Blocks: []Block{marked}}}, []BlockRef{{}})
+	if want := (Block{Kind: BlockText, Text: ImagePlaceholder, CacheBreakpoint: true}); !reflect.DeepEqual(out[0].Blocks[0], want) {
+		t.Errorf("a marked image became %+v, want %+v", out[0].Blocks[0], want)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := clone(msgs)
