@@ -47,7 +47,7 @@ func EstimateTokens(system string, msgs []Message) int {
 	for _, m := range msgs {
 		for _, b := range m.Blocks {
 			if b.Media() {
-				media += mediaTokens(b)
+				media += MediaTokens(b)
 				continue
 			}
 			n += len(b.Text) + len(b.ToolName) + len(b.ToolInput) + len(b.Data) // Data: redacted thinking
@@ -56,8 +56,10 @@ func EstimateTokens(system string, msgs []Message) int {
 	return (n+3)/4 + media
 }
 
-// mediaTokens is the estimate of one image or document.
-func mediaTokens(b Block) int {
+// MediaTokens is EstimateTokens' estimate of one image (ImageTokens) or
+// document (DocumentPageTokens per estimated page), for a provider that
+// must count a prompt's media the same way.
+func MediaTokens(b Block) int {
 	if b.Kind == BlockImage {
 		return ImageTokens
 	}
