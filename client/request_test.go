@@ -275,3 +275,37 @@ func TestTextWithSamplingIsAValidRequest(t *testing.T) {
 		t.Errorf("stop_sequence %q of an answer no stop sequence ended", got)
 	}
 }
+
+// TestTextWithReasoningAndMediaIsAValidRequest: the server takes what the
+// reasoning, prompt cache and content block helpers build (the sim routes
+// honour them all) and answers.
+func TestTextWithReasoningAndMediaIsAValidRequest(t *testing.T) {
+	c := New(serve(t))
+	for _, tc := range []struct {
+		name string
+		opts []RequestOption
+	}{
+		{"reasoning", []RequestOption{WithReasoningEffort(completionv1.ReasoningEffort_REASONING_EFFORT_LOW),
+			WithReasoningBudgetTokens(2048), WithReasoningInterleaved()}},
+		{"media by URL and the caller's cache marks", []RequestOption{WithSystem("Be brief."), WithPromptCacheSystem(),
+			WithPromptCache(PromptCacheCaller()), WithTools(CacheBreakpoint(&completionv1.Tool{Name: "search"})),
+			WithBlocks(ImageURLBlock("https://example.com/cat.jpg"), CacheBreakpoint(DocumentURLBlock("https://example.com/spec.pdf", "Spec")))}},
+		{"inline media, no cache", []RequestOption{WithPromptCache(PromptCacheOff()),
+			WithBlocks(ImageBlock("image/png", []byte("\x89PNG\r\n\x1a\n")), DocumentBlock([]byte("%PDF-1.7\n"), ""))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := append([]RequestOption{WithRoute("sim"), WithMetadata(map[string]string{"sim.words": "5", "sim.pace": "1ms"})}, tc.opts...)
+			s, err := c.Stream(ctxFor(t), Text("Tell me about recovery.", opts...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := s.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Reason() != completionv1.TransitionReason_TRANSITION_REASON_COMPLETED || f.Text() == "" {
+				t.Errorf("reason %v, text %q", f.Reason(), f.Text())
+			}
+		})
+	}
+}
