@@ -282,15 +282,16 @@ func TestTextWithSamplingIsAValidRequest(t *testing.T) {
 func TestTextWithReasoningAndMediaIsAValidRequest(t *testing.T) {
 	c := New(serve(t))
 	for _, tc := range []struct {
-		name string
-		opts []RequestOption
+		name   string
+		thinks bool
+		opts   []RequestOption
 	}{
-		{"reasoning", []RequestOption{WithReasoningEffort(completionv1.ReasoningEffort_REASONING_EFFORT_LOW),
+		{"reasoning", true, []RequestOption{WithReasoningEffort(completionv1.ReasoningEffort_REASONING_EFFORT_LOW),
 			WithReasoningBudgetTokens(2048), WithReasoningInterleaved()}},
-		{"media by URL and the caller's cache marks", []RequestOption{WithSystem("Be brief."), WithPromptCacheSystem(),
+		{"media by URL and the caller's cache marks", false, []RequestOption{WithSystem("Be brief."), WithPromptCacheSystem(),
 			WithPromptCache(PromptCacheCaller()), WithTools(CacheBreakpoint(&completionv1.Tool{Name: "search"})),
 			WithBlocks(ImageURLBlock("https://example.com/cat.jpg"), CacheBreakpoint(DocumentURLBlock("https://example.com/spec.pdf", "Spec")))}},
-		{"inline media, no cache", []RequestOption{WithPromptCache(PromptCacheOff()),
+		{"inline media, no cache", false, []RequestOption{WithPromptCache(PromptCacheOff()),
 			WithBlocks(ImageBlock("image/png", []byte("\x89PNG\r\n\x1a\n")), DocumentBlock([]byte("%PDF-1.7\n"), ""))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -305,6 +306,9 @@ func TestTextWithReasoningAndMediaIsAValidRequest(t *testing.T) {
 			}
 			if f.Reason() != completionv1.TransitionReason_TRANSITION_REASON_COMPLETED || f.Text() == "" {
 				t.Errorf("reason %v, text %q", f.Reason(), f.Text())
+			}
+			if (f.Thinking() != "") != tc.thinks {
+				t.Errorf("thinking %q; want some: %v (the sim thinks when reasoning is asked)", f.Thinking(), tc.thinks)
 			}
 		})
 	}
