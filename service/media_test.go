@@ -5,10 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
-
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
-	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
 )
@@ -109,14 +106,8 @@ func TestReasoningOnTheSimRoute(t *testing.T) {
 	var rec *recordingProvider
 	env := newTestEnv(t, recordRoutes(&rec))
 	evs, st := env.streamAll(t, reasoningRequest())
-	if st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "reasoning") {
-		t.Skipf("needs validation of reasoning, landing on main: %v", st.Message())
-	}
-	if sent := rec.requests(); len(sent) > 0 && sent[0].ThinkingBudget == 0 && sent[0].Reasoning == (provider.Reasoning{}) {
-		// The request is valid, but the driver does not yet resolve it
-		// against the route (config.Route.Reasoning) into the provider's
-		// request: the sim is not asked to reason.
-		t.Skip("needs the driver to pass the request's reasoning to the provider, landing on main")
+	if sent := rec.requests(); len(sent) == 0 || sent[0].ThinkingBudget == 0 || sent[0].Reasoning.Effort != "low" {
+		t.Fatalf("the sim was not asked to reason: %+v", sent)
 	}
 	res := checkContract(t, evs, st)
 	thinking := checkThinkingFirst(t, evs)
