@@ -100,7 +100,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if req.Prefill != "" {
 		a.Prefilled()
 	}
-	res, err := p.send(a, body)
+	res, err := p.send(a, body, interleaved(req))
 	if res != nil && res.Body != nil {
 		defer res.Body.Close()
 	}
@@ -163,9 +163,15 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 // BenchmarkSend compares the two calls, and the parity tests
 // (body_test.go) hold the request to the one NewStreaming sends, headers
 // included.
-func (p *Provider) send(a *classify.Attempt, body []byte) (*http.Response, error) {
+//
+// beta adds the anthropic-beta header of interleaved thinking.
+func (p *Provider) send(a *classify.Attempt, body []byte, beta bool) (*http.Response, error) {
 	var res *http.Response
-	err := p.client.Post(a.Context(), messagesPath, body, &res, option.WithMiddleware(a.Middleware))
+	opts := []option.RequestOption{option.WithMiddleware(a.Middleware)}
+	if beta {
+		opts = append(opts, option.WithHeaderAdd("anthropic-beta", interleavedBeta))
+	}
+	err := p.client.Post(a.Context(), messagesPath, body, &res, opts...)
 	return res, err
 }
 

@@ -198,6 +198,7 @@ func TestThinkingBudget(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		budget, max int
+		interleaved bool
 		prefill     string
 		msgs        []recovery.Message
 		want        float64 // budget_tokens sent; 0: no thinking
@@ -212,16 +213,33 @@ func TestThinkingBudget(t *testing.T) {
 		{name: "with a prefill", budget: 2048, max: 4096, prefill: "Hello"},
 		{name: "tool turn with its thinking", budget: 2048, max: 4096, msgs: toolTurn(true), want: 2048},
 		{name: "tool turn without its thinking", budget: 2048, max: 4096, msgs: toolTurn(false)},
+		{name: "interleaved", budget: 2048, max: 4096, interleaved: true, want: 2048},
+		{name: "interleaved over max_tokens: as asked", budget: 16000, max: 8000, interleaved: true, want: 16000},
+		{name: "interleaved with max_tokens under the minimum", budget: 500, max: 1000, interleaved: true, want: 1024},
+		{name: "interleaved tool turn with its thinking", budget: 2048, max: 4096, interleaved: true, msgs: toolTurn(true), want: 2048},
+		{name: "interleaved without a budget", max: 4096, interleaved: true},
+		{name: "interleaved with a prefill", budget: 2048, max: 4096, interleaved: true, prefill: "Hello"},
+		{name: "interleaved tool turn without its thinking", budget: 2048, max: 4096, interleaved: true, msgs: toolTurn(false)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := newRequest()
 			req.ThinkingBudget, req.MaxTokens, req.Prefill = tc.budget, tc.max, tc.prefill
+			req.Reasoning.Interleaved = tc.interleaved
 			if tc.msgs != nil {
 				req.Messages = tc.msgs
 			}
 			r, srv := run(t, pt.Always(pt.OK(pt.Text("ok"))), req)
 			if r.Err != nil {
 				t.Fatal(r.Err)
+			}
+			// The beta goes with interleaved thinking only, and only when
+			// thinking is on.
+			beta, wantBeta := srv.Request(t, 1).Header.Values("anthropic-beta"), []string(nil)
+			if tc.interleaved && tc.want > 0 {
+				wantBeta = []string{"interleaved-thinking-2025-05-14"}
+			}
+			if !reflect.DeepEqual(beta, wantBeta) {
+				t.Errorf("anthropic-beta %q, want %q", beta, wantBeta)
 			}
 			body := srv.Request(t, 1).JSON(t)
 			if body["max_tokens"] != float64(tc.max) {

@@ -74,8 +74,13 @@ func (p *Provider) sdkSend(req *provider.Request) (err, encErr error) {
 	a := classify.Begin(context.Background(), req.Timeouts)
 	defer a.End()
 	var res *http.Response
+	opts := []option.RequestOption{option.WithMiddleware(a.Middleware), option.WithResponseBodyInto(&res)}
+	if req.Reasoning.Interleaved && params.Thinking.OfEnabled != nil {
+		// MessageNewParams has no betas: the header went as a request option.
+		opts = append(opts, option.WithHeaderAdd("anthropic-beta", string(sdk.AnthropicBetaInterleavedThinking2025_05_14)))
+	}
 	svc := sdk.NewClient(p.client.Options...).Messages
-	encErr = svc.NewStreaming(a.Context(), params, option.WithMiddleware(a.Middleware), option.WithResponseBodyInto(&res)).Err()
+	encErr = svc.NewStreaming(a.Context(), params, opts...).Err()
 	if res != nil {
 		res.Body.Close()
 	}
@@ -306,6 +311,18 @@ func parityRequests() map[string]*provider.Request {
 		"thinking with prefill": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
 			r.ThinkingBudget, r.Prefill = 2000, "So"
 		}),
+		"interleaved": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
+			r.ThinkingBudget, r.Reasoning.Interleaved = 2000, true
+		}),
+		"interleaved over max_tokens": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
+			r.ThinkingBudget, r.MaxTokens, r.Reasoning.Interleaved = 16000, 1024, true
+		}),
+		"interleaved without thinking": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
+			r.Reasoning.Interleaved = true
+		}),
+		"interleaved with prefill": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
+			r.ThinkingBudget, r.Reasoning.Interleaved, r.Prefill = 2000, true, "So"
+		}),
 		"thinking after a bare tool turn": with(req(recovery.UserText("Go."), assistant(call("c", "f", "{}")),
 			user(result("c", "ok", false))), func(r *provider.Request) { r.ThinkingBudget = 2000 }),
 		"thinking after a thought tool turn": with(req(recovery.UserText("Go."), assistant(thinking, call("c", "f", "{}")),
@@ -515,7 +532,8 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		req.Prefill = cut()
 	}
 	if rng.IntN(2) == 0 {
-		req.ThinkingBudget = rng.IntN(5000)
+		req.ThinkingBudget = rng.IntN(8000)
+		req.Reasoning.Interleaved = rng.IntN(2) == 0
 	}
 	for range rng.IntN(5) {
 		m := recovery.Message{Role: recovery.RoleUser}

@@ -60,6 +60,14 @@
 // with a thinking block, which the API refuses with thinking on: a tool turn
 // whose thinking was not kept, as a stateless caller's.
 //
+// Interleaved thinking: with Request.Reasoning.Interleaved and thinking on
+// (sent, by the rules above), the call carries the header anthropic-beta:
+// interleaved-thinking-2025-05-14, and the model may think between its tool
+// calls. The budget is then the whole turn's, which the API lets exceed
+// max_tokens: it goes as asked (at least 1024), never cut to fit under
+// max_tokens, and with max_tokens ≤ 1024 too. When thinking is off, the
+// header is not sent.
+//
 // The caller's model parameters: Request.Sampling sends temperature, top_p
 // and top_k when set (a pointer to 0 sends 0; Seed never, the API has
 // none); Request.StopSequences sends stop_sequences; Request.ToolChoice

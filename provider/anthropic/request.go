@@ -12,6 +12,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	sdk "github.com/anthropics/anthropic-sdk-go"
+
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/provider/jsonenc"
 	"github.com/completiond/completiond/recovery"
@@ -361,15 +363,32 @@ func appendValue(b []byte, v any) ([]byte, error) {
 // MinThinkingBudget is the smallest budget_tokens the API accepts.
 const MinThinkingBudget = 1024
 
+// interleavedBeta is the anthropic-beta header value that lets the model
+// think between tool calls.
+const interleavedBeta = string(sdk.AnthropicBetaInterleavedThinking2025_05_14)
+
+// interleaved reports whether the request goes with the interleaved-thinking
+// beta: only when it asks for it and thinking is on — the header alone
+// changes nothing, and a request without thinking is left as it was.
+func interleaved(req *provider.Request) bool {
+	return req.Reasoning.Interleaved && thinkingBudget(req) > 0
+}
+
 // thinkingBudget is the budget_tokens to send, 0 for no thinking (see the
 // package doc). The budget must stay below max_tokens, which is the
 // recovery machine's to set (escalation, CONTEXT_LIMIT_ADJUST): a budget
 // that does not fit is cut to half of max_tokens, never the other way round.
+// With interleaved thinking the budget is the whole turn's, across the
+// thinking between its tool calls, and the API lets it exceed max_tokens:
+// it goes as asked.
 func thinkingBudget(req *provider.Request) int {
 	if req.ThinkingBudget <= 0 || req.Prefill != "" || !thinkingFits(req.Messages) {
 		return 0
 	}
 	budget := max(req.ThinkingBudget, MinThinkingBudget)
+	if req.Reasoning.Interleaved {
+		return budget
+	}
 	if budget >= req.MaxTokens {
 		budget = max(req.MaxTokens/2, MinThinkingBudget)
 	}
