@@ -717,3 +717,36 @@ func TestModelParametersOnTheWire(t *testing.T) {
 		})
 	}
 }
+
+// TestMediaOnTheWire: an image by URL and a PDF document, by data or by
+// URL, with its title, go as the API's image and document blocks (the
+// parity tests hold them to the SDK's encoding).
+func TestMediaOnTheWire(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		block recovery.Block
+		want  string
+	}{
+		{"image by URL", recovery.Block{Kind: recovery.BlockImage, URL: "https://example.com/cat.png"},
+			`{"source":{"type":"url","url":"https://example.com/cat.png"},"type":"image"}`},
+		{"image by data", recovery.Block{Kind: recovery.BlockImage, MediaType: "image/png", Data: []byte("\x89PNG")},
+			`{"source":{"data":"iVBORw==","media_type":"image/png","type":"base64"},"type":"image"}`},
+		{"document by data", recovery.Block{Kind: recovery.BlockDocument, MediaType: "application/pdf", Data: []byte("%PDF-1.7")},
+			`{"source":{"data":"JVBERi0xLjc=","media_type":"application/pdf","type":"base64"},"type":"document"}`},
+		{"document by data, titled", recovery.Block{Kind: recovery.BlockDocument, MediaType: "application/pdf", Data: []byte("%PDF"), Title: "Q3 report"},
+			`{"source":{"data":"JVBERg==","media_type":"application/pdf","type":"base64"},"title":"Q3 report","type":"document"}`},
+		{"document by URL, titled", recovery.Block{Kind: recovery.BlockDocument, URL: "https://example.com/q3.pdf", Title: "Q3"},
+			`{"source":{"type":"url","url":"https://example.com/q3.pdf"},"title":"Q3","type":"document"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest()
+			req.Messages = []recovery.Message{{Role: recovery.RoleUser, Blocks: []recovery.Block{tc.block, recovery.TextBlock("What is it?")}}}
+			r, srv := run(t, pt.Always(pt.OK(pt.Text("ok"))), req)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			pt.AssertJSON(t, srv.Request(t, 1).Body, `{"max_tokens":1024,"messages":[{"content":[`+tc.want+
+				`,{"text":"What is it?","type":"text"}],"role":"user"}],"model":"claude-test","stream":true}`)
+		})
+	}
+}

@@ -246,6 +246,10 @@ func parityRequests() map[string]*provider.Request {
 	image := func(mt, data string) recovery.Block {
 		return recovery.Block{Kind: recovery.BlockImage, MediaType: mt, Data: []byte(data)}
 	}
+	imageURL := func(url string) recovery.Block { return recovery.Block{Kind: recovery.BlockImage, URL: url} }
+	document := func(data, url, title string) recovery.Block {
+		return recovery.Block{Kind: recovery.BlockDocument, Data: []byte(data), URL: url, Title: title}
+	}
 	result := func(id, out string, isErr bool) recovery.Block {
 		return recovery.Block{Kind: recovery.BlockToolResult, ToolUseID: id, Text: out, IsError: isErr}
 	}
@@ -280,6 +284,19 @@ func parityRequests() map[string]*provider.Request {
 		"image alone":    req(user(image("image/png", "\x89PNG\r\n"))),
 		"text and image": req(user(text("What is it?"), image("image/jpeg", "\xff\xd8\xff"), text("And?"))),
 		"empty image":    req(user(image("", ""))),
+		"image URL":      req(user(text("What is it?"), imageURL("https://example.com/cat.png?a=1&b=<2>"))),
+		"image URL and data": req(user(recovery.Block{Kind: recovery.BlockImage, MediaType: "image/png", Data: []byte("\x89PNG"),
+			URL: "https://example.com/cat.png"})),
+		"document":            req(user(document("%PDF-1.7\n\xff", "", ""), text("Summarise it."))),
+		"document titled":     req(user(document("%PDF", "", "Q3 \"report\" <draft>\u2028é"))),
+		"document URL":        req(user(document("", "https://example.com/a.pdf", ""))),
+		"document URL titled": req(user(document("", "https://example.com/a.pdf", "A"), text("And?"))),
+		"document empty":      req(user(document("", "", ""))),
+		"document media type": req(user(recovery.Block{Kind: recovery.BlockDocument, MediaType: "text/plain", Data: []byte("x")})),
+		"document URL and data": req(user(recovery.Block{Kind: recovery.BlockDocument, MediaType: "application/pdf",
+			Data: []byte("%PDF"), URL: "https://example.com/a.pdf"})),
+		"media mixed": req(user(image("image/jpeg", "\xff\xd8"), document("%PDF", "", "t"), imageURL("https://x.test/i.gif"),
+			document("", "https://x.test/d.pdf", "")), assistant(text("Seen.")), user(document("%PDF-2", "", ""))),
 		"tool results": req(recovery.UserText("Go."),
 			assistant(call("call_1", "zoom", `{"factor":2}`), call("call_2", "pan", "")),
 			user(text("first"), result("call_1", "zoomed", false), result("call_2", "", true), text("Now?"))),
@@ -606,14 +623,20 @@ func genToolChoice(rng *rand.Rand, cut func() string) provider.ToolChoice {
 // blocks end in whitespace often, for the final assistant message's trim.
 func genBlock(rng *rand.Rand, cut func() string, input []byte) recovery.Block {
 	kinds := []recovery.BlockKind{recovery.BlockText, recovery.BlockText, recovery.BlockImage,
-		recovery.BlockToolUse, recovery.BlockToolResult, recovery.BlockThinking}
+		recovery.BlockToolUse, recovery.BlockToolResult, recovery.BlockThinking, recovery.BlockDocument}
 	b := recovery.Block{Kind: kinds[rng.IntN(len(kinds))]}
 	if rng.IntN(40) == 0 {
 		b.Kind = recovery.BlockKind(rng.IntN(100))
 	}
 	switch b.Kind {
-	case recovery.BlockImage:
+	case recovery.BlockImage, recovery.BlockDocument:
 		b.MediaType, b.Data = cut(), []byte(cut())
+		if rng.IntN(3) == 0 {
+			b.URL = "https://" + cut()
+		}
+		if b.Kind == recovery.BlockDocument && rng.IntN(2) == 0 {
+			b.Title = cut()
+		}
 	case recovery.BlockToolUse:
 		b.ToolUseID, b.ToolName = cut(), cut()
 		switch rng.IntN(3) {

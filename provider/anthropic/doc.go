@@ -44,6 +44,14 @@
 // is the caller's request refused: FailInvalidRequest, not
 // FailPrefillRejected, which is kept for the machine's prefill.
 //
+// Media: a recovery.BlockImage goes as an image block whose source is its
+// URL (type url: the API fetches it, completiond never does) when Block.URL
+// is set, its data in base64 with its media type otherwise; a
+// recovery.BlockDocument as a document block, by URL likewise or by its data
+// in base64 as application/pdf, whatever Block.MediaType says (the only
+// document the SDK's params carry as data, and the only one the request
+// validation takes), with "title" when Block.Title is set.
+//
 // Extended thinking: a Request.ThinkingBudget sends thinking {type:
 // enabled, budget_tokens}. The API wants 1024 ≤ budget_tokens < max_tokens,
 // and max_tokens belongs to the recovery machine (escalation and

@@ -99,7 +99,7 @@ func sizeHint(req *provider.Request) int {
 	for _, m := range req.Messages {
 		for _, b := range m.Blocks {
 			n += 96 + len(b.Text) + len(b.Signature) + len(b.MediaType) + base64.StdEncoding.EncodedLen(len(b.Data)) +
-				len(b.ToolUseID) + len(b.ToolName) + len(b.ToolInput)
+				len(b.URL) + len(b.Title) + len(b.ToolUseID) + len(b.ToolName) + len(b.ToolInput)
 		}
 	}
 	for _, t := range req.Tools {
@@ -193,40 +193,96 @@ func appendBlock(b []byte, blk recovery.Block) ([]byte, error) {
 		b = append(comma(b), `{"text":`...)
 		return append(jsonenc.AppendString(b, blk.Text), `,"type":"text"}`...), nil
 	case recovery.BlockImage:
-		b = append(comma(b), `{"source":{"data":"`...)
-		b = base64.StdEncoding.AppendEncode(b, blk.Data)
-		b = append(b, '"')
-		if blk.MediaType != "" { // the SDK omits an empty media type
-			b = jsonenc.AppendString(append(b, `,"media_type":`...), blk.MediaType)
-		}
-		return append(b, `,"type":"base64"},"type":"image"}`...), nil
+		b = appendImageSource(append(comma(b), `{"source":`...), blk)
+		return append(b, `,"type":"image"}`...), nil
+	case recovery.BlockDocument:
+		return appendDocument(comma(b), blk), nil
 	case recovery.BlockToolUse:
-		b = jsonenc.AppendString(append(comma(b), `{"id":`...), blk.ToolUseID)
-		b = append(b, `,"input":`...)
-		var err error
-		if b, err = appendInput(b, blk.ToolInput); err != nil {
-			return nil, err
-		}
-		b = jsonenc.AppendString(append(b, `,"name":`...), blk.ToolName)
-		return append(b, `,"type":"tool_use"}`...), nil
+		return appendToolUse(comma(b), blk)
 	case recovery.BlockToolResult:
-		b = jsonenc.AppendString(append(comma(b), `{"tool_use_id":`...), blk.ToolUseID)
-		if blk.Text != "" {
-			b = append(b, `,"content":[{"text":`...)
-			b = append(jsonenc.AppendString(b, blk.Text), `,"type":"text"}]`...)
-		}
-		b = strconv.AppendBool(append(b, `,"is_error":`...), blk.IsError)
-		return append(b, `,"type":"tool_result"}`...), nil
+		return appendToolResult(comma(b), blk), nil
 	case recovery.BlockThinking:
-		if blk.Redacted {
-			b = jsonenc.AppendString(append(comma(b), `{"data":`...), blk.Data)
-			return append(b, `,"type":"redacted_thinking"}`...), nil
-		}
-		b = jsonenc.AppendString(append(comma(b), `{"signature":`...), blk.Signature)
-		b = jsonenc.AppendString(append(b, `,"thinking":`...), blk.Text)
-		return append(b, `,"type":"thinking"}`...), nil
+		return appendThinking(comma(b), blk), nil
 	}
 	return nil, fmt.Errorf("unknown block kind %d", blk.Kind)
+}
+
+// appendURLSource appends the source of an image or a document given by
+// URL, which the API fetches.
+func appendURLSource(b []byte, url string) []byte {
+	b = append(b, `{"type":"url","url":`...)
+	return append(jsonenc.AppendString(b, url), '}')
+}
+
+// appendImageSource appends an image's source: its URL, or its data in
+// base64 (the URL wins over data: the request validation lets only one be
+// set).
+func appendImageSource(b []byte, blk recovery.Block) []byte {
+	if blk.URL != "" {
+		return appendURLSource(b, blk.URL)
+	}
+	b = append(b, `{"data":"`...)
+	b = base64.StdEncoding.AppendEncode(b, blk.Data)
+	b = append(b, '"')
+	if blk.MediaType != "" { // the SDK omits an empty media type
+		b = jsonenc.AppendString(append(b, `,"media_type":`...), blk.MediaType)
+	}
+	return append(b, `,"type":"base64"}`...)
+}
+
+// appendDocument appends a PDF document: its URL, or its data in base64 as
+// application/pdf, whatever Block.MediaType says — the only document the
+// SDK's params carry as data (the request validation takes no other) — and
+// its title, if it has one.
+func appendDocument(b []byte, blk recovery.Block) []byte {
+	b = append(b, `{"source":`...)
+	if blk.URL != "" {
+		b = appendURLSource(b, blk.URL)
+	} else {
+		b = append(b, `{"data":"`...)
+		b = base64.StdEncoding.AppendEncode(b, blk.Data)
+		b = append(b, `","media_type":"application/pdf","type":"base64"}`...)
+	}
+	if blk.Title != "" { // the SDK omits an empty title
+		b = jsonenc.AppendString(append(b, `,"title":`...), blk.Title)
+	}
+	return append(b, `,"type":"document"}`...)
+}
+
+// appendToolUse appends a tool call the model made.
+func appendToolUse(b []byte, blk recovery.Block) ([]byte, error) {
+	b = jsonenc.AppendString(append(b, `{"id":`...), blk.ToolUseID)
+	b = append(b, `,"input":`...)
+	var err error
+	if b, err = appendInput(b, blk.ToolInput); err != nil {
+		return nil, err
+	}
+	b = jsonenc.AppendString(append(b, `,"name":`...), blk.ToolName)
+	return append(b, `,"type":"tool_use"}`...), nil
+}
+
+// appendToolResult appends the answer to a tool call; an empty output
+// sends no content.
+func appendToolResult(b []byte, blk recovery.Block) []byte {
+	b = jsonenc.AppendString(append(b, `{"tool_use_id":`...), blk.ToolUseID)
+	if blk.Text != "" {
+		b = append(b, `,"content":[{"text":`...)
+		b = append(jsonenc.AppendString(b, blk.Text), `,"type":"text"}]`...)
+	}
+	b = strconv.AppendBool(append(b, `,"is_error":`...), blk.IsError)
+	return append(b, `,"type":"tool_result"}`...)
+}
+
+// appendThinking appends a thinking block exactly as it came: its text and
+// signature, or a redacted block's opaque data.
+func appendThinking(b []byte, blk recovery.Block) []byte {
+	if blk.Redacted {
+		b = jsonenc.AppendString(append(b, `{"data":`...), blk.Data)
+		return append(b, `,"type":"redacted_thinking"}`...)
+	}
+	b = jsonenc.AppendString(append(b, `{"signature":`...), blk.Signature)
+	b = jsonenc.AppendString(append(b, `,"thinking":`...), blk.Text)
+	return append(b, `,"type":"thinking"}`...)
 }
 
 // errInput is why a tool call's arguments are refused.

@@ -137,7 +137,12 @@ func sdkContentBlock(b recovery.Block) (block sdk.ContentBlockParamUnion, ok boo
 		}
 		return sdk.NewTextBlock(b.Text), true, nil
 	case recovery.BlockImage:
+		if b.URL != "" {
+			return sdk.NewImageBlock(sdk.URLImageSourceParam{URL: b.URL}), true, nil
+		}
 		return sdk.NewImageBlockBase64(b.MediaType, base64.StdEncoding.EncodeToString(b.Data)), true, nil
+	case recovery.BlockDocument:
+		return sdkDocument(b), true, nil
 	case recovery.BlockToolUse:
 		input, err := sdkToolInput(b.ToolInput)
 		if err != nil {
@@ -157,6 +162,18 @@ func sdkContentBlock(b recovery.Block) (block sdk.ContentBlockParamUnion, ok boo
 		return sdk.NewThinkingBlock(b.Signature, b.Text), true, nil
 	}
 	return block, false, fmt.Errorf("unknown block kind %d", b.Kind)
+}
+
+// sdkDocument maps a PDF document, by URL or as base64 data.
+func sdkDocument(b recovery.Block) sdk.ContentBlockParamUnion {
+	doc := sdk.NewDocumentBlock(sdk.Base64PDFSourceParam{Data: base64.StdEncoding.EncodeToString(b.Data)})
+	if b.URL != "" {
+		doc = sdk.NewDocumentBlock(sdk.URLPDFSourceParam{URL: b.URL})
+	}
+	if b.Title != "" {
+		doc.OfDocument.Title = sdk.String(b.Title)
+	}
+	return doc
 }
 
 // sdkToolInput is a tool call's arguments as JSON ({} when there are none).
