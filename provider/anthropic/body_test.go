@@ -152,10 +152,35 @@ func checkBody(t *testing.T, p *Provider, req *provider.Request) {
 	}
 	w := decodeJSON(t, want).(map[string]any)
 	w["stream"] = true // as the SDK's streaming call sets it
-	if g := decodeJSON(t, body); !reflect.DeepEqual(g, w) {
+	g := decodeJSON(t, body)
+	if !reflect.DeepEqual(g, w) {
 		t.Fatalf("body\n%s\njson.Marshal(params) with \"stream\": true\n%s", body, want)
 	}
 	checkOrder(t, body, want)
+	if n := cacheMarksIn(g.(map[string]any)); n > maxCacheMarks {
+		t.Fatalf("%d cache marks, the API takes %d: %s", n, maxCacheMarks, body)
+	}
+}
+
+// cacheMarksIn counts the cache marks of a decoded body: on its tools, its
+// system prompt and its messages' blocks.
+func cacheMarksIn(body map[string]any) int {
+	n := 0
+	count := func(list any) {
+		items, _ := list.([]any)
+		for _, it := range items {
+			if _, ok := it.(map[string]any)["cache_control"]; ok {
+				n++
+			}
+		}
+	}
+	count(body["tools"])
+	count(body["system"])
+	msgs, _ := body["messages"].([]any)
+	for _, m := range msgs {
+		count(m.(map[string]any)["content"])
+	}
+	return n
 }
 
 // checkOrder holds the body's top-level keys, and tool_choice's, to the
@@ -379,7 +404,78 @@ func parityRequests() map[string]*provider.Request {
 		}),
 	}
 	maps.Copy(reqs, paramsRequests())
+	maps.Copy(reqs, cacheRequests())
 	return reqs
+}
+
+// cacheRequests are the requests of TestBodyParity that carry prompt cache
+// marks: on the system prompt, the tools and each kind of block, moved by
+// the final assistant message's trim, and more than the API takes.
+func cacheRequests() map[string]*provider.Request {
+	mark := func(b recovery.Block) recovery.Block { b.CacheBreakpoint = true; return b }
+	text := func(s string) recovery.Block { return mark(recovery.TextBlock(s)) }
+	user := func(blocks ...recovery.Block) recovery.Message {
+		return recovery.Message{Role: recovery.RoleUser, Blocks: blocks}
+	}
+	assistant := func(blocks ...recovery.Block) recovery.Message {
+		return recovery.Message{Role: recovery.RoleAssistant, Blocks: blocks}
+	}
+	call := recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: "c", ToolName: "f", ToolInput: []byte(`{}`)}
+	thinking := recovery.Block{Kind: recovery.BlockThinking, Text: "hmm", Signature: "sig"}
+	tool := func(name string, marked bool) provider.Tool {
+		return provider.Tool{Name: name, InputSchema: []byte(`{"properties":{}}`), CacheBreakpoint: marked}
+	}
+	with := func(f func(*provider.Request), msgs ...recovery.Message) *provider.Request {
+		r := &provider.Request{Model: "claude-test", MaxTokens: 4096, Messages: msgs}
+		f(r)
+		return r
+	}
+	none := func(*provider.Request) {}
+	system := func(r *provider.Request) { r.System, r.CacheSystem = "Be brief.", true }
+	return map[string]*provider.Request{
+		"cache system":       with(system, recovery.UserText("Hi.")),
+		"cache system unset": with(func(r *provider.Request) { r.System = "Be brief." }, recovery.UserText("Hi.")),
+		"cache system on the last tool": with(func(r *provider.Request) {
+			r.CacheSystem, r.Tools = true, []provider.Tool{tool("a", false), tool("b", false)}
+		}, recovery.UserText("Hi.")),
+		"cache system on a marked tool": with(func(r *provider.Request) {
+			r.CacheSystem, r.Tools = true, []provider.Tool{tool("a", false), tool("b", true)}
+		}, recovery.UserText("Hi.")),
+		"cache system with nothing": with(func(r *provider.Request) { r.CacheSystem = true }, recovery.UserText("Hi.")),
+		"cache tools": with(func(r *provider.Request) {
+			r.Tools = []provider.Tool{tool("a", true), tool("b", false), tool("c", true)}
+		}, recovery.UserText("Hi.")),
+		"cache each block": with(none,
+			user(text("Look."), mark(recovery.Block{Kind: recovery.BlockImage, MediaType: "image/png", Data: []byte("x")}),
+				mark(recovery.Block{Kind: recovery.BlockDocument, URL: "https://x.test/d.pdf", Title: "d"})),
+			assistant(mark(thinking), mark(recovery.Block{Kind: recovery.BlockThinking, Redacted: true, Data: []byte("r")}), mark(call)),
+			user(mark(recovery.Block{Kind: recovery.BlockToolResult, ToolUseID: "c", Text: "ok"}))),
+		"cache image URL and document data": with(none, user(mark(recovery.Block{Kind: recovery.BlockImage, URL: "https://x.test/i.png"}),
+			mark(recovery.Block{Kind: recovery.BlockDocument, Data: []byte("%PDF")}), text("?"))),
+		"cache empty text":                 with(none, user(text(""), recovery.TextBlock("Hi.")), user(text(""))),
+		"cache final assistant trimmed":    with(none, recovery.UserText("Go."), assistant(text("Let me  "))),
+		"cache final whitespace moves":     with(none, recovery.UserText("Go."), assistant(recovery.TextBlock("Let me"), text(" \n"))),
+		"cache final whitespace onto call": with(none, recovery.UserText("Go."), assistant(call, text(" "), recovery.TextBlock("\t"))),
+		"cache final empty stays off":      with(none, recovery.UserText("Go."), assistant(recovery.TextBlock("Let me "), text(""))),
+		"cache final onto thinking":        with(none, recovery.UserText("Go."), assistant(thinking, text(" "))),
+		"cache final all whitespace":       with(none, recovery.UserText("Go."), assistant(text(" "), text("\n"))),
+		"cache earlier assistant kept":     with(none, assistant(text("a  ")), recovery.UserText("b"), assistant(text(" "))),
+		"cache with prefill": with(func(r *provider.Request) { r.Prefill = "So " }, user(text("Go.")),
+			assistant(text("a "))),
+		"cache over four from the tools": with(func(r *provider.Request) {
+			system(r)
+			r.Tools = []provider.Tool{tool("a", true), tool("b", true)}
+		}, user(text("1"), text("2")), assistant(text("3"))),
+		"cache over four into the system": with(func(r *provider.Request) {
+			system(r)
+			r.Tools = []provider.Tool{tool("a", true), tool("b", true), tool("c", true)}
+		}, user(text("1"), text("2"))),
+		"cache over four into the blocks": with(func(r *provider.Request) {
+			r.Tools = []provider.Tool{tool("a", true)}
+		}, user(text("1"), text("2"), text("3")), assistant(text("4")), user(text(""), text("5"))),
+		"cache over four, moved marks": with(none, user(text("1"), text("2")), assistant(text("3")),
+			user(text("4")), assistant(recovery.TextBlock("5"), text(" "), text("\n"))),
+	}
 }
 
 // paramsRequests are the requests of TestBodyParity that carry the
@@ -544,7 +640,7 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		i := rng.IntN(len(text))
 		return text[i : i+rng.IntN(len(text)-i+1)]
 	}
-	req := &provider.Request{Model: cut(), System: cut(), MaxTokens: rng.IntN(5) * 1024}
+	req := &provider.Request{Model: cut(), System: cut(), MaxTokens: rng.IntN(5) * 1024, CacheSystem: rng.IntN(3) == 0}
 	if rng.IntN(3) == 0 {
 		req.Prefill = cut()
 	}
@@ -567,7 +663,7 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		req.StopSequences = append(req.StopSequences, cut())
 	}
 	for range rng.IntN(3) {
-		t := provider.Tool{Name: cut(), Description: cut()}
+		t := provider.Tool{Name: cut(), Description: cut(), CacheBreakpoint: rng.IntN(3) == 0}
 		switch rng.IntN(3) {
 		case 0:
 			t.InputSchema = schema
@@ -624,7 +720,7 @@ func genToolChoice(rng *rand.Rand, cut func() string) provider.ToolChoice {
 func genBlock(rng *rand.Rand, cut func() string, input []byte) recovery.Block {
 	kinds := []recovery.BlockKind{recovery.BlockText, recovery.BlockText, recovery.BlockImage,
 		recovery.BlockToolUse, recovery.BlockToolResult, recovery.BlockThinking, recovery.BlockDocument}
-	b := recovery.Block{Kind: kinds[rng.IntN(len(kinds))]}
+	b := recovery.Block{Kind: kinds[rng.IntN(len(kinds))], CacheBreakpoint: rng.IntN(3) == 0}
 	if rng.IntN(40) == 0 {
 		b.Kind = recovery.BlockKind(rng.IntN(100))
 	}

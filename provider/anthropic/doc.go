@@ -52,6 +52,25 @@
 // document the SDK's params carry as data, and the only one the request
 // validation takes), with "title" when Block.Title is set.
 //
+// Prompt cache breakpoints go as cache_control {type: ephemeral}: on the
+// system prompt with Request.CacheSystem (the system, an array of one text
+// block either way, has the mark on that block), or, without a system
+// prompt, on the last tool, which ends the same prefix; on each tool whose
+// Tool.CacheBreakpoint is set; on each block whose Block.CacheBreakpoint is
+// set — text, image, document, tool_use, tool_result — but never on a
+// thinking or redacted_thinking block, which cannot carry one: its mark is
+// ignored, as is the mark of a block that is not sent (an empty text
+// block). When the caller's final assistant message is trimmed (below),
+// its marks stay on what is sent: the trimmed text keeps its own, and the
+// mark of a block of whitespace dropped moves to the last block kept (none
+// if nothing of the message is kept, or if that block is a thinking one).
+// The API takes at most 4 marks: the driver sends no more, and should more
+// come, the first ones in the prompt's order — tools, system, messages —
+// are left out, a later breakpoint caching a longer prefix. The usage's
+// cache_read_input_tokens and cache_creation_input_tokens, from
+// message_start and message_delta, are Usage.CacheReadInputTokens and
+// CacheCreationInputTokens.
+//
 // Extended thinking: a Request.ThinkingBudget sends thinking {type:
 // enabled, budget_tokens}. The API wants 1024 ≤ budget_tokens < max_tokens,
 // and max_tokens belongs to the recovery machine (escalation and

@@ -61,7 +61,72 @@ func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 	if budget := thinkingBudget(req); budget > 0 {
 		params.Thinking = sdk.ThinkingConfigParamOfEnabled(int64(budget))
 	}
+	sdkSystemMark(&params, req.CacheSystem)
+	sdkLimitMarks(&params)
 	return params, held, nil
+}
+
+// sdkSystemMark marks the end of the system prompt, or, without one, the
+// last tool, which ends the same prefix.
+func sdkSystemMark(params *sdk.MessageNewParams, mark bool) {
+	switch {
+	case !mark:
+	case len(params.System) > 0:
+		params.System[0].CacheControl = sdk.NewCacheControlEphemeralParam()
+	case len(params.Tools) > 0:
+		params.Tools[len(params.Tools)-1].OfTool.CacheControl = sdk.NewCacheControlEphemeralParam()
+	}
+}
+
+// sdkLimitMarks leaves out the first cache marks, in the prompt's order
+// (tools, system, messages), beyond the API's 4.
+func sdkLimitMarks(params *sdk.MessageNewParams) {
+	var marks []*sdk.CacheControlEphemeralParam
+	add := func(c *sdk.CacheControlEphemeralParam) {
+		if c != nil && c.Type != "" {
+			marks = append(marks, c)
+		}
+	}
+	for _, t := range params.Tools {
+		add(&t.OfTool.CacheControl)
+	}
+	for i := range params.System {
+		add(&params.System[i].CacheControl)
+	}
+	for _, m := range params.Messages {
+		for i := range m.Content {
+			add(sdkCacheControl(&m.Content[i]))
+		}
+	}
+	for len(marks) > 4 {
+		*marks[0] = sdk.CacheControlEphemeralParam{}
+		marks = marks[1:]
+	}
+}
+
+// sdkCacheControl is the cache control of a block, nil for a thinking
+// block, which has none.
+func sdkCacheControl(u *sdk.ContentBlockParamUnion) *sdk.CacheControlEphemeralParam {
+	switch {
+	case u.OfText != nil:
+		return &u.OfText.CacheControl
+	case u.OfImage != nil:
+		return &u.OfImage.CacheControl
+	case u.OfDocument != nil:
+		return &u.OfDocument.CacheControl
+	case u.OfToolUse != nil:
+		return &u.OfToolUse.CacheControl
+	case u.OfToolResult != nil:
+		return &u.OfToolResult.CacheControl
+	}
+	return nil
+}
+
+// sdkMark marks a block, if it can carry a mark.
+func sdkMark(u *sdk.ContentBlockParamUnion) {
+	if c := sdkCacheControl(u); c != nil {
+		*c = sdk.NewCacheControlEphemeralParam()
+	}
 }
 
 // sdkTrimFinalAssistant holds the trailing whitespace of the caller's own final
@@ -79,6 +144,7 @@ func sdkTrimFinalAssistant(msgs []sdk.MessageParam) (_ []sdk.MessageParam, held 
 	}
 	last := &msgs[len(msgs)-1]
 	blocks := slices.Clone(last.Content)
+	mark := false // the marks of the blocks of whitespace dropped
 	for len(blocks) > 0 {
 		text := blocks[len(blocks)-1].OfText
 		if text == nil {
@@ -92,13 +158,42 @@ func sdkTrimFinalAssistant(msgs []sdk.MessageParam) (_ []sdk.MessageParam, held 
 			blocks[len(blocks)-1] = sdk.ContentBlockParamUnion{OfText: &t}
 			break
 		}
+		mark = mark || text.CacheControl.Type != ""
 		blocks = blocks[:len(blocks)-1]
 	}
 	if len(blocks) == 0 {
 		return msgs[:len(msgs)-1], held
 	}
+	if mark {
+		end := blocks[len(blocks)-1]
+		end = sdkCopy(end)
+		sdkMark(&end)
+		blocks[len(blocks)-1] = end
+	}
 	last.Content = blocks
 	return msgs, held
+}
+
+// sdkCopy is u with its variant copied, so that a change to it is its own.
+func sdkCopy(u sdk.ContentBlockParamUnion) sdk.ContentBlockParamUnion {
+	switch {
+	case u.OfText != nil:
+		v := *u.OfText
+		return sdk.ContentBlockParamUnion{OfText: &v}
+	case u.OfImage != nil:
+		v := *u.OfImage
+		return sdk.ContentBlockParamUnion{OfImage: &v}
+	case u.OfDocument != nil:
+		v := *u.OfDocument
+		return sdk.ContentBlockParamUnion{OfDocument: &v}
+	case u.OfToolUse != nil:
+		v := *u.OfToolUse
+		return sdk.ContentBlockParamUnion{OfToolUse: &v}
+	case u.OfToolResult != nil:
+		v := *u.OfToolResult
+		return sdk.ContentBlockParamUnion{OfToolResult: &v}
+	}
+	return u
 }
 
 // sdkMessages maps the conversation. Empty text blocks and messages left empty
@@ -112,9 +207,13 @@ func sdkMessages(in []recovery.Message) ([]sdk.MessageParam, error) {
 			if err != nil {
 				return nil, fmt.Errorf("messages[%d].blocks[%d]: %w", i, j, err)
 			}
-			if ok {
-				blocks = append(blocks, block)
+			if !ok {
+				continue
 			}
+			if b.CacheBreakpoint {
+				sdkMark(&block)
+			}
+			blocks = append(blocks, block)
 		}
 		if len(blocks) == 0 {
 			continue
@@ -199,6 +298,9 @@ func sdkTools(in []provider.Tool) ([]sdk.ToolUnionParam, error) {
 		tool := sdk.ToolParam{Name: t.Name, InputSchema: schema}
 		if t.Description != "" {
 			tool.Description = sdk.String(t.Description)
+		}
+		if t.CacheBreakpoint {
+			tool.CacheControl = sdk.NewCacheControlEphemeralParam()
 		}
 		out = append(out, sdk.ToolUnionParam{OfTool: &tool})
 	}
