@@ -95,6 +95,9 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if err != nil {
 		return provider.Finish{}, p.classes.Invalid(err)
 	}
+	if err := structuredPrefill(req); err != nil {
+		return provider.Finish{}, err
+	}
 	a := classify.Begin(ctx, req.Timeouts)
 	defer a.End()
 	if req.Prefill != "" {
@@ -105,7 +108,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		defer res.Body.Close()
 	}
 
-	s := newReader(a, &p.classes, a.Emitter(emit), held, req.StopSequences)
+	s := newReader(a, &p.classes, a.Emitter(emit), held, req)
 	if err == nil {
 		events := sse.NewReader(res.Body, sse.MaxEvent)
 		var ev event

@@ -115,6 +115,14 @@ func checkParity(t *testing.T, p *Provider, rec *providertest.Recorder, req *pro
 		}
 		return
 	}
+	if structuredPrefill(req) != nil {
+		// Refused before the call, for the machine to restart without the
+		// prefill: checkBody compares the body all the same.
+		if f, ok := provider.AsFailure(err); !ok || f.Kind != recovery.FailPrefillRejected || len(got) != 0 {
+			t.Fatalf("a prefill on a structured tool request: err %v, %d requests sent", err, len(got))
+		}
+		return
+	}
 	if len(got) != 1 || len(want) != 1 {
 		t.Fatalf("%d requests sent, SDK %d", len(got), len(want))
 	}
@@ -405,7 +413,69 @@ func parityRequests() map[string]*provider.Request {
 	}
 	maps.Copy(reqs, paramsRequests())
 	maps.Copy(reqs, cacheRequests())
+	maps.Copy(reqs, structuredRequests())
 	return reqs
+}
+
+// structuredRequests are the requests of TestBodyParity with an output
+// schema: native, through the tool, by the hook alone, and refused.
+func structuredRequests() map[string]*provider.Request {
+	with := func(mode provider.StructuredOutput, schema string, f func(*provider.Request)) *provider.Request {
+		r := &provider.Request{Model: "claude-test", MaxTokens: 4096, Messages: []recovery.Message{recovery.UserText("Hi.")},
+			OutputSchema: []byte(schema), StructuredOutput: mode}
+		f(r)
+		return r
+	}
+	native := func(schema string) *provider.Request {
+		return with(provider.StructuredNative, schema, func(*provider.Request) {})
+	}
+	tool := func(f func(*provider.Request)) *provider.Request { return with(provider.StructuredTool, schema, f) }
+	zoom := provider.Tool{Name: "zoom", InputSchema: []byte(`{"properties":{"factor":{"type":"number"}}}`)}
+	f := func(v float64) *float64 { return &v }
+	return map[string]*provider.Request{
+		"structured native":              native(schema),
+		"structured native numbers":      native(`{"type":"object","properties":{"n":{"minimum":1.50,"maximum":1e3,"default":-0}},"x":12345678901234567890}`),
+		"structured native empty":        native(`{}`),
+		"structured native spaced":       native(" {\n \"type\" : \"string\" }\n"),
+		"structured native empty key":    native(`{"":1,"properties":{"":{}}}`),
+		"structured native odd strings":  native("{\"d\":\"\xff\xfe <&> \\u2028 \\ud800\",\"\xff\":[\"\xe2\x82\"]}"),
+		"structured native array":        native(`[]`),
+		"structured native null":         native(`null`),
+		"structured native string":       native(`"x"`),
+		"structured native invalid":      native(`{"a":`),
+		"structured native huge number":  native(`{"max":1e400}`),
+		"structured native and thinking": with(provider.StructuredNative, schema, func(r *provider.Request) { r.ThinkingBudget = 2000 }),
+		"structured native all params": with(provider.StructuredNative, schema, func(r *provider.Request) {
+			r.System, r.Sampling, r.StopSequences = "Be brief.", provider.Sampling{Temperature: f(0.5), TopP: f(0.9), TopK: 3}, []string{"END"}
+			r.Tools, r.ToolChoice = []provider.Tool{zoom}, provider.ToolChoice{Mode: provider.ToolChoiceAuto}
+		}),
+		"structured native bad messages": with(provider.StructuredNative, `[]`, func(r *provider.Request) {
+			r.Messages = append(r.Messages, recovery.Message{Role: recovery.RoleUser, Blocks: []recovery.Block{{Kind: 42}}})
+		}),
+		"structured native bad tool choice": with(provider.StructuredNative, `[]`, func(r *provider.Request) { r.ToolChoice.Mode = 9 }),
+		"structured tool":                   tool(func(*provider.Request) {}),
+		"structured tool after tools": tool(func(r *provider.Request) {
+			r.Tools = []provider.Tool{zoom}
+			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceAny}
+		}),
+		"structured tool odd schema":   with(provider.StructuredTool, `{"type":"array","items":{"type":"number"}}`, func(*provider.Request) {}),
+		"structured tool empty schema": with(provider.StructuredTool, `{}`, func(*provider.Request) {}),
+		"structured tool bad schema":   with(provider.StructuredTool, `[1]`, func(*provider.Request) {}),
+		"structured tool name taken": tool(func(r *provider.Request) {
+			r.Tools = []provider.Tool{{Name: StructuredToolName, InputSchema: []byte(`{"properties":{}}`)}}
+		}),
+		"structured tool thinking off":        tool(func(r *provider.Request) { r.ThinkingBudget, r.Reasoning.Interleaved = 2000, true }),
+		"structured tool with a prefill":      tool(func(r *provider.Request) { r.Prefill = `{"a": ` }),
+		"structured tool unknown tool choice": tool(func(r *provider.Request) { r.ToolChoice.Mode = 9 }),
+		"structured tool cache marks": tool(func(r *provider.Request) {
+			r.CacheSystem, r.Tools = true, []provider.Tool{{Name: "zoom", InputSchema: zoom.InputSchema, CacheBreakpoint: true}}
+		}),
+		"structured hook":                   with(provider.StructuredHook, schema, func(*provider.Request) {}),
+		"structured hook bad schema":        with(provider.StructuredHook, `[]`, func(*provider.Request) {}),
+		"structured unknown mode":           with(7, schema, func(*provider.Request) {}),
+		"structured unknown mode no schema": with(7, "", func(*provider.Request) {}),
+		"structured tool no schema":         with(provider.StructuredTool, "", func(r *provider.Request) { r.Tools = []provider.Tool{{Name: StructuredToolName}} }),
+	}
 }
 
 // cacheRequests are the requests of TestBodyParity that carry prompt cache
@@ -659,6 +729,12 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		req.Messages = append(req.Messages, m)
 	}
 	req.Sampling, req.ToolChoice = genSampling(rng), genToolChoice(rng, cut)
+	if rng.IntN(3) == 0 {
+		req.OutputSchema, req.StructuredOutput = schema, provider.StructuredOutput(rng.IntN(3))
+		if rng.IntN(20) == 0 {
+			req.StructuredOutput = provider.StructuredOutput(rng.IntN(10))
+		}
+	}
 	for range rng.IntN(4) {
 		req.StopSequences = append(req.StopSequences, cut())
 	}

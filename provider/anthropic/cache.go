@@ -28,16 +28,17 @@ type cacheMarks struct {
 	skipTools, skipBlocks int
 }
 
-// planMarks is where the request's marks go, and which are left out.
-func planMarks(req *provider.Request) cacheMarks {
+// planMarks is where the request's marks go, and which are left out;
+// declared are the tools it declares (declaredTools).
+func planMarks(req *provider.Request, declared []provider.Tool) cacheMarks {
 	var m cacheMarks
 	if req.CacheSystem {
 		m.system = req.System != ""
-		m.lastTool = !m.system && len(req.Tools) > 0
+		m.lastTool = !m.system && len(declared) > 0
 	}
 	tools := 0
-	for i := range req.Tools {
-		if m.tool(req.Tools, i) {
+	for i := range declared {
+		if m.tool(declared, i) {
 			tools++
 		}
 	}

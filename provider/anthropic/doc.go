@@ -4,7 +4,8 @@
 //
 // One Stream call is one streamed POST /v1/messages. Text and thinking deltas
 // are emitted as they come; a tool_use block is emitted whole when it stops,
-// its input being the concatenated input_json_delta pieces. Usage is the
+// its input being the concatenated input_json_delta pieces (but for the
+// structured output tool's, below). Usage is the
 // larger of what message_start and message_delta report (both are
 // cumulative). The attempt succeeds at message_stop and nowhere else: a
 // stream that ends before it is a FailStreamBroken, whatever came before.
@@ -114,6 +115,30 @@
 // redacted_thinking block with its opaque data. A recovery.BlockThinking in
 // an assistant message goes back as a thinking (or redacted_thinking) block
 // exactly as it came, which the API requires on a tool-use turn.
+//
+// Structured output: a Request.OutputSchema goes as Request.StructuredOutput
+// says. StructuredNative sends output_config {format: {type: json_schema,
+// schema}} (generally available: no beta header); the schema must be a JSON
+// object, its values decoded and encoded again as the SDK's params held
+// them. StructuredTool declares one more tool, last (after the caller's, so
+// that their cache marks keep their prefix), named StructuredToolName and
+// described as recording the final answer, whose input_schema is the schema
+// (mapped as any tool's), and forces it with tool_choice {type: tool, name,
+// disable_parallel_tool_use: true} — one call, one answer — in place of the
+// caller's choice, which the validation refuses in that mode; thinking is
+// left off, as the API refuses it with a forced tool (the validation
+// refuses the two together too), and a caller's tool of that name is
+// refused. The reader makes the call the answer: its input_json_delta
+// pieces stream as ChunkText (an empty input as {}), it is never a
+// ChunkToolCall, and stop_reason tool_use is end_turn when it was the only
+// call; max_tokens stays max_tokens: the JSON cut is a truncated answer, to
+// be continued. A prefill cannot continue an answer given as a tool's
+// input: a Request.Prefill on a StructuredTool request is refused before
+// any call as a FailPrefillRejected, on which the recovery machine restarts
+// the answer without prefill (a route answered through the tool should
+// have prefill off). StructuredHook sends nothing: the driver's stop hook
+// alone holds the answer to the schema. A schema with a mode this code does
+// not know is refused (FailInvalidRequest).
 //
 // Failures are classified by package classify from the wire: status, the
 // error body {"type":"error","error":{"type":…,"message":…}}, the

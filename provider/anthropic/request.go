@@ -29,7 +29,8 @@ import (
 // machine's, or the caller's final assistant message) kept off the wire
 // (see the package doc).
 func (p *Provider) body(req *provider.Request) (b []byte, held int, err error) {
-	marks := planMarks(req)
+	tools := declaredTools(req)
+	marks := planMarks(req, tools)
 	b = make([]byte, 0, sizeHint(req))
 	b = append(b, `{"max_tokens":`...)
 	b = strconv.AppendInt(b, int64(req.MaxTokens), 10)
@@ -40,16 +41,19 @@ func (p *Provider) body(req *provider.Request) (b []byte, held int, err error) {
 		b = jsonenc.AppendString(append(b, `,"model":`...), req.Model)
 	}
 	b = appendSampling(b, req.Sampling)
+	if b, err = appendOutputConfig(b, req); err != nil {
+		return nil, 0, err
+	}
 	b = appendStopSequences(b, req.StopSequences)
 	b = appendSystem(b, req.System, marks.system)
 	if budget := thinkingBudget(req); budget > 0 {
 		b = append(b, `,"thinking":{"type":"enabled","budget_tokens":`...)
 		b = append(strconv.AppendInt(b, int64(budget), 10), '}')
 	}
-	if b, err = appendToolChoice(b, req.ToolChoice); err != nil {
+	if b, err = appendToolChoice(b, toolChoice(req)); err != nil {
 		return nil, 0, err
 	}
-	if b, err = appendTools(b, req.Tools, &marks); err != nil {
+	if b, err = appendTools(b, req, tools, &marks); err != nil {
 		return nil, 0, err
 	}
 	// A number JSON cannot carry is refused last, where the SDK refused it:
@@ -105,6 +109,9 @@ func sizeHint(req *provider.Request) int {
 	}
 	for _, s := range req.StopSequences {
 		n += 8 + len(s)
+	}
+	if len(req.OutputSchema) > 0 {
+		n += 128 + 2*len(req.OutputSchema) + len(structuredToolDescription)
 	}
 	if req.CacheSystem {
 		n += len(cacheControl)
@@ -418,14 +425,18 @@ var errSchema = errors.New("input schema is not a JSON object")
 // empty one, and sent nothing.
 var errSchemaKey = errors.New("input schema has an empty key")
 
-// appendTools appends the tool declarations, if there are any: no tools
-// sends no "tools". marks says which carry a cache mark.
-func appendTools(b []byte, tools []provider.Tool, marks *cacheMarks) ([]byte, error) {
+// appendTools appends the tool declarations, the request's tools (see
+// declaredTools), if there are any: no tools sends no "tools". marks says
+// which carry a cache mark.
+func appendTools(b []byte, req *provider.Request, tools []provider.Tool, marks *cacheMarks) ([]byte, error) {
 	if len(tools) == 0 {
 		return b, nil
 	}
 	b = append(b, `,"tools":[`...)
 	for i, t := range tools {
+		if err := checkToolName(req, t, i); err != nil {
+			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+		}
 		b = jsonenc.AppendString(append(comma(b), `{"name":`...), t.Name)
 		if t.Description != "" {
 			b = jsonenc.AppendString(append(b, `,"description":`...), t.Description)
@@ -537,7 +548,7 @@ func interleaved(req *provider.Request) bool {
 // thinking between its tool calls, and the API lets it exceed max_tokens:
 // it goes as asked.
 func thinkingBudget(req *provider.Request) int {
-	if req.ThinkingBudget <= 0 || req.Prefill != "" || !thinkingFits(req.Messages) {
+	if req.ThinkingBudget <= 0 || req.Prefill != "" || structuredTool(req) || !thinkingFits(req.Messages) {
 		return 0
 	}
 	budget := max(req.ThinkingBudget, MinThinkingBudget)

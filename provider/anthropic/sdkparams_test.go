@@ -27,13 +27,30 @@ func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 	if err != nil {
 		return params, 0, err
 	}
-	toolChoice, err := sdkToolChoice(req.ToolChoice)
+	output, err := sdkOutputConfig(req)
 	if err != nil {
 		return params, 0, err
 	}
-	tools, err := sdkTools(req.Tools)
+	forced := len(req.OutputSchema) > 0 && req.StructuredOutput == provider.StructuredTool
+	choice := req.ToolChoice
+	if forced {
+		choice = provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: "structured_output", DisableParallel: true}
+	}
+	toolChoice, err := sdkToolChoice(choice)
 	if err != nil {
 		return params, 0, err
+	}
+	tools, err := sdkTools(req.Tools, forced)
+	if err != nil {
+		return params, 0, err
+	}
+	if forced {
+		schema, err := sdkInputSchema(req.OutputSchema)
+		if err != nil {
+			return params, 0, fmt.Errorf("tool %q: %w", "structured_output", err)
+		}
+		tools = append(tools, sdk.ToolUnionParam{OfTool: &sdk.ToolParam{Name: "structured_output", InputSchema: schema,
+			Description: sdk.String("Records your final answer. Call it exactly once, with the whole answer as its input.")}})
 	}
 	if req.Prefill != "" {
 		sent := strings.TrimRightFunc(req.Prefill, unicode.IsSpace)
@@ -45,11 +62,12 @@ func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 		msgs, held = sdkTrimFinalAssistant(msgs)
 	}
 	params = sdk.MessageNewParams{
-		Model:      sdk.Model(req.Model),
-		MaxTokens:  int64(req.MaxTokens),
-		Messages:   msgs,
-		Tools:      tools,
-		ToolChoice: toolChoice,
+		Model:        sdk.Model(req.Model),
+		MaxTokens:    int64(req.MaxTokens),
+		Messages:     msgs,
+		Tools:        tools,
+		ToolChoice:   toolChoice,
+		OutputConfig: output,
 	}
 	sdkSampling(&params, req.Sampling)
 	if len(req.StopSequences) > 0 { // none, nil or empty, sends none
@@ -58,7 +76,7 @@ func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 	if req.System != "" {
 		params.System = []sdk.TextBlockParam{{Text: req.System}}
 	}
-	if budget := thinkingBudget(req); budget > 0 {
+	if budget := thinkingBudget(req); budget > 0 && !forced { // thinking refuses a forced tool
 		params.Thinking = sdk.ThinkingConfigParamOfEnabled(int64(budget))
 	}
 	sdkSystemMark(&params, req.CacheSystem)
@@ -286,11 +304,38 @@ func sdkToolInput(raw []byte) (json.RawMessage, error) {
 	return json.RawMessage(raw), nil
 }
 
+// sdkOutputConfig is the output schema as the API's JSON output format, on
+// a StructuredNative request.
+func sdkOutputConfig(req *provider.Request) (sdk.OutputConfigParam, error) {
+	var out sdk.OutputConfigParam
+	if len(req.OutputSchema) == 0 {
+		return out, nil
+	}
+	switch req.StructuredOutput {
+	case provider.StructuredTool, provider.StructuredHook:
+		return out, nil
+	case provider.StructuredNative:
+	default:
+		return out, fmt.Errorf("unknown structured output mode %d", req.StructuredOutput)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(req.OutputSchema, &schema); err != nil || schema == nil {
+		return out, fmt.Errorf("output schema is not a JSON object")
+	}
+	out.Format = sdk.JSONOutputFormatParam{Schema: schema}
+	return out, nil
+}
+
 // sdkTools maps the tool declarations. The schema's properties and required
 // go to their fields, the rest of it ($defs, additionalProperties, …) as is.
-func sdkTools(in []provider.Tool) ([]sdk.ToolUnionParam, error) {
+// forced: the structured tool is declared after them, and no tool of the
+// caller's may take its name.
+func sdkTools(in []provider.Tool, forced bool) ([]sdk.ToolUnionParam, error) {
 	var out []sdk.ToolUnionParam // nil, not empty: no tools sends no "tools"
 	for _, t := range in {
+		if forced && t.Name == "structured_output" {
+			return nil, fmt.Errorf("tool %q: the name is the structured output tool's", t.Name)
+		}
 		schema, err := sdkInputSchema(t.InputSchema)
 		if err != nil {
 			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
