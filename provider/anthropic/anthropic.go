@@ -121,7 +121,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			case "", "ping":
 				continue
 			case "error":
-				return s.finish, p.failure(a, &sse.ErrorEvent{Data: e.Data})
+				return s.finish, withMediaBlocks(req, p.failure(a, &sse.ErrorEvent{Data: e.Data}))
 			}
 			if len(e.Data) == 0 {
 				continue
@@ -147,7 +147,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		// OpenAI stream without [DONE], throwing it away would cost a retry.
 		return s.finish, s.end()
 	}
-	return s.finish, p.failure(a, err)
+	return s.finish, withMediaBlocks(req, p.failure(a, err))
 }
 
 // send sends the attempt's request and returns the response with its body

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	sdk "github.com/anthropics/anthropic-sdk-go"
@@ -167,6 +168,51 @@ func checkBody(t *testing.T, p *Provider, req *provider.Request) {
 	checkOrder(t, body, want)
 	if n := cacheMarksIn(g.(map[string]any)); n > maxCacheMarks {
 		t.Fatalf("%d cache marks, the API takes %d: %s", n, maxCacheMarks, body)
+	}
+	checkWirePaths(t, req, g.(map[string]any))
+}
+
+// wireTypes are the API's block types of each kind.
+var wireTypes = map[recovery.BlockKind][]string{
+	recovery.BlockText: {"text"}, recovery.BlockImage: {"image"}, recovery.BlockDocument: {"document"},
+	recovery.BlockToolUse: {"tool_use"}, recovery.BlockToolResult: {"tool_result"},
+	recovery.BlockThinking: {"thinking", "redacted_thinking"},
+}
+
+// checkWirePaths holds conversation.each, which maps the paths a rejection
+// names back to the request's blocks, to the body: every block it walks is
+// at its wire path, of its kind, and it walks every block of the body but
+// the prefill's.
+func checkWirePaths(t *testing.T, req *provider.Request, body map[string]any) {
+	t.Helper()
+	msgs, _ := body["messages"].([]any)
+	content := func(n int) []any {
+		if n >= len(msgs) {
+			return nil
+		}
+		c, _ := msgs[n].(map[string]any)["content"].([]any)
+		return c
+	}
+	walked := map[int]int{}
+	conversationOf(req).each(func(at, wire recovery.BlockRef, blk recovery.Block, _ bool) {
+		blocks := content(wire.Message)
+		if wire.Block >= len(blocks) {
+			t.Fatalf("%v (the request's %v) is not in the body", wire, at)
+		}
+		typ := blocks[wire.Block].(map[string]any)["type"]
+		if !slices.Contains(wireTypes[blk.Kind], typ.(string)) {
+			t.Fatalf("%v (the request's %v, kind %d) is a %v on the wire", wire, at, blk.Kind, typ)
+		}
+		walked[wire.Message]++
+	})
+	sent := len(msgs)
+	if p := strings.TrimRightFunc(req.Prefill, unicode.IsSpace); p != "" {
+		sent-- // the prefill's message, the last, is no request message
+	}
+	for n := range sent {
+		if walked[n] != len(content(n)) {
+			t.Fatalf("messages.%d: %d blocks walked of %d", n, walked[n], len(content(n)))
+		}
 	}
 }
 

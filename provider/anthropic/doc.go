@@ -143,5 +143,15 @@
 // Failures are classified by package classify from the wire: status, the
 // error body {"type":"error","error":{"type":…,"message":…}}, the
 // request-id, retry-after(-ms) and x-should-retry headers, and
-// `event: error` inside a 200 stream.
+// `event: error` inside a 200 stream. A FailMedia names the media blocks
+// rejected (Failure.MediaBlocks) when the API's message does: it gives each
+// by its path on the wire, "messages.0.content.1.image.source.base64: image
+// exceeds 5 MB maximum: …", "messages.1.content.3.document.source.base64.data:
+// …", and every such messages.N.content.M is mapped back to an index into
+// Request.Messages — the wire leaves out empty text blocks and messages that
+// say nothing, and the caller's final assistant message when it is all
+// whitespace, and adds a prefill's message at the end — each block once, in
+// the order named; a path that maps to no image or document of the request
+// (the prefill's, a text block, one out of range) is dropped. A message that
+// names no path leaves MediaBlocks empty.
 package anthropic
