@@ -1,8 +1,11 @@
 package anthropic_test
 
 import (
+	"io"
+	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/completiond/completiond/provider"
@@ -154,4 +157,62 @@ func TestAPrefillOnAStructuredToolRequestIsRefusedUnsent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sseBody answers every request with its body as a 200 event stream.
+type sseBody string
+
+func (b sseBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+	h := http.Header{"Content-Type": {"text/event-stream"}, "Request-Id": {"req_fuzz"}}
+	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: io.NopCloser(strings.NewReader(string(b))), ContentLength: -1, Request: r}, nil
+}
+
+// FuzzStructuredStream streams arbitrary bodies to a StructuredTool
+// request: whatever the upstream sends, the structured tool's call is never
+// a tool call, and the attempt ends with a stop reason or a
+// *recovery.Failure.
+func FuzzStructuredStream(f *testing.F) {
+	answer := pt.ToolCall{ID: "toolu_01", Name: anthropic.StructuredToolName, Args: []string{`{"ci`, `ty":"Pa`, `ris"}`}}
+	cut := pt.ToolCall{ID: "toolu_01", Name: anthropic.StructuredToolName, Args: []string{`{"ci`}}
+	other := pt.ToolCall{ID: "toolu_02", Name: "zoom", Args: []string{`{"f":`, `2}`}}
+	replies := []pt.Reply{
+		pt.OK(pt.Answer{Tools: []pt.ToolCall{answer}}),
+		pt.ToolCutByLimit(pt.Answer{Tools: []pt.ToolCall{cut}}),
+		pt.OK(pt.Answer{Text: []string{"So: "}, Tools: []pt.ToolCall{answer, other}}),
+		pt.OK(pt.Answer{Tools: []pt.ToolCall{{ID: "toolu_01", Name: anthropic.StructuredToolName}}}),
+		pt.CutAfter(2, pt.Answer{Tools: []pt.ToolCall{answer}}),
+	}
+	srv := pt.NewAnthropic(f, pt.Seq(replies...))
+	for range replies {
+		f.Add(srv.Body(f))
+	}
+	f.Fuzz(func(t *testing.T, sse string) {
+		p, err := anthropic.New(anthropic.Config{BaseURL: "http://upstream.invalid", APIKey: apiKey,
+			HTTPClient: &http.Client{Transport: sseBody(sse)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := newRequest()
+		req.OutputSchema, req.StructuredOutput = []byte(answerSchema), provider.StructuredTool
+		fin, err := p.Stream(t.Context(), req, func(c provider.Chunk) error {
+			if c.Kind == provider.ChunkToolCall && c.ToolCall.Name == anthropic.StructuredToolName {
+				t.Fatalf("the answer's call was emitted as a tool call: %+v", c.ToolCall)
+			}
+			if c.Kind == provider.ChunkText && c.Text == "" {
+				t.Fatal("an empty text chunk")
+			}
+			return nil
+		})
+		if _, ok := provider.AsFailure(err); err != nil && !ok {
+			t.Fatalf("error %v (%T) is not a *recovery.Failure", err, err)
+		}
+		if err == nil && fin.StopReason == recovery.StopNone {
+			t.Fatalf("nil error without a stop reason: %+v", fin)
+		}
+	})
 }
