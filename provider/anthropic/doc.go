@@ -5,9 +5,8 @@
 // One Stream call is one streamed POST /v1/messages. Text and thinking deltas
 // are emitted as they come; a tool_use block is emitted whole when it stops,
 // its input being the concatenated input_json_delta pieces (but for the
-// structured output tool's, below). Usage is the
-// larger of what message_start and message_delta report (both are
-// cumulative). The attempt succeeds at message_stop and nowhere else: a
+// structured output tool's, below). Usage is the larger of what
+// message_start and message_delta report (both are cumulative). The attempt succeeds at message_stop and nowhere else: a
 // stream that ends before it is a FailStreamBroken, whatever came before.
 //
 // The request's body is encoded here (Provider.body), appending to one
@@ -61,7 +60,7 @@
 // set — text, image, document, tool_use, tool_result — but never on a
 // thinking or redacted_thinking block, which cannot carry one: its mark is
 // ignored, as is the mark of a block that is not sent (an empty text
-// block). When the caller's final assistant message is trimmed (below),
+// block). When the caller's final assistant message is trimmed (above),
 // its marks stay on what is sent: the trimmed text keeps its own, and the
 // mark of a block of whitespace dropped moves to the last block kept (none
 // if nothing of the message is kept, or if that block is a thinking one).
@@ -84,9 +83,11 @@
 // Thinking is also left off for a request with a Prefill — the API refuses
 // both together, and dropping the prefill instead would break its promise
 // that the stream continues it (the recovery machine never asks for both) —
-// and for one whose last assistant message calls tools without starting
-// with a thinking block, which the API refuses with thinking on: a tool turn
-// whose thinking was not kept, as a stateless caller's.
+// for one whose last assistant message calls tools without starting with a
+// thinking block, which the API refuses with thinking on: a tool turn whose
+// thinking was not kept, as a stateless caller's; and for one answered
+// through the structured output tool (below), which the API refuses with
+// thinking on.
 //
 // Interleaved thinking: with Request.Reasoning.Interleaved and thinking on
 // (sent, by the rules above), the call carries the header anthropic-beta:
@@ -132,7 +133,8 @@
 // pieces stream as ChunkText (an empty input as {}), it is never a
 // ChunkToolCall, and stop_reason tool_use is end_turn when it was the only
 // call; max_tokens stays max_tokens: the JSON cut is a truncated answer, to
-// be continued. A prefill cannot continue an answer given as a tool's
+// be continued, not a cut call. Text the model writes beside the call (a
+// forced call leaves none) goes as it comes. A prefill cannot continue an answer given as a tool's
 // input: a Request.Prefill on a StructuredTool request is refused before
 // any call as a FailPrefillRejected, on which the recovery machine restarts
 // the answer without prefill (a route answered through the tool should
