@@ -49,8 +49,9 @@ func structuredTool(req *provider.Request) bool {
 }
 
 // appendOutputConfig appends output_config with the output schema as its
-// JSON format, on a StructuredNative request; the schema's values are
-// decoded and encoded again, as the SDK's params held and encoded them.
+// JSON format, on a StructuredNative request, where the SDK's encoder puts
+// it: after top_p, before stop_sequences. The schema's values are decoded
+// and encoded again, as the SDK's params held and encoded them.
 func appendOutputConfig(b []byte, req *provider.Request) ([]byte, error) {
 	mode, ok := structured(req)
 	switch {
