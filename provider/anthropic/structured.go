@@ -14,7 +14,7 @@ import (
 // a provider.StructuredTool route: its input schema is the output schema,
 // the model is forced to call it, and its input is the answer. A caller's
 // tool may not take the name there.
-const StructuredToolName = "structured_output"
+const StructuredToolName = provider.StructuredToolName
 
 // structuredToolDescription tells the model what the structured tool is for.
 const structuredToolDescription = "Records your final answer. Call it exactly once, with the whole answer as its input."
