@@ -132,7 +132,10 @@ func TestSessionToolLoopWithThinking(t *testing.T) {
 	for i, w := range wantBlocks {
 		pt.AssertJSON(t, assistant[i], w)
 	}
-	pt.AssertJSON(t, body.Messages[2].Content[0], `{"type":"tool_result","tool_use_id":"toolu_01","is_error":false,"content":[{"type":"text","text":"42"}]}`)
+	// The tool result ends the turn's prompt: a cache breakpoint (the
+	// default prompt_cache, AUTO), so the next turn reads all of it from
+	// the cache.
+	pt.AssertJSON(t, body.Messages[2].Content[0], `{"type":"tool_result","tool_use_id":"toolu_01","is_error":false,"content":[{"type":"text","text":"42"}],"cache_control":{"type":"ephemeral"}}`)
 }
 
 func TestThinkingRouteRestartsABrokenStreamWithoutPrefill(t *testing.T) {
