@@ -157,6 +157,17 @@ type ToolCall struct {
 type Usage struct {
 	// Input, Output, CacheRead and CacheWrite are the counts.
 	Input, Output, CacheRead, CacheWrite int
+	// CountPrompt has the server count the request's prompt itself and
+	// report, in place of Input, CacheRead and CacheWrite, what the API
+	// would of the prompt as its model of the provider's prompt cache
+	// sees it (see PromptBlock and CacheStats): Anthropic's input_tokens
+	// (after the last breakpoint), cache_creation_input_tokens and
+	// cache_read_input_tokens; OpenAI's prompt_tokens and cached_tokens.
+	// Without it the counts are the script's, and the request leaves the
+	// cache as it was: only the requests whose replies count their prompt
+	// are looked up and written (the others cost the server no decoding
+	// of their bodies).
+	CountPrompt bool
 }
 
 // Script chooses the reply to the nth request (1-based); since is the time
