@@ -97,6 +97,11 @@ type Reply struct {
 	Error *APIError
 	// Header adds response headers (retry-after, retry-after-ms, x-should-retry).
 	Header map[string]string
+	// Media, when set, rejects a request that has a media block it
+	// picks, with the provider's 400 naming that block (see RejectMedia),
+	// before anything else the reply says; a request without one gets the
+	// rest of the reply.
+	Media MediaRule
 	// Answer is what a 200 streams.
 	Answer Answer
 	// Fault breaks the reply; After is the number of tokens it lets through.

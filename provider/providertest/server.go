@@ -251,6 +251,12 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 		x.writeError(*e)
 		return
 	}
+	if reply.Media != (MediaRule{}) {
+		if e := s.wire.rejectMedia(rec.Body, reply.Media); e != nil {
+			x.writeError(*e)
+			return
+		}
+	}
 	x.reply.Answer = s.wire.answer(reply.Answer, rec.Body)
 	if !x.wait(reply.HeadersDelay) {
 		return

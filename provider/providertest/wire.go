@@ -36,6 +36,9 @@ type wire interface {
 	// the provider's cache would: the usage's Input, CacheRead and
 	// CacheWrite.
 	countPrompt(c *promptCache, body []byte) Usage
+	// rejectMedia is the provider's error for the first media block of
+	// the body rule picks, or nil.
+	rejectMedia(body []byte, rule MediaRule) *APIError
 }
 
 // finalAssistant is the text of the request's last message when it is an
