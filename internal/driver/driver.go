@@ -31,6 +31,7 @@ type Completion struct {
 	models     map[int32]string           // the model each attempt's upstream says answered; nil until one says
 	final      *completionv1.Result
 	conclusion Conclusion // once Run has returned
+	prevPrompt int        // the messages of the last call's prompt, for its cache breakpoint
 }
 
 // New returns the completion of sp.
@@ -314,10 +315,12 @@ func attemptEvent(fin provider.Finish, err error, text string, calls []recovery.
 }
 
 // request builds the provider request of a call: the caller's parameters
-// go unchanged on every attempt. A summary carries neither the caller's
-// tools nor its metadata (the sim's fault script belongs to the caller's
-// own calls), nor its sampling, stop sequences or tool choice, and needs no
-// thinking: it is completiond's own call, with a prompt of its own.
+// go unchanged on every attempt, and the route's reasoning (resolved for
+// this completion's request, see config.Route.Reasoning). A summary carries
+// neither the caller's tools nor its metadata (the sim's fault script
+// belongs to the caller's own calls), nor its sampling, stop sequences,
+// tool choice, output schema or cache breakpoints, and needs no thinking:
+// it is completiond's own call, with a prompt of its own.
 func (c *Completion) request(call recovery.Call, route *config.Route, summary bool) *provider.Request {
 	req := c.spec.Request
 	r := &provider.Request{
@@ -329,7 +332,15 @@ func (c *Completion) request(call recovery.Call, route *config.Route, summary bo
 		r.Tools, r.Metadata, r.ThinkingBudget = nil, nil, 0
 		return r
 	}
+	r.Reasoning = provider.Reasoning{Effort: route.Effort, Interleaved: route.Interleaved}
 	r.Sampling, r.StopSequences, r.ToolChoice = convert.ToSampling(req), req.GetStopSequences(), convert.ToToolChoice(req.GetToolChoice())
+	if s := req.GetOutputJsonSchema(); s != "" {
+		r.OutputSchema, r.StructuredOutput = []byte(s), route.StructuredOutput
+	}
+	plan := planCache(req.GetPromptCache(), r.System != "", r.Tools, r.Messages, len(c.spec.Machine.Messages), c.prevPrompt)
+	r.Messages = plan.apply(r.Messages)
+	r.CacheSystem, r.Tools = plan.system && r.System != "", plan.applyTools(r.Tools, r.System != "")
+	c.prevPrompt = len(call.Messages)
 	return r
 }
 
