@@ -250,9 +250,9 @@ func (c *chain) next(kind string, b []byte) [sha256.Size]byte {
 	return c.last
 }
 
-// canonical is v's canonical JSON and whether it had a cache_control (a
-// non-null one), which it leaves out: a block's identity in the cache is
-// its content, not its marks.
+// canonical is raw's canonical JSON (keys sorted, no spaces) and whether
+// it had a cache_control (a non-null one), which it leaves out: a block's
+// identity in the cache is its content, not its marks.
 func canonical(raw json.RawMessage) (b []byte, mark bool) {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber() // numbers as they were written, not rounded through float64
