@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"strings"
+
+	"github.com/completiond/completiond/provider"
 )
 
 // Capabilities is what a route can honour of a request's parameters. The
@@ -60,12 +62,20 @@ type Capabilities struct {
 	// breakpoints (Anthropic cache_control); OpenAI caches long prompts by
 	// itself, so a mark asks nothing it does not do anyway.
 	CacheBreakpoints bool
+	// CachesByItself reports whether the upstream caches long prompts
+	// without being told (OpenAI): there a breakpoint asks nothing more.
+	CachesByItself bool
 	// ImageURL reports whether the route takes an image by URL, which the
 	// provider fetches.
 	ImageURL bool
 	// Documents reports whether the route takes PDF document blocks.
 	Documents bool
 }
+
+// StructuredToolName is the tool a route whose structured_output is tool
+// declares and forces to get an answer that satisfies the output schema;
+// a request's own tools may not take its name there.
+const StructuredToolName = provider.StructuredToolName
 
 // Reasons reports whether the route can be asked to reason at all.
 func (c Capabilities) Reasons() bool { return c.MaxThinkingBudget > 0 || c.MaxReasoningEffort != "" }
@@ -87,7 +97,7 @@ func KindCapabilities(kind string) Capabilities {
 	case "openai":
 		return Capabilities{MaxTemperature: 2, TopP: true, Seed: true, MaxStopSequences: 4,
 			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true,
-			ReasoningEffort: true, StructuredOutput: "native", CacheBreakpoints: true, ImageURL: true}
+			ReasoningEffort: true, StructuredOutput: "native", CacheBreakpoints: true, CachesByItself: true, ImageURL: true}
 	case "sim":
 		return Capabilities{MaxTemperature: 2, TopP: true, TopK: true, Seed: true, MaxStopSequences: 16, NamesStopSequence: true,
 			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true,
@@ -141,6 +151,17 @@ func CapabilityTable() string {
 		}
 		return fmt.Sprintf("up to %d", c.MaxStopSequences)
 	}
+	reasoning := func(c Capabilities) string {
+		switch {
+		case c.ThinkingBudget && c.ReasoningEffort:
+			return "budget or effort"
+		case c.ThinkingBudget:
+			return "budget (an effort mapped)"
+		case c.ReasoningEffort:
+			return "effort (a budget mapped)"
+		}
+		return "—"
+	}
 	cols := []Capabilities{}
 	head := "| parameter |"
 	for _, k := range ProviderKinds {
@@ -163,6 +184,22 @@ func CapabilityTable() string {
 		{"`tool_choice` NONE", func(c Capabilities) string { return yes(c.ToolChoiceNone) }},
 		{"`tool_choice` TOOL", func(c Capabilities) string { return yes(c.ToolChoiceTool) }},
 		{"`disable_parallel_tool_use`", func(c Capabilities) string { return yes(c.DisableParallelToolUse) }},
+		{"`reasoning`", reasoning},
+		{"`reasoning.interleaved`", func(c Capabilities) string { return yes(c.InterleavedThinking) }},
+		{"`output_json_schema`", func(c Capabilities) string {
+			if c.StructuredOutput == "stop hook" {
+				return "the stop hook"
+			}
+			return c.StructuredOutput + ", then the stop hook"
+		}},
+		{"`cache_breakpoint`, `prompt_cache`", func(c Capabilities) string {
+			if c.CachesByItself {
+				return "caches by itself"
+			}
+			return yes(c.CacheBreakpoints)
+		}},
+		{"image `url`", func(c Capabilities) string { return yes(c.ImageURL) }},
+		{"`document` (PDF)", func(c Capabilities) string { return yes(c.Documents) }},
 	}
 	var b strings.Builder
 	b.WriteString(head + "\n|---|" + strings.Repeat("---|", len(cols)) + "\n")

@@ -53,6 +53,8 @@ routes:
     timeouts: {headers: 5s, first_token: 2m}
   thinker: {provider: anthropic, model: claude-sonnet-4-5, prefill: true, thinking_budget: 16000}
   local: {provider: local, model: qwen3, context_window: 32768}
+  reasoner: {provider: local, model: qwq, max_reasoning_effort: medium, structured_output: hook}
+  forced: {provider: anthropic, model: claude-haiku-3-5, max_thinking_budget: 8000, structured_output: tool}
   big: {provider: local, model: qwen3-long, context_window: 1000000}
 circuit_breaker: {failures: 3, cooldown: 10s}
 `
@@ -80,8 +82,20 @@ func TestLoadFileBuildsRoutes(t *testing.T) {
 	if th := cfg.Routes["thinker"]; th.ThinkingBudget != 16000 || !th.Spec.Thinking {
 		t.Errorf("thinker route: budget %d, Spec.Thinking %t", th.ThinkingBudget, th.Spec.Thinking)
 	}
-	if c.ThinkingBudget != 0 || c.Spec.Thinking {
+	if c.ThinkingBudget != 0 || c.Spec.Thinking || c.Capabilities().Reasons() {
 		t.Errorf("claude route thinks without thinking_budget: %+v", c)
+	}
+	if th := cfg.Routes["thinker"]; th.MaxThinkingBudget != 16000 {
+		t.Errorf("thinker route: ceiling %d, want its thinking_budget", th.MaxThinkingBudget)
+	}
+	if r := cfg.Routes["reasoner"]; r.MaxReasoningEffort != "medium" || r.StructuredOutput != provider.StructuredHook || r.Spec.Thinking {
+		t.Errorf("reasoner route %+v", r)
+	}
+	if f := cfg.Routes["forced"]; f.MaxThinkingBudget != 8000 || f.ThinkingBudget != 0 || f.StructuredOutput != provider.StructuredTool {
+		t.Errorf("forced route %+v", f)
+	}
+	if c.StructuredOutput != provider.StructuredNative {
+		t.Errorf("claude route: structured output %v, want native by default", c.StructuredOutput)
 	}
 	if cfg.Breaker.Failures != 3 || cfg.Breaker.Cooldown != 10*time.Second {
 		t.Errorf("breaker %+v", cfg.Breaker)
@@ -102,6 +116,12 @@ func TestInvalidFileNamesTheField(t *testing.T) {
 		{"bad cooldown", "circuit_breaker: {cooldown: x}\n", "circuit_breaker.cooldown"},
 		{"thinking budget under the minimum", "providers:\n  p: {kind: openai}\nroutes:\n  a: {provider: p, model: m, thinking_budget: 1000}\n", "routes.a.thinking_budget"},
 		{"negative thinking budget", "providers:\n  p: {kind: openai}\nroutes:\n  a: {provider: p, model: m, thinking_budget: -1}\n", "routes.a.thinking_budget"},
+		{"effort ceiling on anthropic", "providers:\n  p: {kind: anthropic, api_key: k}\nroutes:\n  a: {provider: p, model: m, max_reasoning_effort: low}\n", "routes.a.max_reasoning_effort"},
+		{"budget ceiling on openai", "providers:\n  p: {kind: openai}\nroutes:\n  a: {provider: p, model: m, max_thinking_budget: 4096}\n", "routes.a.max_thinking_budget"},
+		{"budget ceiling under the budget", "providers:\n  p: {kind: anthropic, api_key: k}\nroutes:\n  a: {provider: p, model: m, thinking_budget: 8000, max_thinking_budget: 4096}\n", "routes.a.max_thinking_budget"},
+		{"unknown effort", "providers:\n  p: {kind: openai}\nroutes:\n  a: {provider: p, model: m, max_reasoning_effort: extreme}\n", "routes.a.max_reasoning_effort"},
+		{"structured tool on openai", "providers:\n  p: {kind: openai}\nroutes:\n  a: {provider: p, model: m, structured_output: tool}\n", "routes.a.structured_output"},
+		{"unknown structured output", "providers:\n  p: {kind: openai}\nroutes:\n  a: {provider: p, model: m, structured_output: magic}\n", "routes.a.structured_output"},
 		{"not yaml", "routes: [\n", "completiond.yaml"},
 	}
 	for _, tt := range tests {

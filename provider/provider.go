@@ -158,6 +158,10 @@ const (
 	StructuredHook
 )
 
+// StructuredToolName is the tool a provider declares and forces for
+// StructuredTool: its input is the answer.
+const StructuredToolName = "structured_output"
+
 // ToolChoiceMode is how the model chooses whether to call a tool.
 type ToolChoiceMode int
 

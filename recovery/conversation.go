@@ -3,32 +3,71 @@ package recovery
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
 // ImageTokens is what EstimateTokens charges for one image. Providers bill an
 // image by its pixels, which the machine does not decode; 1 600 tokens is
 // Anthropic's cost of a full-size (1.15 megapixel) image, so the estimate errs
-// on the large side.
+// on the large side. An image given by URL, whose bytes the machine never
+// sees, costs the same.
 const ImageTokens = 1600
+
+// The estimate of a PDF document. Anthropic bills each page as its text
+// (1 500 to 3 000 tokens) plus an image of the page, and accepts at most
+// 100 pages; the machine counts no pages (it does not parse PDFs), so it
+// takes one page per DocumentPageBytes of the document, at least one and
+// at most DocumentMaxPages. Text-born PDFs run some 10 to 50 KB a page and
+// scans far more, so this over-counts a scan's pages (the cap bounds it)
+// and under-counts a dense text PDF's, which the upstream's prompt-too-long
+// then sends down the overflow ladder. Erring large matters less than for
+// images: an estimate too large ends the completion BLOCKING_LIMIT without
+// asking the upstream, hence the moderate page size and the cap.
+const (
+	// DocumentPageTokens is what one page of a document costs.
+	DocumentPageTokens = 3000
+	// DocumentPageBytes is how many bytes of a document count as one page.
+	DocumentPageBytes = 32 << 10
+	// DocumentMaxPages caps a document's pages: Anthropic's limit.
+	DocumentMaxPages = 100
+	// DocumentURLPages is the pages of a document given by URL, whose
+	// size the machine never sees: a short paper's worth.
+	DocumentURLPages = 10
+)
 
 // EstimateTokens estimates the input tokens of a request: about one token per
 // four bytes of text, thinking, tool names and tool input, plus ImageTokens
-// per image.
+// per image and DocumentPageTokens per estimated page of a document (see
+// DocumentPageBytes).
 // It only has to be good enough to decide whether a prompt leaves room for
 // the answer before calling (AUTO_COMPACT, BLOCKING_LIMIT).
 func EstimateTokens(system string, msgs []Message) int {
-	n, images := len(system), 0
+	n, media := len(system), 0
 	for _, m := range msgs {
 		for _, b := range m.Blocks {
-			if b.Kind == BlockImage {
-				images++
+			if b.Media() {
+				media += MediaTokens(b)
 				continue
 			}
 			n += len(b.Text) + len(b.ToolName) + len(b.ToolInput) + len(b.Data) // Data: redacted thinking
 		}
 	}
-	return (n+3)/4 + images*ImageTokens
+	return (n+3)/4 + media
+}
+
+// MediaTokens is EstimateTokens' estimate of one image (ImageTokens) or
+// document (DocumentPageTokens per estimated page), for a provider that
+// must count a prompt's media the same way.
+func MediaTokens(b Block) int {
+	if b.Kind == BlockImage {
+		return ImageTokens
+	}
+	pages := DocumentURLPages
+	if b.URL == "" {
+		pages = min(max((len(b.Data)+DocumentPageBytes-1)/DocumentPageBytes, 1), DocumentMaxPages)
+	}
+	return pages * DocumentPageTokens
 }
 
 // BlockingLimit returns the estimated input, in tokens, at or above which a
@@ -77,24 +116,54 @@ func collapseMessage(m Message, minBytes int) (Message, int, int) {
 	return Message{Role: m.Role, Blocks: bs}, blocks, bytes
 }
 
-// StripImages replaces every image with a text block holding
-// ImagePlaceholder. It returns the new conversation and the number of images
-// removed; msgs is not modified.
-func StripImages(msgs []Message) ([]Message, int) {
-	out, n := slices.Clone(msgs), 0
+// MediaBlocks returns where the media blocks (images and documents) of msgs
+// are, in order.
+func MediaBlocks(msgs []Message) []BlockRef {
+	var refs []BlockRef
 	for i, m := range msgs {
-		if !slices.ContainsFunc(m.Blocks, func(b Block) bool { return b.Kind == BlockImage }) {
-			continue
-		}
-		bs := slices.Clone(m.Blocks)
-		for j, b := range bs {
-			if b.Kind == BlockImage {
-				bs[j], n = TextBlock(ImagePlaceholder), n+1
+		for j, b := range m.Blocks {
+			if b.Media() {
+				refs = append(refs, BlockRef{Message: i, Block: j})
 			}
 		}
-		out[i] = Message{Role: m.Role, Blocks: bs}
 	}
-	return out, n
+	return refs
+}
+
+// StripMedia replaces the media blocks of msgs that refs point at with a
+// text block holding their placeholder (ImagePlaceholder,
+// DocumentPlaceholder), which keeps the block's CacheBreakpoint. A ref
+// that points at no media block of msgs (out of range, or at a block that
+// is not, or no longer, an image or a document) is skipped, and so is a
+// repeated one. It returns the new conversation and the refs of the blocks
+// it replaced, in the order given; msgs is not modified.
+func StripMedia(msgs []Message, refs []BlockRef) (out []Message, stripped []BlockRef) {
+	out = slices.Clone(msgs)
+	for _, r := range refs {
+		if r.Message < 0 || r.Message >= len(out) || r.Block < 0 || r.Block >= len(out[r.Message].Blocks) {
+			continue
+		}
+		m := out[r.Message]
+		b := m.Blocks[r.Block]
+		if !b.Media() {
+			continue // a repeated ref finds the placeholder it left
+		}
+		bs := slices.Clone(m.Blocks) // copy on write: msgs stays untouched
+		// The caller's cache mark stays where the caller put it: the
+		// prompt up to the placeholder is what the next calls repeat.
+		bs[r.Block] = Block{Kind: BlockText, Text: placeholder(b), CacheBreakpoint: b.CacheBreakpoint}
+		out[r.Message] = Message{Role: m.Role, Blocks: bs}
+		stripped = append(stripped, r)
+	}
+	return out, stripped
+}
+
+// placeholder is the text that replaces the rejected media block b.
+func placeholder(b Block) string {
+	if b.Kind == BlockDocument {
+		return DocumentPlaceholder
+	}
+	return ImagePlaceholder
 }
 
 // Split is a conversation cut for compaction: Middle is summarised, Head (up
@@ -144,8 +213,9 @@ func (s Split) Compacted(summary string) []Message {
 }
 
 // RenderTranscript renders msgs as plain text for a summarising call: one
-// paragraph per message, images and tool traffic as bracketed notes. The
-// model's thinking is left out: the summary is of what was said and done.
+// paragraph per message, images, documents and tool traffic as bracketed
+// notes. The model's thinking is left out: the summary is of what was said
+// and done.
 func RenderTranscript(msgs []Message) string {
 	var sb strings.Builder
 	for i, m := range msgs {
@@ -169,6 +239,11 @@ func renderBlock(b Block) string {
 	switch b.Kind {
 	case BlockImage:
 		return "[image]"
+	case BlockDocument:
+		if b.Title != "" {
+			return "[document " + strconv.Quote(b.Title) + "]"
+		}
+		return "[document]"
 	case BlockToolUse:
 		return fmt.Sprintf("[tool call %s %s: %s]", b.ToolUseID, b.ToolName, b.ToolInput)
 	case BlockToolResult:

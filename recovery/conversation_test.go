@@ -10,6 +10,9 @@ import (
 
 func TestEstimateTokens(t *testing.T) {
 	img := Block{Kind: BlockImage, Data: make([]byte, 1<<20)} // the bytes of an image do not count
+	doc := func(n int) Block {
+		return Block{Kind: BlockDocument, MediaType: "application/pdf", Data: make([]byte, n)}
+	}
 	tests := []struct {
 		system string
 		msgs   []Message
@@ -20,6 +23,12 @@ func TestEstimateTokens(t *testing.T) {
 		{"abcde", nil, 2}, // rounds up
 		{"", []Message{UserText(strings.Repeat("x", 400))}, 100},
 		{"", []Message{{Role: RoleUser, Blocks: []Block{img, img}}}, 2 * ImageTokens},
+		{"", []Message{{Role: RoleUser, Blocks: []Block{{Kind: BlockImage, URL: "https://example.com/a.png"}}}}, ImageTokens},
+		{"", []Message{{Role: RoleUser, Blocks: []Block{doc(1)}}}, DocumentPageTokens}, // at least a page
+		{"", []Message{{Role: RoleUser, Blocks: []Block{doc(DocumentPageBytes)}}}, DocumentPageTokens},
+		{"", []Message{{Role: RoleUser, Blocks: []Block{doc(DocumentPageBytes + 1)}}}, 2 * DocumentPageTokens},
+		{"", []Message{{Role: RoleUser, Blocks: []Block{doc(1 << 30)}}}, DocumentMaxPages * DocumentPageTokens},
+		{"", []Message{{Role: RoleUser, Blocks: []Block{{Kind: BlockDocument, URL: "https://example.com/a.pdf", Title: "a"}}}}, DocumentURLPages * DocumentPageTokens},
 		{"", []Message{{Role: RoleAssistant, Blocks: []Block{{Kind: BlockToolUse, ToolName: "grep", ToolInput: []byte(`{"q":"x"}`)}}}}, 4},
 		{"sys!", []Message{UserText("1234"), {Role: RoleUser, Blocks: []Block{{Kind: BlockToolResult, Text: "12345678"}}}}, 4},
 	}
@@ -70,15 +79,63 @@ func TestCollapse(t *testing.T) {
 	}
 }
 
-func TestStripImages(t *testing.T) {
-	msgs := []Message{{Role: RoleUser, Blocks: []Block{TextBlock("see"), {Kind: BlockImage, Data: []byte{1}}}}, AssistantText("ok")}
-	before := clone(msgs)
-	out, n := StripImages(msgs)
-	if n != 1 || !reflect.DeepEqual(out[0].Blocks[1], TextBlock(ImagePlaceholder)) || out[0].Blocks[0].Text != "see" {
-		t.Fatalf("StripImages = %+v, %d", out, n)
+func TestStripMedia(t *testing.T) {
+	img := Block{Kind: BlockImage, MediaType: "image/png", Data: []byte{1}}
+	url := Block{Kind: BlockImage, URL: "https://example.com/a.png"}
+	doc := Block{Kind: BlockDocument, MediaType: "application/pdf", Data: []byte("%PDF")}
+	msgs := []Message{
+		{Role: RoleUser, Blocks: []Block{TextBlock("see"), img, doc}},
+		AssistantText("ok"),
+		{Role: RoleUser, Blocks: []Block{url}},
 	}
-	if !reflect.DeepEqual(msgs, before) {
-		t.Error("StripImages modified its input")
+	imgGone, docGone := TextBlock(ImagePlaceholder), TextBlock(DocumentPlaceholder)
+	ref := func(m, b int) BlockRef { return BlockRef{Message: m, Block: b} }
+	tests := []struct {
+		name     string
+		refs     []BlockRef
+		want     [][]Block // the blocks of each message after the strip
+		stripped []BlockRef
+	}{
+		{"every media block", MediaBlocks(msgs),
+			[][]Block{{TextBlock("see"), imgGone, docGone}, {TextBlock("ok")}, {imgGone}},
+			[]BlockRef{ref(0, 1), ref(0, 2), ref(2, 0)}},
+		{"the named image only", []BlockRef{ref(0, 1)},
+			[][]Block{{TextBlock("see"), imgGone, doc}, {TextBlock("ok")}, {url}},
+			[]BlockRef{ref(0, 1)}},
+		{"a document", []BlockRef{ref(0, 2)},
+			[][]Block{{TextBlock("see"), img, docGone}, {TextBlock("ok")}, {url}},
+			[]BlockRef{ref(0, 2)}},
+		{"a URL image, in the order given", []BlockRef{ref(2, 0), ref(0, 1)},
+			[][]Block{{TextBlock("see"), imgGone, doc}, {TextBlock("ok")}, {imgGone}},
+			[]BlockRef{ref(2, 0), ref(0, 1)}},
+		{"refs at no media block are skipped", []BlockRef{ref(0, 0), ref(1, 0), ref(5, 0), ref(0, 9), ref(-1, 0), ref(0, 1), ref(0, 1)},
+			[][]Block{{TextBlock("see"), imgGone, doc}, {TextBlock("ok")}, {url}},
+			[]BlockRef{ref(0, 1)}},
+		{"none", nil,
+			[][]Block{{TextBlock("see"), img, doc}, {TextBlock("ok")}, {url}},
+			nil},
+	}
+	marked := Block{Kind: BlockImage, Data: []byte{1}, CacheBreakpoint: true}
+	out, _ := StripMedia([]Message{{Role: RoleUser, Blocks: []Block{marked}}}, []BlockRef{{}})
+	if want := (Block{Kind: BlockText, Text: ImagePlaceholder, CacheBreakpoint: true}); !reflect.DeepEqual(out[0].Blocks[0], want) {
+		t.Errorf("a marked image became %+v, want %+v", out[0].Blocks[0], want)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := clone(msgs)
+			out, stripped := StripMedia(msgs, tt.refs)
+			if !reflect.DeepEqual(stripped, tt.stripped) {
+				t.Errorf("stripped %v, want %v", stripped, tt.stripped)
+			}
+			for i, m := range out {
+				if !reflect.DeepEqual(m.Blocks, tt.want[i]) || m.Role != msgs[i].Role {
+					t.Errorf("message %d = %+v, want blocks %+v", i, m, tt.want[i])
+				}
+			}
+			if !reflect.DeepEqual(msgs, before) {
+				t.Error("StripMedia modified its input")
+			}
+		})
 	}
 }
 
@@ -130,11 +187,11 @@ func TestCompactedAlternates(t *testing.T) {
 
 func TestRenderTranscript(t *testing.T) {
 	msgs := []Message{
-		{Role: RoleUser, Blocks: []Block{TextBlock("look"), {Kind: BlockImage}}},
+		{Role: RoleUser, Blocks: []Block{TextBlock("look"), {Kind: BlockImage}, {Kind: BlockDocument, Title: "Q3"}, {Kind: BlockDocument}}},
 		{Role: RoleAssistant, Blocks: []Block{{Kind: BlockToolUse, ToolUseID: "t1", ToolName: "grep", ToolInput: []byte(`{}`)}}},
 		{Role: RoleUser, Blocks: []Block{{Kind: BlockToolResult, ToolUseID: "t1", Text: "none"}, {Kind: BlockToolResult, ToolUseID: "t2", Text: "boom", IsError: true}}},
 	}
-	want := "user: look [image]\n\nassistant: [tool call t1 grep: {}]\n\nuser: [tool result t1] none [tool error t2] boom"
+	want := "user: look [image] [document \"Q3\"] [document]\n\nassistant: [tool call t1 grep: {}]\n\nuser: [tool result t1] none [tool error t2] boom"
 	if got := RenderTranscript(msgs); got != want {
 		t.Errorf("RenderTranscript =\n%s\nwant\n%s", got, want)
 	}

@@ -97,8 +97,15 @@
 //     BLOCKING_LIMIT without calling.
 //   - Collapse never elides the first user message (the task) nor the recent
 //     window.
-//   - A rejected image is replaced by a placeholder and the request retried
-//     once as REACTIVE_COMPACT_RETRY, even with compaction off.
+//   - A rejected image or document is replaced by a placeholder and the
+//     request retried as REACTIVE_COMPACT_RETRY, even with compaction off:
+//     the blocks the upstream named (Failure.MediaBlocks) only, every
+//     other one kept, or every image and document when it named none (or
+//     nothing that is one); Transition.Stripped lists them. Each such
+//     retry counts against Policy.Media.MaxRecoveries (once by default),
+//     whichever blocks it strips: a rejection of another block after the
+//     first strip is a rejection again, and past the bound ends
+//     IMAGE_ERROR.
 //   - A route that thinks (Route.Thinking) never continues by prefill,
 //     which Anthropic refuses together with thinking: a broken stream there
 //     restarts cleanly, and pause_turn ends the answer truncated.
@@ -126,7 +133,7 @@
 //     answer as it stands.
 //   - NEXT_TURN resets the per-step and per-turn counters (retries,
 //     overloads, continuations, reactive compaction, collapse); escalation,
-//     image recovery, stop-hook blocks and the budget count per completion,
+//     media recovery, stop-hook blocks and the budget count per completion,
 //     and an escalated max_tokens stays for the later turns. In a Session,
 //     Result.Text holds the text of every turn, in order.
 //   - A completion whose replica died is continued by another one from its

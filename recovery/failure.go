@@ -42,7 +42,8 @@ const (
 	// FailContextLimit is "input length and max_tokens exceed context limit:
 	// X + Y > Z"; InputTokens, MaxTokens and ContextWindow carry X, Y, Z.
 	FailContextLimit
-	// FailMedia is a rejected image.
+	// FailMedia is a rejected image or document; MediaBlocks says which,
+	// when the upstream named them.
 	FailMedia
 	// FailPrefillRejected is a refused assistant prefill.
 	FailPrefillRejected

@@ -29,12 +29,14 @@ import (
 //	      [overloads=N] [continuations=N] [hook-blocks=N] [keep=N]
 //	      [fallback-retries=N] [fallback-wait=D]
 //	      [collapse-min=N] [no-fallback] [no-compaction] [no-escalation]
+//	      [media=N]
 //	  The input, if any, is the conversation, one message a line:
-//	  "user: item | item", items being text, img, blob:N (N bytes of text),
-//	  tool_use:ID:NAME, tool_result:ID:TEXT (TEXT may be blob:N),
-//	  thinking:TEXT:SIG, redacted:DATA.
+//	  "user: item | item", items being text, img, img-url, doc, doc-url,
+//	  blob:N (N bytes of text), tool_use:ID:NAME, tool_result:ID:TEXT (TEXT
+//	  may be blob:N), thinking:TEXT:SIG, redacted:DATA.
 //	fail kind=K [status=N] [text=T] [retry-after=D] [should-retry=B] [x=X y=Y z=Z]
-//	      [prompt=N window=M] [in=N] [out=N]
+//	      [prompt=N window=M] [in=N] [out=N] [blocks=(M.B, ...)]
+//	  blocks are the media blocks a rejection names, messages[M].content[B].
 //	done [stop=S] [text=T] [in=N] [out=N] [tools=(ID:NAME, ...)]
 //	     [thinking=(TEXT:SIG, redacted:DATA, ...)]
 //	elapse                 the wait is over; the clock moves by its delay
@@ -121,6 +123,7 @@ func (e *env) start(d *datadriven.TestData) string {
 	p.Retry.OverloadsBeforeFallback = intArg(t, d, "overloads", p.Retry.OverloadsBeforeFallback)
 	p.Truncation.MaxContinuations = intArg(t, d, "continuations", p.Truncation.MaxContinuations)
 	p.Turns.MaxStopHookBlocks = intArg(t, d, "hook-blocks", p.Turns.MaxStopHookBlocks)
+	p.Media.MaxRecoveries = intArg(t, d, "media", p.Media.MaxRecoveries)
 	p.Overflow.KeepRecentMessages = intArg(t, d, "keep", p.Overflow.KeepRecentMessages)
 	p.Overflow.CollapseMinBytes = intArg(t, d, "collapse-min", p.Overflow.CollapseMinBytes)
 	p.Retry.Fallback = !d.HasArg("no-fallback")
@@ -388,6 +391,9 @@ func renderTransition(t Transition) string {
 			fmt.Fprintf(&sb, "(%d)", f.HTTPStatus)
 		}
 	}
+	if len(t.Stripped) > 0 {
+		fmt.Fprintf(&sb, " stripped=%v", t.Stripped)
+	}
 	fmt.Fprintf(&sb, " — %s", t.Message)
 	return sb.String()
 }
@@ -458,8 +464,15 @@ func renderMessages(msgs []Message, width int, sep string) string {
 func renderTestBlock(b Block, width int) string {
 	text := shortN(b.Text, width)
 	switch b.Kind {
-	case BlockImage:
-		return "[image]"
+	case BlockImage, BlockDocument:
+		s := "image"
+		if b.Kind == BlockDocument {
+			s = "document"
+		}
+		if b.URL != "" {
+			s += " url"
+		}
+		return "[" + s + "]"
 	case BlockToolUse:
 		return fmt.Sprintf("tool_use(%s %s)", b.ToolUseID, b.ToolName)
 	case BlockToolResult:
@@ -491,7 +504,7 @@ func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 func messagesEqual(a, b Message) bool {
 	return a.Role == b.Role && slices.EqualFunc(a.Blocks, b.Blocks, func(x, y Block) bool {
-		return x.Kind == y.Kind && x.Text == y.Text && x.ToolUseID == y.ToolUseID &&
+		return x.Kind == y.Kind && x.Text == y.Text && x.ToolUseID == y.ToolUseID && x.URL == y.URL &&
 			x.Signature == y.Signature && x.Redacted == y.Redacted && string(x.Data) == string(y.Data)
 	})
 }
@@ -554,6 +567,12 @@ func parseBlock(t testing.TB, item string) Block {
 	switch {
 	case item == "img":
 		return Block{Kind: BlockImage, MediaType: "image/png", Data: []byte("\x89PNG")}
+	case item == "img-url":
+		return Block{Kind: BlockImage, URL: "https://example.com/cat.png"}
+	case item == "doc":
+		return Block{Kind: BlockDocument, MediaType: "application/pdf", Data: []byte("%PDF-1.7"), Title: "report"}
+	case item == "doc-url":
+		return Block{Kind: BlockDocument, URL: "https://example.com/paper.pdf"}
 	case strings.HasPrefix(item, "blob:"):
 		return TextBlock(blob(atoi(t, strings.TrimPrefix(item, "blob:"))))
 	case strings.HasPrefix(item, "tool_use:"):
@@ -599,6 +618,10 @@ func parseFailure(t testing.TB, d *datadriven.TestData) *Failure {
 		ContextWindow: intArg(t, d, "z", intArg(t, d, "window", 0)),
 		PromptTokens:  intArg(t, d, "prompt", 0),
 		Silence:       durArg(t, d, "silence", 0),
+	}
+	for _, v := range listArg(d, "blocks") {
+		msg, blk, _ := strings.Cut(v, ".")
+		f.MediaBlocks = append(f.MediaBlocks, BlockRef{Message: atoi(t, msg), Block: atoi(t, blk)})
 	}
 	switch strArg(t, d, "should-retry", "") {
 	case "true":

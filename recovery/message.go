@@ -29,7 +29,7 @@ type BlockKind int
 const (
 	// BlockText is plain text.
 	BlockText BlockKind = iota + 1
-	// BlockImage is an inline image.
+	// BlockImage is an image: Data with MediaType, or URL.
 	BlockImage
 	// BlockToolUse is a tool call made by the model.
 	BlockToolUse
@@ -94,6 +94,10 @@ type Block struct {
 	// Halt asks, in a BlockToolResult, to stop the completion (HOOK_STOPPED).
 	Halt bool
 }
+
+// Media reports whether b is a media block: an image or a document, which
+// an upstream may reject (FailMedia) and the machine then strips.
+func (b Block) Media() bool { return b.Kind == BlockImage || b.Kind == BlockDocument }
 
 // Message is one turn of a conversation.
 type Message struct {

@@ -1,6 +1,9 @@
 package recovery
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // contextLimit handles "X + Y > Z": the prompt fits, the requested output
 // does not, so retry at once asking for less. The new max_tokens must be
@@ -185,23 +188,109 @@ func (m *Machine) compactFailed(f *Failure, why string) Action {
 	return m.overflowFallback(c.cause, "prompt too long", why)
 }
 
-// media strips the images an upstream rejected and retries once. The
+// media strips the media blocks an upstream rejected and retries. The
 // transition is REACTIVE_COMPACT_RETRY: the conversation was cut down to
 // what the upstream accepts, which is what a compaction does. It does not
 // need Policy.Compaction, since nothing the model wrote is summarised away.
+//
+// When the failure names the blocks it rejected (Failure.MediaBlocks),
+// exactly those are replaced and every other image and document goes on
+// the retry; when it names none, or none of its refs points at a media
+// block of the conversation, every image and document is replaced. Each
+// strip-and-retry counts against Policy.Media.MaxRecoveries, whichever
+// blocks it strips: an upstream that rejects another block after the first
+// was stripped is rejecting media again, and past the bound the completion
+// ends IMAGE_ERROR, so an upstream cannot walk the machine through a
+// conversation's images one retry at a time.
+//
+// The refs index the call's Messages, which are the machine's own
+// conversation but for thinking blocks left out of a call to another model
+// (withoutForeignThinking); those only ever lead the machine's own
+// assistant messages, which hold no media, so every media block has the
+// same indexes in both and the refs apply to m.msgs as they are.
 func (m *Machine) media(f *Failure, streamed string) Action {
 	if streamed != "" {
 		m.void(m.attempt)
 	}
 	if m.mediaRecoveries >= m.p.Media.MaxRecoveries {
-		return m.fail(ImageError, f, "", fmt.Sprintf("media rejected again after %d recovery", m.mediaRecoveries), 0, false)
+		why := fmt.Sprintf("media rejected again%s after %d strip-and-retry (media.max_recoveries %d)",
+			namedNote(f.MediaBlocks), m.mediaRecoveries, m.p.Media.MaxRecoveries)
+		if m.mediaRecoveries == 0 {
+			why = fmt.Sprintf("media rejected%s and media recovery is off (media.max_recoveries 0)", namedNote(f.MediaBlocks))
+		}
+		return m.fail(ImageError, f, "", why, 0, false)
 	}
-	out, n := StripImages(m.msgs)
-	if n == 0 {
-		return m.fail(ImageError, f, "", "media rejected but the conversation holds no image to strip", 0, false)
+	out, stripped := StripMedia(m.msgs, f.MediaBlocks)
+	named := len(stripped) > 0
+	if !named {
+		out, stripped = StripMedia(m.msgs, MediaBlocks(m.msgs))
+	}
+	if len(stripped) == 0 {
+		return m.fail(ImageError, f, "", "media rejected but the conversation holds no image or document to strip", 0, false)
+	}
+	what := fmt.Sprintf("%s (%s) replaced by a placeholder", mediaCount(m.msgs, stripped), refList(stripped))
+	var why string
+	switch {
+	case named:
+		why = "media rejected: " + what
+		if kept := len(MediaBlocks(out)); kept > 0 {
+			why += fmt.Sprintf("; %d other media block(s) kept", kept)
+		}
+	case len(f.MediaBlocks) > 0:
+		why = fmt.Sprintf("media rejected, naming no media block (%s): every media block, %s", refList(f.MediaBlocks), what)
+	default:
+		why = "media rejected, no block named: every media block, " + what
 	}
 	m.mediaRecoveries++
 	m.msgs = out
-	m.emit(m.transition(ReactiveCompactRetry, f, fmt.Sprintf("media rejected: %d image(s) replaced by a placeholder", n)))
+	t := m.transition(ReactiveCompactRetry, f, why)
+	t.Stripped = stripped
+	m.emit(t)
 	return m.call()
+}
+
+// namedNote is " (naming r1, r2)" for the blocks a rejection named, or "".
+func namedNote(refs []BlockRef) string {
+	if len(refs) == 0 {
+		return ""
+	}
+	return " (naming " + refList(refs) + ")"
+}
+
+// mediaCount says how many images and documents of msgs refs point at:
+// "2 image(s)", "1 image(s) and 1 document(s)".
+func mediaCount(msgs []Message, refs []BlockRef) string {
+	var images, docs int
+	for _, r := range refs {
+		if msgs[r.Message].Blocks[r.Block].Kind == BlockDocument {
+			docs++
+		} else {
+			images++
+		}
+	}
+	switch {
+	case docs == 0:
+		return fmt.Sprintf("%d image(s)", images)
+	case images == 0:
+		return fmt.Sprintf("%d document(s)", docs)
+	}
+	return fmt.Sprintf("%d image(s) and %d document(s)", images, docs)
+}
+
+// maxNamed is how many blocks a transition message names: the message is
+// for people, and Transition.Stripped lists them all.
+const maxNamed = 3
+
+// refList names refs, the first maxNamed of them: "messages[0].content[1],
+// messages[0].content[2] and 4 more".
+func refList(refs []BlockRef) string {
+	names := make([]string, 0, maxNamed)
+	for _, r := range refs[:min(len(refs), maxNamed)] {
+		names = append(names, r.String())
+	}
+	s := strings.Join(names, ", ")
+	if n := len(refs) - maxNamed; n > 0 {
+		s += fmt.Sprintf(" and %d more", n)
+	}
+	return s
 }

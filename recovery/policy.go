@@ -21,7 +21,7 @@ type Policy struct {
 	Budget BudgetPolicy
 	// Turns governs Session turns and stop hooks.
 	Turns TurnPolicy
-	// Media governs rejected images.
+	// Media governs rejected images and documents.
 	Media MediaPolicy
 }
 
@@ -117,9 +117,13 @@ type TurnPolicy struct {
 	MaxStopHookBlocks int
 }
 
-// MediaPolicy governs rejected images.
+// MediaPolicy governs rejected images and documents.
 type MediaPolicy struct {
-	// MaxRecoveries bounds the image strip-and-retry per completion (1; 0 to 5).
+	// MaxRecoveries bounds the media strip-and-retry per completion (1; 0
+	// to 5). Every one counts, whichever blocks it strips: a rejection
+	// naming another block than the one stripped before is a rejection
+	// again, so that an upstream cannot be walked through a conversation's
+	// images one retry at a time.
 	MaxRecoveries int
 }
 

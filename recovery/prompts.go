@@ -32,6 +32,9 @@ const SummaryMaxTokens = 4000
 // ImagePlaceholder replaces an image that an upstream rejected.
 const ImagePlaceholder = "[image removed: rejected by upstream]"
 
+// DocumentPlaceholder replaces a document that an upstream rejected.
+const DocumentPlaceholder = "[document removed: rejected by upstream]"
+
 // ElidedFormat replaces a block elided by COLLAPSE_DRAIN_RETRY; its verb is
 // the number of bytes removed.
 const ElidedFormat = "[elided %d bytes]"

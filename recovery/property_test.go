@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +126,7 @@ func runRandom(t *testing.T, seed uint64, seen map[string]int) (int, Reason) {
 			}
 		}
 		checkThinking(t, st)
+		checkStripped(t, prev, st)
 	}
 	// After the finish every event gets the same finish step.
 	w.check(t, m.Step(Event{Kind: EvAttemptDone, Now: g.now, Text: "late"}))
@@ -249,7 +252,7 @@ func (g *gen) messages() []Message {
 			case 0:
 				m.Blocks = append(m.Blocks, TextBlock(blob(1000+g.pick(40000))))
 			case 1:
-				m.Blocks = append(m.Blocks, Block{Kind: BlockImage, MediaType: "image/png"})
+				m.Blocks = append(m.Blocks, Block{Kind: []BlockKind{BlockImage, BlockDocument}[g.pick(2)]})
 			default:
 				m.Blocks = append(m.Blocks, TextBlock(fmt.Sprintf("m%d", i)))
 			}
@@ -378,6 +381,40 @@ func checkThinking(t *testing.T, st Step) {
 	}
 }
 
+// checkStripped checks that the media blocks a transition says it
+// stripped were images or documents in the rejected call and are
+// placeholders in the next one, every other block unchanged.
+func checkStripped(t *testing.T, prev Action, st Step) {
+	t.Helper()
+	for _, tr := range st.Transitions {
+		if len(tr.Stripped) == 0 {
+			continue
+		}
+		if st.Action.Kind != ActCall {
+			t.Fatalf("stripped %v, then %v instead of a call", tr.Stripped, st.Action.Kind)
+		}
+		before, after := prev.Call.Messages, st.Action.Call.Messages
+		if len(before) != len(after) {
+			t.Fatalf("stripping changed the number of messages: %d → %d", len(before), len(after))
+		}
+		for i := range before {
+			if len(before[i].Blocks) != len(after[i].Blocks) {
+				t.Fatalf("stripping changed message %d: %+v → %+v", i, before[i], after[i])
+			}
+			for j, b := range before[i].Blocks {
+				a := after[i].Blocks[j]
+				stripped := slices.Contains(tr.Stripped, BlockRef{Message: i, Block: j})
+				switch {
+				case stripped && (!b.Media() || a.Kind != BlockText || a.Text != placeholder(b)):
+					t.Fatalf("stripped messages[%d].content[%d]: %+v → %+v", i, j, b, a)
+				case !stripped && !reflect.DeepEqual(a, b):
+					t.Fatalf("messages[%d].content[%d] changed but is not in Stripped %v: %+v → %+v", i, j, tr.Stripped, b, a)
+				}
+			}
+		}
+	}
+}
+
 func (g *gen) failure() *Failure {
 	if g.stubborn && g.chance(0.97) {
 		kinds := []FailureKind{FailConnection, FailTimeout, FailRateLimit, FailOverloaded, FailServer, FailStreamBroken}
@@ -401,6 +438,11 @@ func (g *gen) failure() *Failure {
 	f.InputTokens = g.pick(f.ContextWindow + 1)
 	f.MaxTokens = g.pick(64000)
 	f.PromptTokens = g.pick(300000)
+	if f.Kind == FailMedia {
+		for range g.pick(3) { // none, or refs that may or may not point at media
+			f.MediaBlocks = append(f.MediaBlocks, BlockRef{Message: g.pick(4), Block: g.pick(3)})
+		}
+	}
 	return f
 }
 

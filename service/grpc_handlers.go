@@ -276,7 +276,7 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 	if err != nil {
 		return driver.Spec{}, acquired{}, err
 	}
-	routes = recovery.Chain(policy, routes)
+	routes = recovery.Chain(policy, reasoned(routes, req.GetReasoning()))
 	mc := recovery.Config{
 		Policy: policy, System: req.GetSystem(), Messages: convert.ToMessages(req.GetMessages()),
 		MaxTokens: int(req.GetMaxOutputTokens()), MaxTotalOutputTokens: int(req.GetMaxTotalOutputTokens()), TokenBudget: int(req.GetTokenBudget()),

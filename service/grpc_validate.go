@@ -196,6 +196,11 @@ func (c *Config) validateBlock(field string, role completionv1.Role, b *completi
 		if !user {
 			v.add(field+".image", "images are allowed in user messages only")
 		}
+	case *completionv1.ContentBlock_Document:
+		c.validateDocument(field+".document", blk.Document, v)
+		if !user {
+			v.add(field+".document", "documents are allowed in user messages only")
+		}
 	case *completionv1.ContentBlock_ToolUse:
 		if blk.ToolUse.GetId() == "" {
 			v.add(field+".tool_use.id", "id must not be empty")
@@ -214,17 +219,24 @@ func (c *Config) validateBlock(field string, role completionv1.Role, b *completi
 			v.add(field+".tool_result", "tool results are allowed in user messages only")
 		}
 	default:
-		v.add(field, "block must be one of text, image, tool_use, tool_result")
+		v.add(field, "block must be one of text, image, document, tool_use, tool_result")
 	}
 }
 
 func (c *Config) validateImage(field string, img *completionv1.ImageBlock, v *violations) {
+	if img.GetUrl() != "" {
+		if len(img.GetData()) > 0 || img.GetMediaType() != "" {
+			v.add(field, "an image is data with its media_type, or a url alone")
+		}
+		validateMediaURL(field+".url", img.GetUrl(), v)
+		return
+	}
 	if !imageMediaTypes[img.GetMediaType()] {
 		v.add(field+".media_type", "media type %s is not one of image/png, image/jpeg, image/gif, image/webp", quote(img.GetMediaType()))
 	}
 	switch n := len(img.GetData()); {
 	case n == 0:
-		v.add(field+".data", "image data must not be empty")
+		v.add(field+".data", "image data (or a url) is required")
 	case n > c.Limits.MaxImageBytes:
 		v.add(field+".data", "image is %d bytes, over the limit of %d", n, c.Limits.MaxImageBytes)
 	}

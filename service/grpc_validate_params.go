@@ -25,24 +25,65 @@ func (c *Config) validateParameters(req *completionv1.CompleteRequest, v *violat
 	validateSampling(req, v)
 	validateStopSequences(req.GetStopSequences(), v)
 	validateToolChoice(req, v)
+	validateReasoning(req.GetReasoning(), v)
+	need := needsOf(req)
+	validatePromptCache(req.GetPromptCache(), need.cacheMarks, v)
 	if req.MaxTotalOutputTokens != nil {
 		if n := req.GetMaxTotalOutputTokens(); n <= 0 || n > maxTotalOutputTokens {
 			v.add("max_total_output_tokens", "must be between 1 and %d, got %d", maxTotalOutputTokens, n)
 		}
 	}
 	for _, r := range c.chainOf(req) {
-		checkRoute(req, r.Spec.Name, r.Capabilities(), v)
+		capa := r.Capabilities()
+		checkRoute(req, r.Spec.Name, capa, v)
+		checkRouteNeeds(req, need, r.Spec.Name, capa, v)
 	}
 }
 
-// chainOf is the routes the request may call: its chain, without the
-// fallbacks when its policy turns them off.
+// chainOf is the routes the request may call, as it calls them (with its
+// reasoning, see reasoned): its chain, without the fallbacks when its
+// policy turns them off.
 func (c *Config) chainOf(req *completionv1.CompleteRequest) []*config.Route {
 	routes := c.Chain(req.GetRoute(), req.GetFallbackRoutes())
 	if req.GetPolicy().GetDisableFallback() && len(routes) > 1 {
 		routes = routes[:1]
 	}
-	return routes
+	return reasoned(routes, req.GetReasoning())
+}
+
+// reasoned is the chain as a completion with reasoning r calls it: each
+// route that reasons asked to think with r's budget or effort
+// (config.Route.Reasoning), a copy of the server's route.
+func reasoned(routes []*config.Route, r *completionv1.Reasoning) []*config.Route {
+	if !reasoningAsked(r) {
+		return routes
+	}
+	out := make([]*config.Route, len(routes))
+	for i, rt := range routes {
+		out[i] = rt.Reasoning(int(r.GetBudgetTokens()), effortName(r.GetEffort()), r.GetInterleaved())
+	}
+	return out
+}
+
+// reasoningAsked reports whether the request asks for reasoning at all.
+func reasoningAsked(r *completionv1.Reasoning) bool {
+	return r.GetBudgetTokens() != 0 || r.GetEffort() != completionv1.ReasoningEffort_REASONING_EFFORT_UNSPECIFIED || r.GetInterleaved()
+}
+
+// effortName is the effort's name in config.ReasoningEfforts ("" for
+// unspecified or unknown).
+func effortName(e completionv1.ReasoningEffort) string {
+	switch e {
+	case completionv1.ReasoningEffort_REASONING_EFFORT_MINIMAL:
+		return "minimal"
+	case completionv1.ReasoningEffort_REASONING_EFFORT_LOW:
+		return "low"
+	case completionv1.ReasoningEffort_REASONING_EFFORT_MEDIUM:
+		return "medium"
+	case completionv1.ReasoningEffort_REASONING_EFFORT_HIGH:
+		return "high"
+	}
+	return ""
 }
 
 func validateSampling(req *completionv1.CompleteRequest, v *violations) {

@@ -318,6 +318,40 @@ func TestToolChoiceForcesACall(t *testing.T) {
 // takes the completion over from the logged request: B's attempt carries
 // the same sampling, stop sequences and tool choice as A's did.
 func TestTakeoverKeepsTheModelParameters(t *testing.T) {
+	req := slowRequest("sim", 40, 10*time.Millisecond)
+	req.Temperature, req.TopK, req.Seed = proto.Float64(0.3), proto.Int32(5), proto.Int64(9)
+	req.StopSequences = []string{"</never>"}
+	req.Tools = []*completionv1.Tool{{Name: "lookup"}}
+	req.ToolChoice = &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE}
+	req.System, req.PromptCache = "Be brief.", &completionv1.PromptCache{Mode: completionv1.PromptCacheMode_PROMPT_CACHE_MODE_CALLER, System: true}
+	first, rest := takenOver(t, req)
+	for i, r := range rest {
+		if *r.Sampling.Temperature != *first.Sampling.Temperature || r.Sampling.TopK != 5 || *r.Sampling.Seed != 9 ||
+			!slices.Equal(r.StopSequences, first.StopSequences) || r.ToolChoice != first.ToolChoice || !r.CacheSystem {
+			t.Errorf("attempt %d after the takeover: %+v %q %+v cache system %v; before: %+v %q %+v", i+2,
+				r.Sampling, r.StopSequences, r.ToolChoice, r.CacheSystem, first.Sampling, first.StopSequences, first.ToolChoice)
+		}
+	}
+
+	// Reasoning: B's routes think as A's did, from the logged request.
+	req = slowRequest("sim", 40, 10*time.Millisecond)
+	req.Reasoning = &completionv1.Reasoning{Effort: completionv1.ReasoningEffort_REASONING_EFFORT_LOW, Interleaved: true}
+	first, rest = takenOver(t, req)
+	if first.ThinkingBudget != 2048 || first.Reasoning != (provider.Reasoning{Effort: "low", Interleaved: true}) {
+		t.Fatalf("A's attempt: thinking budget %d, reasoning %+v", first.ThinkingBudget, first.Reasoning)
+	}
+	for i, r := range rest {
+		if r.ThinkingBudget != first.ThinkingBudget || r.Reasoning != first.Reasoning || r.Prefill != "" {
+			t.Errorf("attempt %d after the takeover: thinking budget %d, reasoning %+v, prefill %q", i+2, r.ThinkingBudget, r.Reasoning, r.Prefill)
+		}
+	}
+}
+
+// takenOver streams req on replica A of a fleet of two, kills A after five
+// deltas, attaches through B, and returns the upstream requests of A's
+// first attempt and of every later one.
+func takenOver(t *testing.T, req *completionv1.CompleteRequest) (provider.Request, []provider.Request) {
+	t.Helper()
 	up := &recordingProvider{Provider: sim.New(sim.Config{})}
 	replicas := inProcessFleetLimited(t, 2, fleet.NewMemLeases(time.Second), "", config.EventLogLimits{}, func(cfg *Config) {
 		for _, r := range cfg.Routes {
@@ -327,11 +361,6 @@ func TestTakeoverKeepsTheModelParameters(t *testing.T) {
 	a, b := replicas[0], replicas[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req := slowRequest("sim", 40, 10*time.Millisecond)
-	req.Temperature, req.TopK, req.Seed = proto.Float64(0.3), proto.Int32(5), proto.Int64(9)
-	req.StopSequences = []string{"</never>"}
-	req.Tools = []*completionv1.Tool{{Name: "lookup"}}
-	req.ToolChoice = &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE}
 	st, err := a.client.Stream(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -363,14 +392,7 @@ func TestTakeoverKeepsTheModelParameters(t *testing.T) {
 	if len(reqs) < 2 {
 		t.Fatalf("%d attempts reached the upstream, want A's and B's", len(reqs))
 	}
-	first := reqs[0]
-	for i, r := range reqs[1:] {
-		if *r.Sampling.Temperature != *first.Sampling.Temperature || r.Sampling.TopK != 5 || *r.Sampling.Seed != 9 ||
-			!slices.Equal(r.StopSequences, first.StopSequences) || r.ToolChoice != first.ToolChoice {
-			t.Errorf("attempt %d after the takeover: %+v %q %+v; before: %+v %q %+v", i+2,
-				r.Sampling, r.StopSequences, r.ToolChoice, first.Sampling, first.StopSequences, first.ToolChoice)
-		}
-	}
+	return reqs[0], reqs[1:]
 }
 
 // TestSignedThinkingNeverReachesAnotherModel: a Session's tool turn

@@ -31,17 +31,26 @@ func toRole(r completionv1.Role) recovery.Role {
 	return recovery.RoleUser
 }
 
+// toBlock is the machine's block for one of the request's, with the
+// caller's cache mark.
 func toBlock(b *completionv1.ContentBlock) recovery.Block {
+	out := recovery.TextBlock(b.GetText().GetText())
 	switch blk := b.GetBlock().(type) {
 	case *completionv1.ContentBlock_Image:
-		return recovery.Block{Kind: recovery.BlockImage, MediaType: blk.Image.GetMediaType(), Data: blk.Image.GetData()}
+		out = recovery.Block{Kind: recovery.BlockImage, MediaType: blk.Image.GetMediaType(), Data: blk.Image.GetData(),
+			URL: blk.Image.GetUrl()}
+	case *completionv1.ContentBlock_Document:
+		d := blk.Document
+		out = recovery.Block{Kind: recovery.BlockDocument, MediaType: d.GetMediaType(), Data: d.GetData(),
+			URL: d.GetUrl(), Title: d.GetTitle()}
 	case *completionv1.ContentBlock_ToolUse:
-		return recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: blk.ToolUse.GetId(),
+		out = recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: blk.ToolUse.GetId(),
 			ToolName: blk.ToolUse.GetName(), ToolInput: structJSON(blk.ToolUse.GetInput())}
 	case *completionv1.ContentBlock_ToolResult:
-		return ToToolResult(blk.ToolResult)
+		out = ToToolResult(blk.ToolResult)
 	}
-	return recovery.TextBlock(b.GetText().GetText())
+	out.CacheBreakpoint = b.GetCacheBreakpoint()
+	return out
 }
 
 // ToToolResult is the machine's block for a tool result a Session's caller sent.
@@ -54,7 +63,8 @@ func ToToolResult(r *completionv1.ToolResultBlock) recovery.Block {
 func ToTools(in []*completionv1.Tool) []provider.Tool {
 	out := make([]provider.Tool, 0, len(in))
 	for _, t := range in {
-		out = append(out, provider.Tool{Name: t.GetName(), Description: t.GetDescription(), InputSchema: structJSON(t.GetInputSchema())})
+		out = append(out, provider.Tool{Name: t.GetName(), Description: t.GetDescription(), InputSchema: structJSON(t.GetInputSchema()),
+			CacheBreakpoint: t.GetCacheBreakpoint()})
 	}
 	return out
 }
@@ -170,6 +180,11 @@ func fromFailure(f *recovery.Failure) *completionv1.UpstreamError {
 	return e
 }
 
+// MaxStrippedBlocks is how many stripped media blocks a wire transition
+// names (Transition.stripped_blocks): the transition goes into the status
+// and the event log, which stay small; its message still counts them all.
+const MaxStrippedBlocks = 16
+
 // FromTransition is the wire's transition for one the machine published.
 func FromTransition(t recovery.Transition) *completionv1.Transition {
 	pt := &completionv1.Transition{
@@ -182,6 +197,9 @@ func FromTransition(t recovery.Transition) *completionv1.Transition {
 	}
 	for _, a := range t.DiscardAttempts {
 		pt.DiscardedAttempts = append(pt.DiscardedAttempts, int32(a))
+	}
+	for _, r := range t.Stripped[:min(len(t.Stripped), MaxStrippedBlocks)] {
+		pt.StrippedBlocks = append(pt.StrippedBlocks, r.String())
 	}
 	return pt
 }
@@ -235,26 +253,36 @@ func TextBlock(s string) *completionv1.ContentBlock {
 	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: s}}}
 }
 
-// FromMessage is the wire's message for one of the machine's conversation.
+// FromMessage is the wire's message for one of the machine's conversation,
+// the cache marks included. Thinking blocks, which the wire's messages do
+// not carry, are left out.
 func FromMessage(m recovery.Message) *completionv1.Message {
 	out := &completionv1.Message{Role: completionv1.Role_ROLE_USER}
 	if m.Role == recovery.RoleAssistant {
 		out.Role = completionv1.Role_ROLE_ASSISTANT
 	}
 	for _, b := range m.Blocks {
+		var c *completionv1.ContentBlock
 		switch b.Kind {
 		case recovery.BlockText:
-			out.Content = append(out.Content, TextBlock(b.Text))
+			c = TextBlock(b.Text)
 		case recovery.BlockToolUse:
-			out.Content = append(out.Content, &completionv1.ContentBlock{Block: &completionv1.ContentBlock_ToolUse{
-				ToolUse: &completionv1.ToolUseBlock{Id: b.ToolUseID, Name: b.ToolName, Input: jsonStruct(b.ToolInput)}}})
+			c = &completionv1.ContentBlock{Block: &completionv1.ContentBlock_ToolUse{
+				ToolUse: &completionv1.ToolUseBlock{Id: b.ToolUseID, Name: b.ToolName, Input: jsonStruct(b.ToolInput)}}}
 		case recovery.BlockToolResult:
-			out.Content = append(out.Content, &completionv1.ContentBlock{Block: &completionv1.ContentBlock_ToolResult{
-				ToolResult: &completionv1.ToolResultBlock{ToolUseId: b.ToolUseID, Text: b.Text, IsError: b.IsError, Halt: b.Halt}}})
+			c = &completionv1.ContentBlock{Block: &completionv1.ContentBlock_ToolResult{
+				ToolResult: &completionv1.ToolResultBlock{ToolUseId: b.ToolUseID, Text: b.Text, IsError: b.IsError, Halt: b.Halt}}}
 		case recovery.BlockImage:
-			out.Content = append(out.Content, &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Image{
-				Image: &completionv1.ImageBlock{MediaType: b.MediaType, Data: b.Data}}})
+			c = &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Image{
+				Image: &completionv1.ImageBlock{MediaType: b.MediaType, Data: b.Data, Url: b.URL}}}
+		case recovery.BlockDocument:
+			c = &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Document{
+				Document: &completionv1.DocumentBlock{MediaType: b.MediaType, Data: b.Data, Url: b.URL, Title: b.Title}}}
+		default:
+			continue
 		}
+		c.CacheBreakpoint = b.CacheBreakpoint
+		out.Content = append(out.Content, c)
 	}
 	return out
 }

@@ -1,9 +1,11 @@
 package convert
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -82,5 +84,107 @@ func TestToolSchemas(t *testing.T) {
 	}
 	if s := strings.ReplaceAll(string(tools[1].InputSchema), " ", ""); s != `{"type":"object"}` {
 		t.Errorf("schema = %s", s)
+	}
+}
+
+// TestMessagesRoundTrip checks that every block the wire carries, media
+// given by data or URL and the caller's cache marks included, reaches the
+// machine and comes back unchanged (FromMessage writes transcripts).
+func TestMessagesRoundTrip(t *testing.T) {
+	input, _ := structpb.NewStruct(map[string]any{"q": "x"})
+	block := func(b *completionv1.ContentBlock, mark bool) *completionv1.ContentBlock {
+		b.CacheBreakpoint = mark
+		return b
+	}
+	tests := []struct {
+		name string
+		in   *completionv1.ContentBlock
+		want recovery.Block
+	}{
+		{"text", TextBlock("hi"), recovery.TextBlock("hi")},
+		{"marked text", block(TextBlock("hi"), true), recovery.Block{Kind: recovery.BlockText, Text: "hi", CacheBreakpoint: true}},
+		{"inline image", &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Image{
+			Image: &completionv1.ImageBlock{MediaType: "image/png", Data: []byte{1, 2}}}},
+			recovery.Block{Kind: recovery.BlockImage, MediaType: "image/png", Data: []byte{1, 2}}},
+		{"URL image", &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Image{
+			Image: &completionv1.ImageBlock{Url: "https://example.com/a.png"}}},
+			recovery.Block{Kind: recovery.BlockImage, URL: "https://example.com/a.png"}},
+		{"inline document, marked", block(&completionv1.ContentBlock{Block: &completionv1.ContentBlock_Document{
+			Document: &completionv1.DocumentBlock{MediaType: "application/pdf", Data: []byte("%PDF"), Title: "Q3"}}}, true),
+			recovery.Block{Kind: recovery.BlockDocument, MediaType: "application/pdf", Data: []byte("%PDF"), Title: "Q3", CacheBreakpoint: true}},
+		{"URL document", &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Document{
+			Document: &completionv1.DocumentBlock{Url: "https://example.com/a.pdf"}}},
+			recovery.Block{Kind: recovery.BlockDocument, URL: "https://example.com/a.pdf"}},
+		{"tool use", &completionv1.ContentBlock{Block: &completionv1.ContentBlock_ToolUse{
+			ToolUse: &completionv1.ToolUseBlock{Id: "t1", Name: "f", Input: input}}},
+			recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: "t1", ToolName: "f", ToolInput: []byte(`{"q":"x"}`)}},
+		{"marked tool result", block(&completionv1.ContentBlock{Block: &completionv1.ContentBlock_ToolResult{
+			ToolResult: &completionv1.ToolResultBlock{ToolUseId: "t1", Text: "r", IsError: true}}}, true),
+			recovery.Block{Kind: recovery.BlockToolResult, ToolUseID: "t1", Text: "r", IsError: true, CacheBreakpoint: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := &completionv1.Message{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{tt.in}}
+			msgs := ToMessages([]*completionv1.Message{in})
+			got := msgs[0].Blocks[0]
+			if got.ToolInput != nil { // structpb's JSON spacing is its own
+				got.ToolInput = []byte(strings.ReplaceAll(string(got.ToolInput), " ", ""))
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ToMessages = %+v, want %+v", got, tt.want)
+			}
+			if back := FromMessage(msgs[0]); !proto.Equal(back, in) {
+				t.Errorf("FromMessage = %v, want %v", back, in)
+			}
+		})
+	}
+}
+
+// TestFromMessageLeavesThinkingOut: the wire's messages carry no thinking.
+func TestFromMessageLeavesThinkingOut(t *testing.T) {
+	m := recovery.Message{Role: recovery.RoleAssistant, Blocks: []recovery.Block{
+		{Kind: recovery.BlockThinking, Text: "hmm", Signature: "s"}, recovery.TextBlock("answer")}}
+	want := &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT, Content: []*completionv1.ContentBlock{TextBlock("answer")}}
+	if got := FromMessage(m); !proto.Equal(got, want) {
+		t.Errorf("FromMessage = %v, want %v", got, want)
+	}
+}
+
+func TestToolCacheBreakpoint(t *testing.T) {
+	tools := ToTools([]*completionv1.Tool{{Name: "a"}, {Name: "b", CacheBreakpoint: true}})
+	if tools[0].CacheBreakpoint || !tools[1].CacheBreakpoint {
+		t.Errorf("cache marks = %t, %t; want false, true", tools[0].CacheBreakpoint, tools[1].CacheBreakpoint)
+	}
+}
+
+func TestStrippedBlocks(t *testing.T) {
+	refs := func(n int) []recovery.BlockRef {
+		var rs []recovery.BlockRef
+		for i := range n {
+			rs = append(rs, recovery.BlockRef{Message: i / 2, Block: i % 2})
+		}
+		return rs
+	}
+	tests := []struct {
+		name  string
+		in    []recovery.BlockRef
+		count int
+		last  string
+	}{
+		{"none", nil, 0, ""},
+		{"one", []recovery.BlockRef{{Message: 0, Block: 1}}, 1, "messages[0].content[1]"},
+		{"at the bound", refs(MaxStrippedBlocks), MaxStrippedBlocks, "messages[7].content[1]"},
+		{"past the bound: the first 16", refs(40), MaxStrippedBlocks, "messages[7].content[1]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := FromTransition(recovery.Transition{Reason: recovery.ReactiveCompactRetry, Stripped: tt.in}).GetStrippedBlocks()
+			if len(got) != tt.count {
+				t.Fatalf("stripped_blocks = %v, want %d of them", got, tt.count)
+			}
+			if tt.count > 0 && got[len(got)-1] != tt.last {
+				t.Errorf("last stripped block %q, want %q", got[len(got)-1], tt.last)
+			}
+		})
 	}
 }

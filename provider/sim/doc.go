@@ -15,6 +15,25 @@
 // scripted tool step a plain answer. The sim is deterministic: temperature,
 // top_p, top_k and seed are accepted and change nothing in its output.
 //
+// The sim reasons when the request asks it to (Request.ThinkingBudget or
+// Request.Reasoning.Effort): before its output it streams a short
+// deterministic reasoning about the prompt as ChunkThinking tokens — 4, 8,
+// 16 or 32 (MaxThinkingWords) of them for a minimal, low, medium or high
+// effort, a budget read as the API maps it to an effort — then the whole
+// block as a ChunkThinkingBlock, signed for the request's model as the
+// fault server signs one (providertest.SignatureFor). The tokens count in
+// the attempt's output tokens but not against its max_tokens, so the
+// answer is the same with or without reasoning. It does not reason on a
+// prefill, nor after tool results unless Reasoning.Interleaved asks it to
+// (a tool turn's thinking comes before its tool call).
+//
+// Images and documents, inline or by URL, are accepted and never fetched;
+// the input tokens count them as the machine estimates them
+// (recovery.MediaTokens). A "media=M.B" step rejects messages[M].content[B]
+// as Anthropic rejects a bad image, naming it in Failure.MediaBlocks, only
+// while that block is an image or a document: once recovery has replaced
+// it with a placeholder, the same step answers.
+//
 // Faults are scripted with the request metadata key "sim.faults": a
 // comma-separated list whose k-th step applies to attempt k (steps past the
 // end of the list answer normally). See ParseScript for the step syntax.

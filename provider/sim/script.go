@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/completiond/completiond/recovery"
 )
 
 // Metadata keys the sim reads from a request.
@@ -67,7 +69,7 @@ var stepNames = map[string]StepKind{
 	"short":            StepShort,           // stop end_turn after arg tokens
 	"prompt_too_long":  StepPromptTooLong,   // 400 prompt is too long
 	"context_limit":    StepContextLimit,    // 400 input + max_tokens > context limit
-	"media":            StepMedia,           // 400 image rejected
+	"media":            StepMedia,           // 400 image rejected; arg: the blocks it names, M.B[+M.B...] (messages[M].content[B])
 	"tool_use":         StepToolUse,         // tool call; arg: tool name (default: the first tool, else "lookup")
 	"tool_cut":         StepToolCut,         // text, then a tool call cut by the limit: stop max_tokens, no call; arg: tool name
 	"tool_reset":       StepToolReset,       // text and a whole tool call, then the stream breaks (reset); arg: tool name
@@ -90,6 +92,10 @@ type Step struct {
 	Delay time.Duration
 	// Name is the step's argument as text (a tool name).
 	Name string
+	// Blocks are the blocks a media step names as the ones it rejects:
+	// "media=0.1" rejects messages[0].content[1]. Empty, the step rejects
+	// the request without naming a block.
+	Blocks []recovery.BlockRef
 }
 
 // Script is a parsed fault script.
@@ -164,10 +170,29 @@ func (st *Step) setArg(arg string) error {
 		st.N = n
 	case StepToolUse, StepToolCut, StepToolReset:
 		st.Name = arg
+	case StepMedia:
+		for _, ref := range strings.Split(arg, "+") {
+			r, err := parseRef(ref)
+			if err != nil {
+				return err
+			}
+			st.Blocks = append(st.Blocks, r)
+		}
 	default:
 		return fmt.Errorf("takes no argument")
 	}
 	return nil
+}
+
+// parseRef parses "M.B", the block messages[M].content[B].
+func parseRef(s string) (recovery.BlockRef, error) {
+	m, b, ok := strings.Cut(s, ".")
+	mi, err1 := strconv.Atoi(m)
+	bi, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || mi < 0 || bi < 0 || mi > 100_000 || bi > 100_000 {
+		return recovery.BlockRef{}, fmt.Errorf("block %q must be M.B, for messages[M].content[B]", s)
+	}
+	return recovery.BlockRef{Message: mi, Block: bi}, nil
 }
 
 func knownSteps() string {

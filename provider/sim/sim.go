@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,8 +71,26 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if err != nil {
 		return provider.Finish{}, fail(recovery.FailInvalidRequest, http.StatusBadRequest, "invalid_request_error", "", err.Error())
 	}
-	a := p.newAttempt(req, chooseTools(script.At(req.Attempt), req.ToolChoice))
+	a := p.newAttempt(req, chooseTools(namedMedia(script.At(req.Attempt), req.Messages), req.ToolChoice))
 	return a.run(ctx, emit)
+}
+
+// namedMedia is step as it applies to msgs: a media step that names blocks
+// rejects those of them that are images or documents of the request, and
+// answers normally when none is (as after recovery replaced them with a
+// placeholder), as a real upstream accepts a request whose bad media is
+// gone. A media step naming no block rejects whatever the request holds.
+func namedMedia(step Step, msgs []recovery.Message) Step {
+	if step.Kind != StepMedia || len(step.Blocks) == 0 {
+		return step
+	}
+	step.Blocks = slices.DeleteFunc(slices.Clone(step.Blocks), func(r recovery.BlockRef) bool {
+		return r.Message >= len(msgs) || r.Block >= len(msgs[r.Message].Blocks) || !msgs[r.Message].Blocks[r.Block].Media()
+	})
+	if len(step.Blocks) == 0 {
+		return Step{Kind: StepOK}
+	}
+	return step
 }
 
 // attempt is one simulated call in progress.
@@ -84,6 +103,9 @@ type attempt struct {
 	words  []string // the rest of the answer, one token each
 	input  int64
 	tokens int // text tokens emitted so far
+	// thought is the thinking tokens emitted so far: output tokens like
+	// the text's, but never part of the answer nor of its limit.
+	thought int
 }
 
 func (p *Provider) newAttempt(req *provider.Request, step Step) *attempt {
@@ -128,6 +150,9 @@ func (a *attempt) run(ctx context.Context, emit func(provider.Chunk) error) (pro
 func (a *attempt) script(ctx context.Context, emit func(provider.Chunk) error) (provider.Finish, error) {
 	if f := a.failBeforeHeaders(ctx); f != nil {
 		return provider.Finish{}, f
+	}
+	if err := a.think(ctx, emit); err != nil {
+		return a.finish(0, a.tokens), err
 	}
 	switch a.step.Kind {
 	case StepCut, StepStall, StepStreamOverload:
@@ -182,6 +207,9 @@ func (a *attempt) failBeforeHeaders(ctx context.Context) *recovery.Failure {
 	case StepContextLimit:
 		return a.contextLimit()
 	case StepMedia:
+		if len(a.step.Blocks) > 0 {
+			return mediaRejection(a.req.Messages, a.step.Blocks)
+		}
 		return fail(recovery.FailMedia, 400, "invalid_request_error", "", "Could not process image")
 	case StepContentFilter:
 		return fail(recovery.FailContentFilter, 400, "invalid_request_error", "content_filter", "Output blocked by content filtering policy")
@@ -199,6 +227,30 @@ func (a *attempt) failBeforeHeaders(ctx context.Context) *recovery.Failure {
 		}
 	}
 	return nil
+}
+
+// mediaRejection is the 400 of a media step that names refs, every one a
+// media block of msgs: the message is Anthropic's, which names the first
+// ("messages.0.content.1.image.source.base64: …"), and MediaBlocks are
+// the refs, as the real providers' classification reads them.
+func mediaRejection(msgs []recovery.Message, refs []recovery.BlockRef) *recovery.Failure {
+	r := refs[0]
+	b := msgs[r.Message].Blocks[r.Block]
+	kind, source := "image", "base64"
+	if b.Kind == recovery.BlockDocument {
+		kind = "document"
+	}
+	why := fmt.Sprintf("The image was specified using the %s media type, but does not appear to be a valid image", b.MediaType)
+	switch {
+	case b.URL != "":
+		source, why = "url", "Unable to download the file. Please verify the URL and try again."
+	case b.Kind == recovery.BlockDocument:
+		why = "The PDF specified was not valid."
+	}
+	f := fail(recovery.FailMedia, 400, "invalid_request_error", "",
+		fmt.Sprintf("messages.%d.content.%d.%s.source.%s: %s", r.Message, r.Block, kind, source, why))
+	f.MediaBlocks = slices.Clone(refs)
+	return f
 }
 
 func (a *attempt) contextLimit() *recovery.Failure {
@@ -364,13 +416,22 @@ func (a *attempt) toolUse(ctx context.Context, emit func(provider.Chunk) error) 
 	return a.finish(recovery.StopToolUse, 12), nil
 }
 
-// emitText waits the pace, then emits w. The pace is the upstream's
-// silence: the first-token limit (before the first token) or the idle limit
-// (before the next ones) cuts a pace longer than itself with a timeout, as
-// it would cut a real upstream.
+// emitText emits w as a token of the answer.
 func (a *attempt) emitText(ctx context.Context, emit func(provider.Chunk) error, w string) error {
+	if err := a.emitToken(ctx, emit, provider.ChunkText, w); err != nil {
+		return err
+	}
+	a.tokens++
+	return nil
+}
+
+// emitToken waits the pace, then emits w as a chunk of kind. The pace is
+// the upstream's silence: the first-token limit (before the first token,
+// thinking or text) or the idle limit (before the next ones) cuts a pace
+// longer than itself with a timeout, as it would cut a real upstream.
+func (a *attempt) emitToken(ctx context.Context, emit func(provider.Chunk) error, kind provider.ChunkKind, w string) error {
 	wait, limit, phase := a.pace, a.req.Timeouts.Idle, recovery.TimeoutIdle
-	if a.tokens == 0 {
+	if a.tokens+a.thought == 0 {
 		limit, phase = a.req.Timeouts.FirstToken, recovery.TimeoutFirstToken
 	}
 	timedOut := limit > 0 && wait > limit
@@ -393,8 +454,7 @@ func (a *attempt) emitText(ctx context.Context, emit func(provider.Chunk) error,
 		f.Timeout = phase
 		return f
 	}
-	a.tokens++
-	return emit(provider.Chunk{Kind: provider.ChunkText, Text: w})
+	return emit(provider.Chunk{Kind: kind, Text: w})
 }
 
 func (a *attempt) finish(stop recovery.StopReason, outTokens int) provider.Finish {
@@ -402,7 +462,7 @@ func (a *attempt) finish(stop recovery.StopReason, outTokens int) provider.Finis
 		StopReason: stop,
 		Model:      a.req.Model,
 		ID:         "msg_sim_" + strconv.Itoa(a.req.Attempt),
-		Usage:      recovery.Usage{InputTokens: a.input, OutputTokens: int64(outTokens)},
+		Usage:      recovery.Usage{InputTokens: a.input, OutputTokens: int64(outTokens + a.thought)},
 	}
 }
 
@@ -475,17 +535,20 @@ func produced(req *provider.Request) string {
 }
 
 // promptTokens is the sim's token count of a prompt: about four bytes a
-// token, and a flat 1 600 per image, as Anthropic estimates a large one.
+// token, and its images and documents as the machine estimates them
+// (recovery.MediaTokens: a flat 1 600 per image, inline or by URL, as
+// Anthropic counts a large one; a document by its pages). The sim never
+// fetches a URL.
 func promptTokens(req *provider.Request) int64 {
-	n := len(req.System)
-	images := 0
+	n, media := len(req.System), 0
 	for _, m := range req.Messages {
 		for _, b := range m.Blocks {
-			n += len(b.Text) + len(b.ToolInput)
-			if b.Kind == recovery.BlockImage {
-				images++
+			if b.Media() {
+				media += recovery.MediaTokens(b)
+				continue
 			}
+			n += len(b.Text) + len(b.ToolInput)
 		}
 	}
-	return int64(n/4 + 1 + 1600*images)
+	return int64(n/4 + 1 + media)
 }

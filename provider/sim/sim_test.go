@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -42,6 +43,11 @@ func TestParseScript(t *testing.T) {
 			{Kind: StepOverload}, {Kind: StepOverload}, {Kind: StepCut, N: 7}}, ""},
 		{"server_error=503,tool_use=search", []Step{{Kind: StepServerError, N: 503}, {Kind: StepToolUse, Name: "search"}}, ""},
 		{"tool_cut,tool_reset=search", []Step{{Kind: StepToolCut}, {Kind: StepToolReset, Name: "search"}}, ""},
+		{"media,media=0.1,media=2.0+0.3", []Step{{Kind: StepMedia}, {Kind: StepMedia, Blocks: []recovery.BlockRef{{Message: 0, Block: 1}}},
+			{Kind: StepMedia, Blocks: []recovery.BlockRef{{Message: 2, Block: 0}, {Message: 0, Block: 3}}}}, ""},
+		{"media=1", nil, "M.B"},
+		{"media=0.x", nil, "M.B"},
+		{"media=-1.0", nil, "M.B"},
 		{"explode", nil, "unknown step"},
 		{"overload=3", nil, "takes no argument"},
 		{"cut=x", nil, "count"},
@@ -62,7 +68,7 @@ func TestParseScript(t *testing.T) {
 			continue
 		}
 		for i := range got {
-			if got[i] != tt.want[i] {
+			if !reflect.DeepEqual(got[i], tt.want[i]) {
 				t.Errorf("ParseScript(%q)[%d] = %+v, want %+v", tt.in, i, got[i], tt.want[i])
 			}
 		}
