@@ -167,14 +167,32 @@ func (f *Fold) Turn() int32 { return f.turn }
 // every turn. At the end it equals the text of the result's message (in a
 // Session the result's message holds the text of all turns; Turns splits
 // it).
-func (f *Fold) Text() string {
+func (f *Fold) Text() string { return f.kept(false) }
+
+// Thinking is the model's reasoning so far: every kept thinking delta
+// (DELTA_KIND_THINKING), in arrival order, of every turn; Turns splits it.
+func (f *Fold) Thinking() string { return f.kept(true) }
+
+// kept is the kept thinking deltas, or the kept text deltas, of every turn.
+func (f *Fold) kept(thinking bool) string {
 	var b strings.Builder
 	for _, p := range f.pieces {
-		if p.kind != completionv1.DeltaKind_DELTA_KIND_THINKING && !f.discarded[p.attempt] {
+		if (p.kind == completionv1.DeltaKind_DELTA_KIND_THINKING) == thinking && !f.discarded[p.attempt] {
 			b.WriteString(p.text)
 		}
 	}
 	return b.String()
+}
+
+// StrippedBlocks are the media blocks the transitions replaced by a
+// placeholder because an upstream rejected them: every transition's
+// stripped_blocks ("messages[i].content[j]"), in order.
+func (f *Fold) StrippedBlocks() []string {
+	var out []string
+	for _, t := range f.transitions {
+		out = append(out, t.GetStrippedBlocks()...)
+	}
+	return out
 }
 
 // ToolCalls are the latest turn's tool calls.

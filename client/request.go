@@ -27,9 +27,11 @@ func Text(prompt string, opts ...RequestOption) *completionv1.CompleteRequest {
 	return req
 }
 
-// UserText is a user message of one text block.
-func UserText(text string) *completionv1.Message {
-	return &completionv1.Message{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{TextBlock(text)}}
+// UserText is a user message of one text block, followed by blocks, if
+// any: images, documents ([ImageBlock], [ImageURLBlock], [DocumentBlock],
+// [DocumentURLBlock]).
+func UserText(text string, blocks ...*completionv1.ContentBlock) *completionv1.Message {
+	return &completionv1.Message{Role: completionv1.Role_ROLE_USER, Content: append([]*completionv1.ContentBlock{TextBlock(text)}, blocks...)}
 }
 
 // AssistantText is an assistant message of one text block, for a
@@ -41,6 +43,48 @@ func AssistantText(text string) *completionv1.Message {
 // TextBlock is a content block of plain text.
 func TextBlock(text string) *completionv1.ContentBlock {
 	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: text}}}
+}
+
+// ImageBlock is a content block of an inline image: mediaType is one of
+// image/png, image/jpeg, image/gif, image/webp, data the encoded image.
+func ImageBlock(mediaType string, data []byte) *completionv1.ContentBlock {
+	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Image{Image: &completionv1.ImageBlock{MediaType: mediaType, Data: data}}}
+}
+
+// ImageURLBlock is a content block of an image by its https URL, which the
+// provider fetches (completiond never does).
+func ImageURLBlock(url string) *completionv1.ContentBlock {
+	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Image{Image: &completionv1.ImageBlock{Url: url}}}
+}
+
+// DocumentBlock is a content block of a PDF document (Anthropic routes):
+// data is the PDF, title, when not empty, names it for the model.
+func DocumentBlock(data []byte, title string) *completionv1.ContentBlock {
+	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Document{Document: &completionv1.DocumentBlock{
+		MediaType: "application/pdf", Data: data, Title: title}}}
+}
+
+// DocumentURLBlock is a content block of a PDF document by its https URL,
+// which the provider fetches (completiond never does); title, when not
+// empty, names it for the model.
+func DocumentURLBlock(url, title string) *completionv1.ContentBlock {
+	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Document{Document: &completionv1.DocumentBlock{Url: url, Title: title}}}
+}
+
+// CacheBreakpoint marks x, a content block or a tool, as a prompt cache
+// breakpoint of the caller's (its cache_breakpoint) and returns it: the
+// conversation up to and including the block, or the tools up to and
+// including the tool, are cached. The server honours the caller's marks in
+// PROMPT_CACHE_MODE_AUTO (the default) and PROMPT_CACHE_MODE_CALLER, and
+// refuses them in PROMPT_CACHE_MODE_OFF.
+func CacheBreakpoint[T *completionv1.ContentBlock | *completionv1.Tool](x T) T {
+	switch v := any(x).(type) {
+	case *completionv1.ContentBlock:
+		v.CacheBreakpoint = true
+	case *completionv1.Tool:
+		v.CacheBreakpoint = true
+	}
+	return x
 }
 
 // WithRoute names the route to call first; empty is the server's default.
@@ -57,6 +101,16 @@ func WithSystem(system string) RequestOption {
 func WithHistory(messages ...*completionv1.Message) RequestOption {
 	return func(r *completionv1.CompleteRequest) {
 		r.Messages = append(append([]*completionv1.Message{}, messages...), r.Messages...)
+	}
+}
+
+// WithBlocks adds content blocks to the prompt's user message, after its
+// text: images and documents ([ImageURLBlock], [DocumentBlock] …).
+func WithBlocks(blocks ...*completionv1.ContentBlock) RequestOption {
+	return func(r *completionv1.CompleteRequest) {
+		if n := len(r.Messages); n > 0 {
+			r.Messages[n-1].Content = append(r.Messages[n-1].Content, blocks...)
+		}
 	}
 }
 
@@ -152,6 +206,86 @@ func ToolChoiceNone() *completionv1.ToolChoice {
 // request's tools.
 func ToolChoiceTool(name string) *completionv1.ToolChoice {
 	return &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_TOOL, Name: name}
+}
+
+// WithReasoning asks the model to think before it answers, as r says
+// (budget_tokens, effort, interleaved); r is copied. The options below set
+// one field of it each.
+func WithReasoning(r *completionv1.Reasoning) RequestOption {
+	return func(req *completionv1.CompleteRequest) {
+		req.Reasoning = &completionv1.Reasoning{BudgetTokens: r.GetBudgetTokens(), Effort: r.GetEffort(), Interleaved: r.GetInterleaved()}
+	}
+}
+
+// WithReasoningEffort asks the model to reason with the given effort
+// (OpenAI's reasoning_effort; on an Anthropic route without a budget it
+// maps to one). It sets reasoning.effort and keeps what
+// [WithReasoningBudgetTokens] and [WithReasoningInterleaved] set, before or
+// after it. Every route of the chain must take reasoning.
+func WithReasoningEffort(e completionv1.ReasoningEffort) RequestOption {
+	return func(r *completionv1.CompleteRequest) { reasoning(r).Effort = e }
+}
+
+// WithReasoningBudgetTokens asks the model to think before it answers,
+// for at most n tokens (Anthropic extended thinking; at least 1024; on an
+// OpenAI-compatible route without an effort it maps to one). It sets
+// reasoning.budget_tokens and keeps the rest of reasoning.
+func WithReasoningBudgetTokens(n int32) RequestOption {
+	return func(r *completionv1.CompleteRequest) { reasoning(r).BudgetTokens = n }
+}
+
+// WithReasoningInterleaved lets an Anthropic model think between tool
+// calls (reasoning.interleaved), keeping the rest of reasoning.
+func WithReasoningInterleaved() RequestOption {
+	return func(r *completionv1.CompleteRequest) { reasoning(r).Interleaved = true }
+}
+
+func reasoning(r *completionv1.CompleteRequest) *completionv1.Reasoning {
+	if r.Reasoning == nil {
+		r.Reasoning = &completionv1.Reasoning{}
+	}
+	return r.Reasoning
+}
+
+// WithPromptCache says who places the prompt cache breakpoints:
+// [PromptCacheAuto], [PromptCacheOff] or [PromptCacheCaller]. It sets the
+// mode and keeps what [WithPromptCacheSystem] set, before or after it.
+func WithPromptCache(c *completionv1.PromptCache) RequestOption {
+	return func(r *completionv1.CompleteRequest) {
+		system := r.GetPromptCache().GetSystem()
+		r.PromptCache = &completionv1.PromptCache{Mode: c.GetMode(), System: system || c.GetSystem()}
+	}
+}
+
+// WithPromptCacheSystem marks the end of the system prompt (and the tools
+// before it) as a prompt cache breakpoint of the caller's
+// (prompt_cache.system), whatever the mode (auto when none is set).
+func WithPromptCacheSystem() RequestOption {
+	return func(r *completionv1.CompleteRequest) {
+		if r.PromptCache == nil {
+			r.PromptCache = &completionv1.PromptCache{}
+		}
+		r.PromptCache.System = true
+	}
+}
+
+// PromptCacheAuto lets completiond place the breakpoints (the system
+// prompt and tools, the end of the conversation, the end of each call's
+// prompt) after the caller's own marks: the default.
+func PromptCacheAuto() *completionv1.PromptCache {
+	return &completionv1.PromptCache{Mode: completionv1.PromptCacheMode_PROMPT_CACHE_MODE_AUTO}
+}
+
+// PromptCacheOff sends no cache breakpoint; the server refuses the
+// caller's marks with it.
+func PromptCacheOff() *completionv1.PromptCache {
+	return &completionv1.PromptCache{Mode: completionv1.PromptCacheMode_PROMPT_CACHE_MODE_OFF}
+}
+
+// PromptCacheCaller sends the caller's marks only: the blocks and tools
+// marked with [CacheBreakpoint], and [WithPromptCacheSystem].
+func PromptCacheCaller() *completionv1.PromptCache {
+	return &completionv1.PromptCache{Mode: completionv1.PromptCacheMode_PROMPT_CACHE_MODE_CALLER}
 }
 
 // WithResumeGrace keeps the completion running for d after its caller's

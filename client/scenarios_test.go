@@ -27,7 +27,8 @@ type caller struct{ hooks, deltas int }
 // scenarios are every transcript of clients/testdata/transcripts: every
 // transition reason, both delivery modes, failed statuses with each detail,
 // the model parameters (stop sequences, tool choice, the output bounds,
-// sampling) and Session tool loops.
+// sampling, reasoning, the prompt cache, media by URL) and Session tool
+// loops.
 func scenarios() []scenario {
 	return []scenario{
 		{name: "completed", about: "a plain answer", want: []string{"COMPLETED"}, stream: ask("")},
@@ -93,6 +94,21 @@ func scenarios() []scenario {
 			want: []string{"MAX_OUTPUT_TOKENS_RECOVERY", "MAX_OUTPUT_TOKENS_RECOVERY", "COMPLETED"}, stream: capped(ask("max_tokens,max_tokens,max_tokens"), 2, 5)},
 		{name: "sampling", about: "temperature 0 and a seed: accepted, a plain answer (the sim is deterministic)",
 			want: []string{"COMPLETED"}, stream: sampled(ask(""), 0, 7)},
+		{name: "reasoning", about: "reasoning effort LOW: the model thinks first (DELTA_KIND_THINKING deltas, the fold's thinking), then answers",
+			want: []string{"COMPLETED"}, stream: reason(ask(""), completionv1.ReasoningEffort_REASONING_EFFORT_LOW)},
+		{name: "reasoning_clean_restart", about: "reasoning on a route without prefill, the stream broken: attempt 1's thinking is discarded with its text, the restart thinks again",
+			want: []string{"RETRY", "COMPLETED"}, stream: on("sim-noprefill", reason(ask("cut=4"), completionv1.ReasoningEffort_REASONING_EFFORT_LOW))},
+		{name: "image_stripped", about: "of two images, the upstream rejects the first: stripped_blocks names it, the retry sends a placeholder in its place and the other image",
+			want: []string{"REACTIVE_COMPACT_RETRY", "COMPLETED"}, stream: withImage(withImage(ask("media=0.1*2")))},
+		{name: "image_url", about: "an image by its https URL, which the provider fetches: accepted, a plain answer",
+			want: []string{"COMPLETED"}, stream: withBlocks(ask(""), &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Image{
+				Image: &completionv1.ImageBlock{Url: "https://example.com/diagram.png"}}})},
+		{name: "prompt_cache_off", about: "prompt_cache OFF: no cache breakpoint sent, a plain answer",
+			want: []string{"COMPLETED"}, stream: cached(ask(""), completionv1.PromptCacheMode_PROMPT_CACHE_MODE_OFF, false)},
+		{name: "prompt_cache_caller", about: "prompt_cache CALLER with the caller's marks: the system prompt, a tool and a PDF document by URL; a plain answer",
+			want: []string{"COMPLETED"}, stream: cached(withBlocks(markedTools(ask("")), &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Document{
+				Document: &completionv1.DocumentBlock{Url: "https://example.com/runbook.pdf", Title: "Runbook"}}, CacheBreakpoint: true}),
+				completionv1.PromptCacheMode_PROMPT_CACHE_MODE_CALLER, true)},
 
 		{name: "session_next_turn", about: "a Session tool loop: the call answered, the model answers in turn 2",
 			want: []string{"NEXT_TURN", "COMPLETED"}, session: start(tools(ask("tool_use=search")), 0, false), answer: answerTools(false)},
@@ -196,6 +212,35 @@ func capped(r *completionv1.CompleteRequest, attempt, total int32) *completionv1
 // sampled sets the sampling parameters temperature and seed.
 func sampled(r *completionv1.CompleteRequest, temperature float64, seed int64) *completionv1.CompleteRequest {
 	r.Temperature, r.Seed = proto.Float64(temperature), proto.Int64(seed)
+	return r
+}
+
+// reason asks the model to reason with effort.
+func reason(r *completionv1.CompleteRequest, effort completionv1.ReasoningEffort) *completionv1.CompleteRequest {
+	r.Reasoning = &completionv1.Reasoning{Effort: effort}
+	return r
+}
+
+// withBlocks adds blocks to the prompt, after its text.
+func withBlocks(r *completionv1.CompleteRequest, blocks ...*completionv1.ContentBlock) *completionv1.CompleteRequest {
+	r.Messages[0].Content = append(r.Messages[0].Content, blocks...)
+	return r
+}
+
+// cached sets the prompt cache's mode and whether the system prompt (one
+// it adds) is a breakpoint of the caller's.
+func cached(r *completionv1.CompleteRequest, mode completionv1.PromptCacheMode, system bool) *completionv1.CompleteRequest {
+	r.PromptCache = &completionv1.PromptCache{Mode: mode, System: system}
+	if system {
+		r.System = "You are a concise site reliability engineer."
+	}
+	return r
+}
+
+// markedTools is tools with the tool marked as a cache breakpoint.
+func markedTools(r *completionv1.CompleteRequest) *completionv1.CompleteRequest {
+	r = tools(r)
+	r.Tools[0].CacheBreakpoint = true
 	return r
 }
 

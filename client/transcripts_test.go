@@ -74,8 +74,10 @@ type expectJSON struct {
 	Reason            string     `json:"reason"`
 	Transitions       []string   `json:"transitions"`
 	DiscardedAttempts []int32    `json:"discarded_attempts"`
+	StrippedBlocks    []string   `json:"stripped_blocks"`
 	Turns             []turnJSON `json:"turns"`
 	Text              string     `json:"text"`
+	Thinking          string     `json:"thinking"`
 	ToolCalls         []callJSON `json:"tool_calls"`
 	StopReason        string     `json:"stop_reason"`
 	StopSequence      string     `json:"stop_sequence"`
@@ -117,7 +119,8 @@ type violationJSON struct {
 // the events and its Error of the status.
 func expectOf(f *Fold, st *status.Status) expectJSON {
 	x := expectJSON{CompletionID: f.CompletionID(), LastSeq: f.LastSeq(), Transitions: []string{},
-		DiscardedAttempts: f.DiscardedAttempts(), Turns: []turnJSON{}, Text: f.Text(), ToolCalls: callsJSON(f.ToolCalls())}
+		DiscardedAttempts: f.DiscardedAttempts(), StrippedBlocks: append([]string{}, f.StrippedBlocks()...), Turns: []turnJSON{}, Text: f.Text(), Thinking: f.Thinking(),
+		ToolCalls: callsJSON(f.ToolCalls())}
 	if f.Reason() != 0 {
 		x.Reason = f.Reason().String()
 	}

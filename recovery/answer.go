@@ -15,7 +15,8 @@ func (m *Machine) attemptDone(ev Event) Action {
 		// caller to run: the text is the answer.
 		s = StopEndTurn
 	}
-	p := part{attempt: m.attempt, text: ev.Text, tokens: ev.Usage.OutputTokens, cut: s.Truncating() || s == StopPauseTurn}
+	p := part{attempt: m.attempt, text: ev.Text, tokens: ev.Usage.OutputTokens, cut: s.Truncating() || s == StopPauseTurn,
+		thought: m.signed(ev.Thinking)}
 	if s == StopToolUse {
 		// Only an answer that stopped to call tools makes calls; those an
 		// attempt cut by a limit streamed are void with it.
@@ -43,6 +44,16 @@ func (m *Machine) attemptDone(ev Event) Action {
 	}
 	// end_turn, and a stop reason the provider did not give.
 	return m.settle(StopEndTurn)
+}
+
+// signed is a copy of an attempt's thinking blocks, each tagged with the
+// model just called, which signed it.
+func (m *Machine) signed(thinking []Block) []Block {
+	out := slices.Clone(thinking)
+	for i := range out {
+		out[i].Model = m.inflight.Route.Model
+	}
+	return out
 }
 
 // truncated handles an answer cut by a token limit: escalate once, then
@@ -110,10 +121,7 @@ func (m *Machine) toolUse(calls []ToolCall, thinking []Block) Action {
 		return m.complete(StopToolUse, calls, fmt.Sprintf("the model called %d tool(s)", len(calls)))
 	}
 	m.tools, m.stop, m.phase = calls, StopToolUse, phaseTools
-	m.thinking = slices.Clone(thinking)
-	for i := range m.thinking {
-		m.thinking[i].Model = m.inflight.Route.Model // signed by the model just called
-	}
+	m.thinking = m.signed(thinking)
 	return Action{Kind: ActAwaitTools, ToolCalls: slices.Clone(calls)}
 }
 

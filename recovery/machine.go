@@ -30,6 +30,7 @@ type part struct {
 	attempt int
 	text    string
 	calls   []ToolCall // the tool calls of an answer that stopped with tool_use
+	thought []Block    // the attempt's thinking blocks, signed by the model it called
 	tokens  int64
 	cut     bool // the attempt did not finish its answer: a limit or a failure cut it
 }
@@ -676,6 +677,9 @@ func (m *Machine) finishWith(r Reason, f *Failure, msg string, res *Result) Acti
 	t.Terminal = true
 	m.emit(t)
 	res.Reason, res.Text, res.Usage, res.Failure = r, m.text(0), m.usage, f
+	for _, p := range m.parts {
+		res.Thinking = append(res.Thinking, p.thought...)
+	}
 	if res.StopReason == StopSequence {
 		res.StopSequence = m.stopSeq
 	}

@@ -70,6 +70,7 @@ type SnapshotPart struct {
 	Attempt int
 	Text    string
 	Calls   []ToolCall
+	Thought []Block `json:",omitempty"`
 	Tokens  int64
 	Cut     bool
 }
@@ -136,7 +137,7 @@ func (m *Machine) snapshot(p SnapshotPhase) Snapshot {
 		}
 	}
 	for _, pt := range m.parts {
-		s.Parts = append(s.Parts, SnapshotPart{Attempt: pt.attempt, Text: pt.text, Calls: pt.calls, Tokens: pt.tokens, Cut: pt.cut})
+		s.Parts = append(s.Parts, SnapshotPart{Attempt: pt.attempt, Text: pt.text, Calls: pt.calls, Thought: pt.thought, Tokens: pt.tokens, Cut: pt.cut})
 	}
 	return s
 }
@@ -156,7 +157,7 @@ func (m *Machine) restore(s *Snapshot) {
 	m.stopSeq, m.unreported = s.StopSequence, s.Unreported
 	m.parts = m.parts[:0]
 	for _, pt := range s.Parts {
-		m.parts = append(m.parts, part{attempt: pt.Attempt, text: pt.Text, calls: pt.Calls, tokens: pt.Tokens, cut: pt.Cut})
+		m.parts = append(m.parts, part{attempt: pt.Attempt, text: pt.Text, calls: pt.Calls, thought: pt.Thought, tokens: pt.Tokens, cut: pt.Cut})
 	}
 	m.segStart, m.answerStart = min(s.SegStart, len(m.parts)), min(s.AnswerStart, len(m.parts))
 	m.records, m.usage = slices.Clone(s.Records), s.Usage

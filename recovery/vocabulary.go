@@ -360,6 +360,9 @@ type Result struct {
 	Text string
 	// ToolCalls are the tool calls of a StopToolUse answer.
 	ToolCalls []ToolCall
+	// Thinking are the thinking blocks (BlockThinking) of the kept
+	// attempts, in order, each with the model that signed it.
+	Thinking []Block
 	// Route is the route that produced the answer (or was last tried).
 	Route Route
 	// Usage is the total over all attempts.

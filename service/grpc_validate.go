@@ -201,6 +201,11 @@ func (c *Config) validateBlock(field string, role completionv1.Role, b *completi
 		if !user {
 			v.add(field+".document", "documents are allowed in user messages only")
 		}
+	case *completionv1.ContentBlock_Thinking:
+		validateThinking(field+".thinking", blk.Thinking, v)
+		if !assistant {
+			v.add(field+".thinking", "thinking is allowed in assistant messages only")
+		}
 	case *completionv1.ContentBlock_ToolUse:
 		if blk.ToolUse.GetId() == "" {
 			v.add(field+".tool_use.id", "id must not be empty")
@@ -219,7 +224,7 @@ func (c *Config) validateBlock(field string, role completionv1.Role, b *completi
 			v.add(field+".tool_result", "tool results are allowed in user messages only")
 		}
 	default:
-		v.add(field, "block must be one of text, image, document, tool_use, tool_result")
+		v.add(field, "block must be one of text, image, document, thinking, tool_use, tool_result")
 	}
 }
 

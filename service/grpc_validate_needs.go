@@ -185,6 +185,24 @@ func internalHost(host string) bool {
 		ip.IsUnspecified() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast())
 }
 
+// maxThinkingModelBytes bounds the model named by a thinking block.
+const maxThinkingModelBytes = 256
+
+// validateThinking checks a thinking block a caller sends back: the
+// reasoning with its signature, or the redacted data alone.
+func validateThinking(field string, th *completionv1.ThinkingBlock, v *violations) {
+	redacted := len(th.GetRedactedData()) > 0
+	switch {
+	case redacted && (th.GetThinking() != "" || th.GetSignature() != ""):
+		v.add(field, "a thinking block is thinking with its signature, or redacted_data alone")
+	case !redacted && (th.GetThinking() == "" || th.GetSignature() == ""):
+		v.add(field, "thinking and its signature are required (or redacted_data)")
+	}
+	if len(th.GetModel()) > maxThinkingModelBytes {
+		v.add(field+".model", "%d bytes, over the limit of %d", len(th.GetModel()), maxThinkingModelBytes)
+	}
+}
+
 func (c *Config) validateDocument(field string, d *completionv1.DocumentBlock, v *violations) {
 	if len(d.GetTitle()) > maxDocumentTitleBytes {
 		v.add(field+".title", "%d bytes, over the limit of %d", len(d.GetTitle()), maxDocumentTitleBytes)

@@ -117,6 +117,12 @@ func TestReasoningOnTheSimRoute(t *testing.T) {
 	if res.GetReason() != completionv1.TransitionReason_TRANSITION_REASON_COMPLETED || strings.Contains(resultText(res), "Reasoning") {
 		t.Errorf("result %v, want COMPLETED with the answer alone", res)
 	}
+	// The result keeps the thinking, signed by the model that wrote it,
+	// for the caller to send back.
+	th := res.GetMessage().GetContent()[0].GetThinking()
+	if th.GetThinking() != thinking || th.GetSignature() == "" || th.GetModel() != "sim-1" {
+		t.Errorf("the result's first block %v, want the thinking %q signed by sim-1", res.GetMessage().GetContent()[0], thinking)
+	}
 }
 
 // TestThinkingSimRoute: a sim route configured to think (a thinking budget,

@@ -131,6 +131,12 @@ func TestReasoningCachingMediaAndStructuredOutputAreRefusedBeforeAnyUpstreamCall
 			r.Messages = append(r.Messages, &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT, Content: []*completionv1.ContentBlock{
 				{Block: &completionv1.ContentBlock_Document{Document: &completionv1.DocumentBlock{Url: "https://example.com/a.pdf"}}}}})
 		}), "messages[1].content[0].document", "user messages only"},
+		{"thinking without its signature", on("claude-r", func(r *completionv1.CompleteRequest) {
+			r.Messages = append(r.Messages, &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT, Content: []*completionv1.ContentBlock{
+				{Block: &completionv1.ContentBlock_Thinking{Thinking: &completionv1.ThinkingBlock{Thinking: "hm"}}}}})
+		}), "messages[1].content[0].thinking", "signature are required"},
+		{"thinking from the user", on("claude-r", withBlock(&completionv1.ContentBlock{Block: &completionv1.ContentBlock_Thinking{
+			Thinking: &completionv1.ThinkingBlock{Thinking: "hm", Signature: "s"}}})), "messages[0].content[1].thinking", "assistant messages only"},
 		{"structured tool with a tool choice", on("claude-tool", schema(object, func(r *completionv1.CompleteRequest) {
 			r.Tools = []*completionv1.Tool{{Name: "lookup"}}
 			r.ToolChoice = &completionv1.ToolChoice{Mode: completionv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE}

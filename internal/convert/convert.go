@@ -48,6 +48,10 @@ func toBlock(b *completionv1.ContentBlock) recovery.Block {
 			ToolName: blk.ToolUse.GetName(), ToolInput: structJSON(blk.ToolUse.GetInput())}
 	case *completionv1.ContentBlock_ToolResult:
 		out = ToToolResult(blk.ToolResult)
+	case *completionv1.ContentBlock_Thinking:
+		th := blk.Thinking
+		out = recovery.Block{Kind: recovery.BlockThinking, Text: th.GetThinking(), Signature: th.GetSignature(),
+			Data: th.GetRedactedData(), Redacted: len(th.GetRedactedData()) > 0, Model: th.GetModel()}
 	}
 	out.CacheBreakpoint = b.GetCacheBreakpoint()
 	return out
@@ -227,6 +231,9 @@ var outcomes = map[recovery.Outcome]completionv1.AttemptOutcome{
 // models the upstreams named.
 func FromResult(r *recovery.Result) *completionv1.Result {
 	msg := &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT}
+	for _, b := range r.Thinking {
+		msg.Content = append(msg.Content, fromThinking(b))
+	}
 	if r.Text != "" {
 		msg.Content = append(msg.Content, TextBlock(r.Text))
 	}
@@ -248,14 +255,26 @@ func FromResult(r *recovery.Result) *completionv1.Result {
 	return out
 }
 
+// fromThinking is the wire's block for a thinking block, with the model
+// that signed it.
+func fromThinking(b recovery.Block) *completionv1.ContentBlock {
+	th := &completionv1.ThinkingBlock{Signature: b.Signature, Model: b.Model}
+	if b.Redacted {
+		th.RedactedData = b.Data
+	} else {
+		th.Thinking = b.Text
+	}
+	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Thinking{Thinking: th}}
+}
+
 // TextBlock is a content block of text s.
 func TextBlock(s string) *completionv1.ContentBlock {
 	return &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: s}}}
 }
 
 // FromMessage is the wire's message for one of the machine's conversation,
-// the cache marks included. Thinking blocks, which the wire's messages do
-// not carry, are left out.
+// the cache marks and the thinking blocks (with the model that signed
+// each) included.
 func FromMessage(m recovery.Message) *completionv1.Message {
 	out := &completionv1.Message{Role: completionv1.Role_ROLE_USER}
 	if m.Role == recovery.RoleAssistant {
@@ -278,6 +297,8 @@ func FromMessage(m recovery.Message) *completionv1.Message {
 		case recovery.BlockDocument:
 			c = &completionv1.ContentBlock{Block: &completionv1.ContentBlock_Document{
 				Document: &completionv1.DocumentBlock{MediaType: b.MediaType, Data: b.Data, Url: b.URL, Title: b.Title}}}
+		case recovery.BlockThinking:
+			c = fromThinking(b)
 		default:
 			continue
 		}

@@ -141,12 +141,28 @@ func TestMessagesRoundTrip(t *testing.T) {
 }
 
 // TestFromMessageLeavesThinkingOut: the wire's messages carry no thinking.
-func TestFromMessageLeavesThinkingOut(t *testing.T) {
+// TestThinkingRoundTrip: a thinking block, plain or redacted, goes to the
+// wire with the model that signed it and comes back the same; the result's
+// message carries the answer's thinking before its text.
+func TestThinkingRoundTrip(t *testing.T) {
 	m := recovery.Message{Role: recovery.RoleAssistant, Blocks: []recovery.Block{
-		{Kind: recovery.BlockThinking, Text: "hmm", Signature: "s"}, recovery.TextBlock("answer")}}
-	want := &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT, Content: []*completionv1.ContentBlock{TextBlock("answer")}}
-	if got := FromMessage(m); !proto.Equal(got, want) {
-		t.Errorf("FromMessage = %v, want %v", got, want)
+		{Kind: recovery.BlockThinking, Text: "hmm", Signature: "s", Model: "claude-a"},
+		{Kind: recovery.BlockThinking, Data: []byte("opaque"), Redacted: true, Model: "claude-a"},
+		recovery.TextBlock("answer")}}
+	wire := FromMessage(m)
+	want := &completionv1.Message{Role: completionv1.Role_ROLE_ASSISTANT, Content: []*completionv1.ContentBlock{
+		{Block: &completionv1.ContentBlock_Thinking{Thinking: &completionv1.ThinkingBlock{Thinking: "hmm", Signature: "s", Model: "claude-a"}}},
+		{Block: &completionv1.ContentBlock_Thinking{Thinking: &completionv1.ThinkingBlock{RedactedData: []byte("opaque"), Model: "claude-a"}}},
+		TextBlock("answer")}}
+	if !proto.Equal(wire, want) {
+		t.Errorf("FromMessage = %v, want %v", wire, want)
+	}
+	if back := ToMessages([]*completionv1.Message{wire}); !reflect.DeepEqual(back[0], m) {
+		t.Errorf("ToMessages(FromMessage(m)) = %+v, want %+v", back[0], m)
+	}
+	res := FromResult(&recovery.Result{Text: "answer", Thinking: m.Blocks[:2]})
+	if !proto.Equal(res.GetMessage(), want) {
+		t.Errorf("FromResult's message = %v, want %v", res.GetMessage(), want)
 	}
 }
 

@@ -95,17 +95,20 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 	if err != nil {
 		return provider.Finish{}, p.classes.Invalid(err)
 	}
+	if err := structuredPrefill(req); err != nil {
+		return provider.Finish{}, err
+	}
 	a := classify.Begin(ctx, req.Timeouts)
 	defer a.End()
 	if req.Prefill != "" {
 		a.Prefilled()
 	}
-	res, err := p.send(a, body)
+	res, err := p.send(a, body, interleaved(req))
 	if res != nil && res.Body != nil {
 		defer res.Body.Close()
 	}
 
-	s := newReader(a, &p.classes, a.Emitter(emit), held, req.StopSequences)
+	s := newReader(a, &p.classes, a.Emitter(emit), held, req)
 	if err == nil {
 		events := sse.NewReader(res.Body, sse.MaxEvent)
 		var ev event
@@ -118,7 +121,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			case "", "ping":
 				continue
 			case "error":
-				return s.finish, p.failure(a, &sse.ErrorEvent{Data: e.Data})
+				return s.finish, withMediaBlocks(req, p.failure(a, &sse.ErrorEvent{Data: e.Data}))
 			}
 			if len(e.Data) == 0 {
 				continue
@@ -144,7 +147,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 		// OpenAI stream without [DONE], throwing it away would cost a retry.
 		return s.finish, s.end()
 	}
-	return s.finish, p.failure(a, err)
+	return s.finish, withMediaBlocks(req, p.failure(a, err))
 }
 
 // send sends the attempt's request and returns the response with its body
@@ -163,9 +166,15 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 // BenchmarkSend compares the two calls, and the parity tests
 // (body_test.go) hold the request to the one NewStreaming sends, headers
 // included.
-func (p *Provider) send(a *classify.Attempt, body []byte) (*http.Response, error) {
+//
+// beta adds the anthropic-beta header of interleaved thinking.
+func (p *Provider) send(a *classify.Attempt, body []byte, beta bool) (*http.Response, error) {
 	var res *http.Response
-	err := p.client.Post(a.Context(), messagesPath, body, &res, option.WithMiddleware(a.Middleware))
+	opts := []option.RequestOption{option.WithMiddleware(a.Middleware)}
+	if beta {
+		opts = append(opts, option.WithHeaderAdd("anthropic-beta", interleavedBeta))
+	}
+	err := p.client.Post(a.Context(), messagesPath, body, &res, opts...)
 	return res, err
 }
 

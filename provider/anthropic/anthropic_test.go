@@ -198,6 +198,7 @@ func TestThinkingBudget(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		budget, max int
+		interleaved bool
 		prefill     string
 		msgs        []recovery.Message
 		want        float64 // budget_tokens sent; 0: no thinking
@@ -212,16 +213,33 @@ func TestThinkingBudget(t *testing.T) {
 		{name: "with a prefill", budget: 2048, max: 4096, prefill: "Hello"},
 		{name: "tool turn with its thinking", budget: 2048, max: 4096, msgs: toolTurn(true), want: 2048},
 		{name: "tool turn without its thinking", budget: 2048, max: 4096, msgs: toolTurn(false)},
+		{name: "interleaved", budget: 2048, max: 4096, interleaved: true, want: 2048},
+		{name: "interleaved over max_tokens: as asked", budget: 16000, max: 8000, interleaved: true, want: 16000},
+		{name: "interleaved with max_tokens under the minimum", budget: 500, max: 1000, interleaved: true, want: 1024},
+		{name: "interleaved tool turn with its thinking", budget: 2048, max: 4096, interleaved: true, msgs: toolTurn(true), want: 2048},
+		{name: "interleaved without a budget", max: 4096, interleaved: true},
+		{name: "interleaved with a prefill", budget: 2048, max: 4096, interleaved: true, prefill: "Hello"},
+		{name: "interleaved tool turn without its thinking", budget: 2048, max: 4096, interleaved: true, msgs: toolTurn(false)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := newRequest()
 			req.ThinkingBudget, req.MaxTokens, req.Prefill = tc.budget, tc.max, tc.prefill
+			req.Reasoning.Interleaved = tc.interleaved
 			if tc.msgs != nil {
 				req.Messages = tc.msgs
 			}
 			r, srv := run(t, pt.Always(pt.OK(pt.Text("ok"))), req)
 			if r.Err != nil {
 				t.Fatal(r.Err)
+			}
+			// The beta goes with interleaved thinking only, and only when
+			// thinking is on.
+			beta, wantBeta := srv.Request(t, 1).Header.Values("anthropic-beta"), []string(nil)
+			if tc.interleaved && tc.want > 0 {
+				wantBeta = []string{"interleaved-thinking-2025-05-14"}
+			}
+			if !reflect.DeepEqual(beta, wantBeta) {
+				t.Errorf("anthropic-beta %q, want %q", beta, wantBeta)
 			}
 			body := srv.Request(t, 1).JSON(t)
 			if body["max_tokens"] != float64(tc.max) {
@@ -696,6 +714,156 @@ func TestModelParametersOnTheWire(t *testing.T) {
 				want = strings.Replace(want, ",,", ",", 1)
 			}
 			pt.AssertJSON(t, srv.Request(t, 1).Body, want)
+		})
+	}
+}
+
+// TestMediaOnTheWire: an image by URL and a PDF document, by data or by
+// URL, with its title, go as the API's image and document blocks (the
+// parity tests hold them to the SDK's encoding).
+func TestMediaOnTheWire(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		block recovery.Block
+		want  string
+	}{
+		{"image by URL", recovery.Block{Kind: recovery.BlockImage, URL: "https://example.com/cat.png"},
+			`{"source":{"type":"url","url":"https://example.com/cat.png"},"type":"image"}`},
+		{"image by data", recovery.Block{Kind: recovery.BlockImage, MediaType: "image/png", Data: []byte("\x89PNG")},
+			`{"source":{"data":"iVBORw==","media_type":"image/png","type":"base64"},"type":"image"}`},
+		{"document by data", recovery.Block{Kind: recovery.BlockDocument, MediaType: "application/pdf", Data: []byte("%PDF-1.7")},
+			`{"source":{"data":"JVBERi0xLjc=","media_type":"application/pdf","type":"base64"},"type":"document"}`},
+		{"document by data, titled", recovery.Block{Kind: recovery.BlockDocument, MediaType: "application/pdf", Data: []byte("%PDF"), Title: "Q3 report"},
+			`{"source":{"data":"JVBERg==","media_type":"application/pdf","type":"base64"},"title":"Q3 report","type":"document"}`},
+		{"document by URL, titled", recovery.Block{Kind: recovery.BlockDocument, URL: "https://example.com/q3.pdf", Title: "Q3"},
+			`{"source":{"type":"url","url":"https://example.com/q3.pdf"},"title":"Q3","type":"document"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest()
+			req.Messages = []recovery.Message{{Role: recovery.RoleUser, Blocks: []recovery.Block{tc.block, recovery.TextBlock("What is it?")}}}
+			r, srv := run(t, pt.Always(pt.OK(pt.Text("ok"))), req)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			pt.AssertJSON(t, srv.Request(t, 1).Body, `{"max_tokens":1024,"messages":[{"content":[`+tc.want+
+				`,{"text":"What is it?","type":"text"}],"role":"user"}],"model":"claude-test","stream":true}`)
+		})
+	}
+}
+
+// TestCacheMarksOnTheWire: the prompt cache marks go as cache_control
+// ephemeral on the system prompt, the tools and the blocks marked; a
+// thinking block's is ignored; a trimmed final assistant message keeps its
+// marks on what is sent; beyond 4, the first ones are left out.
+func TestCacheMarksOnTheWire(t *testing.T) {
+	const cc = `"cache_control":{"type":"ephemeral"}`
+	mark := func(b recovery.Block) recovery.Block { b.CacheBreakpoint = true; return b }
+	text := func(s string) recovery.Block { return mark(recovery.TextBlock(s)) }
+	user := func(blocks ...recovery.Block) recovery.Message {
+		return recovery.Message{Role: recovery.RoleUser, Blocks: blocks}
+	}
+	assistant := func(blocks ...recovery.Block) recovery.Message {
+		return recovery.Message{Role: recovery.RoleAssistant, Blocks: blocks}
+	}
+	tool := func(name string, marked bool) provider.Tool {
+		return provider.Tool{Name: name, InputSchema: []byte(`{"properties":{"q":{}}}`), CacheBreakpoint: marked}
+	}
+	textJSON := func(s string, marked bool) string {
+		if marked {
+			return `{"text":"` + s + `",` + cc + `,"type":"text"}`
+		}
+		return `{"text":"` + s + `","type":"text"}`
+	}
+	toolJSON := func(name string, marked bool) string {
+		if marked {
+			return `{"name":"` + name + `","input_schema":{"type":"object","properties":{"q":{}}},` + cc + `}`
+		}
+		return `{"name":"` + name + `","input_schema":{"type":"object","properties":{"q":{}}}}`
+	}
+	for _, tc := range []struct {
+		name string
+		req  func(*provider.Request)
+		want string // the keys after max_tokens, but for model and stream
+	}{
+		{"system", func(r *provider.Request) { r.System, r.CacheSystem = "Be brief.", true },
+			`"messages":[{"content":[` + textJSON("Hi.", false) + `],"role":"user"}],"system":[` + textJSON("Be brief.", true) + `]`},
+		{"system without one: the last tool", func(r *provider.Request) {
+			r.CacheSystem, r.Tools = true, []provider.Tool{tool("a", false), tool("b", false)}
+		}, `"messages":[{"content":[` + textJSON("Hi.", false) + `],"role":"user"}],"tools":[` + toolJSON("a", false) + `,` + toolJSON("b", true) + `]`},
+		{"blocks, not thinking", func(r *provider.Request) {
+			r.Messages = []recovery.Message{user(text("Hi.")), assistant(mark(recovery.Block{Kind: recovery.BlockThinking, Text: "t", Signature: "s"}),
+				mark(recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: "c", ToolName: "f", ToolInput: []byte(`{}`)})),
+				user(mark(recovery.Block{Kind: recovery.BlockToolResult, ToolUseID: "c", Text: "ok"}))}
+		}, `"messages":[{"content":[` + textJSON("Hi.", true) + `],"role":"user"},` +
+			`{"content":[{"signature":"s","thinking":"t","type":"thinking"},{"id":"c","input":{},"name":"f",` + cc + `,"type":"tool_use"}],"role":"assistant"},` +
+			`{"content":[{"tool_use_id":"c","is_error":false,"content":[{"text":"ok","type":"text"}],` + cc + `,"type":"tool_result"}],"role":"user"}]`},
+		{"a trimmed final assistant keeps its marks", func(r *provider.Request) {
+			r.Messages = []recovery.Message{user(recovery.TextBlock("Hi.")), assistant(recovery.TextBlock("Let me"), text(" \n"))}
+		}, `"messages":[{"content":[` + textJSON("Hi.", false) + `],"role":"user"},{"content":[` + textJSON("Let me", true) + `],"role":"assistant"}]`},
+		{"beyond 4, the first are left out", func(r *provider.Request) {
+			r.System, r.CacheSystem = "S", true
+			r.Tools = []provider.Tool{tool("a", true), tool("b", true)}
+			r.Messages = []recovery.Message{user(text("1"), text("2"), text("3"))}
+		}, `"messages":[{"content":[` + textJSON("1", true) + `,` + textJSON("2", true) + `,` + textJSON("3", true) + `],"role":"user"}],` +
+			`"system":[` + textJSON("S", true) + `],"tools":[` + toolJSON("a", false) + `,` + toolJSON("b", false) + `]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest()
+			req.Messages = []recovery.Message{recovery.UserText("Hi.")}
+			tc.req(req)
+			r, srv := run(t, pt.Always(pt.OK(pt.Text("ok"))), req)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			pt.AssertJSON(t, srv.Request(t, 1).Body, `{"max_tokens":1024,`+tc.want+`,"model":"claude-test","stream":true}`)
+		})
+	}
+}
+
+// TestCacheUsage: the prompt cache's counts, from message_start or
+// message_delta (both cumulative: the larger wins), land in the usage.
+func TestCacheUsage(t *testing.T) {
+	stream := func(start, delta string) string {
+		return "event: message_start\n" +
+			`data: {"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"stop_sequence":null,"usage":` + start + `}}` + "\n\n" +
+			"event: content_block_start\n" +
+			`data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
+			"event: content_block_delta\n" +
+			`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}` + "\n\n" +
+			"event: content_block_stop\n" +
+			`data: {"type":"content_block_stop","index":0}` + "\n\n" +
+			"event: message_delta\n" +
+			`data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":` + delta + `}` + "\n\n" +
+			"event: message_stop\n" +
+			`data: {"type":"message_stop"}` + "\n\n"
+	}
+	for _, tc := range []struct {
+		name, start, delta string
+		want               recovery.Usage
+	}{
+		{"in message_start",
+			`{"input_tokens":12,"cache_creation_input_tokens":2048,"cache_read_input_tokens":0,"output_tokens":1}`,
+			`{"output_tokens":7}`,
+			recovery.Usage{InputTokens: 12, OutputTokens: 7, CacheCreationInputTokens: 2048}},
+		{"in message_delta",
+			`{"input_tokens":12,"output_tokens":1}`,
+			`{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":4096,"output_tokens":7}`,
+			recovery.Usage{InputTokens: 12, OutputTokens: 7, CacheReadInputTokens: 4096}},
+		{"in both, the larger",
+			`{"input_tokens":12,"cache_creation_input_tokens":100,"cache_read_input_tokens":4096,"output_tokens":1}`,
+			`{"input_tokens":12,"cache_creation_input_tokens":150,"cache_read_input_tokens":4000,"output_tokens":7}`,
+			recovery.Usage{InputTokens: 12, OutputTokens: 7, CacheReadInputTokens: 4096, CacheCreationInputTokens: 150}},
+		{"null", `{"input_tokens":12,"cache_creation_input_tokens":null,"cache_read_input_tokens":null,"output_tokens":1}`,
+			`{"output_tokens":7}`, recovery.Usage{InputTokens: 12, OutputTokens: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := run(t, pt.Always(pt.Reply{SSE: stream(tc.start, tc.delta)}), newRequest())
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if r.Finish.Usage != tc.want {
+				t.Errorf("usage %+v, want %+v", r.Finish.Usage, tc.want)
+			}
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	sdk "github.com/anthropics/anthropic-sdk-go"
@@ -74,8 +75,13 @@ func (p *Provider) sdkSend(req *provider.Request) (err, encErr error) {
 	a := classify.Begin(context.Background(), req.Timeouts)
 	defer a.End()
 	var res *http.Response
+	opts := []option.RequestOption{option.WithMiddleware(a.Middleware), option.WithResponseBodyInto(&res)}
+	if req.Reasoning.Interleaved && params.Thinking.OfEnabled != nil {
+		// MessageNewParams has no betas: the header went as a request option.
+		opts = append(opts, option.WithHeaderAdd("anthropic-beta", string(sdk.AnthropicBetaInterleavedThinking2025_05_14)))
+	}
 	svc := sdk.NewClient(p.client.Options...).Messages
-	encErr = svc.NewStreaming(a.Context(), params, option.WithMiddleware(a.Middleware), option.WithResponseBodyInto(&res)).Err()
+	encErr = svc.NewStreaming(a.Context(), params, opts...).Err()
 	if res != nil {
 		res.Body.Close()
 	}
@@ -107,6 +113,14 @@ func checkParity(t *testing.T, p *Provider, rec *providertest.Recorder, req *pro
 	if sdkErr != nil {
 		if f, ok := provider.AsFailure(err); !ok || f.Kind != recovery.FailInvalidRequest || len(got) != 0 {
 			t.Fatalf("refused request: err %v, %d requests sent", err, len(got))
+		}
+		return
+	}
+	if structuredPrefill(req) != nil {
+		// Refused before the call, for the machine to restart without the
+		// prefill: checkBody compares the body all the same.
+		if f, ok := provider.AsFailure(err); !ok || f.Kind != recovery.FailPrefillRejected || len(got) != 0 {
+			t.Fatalf("a prefill on a structured tool request: err %v, %d requests sent", err, len(got))
 		}
 		return
 	}
@@ -147,10 +161,80 @@ func checkBody(t *testing.T, p *Provider, req *provider.Request) {
 	}
 	w := decodeJSON(t, want).(map[string]any)
 	w["stream"] = true // as the SDK's streaming call sets it
-	if g := decodeJSON(t, body); !reflect.DeepEqual(g, w) {
+	g := decodeJSON(t, body)
+	if !reflect.DeepEqual(g, w) {
 		t.Fatalf("body\n%s\njson.Marshal(params) with \"stream\": true\n%s", body, want)
 	}
 	checkOrder(t, body, want)
+	if n := cacheMarksIn(g.(map[string]any)); n > maxCacheMarks {
+		t.Fatalf("%d cache marks, the API takes %d: %s", n, maxCacheMarks, body)
+	}
+	checkWirePaths(t, req, g.(map[string]any))
+}
+
+// wireTypes are the API's block types of each kind.
+var wireTypes = map[recovery.BlockKind][]string{
+	recovery.BlockText: {"text"}, recovery.BlockImage: {"image"}, recovery.BlockDocument: {"document"},
+	recovery.BlockToolUse: {"tool_use"}, recovery.BlockToolResult: {"tool_result"},
+	recovery.BlockThinking: {"thinking", "redacted_thinking"},
+}
+
+// checkWirePaths holds conversation.each, which maps the paths a rejection
+// names back to the request's blocks, to the body: every block it walks is
+// at its wire path, of its kind, and it walks every block of the body but
+// the prefill's.
+func checkWirePaths(t *testing.T, req *provider.Request, body map[string]any) {
+	t.Helper()
+	msgs, _ := body["messages"].([]any)
+	content := func(n int) []any {
+		if n >= len(msgs) {
+			return nil
+		}
+		c, _ := msgs[n].(map[string]any)["content"].([]any)
+		return c
+	}
+	walked := map[int]int{}
+	conversationOf(req).each(func(at, wire recovery.BlockRef, blk recovery.Block, _ bool) {
+		blocks := content(wire.Message)
+		if wire.Block >= len(blocks) {
+			t.Fatalf("%v (the request's %v) is not in the body", wire, at)
+		}
+		typ := blocks[wire.Block].(map[string]any)["type"]
+		if !slices.Contains(wireTypes[blk.Kind], typ.(string)) {
+			t.Fatalf("%v (the request's %v, kind %d) is a %v on the wire", wire, at, blk.Kind, typ)
+		}
+		walked[wire.Message]++
+	})
+	sent := len(msgs)
+	if p := strings.TrimRightFunc(req.Prefill, unicode.IsSpace); p != "" {
+		sent-- // the prefill's message, the last, is no request message
+	}
+	for n := range sent {
+		if walked[n] != len(content(n)) {
+			t.Fatalf("messages.%d: %d blocks walked of %d", n, walked[n], len(content(n)))
+		}
+	}
+}
+
+// cacheMarksIn counts the cache marks of a decoded body: on its tools, its
+// system prompt and its messages' blocks.
+func cacheMarksIn(body map[string]any) int {
+	n := 0
+	count := func(list any) {
+		items, _ := list.([]any)
+		for _, it := range items {
+			if _, ok := it.(map[string]any)["cache_control"]; ok {
+				n++
+			}
+		}
+	}
+	count(body["tools"])
+	count(body["system"])
+	msgs, _ := body["messages"].([]any)
+	for _, m := range msgs {
+		count(m.(map[string]any)["content"])
+	}
+	return n
 }
 
 // checkOrder holds the body's top-level keys, and tool_choice's, to the
@@ -241,6 +325,10 @@ func parityRequests() map[string]*provider.Request {
 	image := func(mt, data string) recovery.Block {
 		return recovery.Block{Kind: recovery.BlockImage, MediaType: mt, Data: []byte(data)}
 	}
+	imageURL := func(url string) recovery.Block { return recovery.Block{Kind: recovery.BlockImage, URL: url} }
+	document := func(data, url, title string) recovery.Block {
+		return recovery.Block{Kind: recovery.BlockDocument, Data: []byte(data), URL: url, Title: title}
+	}
 	result := func(id, out string, isErr bool) recovery.Block {
 		return recovery.Block{Kind: recovery.BlockToolResult, ToolUseID: id, Text: out, IsError: isErr}
 	}
@@ -275,6 +363,19 @@ func parityRequests() map[string]*provider.Request {
 		"image alone":    req(user(image("image/png", "\x89PNG\r\n"))),
 		"text and image": req(user(text("What is it?"), image("image/jpeg", "\xff\xd8\xff"), text("And?"))),
 		"empty image":    req(user(image("", ""))),
+		"image URL":      req(user(text("What is it?"), imageURL("https://example.com/cat.png?a=1&b=<2>"))),
+		"image URL and data": req(user(recovery.Block{Kind: recovery.BlockImage, MediaType: "image/png", Data: []byte("\x89PNG"),
+			URL: "https://example.com/cat.png"})),
+		"document":            req(user(document("%PDF-1.7\n\xff", "", ""), text("Summarise it."))),
+		"document titled":     req(user(document("%PDF", "", "Q3 \"report\" <draft>\u2028é"))),
+		"document URL":        req(user(document("", "https://example.com/a.pdf", ""))),
+		"document URL titled": req(user(document("", "https://example.com/a.pdf", "A"), text("And?"))),
+		"document empty":      req(user(document("", "", ""))),
+		"document media type": req(user(recovery.Block{Kind: recovery.BlockDocument, MediaType: "text/plain", Data: []byte("x")})),
+		"document URL and data": req(user(recovery.Block{Kind: recovery.BlockDocument, MediaType: "application/pdf",
+			Data: []byte("%PDF"), URL: "https://example.com/a.pdf"})),
+		"media mixed": req(user(image("image/jpeg", "\xff\xd8"), document("%PDF", "", "t"), imageURL("https://x.test/i.gif"),
+			document("", "https://x.test/d.pdf", "")), assistant(text("Seen.")), user(document("%PDF-2", "", ""))),
 		"tool results": req(recovery.UserText("Go."),
 			assistant(call("call_1", "zoom", `{"factor":2}`), call("call_2", "pan", "")),
 			user(text("first"), result("call_1", "zoomed", false), result("call_2", "", true), text("Now?"))),
@@ -305,6 +406,18 @@ func parityRequests() map[string]*provider.Request {
 		"thinking no room":           with(req(recovery.UserText("Hi.")), func(r *provider.Request) { r.ThinkingBudget, r.MaxTokens = 2000, 1024 }),
 		"thinking with prefill": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
 			r.ThinkingBudget, r.Prefill = 2000, "So"
+		}),
+		"interleaved": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
+			r.ThinkingBudget, r.Reasoning.Interleaved = 2000, true
+		}),
+		"interleaved over max_tokens": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
+			r.ThinkingBudget, r.MaxTokens, r.Reasoning.Interleaved = 16000, 1024, true
+		}),
+		"interleaved without thinking": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
+			r.Reasoning.Interleaved = true
+		}),
+		"interleaved with prefill": with(req(recovery.UserText("Hi.")), func(r *provider.Request) {
+			r.ThinkingBudget, r.Reasoning.Interleaved, r.Prefill = 2000, true, "So"
 		}),
 		"thinking after a bare tool turn": with(req(recovery.UserText("Go."), assistant(call("c", "f", "{}")),
 			user(result("c", "ok", false))), func(r *provider.Request) { r.ThinkingBudget = 2000 }),
@@ -345,7 +458,140 @@ func parityRequests() map[string]*provider.Request {
 		}),
 	}
 	maps.Copy(reqs, paramsRequests())
+	maps.Copy(reqs, cacheRequests())
+	maps.Copy(reqs, structuredRequests())
 	return reqs
+}
+
+// structuredRequests are the requests of TestBodyParity with an output
+// schema: native, through the tool, by the hook alone, and refused.
+func structuredRequests() map[string]*provider.Request {
+	with := func(mode provider.StructuredOutput, schema string, f func(*provider.Request)) *provider.Request {
+		r := &provider.Request{Model: "claude-test", MaxTokens: 4096, Messages: []recovery.Message{recovery.UserText("Hi.")},
+			OutputSchema: []byte(schema), StructuredOutput: mode}
+		f(r)
+		return r
+	}
+	native := func(schema string) *provider.Request {
+		return with(provider.StructuredNative, schema, func(*provider.Request) {})
+	}
+	tool := func(f func(*provider.Request)) *provider.Request { return with(provider.StructuredTool, schema, f) }
+	zoom := provider.Tool{Name: "zoom", InputSchema: []byte(`{"properties":{"factor":{"type":"number"}}}`)}
+	f := func(v float64) *float64 { return &v }
+	return map[string]*provider.Request{
+		"structured native":              native(schema),
+		"structured native numbers":      native(`{"type":"object","properties":{"n":{"minimum":1.50,"maximum":1e3,"default":-0}},"x":12345678901234567890}`),
+		"structured native empty":        native(`{}`),
+		"structured native spaced":       native(" {\n \"type\" : \"string\" }\n"),
+		"structured native empty key":    native(`{"":1,"properties":{"":{}}}`),
+		"structured native odd strings":  native("{\"d\":\"\xff\xfe <&> \\u2028 \\ud800\",\"\xff\":[\"\xe2\x82\"]}"),
+		"structured native array":        native(`[]`),
+		"structured native null":         native(`null`),
+		"structured native string":       native(`"x"`),
+		"structured native invalid":      native(`{"a":`),
+		"structured native huge number":  native(`{"max":1e400}`),
+		"structured native and thinking": with(provider.StructuredNative, schema, func(r *provider.Request) { r.ThinkingBudget = 2000 }),
+		"structured native all params": with(provider.StructuredNative, schema, func(r *provider.Request) {
+			r.System, r.Sampling, r.StopSequences = "Be brief.", provider.Sampling{Temperature: f(0.5), TopP: f(0.9), TopK: 3}, []string{"END"}
+			r.Tools, r.ToolChoice = []provider.Tool{zoom}, provider.ToolChoice{Mode: provider.ToolChoiceAuto}
+		}),
+		"structured native bad messages": with(provider.StructuredNative, `[]`, func(r *provider.Request) {
+			r.Messages = append(r.Messages, recovery.Message{Role: recovery.RoleUser, Blocks: []recovery.Block{{Kind: 42}}})
+		}),
+		"structured native bad tool choice": with(provider.StructuredNative, `[]`, func(r *provider.Request) { r.ToolChoice.Mode = 9 }),
+		"structured tool":                   tool(func(*provider.Request) {}),
+		"structured tool after tools": tool(func(r *provider.Request) {
+			r.Tools = []provider.Tool{zoom}
+			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceAny}
+		}),
+		"structured tool odd schema":   with(provider.StructuredTool, `{"type":"array","items":{"type":"number"}}`, func(*provider.Request) {}),
+		"structured tool empty schema": with(provider.StructuredTool, `{}`, func(*provider.Request) {}),
+		"structured tool bad schema":   with(provider.StructuredTool, `[1]`, func(*provider.Request) {}),
+		"structured tool name taken": tool(func(r *provider.Request) {
+			r.Tools = []provider.Tool{{Name: StructuredToolName, InputSchema: []byte(`{"properties":{}}`)}}
+		}),
+		"structured tool thinking off":        tool(func(r *provider.Request) { r.ThinkingBudget, r.Reasoning.Interleaved = 2000, true }),
+		"structured tool with a prefill":      tool(func(r *provider.Request) { r.Prefill = `{"a": ` }),
+		"structured tool unknown tool choice": tool(func(r *provider.Request) { r.ToolChoice.Mode = 9 }),
+		"structured tool cache marks": tool(func(r *provider.Request) {
+			r.CacheSystem, r.Tools = true, []provider.Tool{{Name: "zoom", InputSchema: zoom.InputSchema, CacheBreakpoint: true}}
+		}),
+		"structured hook":                   with(provider.StructuredHook, schema, func(*provider.Request) {}),
+		"structured hook bad schema":        with(provider.StructuredHook, `[]`, func(*provider.Request) {}),
+		"structured unknown mode":           with(7, schema, func(*provider.Request) {}),
+		"structured unknown mode no schema": with(7, "", func(*provider.Request) {}),
+		"structured tool no schema":         with(provider.StructuredTool, "", func(r *provider.Request) { r.Tools = []provider.Tool{{Name: StructuredToolName}} }),
+	}
+}
+
+// cacheRequests are the requests of TestBodyParity that carry prompt cache
+// marks: on the system prompt, the tools and each kind of block, moved by
+// the final assistant message's trim, and more than the API takes.
+func cacheRequests() map[string]*provider.Request {
+	mark := func(b recovery.Block) recovery.Block { b.CacheBreakpoint = true; return b }
+	text := func(s string) recovery.Block { return mark(recovery.TextBlock(s)) }
+	user := func(blocks ...recovery.Block) recovery.Message {
+		return recovery.Message{Role: recovery.RoleUser, Blocks: blocks}
+	}
+	assistant := func(blocks ...recovery.Block) recovery.Message {
+		return recovery.Message{Role: recovery.RoleAssistant, Blocks: blocks}
+	}
+	call := recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: "c", ToolName: "f", ToolInput: []byte(`{}`)}
+	thinking := recovery.Block{Kind: recovery.BlockThinking, Text: "hmm", Signature: "sig"}
+	tool := func(name string, marked bool) provider.Tool {
+		return provider.Tool{Name: name, InputSchema: []byte(`{"properties":{}}`), CacheBreakpoint: marked}
+	}
+	with := func(f func(*provider.Request), msgs ...recovery.Message) *provider.Request {
+		r := &provider.Request{Model: "claude-test", MaxTokens: 4096, Messages: msgs}
+		f(r)
+		return r
+	}
+	none := func(*provider.Request) {}
+	system := func(r *provider.Request) { r.System, r.CacheSystem = "Be brief.", true }
+	return map[string]*provider.Request{
+		"cache system":       with(system, recovery.UserText("Hi.")),
+		"cache system unset": with(func(r *provider.Request) { r.System = "Be brief." }, recovery.UserText("Hi.")),
+		"cache system on the last tool": with(func(r *provider.Request) {
+			r.CacheSystem, r.Tools = true, []provider.Tool{tool("a", false), tool("b", false)}
+		}, recovery.UserText("Hi.")),
+		"cache system on a marked tool": with(func(r *provider.Request) {
+			r.CacheSystem, r.Tools = true, []provider.Tool{tool("a", false), tool("b", true)}
+		}, recovery.UserText("Hi.")),
+		"cache system with nothing": with(func(r *provider.Request) { r.CacheSystem = true }, recovery.UserText("Hi.")),
+		"cache tools": with(func(r *provider.Request) {
+			r.Tools = []provider.Tool{tool("a", true), tool("b", false), tool("c", true)}
+		}, recovery.UserText("Hi.")),
+		"cache each block": with(none,
+			user(text("Look."), mark(recovery.Block{Kind: recovery.BlockImage, MediaType: "image/png", Data: []byte("x")}),
+				mark(recovery.Block{Kind: recovery.BlockDocument, URL: "https://x.test/d.pdf", Title: "d"})),
+			assistant(mark(thinking), mark(recovery.Block{Kind: recovery.BlockThinking, Redacted: true, Data: []byte("r")}), mark(call)),
+			user(mark(recovery.Block{Kind: recovery.BlockToolResult, ToolUseID: "c", Text: "ok"}))),
+		"cache image URL and document data": with(none, user(mark(recovery.Block{Kind: recovery.BlockImage, URL: "https://x.test/i.png"}),
+			mark(recovery.Block{Kind: recovery.BlockDocument, Data: []byte("%PDF")}), text("?"))),
+		"cache empty text":                 with(none, user(text(""), recovery.TextBlock("Hi.")), user(text(""))),
+		"cache final assistant trimmed":    with(none, recovery.UserText("Go."), assistant(text("Let me  "))),
+		"cache final whitespace moves":     with(none, recovery.UserText("Go."), assistant(recovery.TextBlock("Let me"), text(" \n"))),
+		"cache final whitespace onto call": with(none, recovery.UserText("Go."), assistant(call, text(" "), recovery.TextBlock("\t"))),
+		"cache final empty stays off":      with(none, recovery.UserText("Go."), assistant(recovery.TextBlock("Let me "), text(""))),
+		"cache final onto thinking":        with(none, recovery.UserText("Go."), assistant(thinking, text(" "))),
+		"cache final all whitespace":       with(none, recovery.UserText("Go."), assistant(text(" "), text("\n"))),
+		"cache earlier assistant kept":     with(none, assistant(text("a  ")), recovery.UserText("b"), assistant(text(" "))),
+		"cache with prefill": with(func(r *provider.Request) { r.Prefill = "So " }, user(text("Go.")),
+			assistant(text("a "))),
+		"cache over four from the tools": with(func(r *provider.Request) {
+			system(r)
+			r.Tools = []provider.Tool{tool("a", true), tool("b", true)}
+		}, user(text("1"), text("2")), assistant(text("3"))),
+		"cache over four into the system": with(func(r *provider.Request) {
+			system(r)
+			r.Tools = []provider.Tool{tool("a", true), tool("b", true), tool("c", true)}
+		}, user(text("1"), text("2"))),
+		"cache over four into the blocks": with(func(r *provider.Request) {
+			r.Tools = []provider.Tool{tool("a", true)}
+		}, user(text("1"), text("2"), text("3")), assistant(text("4")), user(text(""), text("5"))),
+		"cache over four, moved marks": with(none, user(text("1"), text("2")), assistant(text("3")),
+			user(text("4")), assistant(recovery.TextBlock("5"), text(" "), text("\n"))),
+	}
 }
 
 // paramsRequests are the requests of TestBodyParity that carry the
@@ -510,12 +756,13 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		i := rng.IntN(len(text))
 		return text[i : i+rng.IntN(len(text)-i+1)]
 	}
-	req := &provider.Request{Model: cut(), System: cut(), MaxTokens: rng.IntN(5) * 1024}
+	req := &provider.Request{Model: cut(), System: cut(), MaxTokens: rng.IntN(5) * 1024, CacheSystem: rng.IntN(3) == 0}
 	if rng.IntN(3) == 0 {
 		req.Prefill = cut()
 	}
 	if rng.IntN(2) == 0 {
-		req.ThinkingBudget = rng.IntN(5000)
+		req.ThinkingBudget = rng.IntN(8000)
+		req.Reasoning.Interleaved = rng.IntN(2) == 0
 	}
 	for range rng.IntN(5) {
 		m := recovery.Message{Role: recovery.RoleUser}
@@ -528,11 +775,17 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		req.Messages = append(req.Messages, m)
 	}
 	req.Sampling, req.ToolChoice = genSampling(rng), genToolChoice(rng, cut)
+	if rng.IntN(3) == 0 {
+		req.OutputSchema, req.StructuredOutput = schema, provider.StructuredOutput(rng.IntN(3))
+		if rng.IntN(20) == 0 {
+			req.StructuredOutput = provider.StructuredOutput(rng.IntN(10))
+		}
+	}
 	for range rng.IntN(4) {
 		req.StopSequences = append(req.StopSequences, cut())
 	}
 	for range rng.IntN(3) {
-		t := provider.Tool{Name: cut(), Description: cut()}
+		t := provider.Tool{Name: cut(), Description: cut(), CacheBreakpoint: rng.IntN(3) == 0}
 		switch rng.IntN(3) {
 		case 0:
 			t.InputSchema = schema
@@ -588,14 +841,20 @@ func genToolChoice(rng *rand.Rand, cut func() string) provider.ToolChoice {
 // blocks end in whitespace often, for the final assistant message's trim.
 func genBlock(rng *rand.Rand, cut func() string, input []byte) recovery.Block {
 	kinds := []recovery.BlockKind{recovery.BlockText, recovery.BlockText, recovery.BlockImage,
-		recovery.BlockToolUse, recovery.BlockToolResult, recovery.BlockThinking}
-	b := recovery.Block{Kind: kinds[rng.IntN(len(kinds))]}
+		recovery.BlockToolUse, recovery.BlockToolResult, recovery.BlockThinking, recovery.BlockDocument}
+	b := recovery.Block{Kind: kinds[rng.IntN(len(kinds))], CacheBreakpoint: rng.IntN(3) == 0}
 	if rng.IntN(40) == 0 {
 		b.Kind = recovery.BlockKind(rng.IntN(100))
 	}
 	switch b.Kind {
-	case recovery.BlockImage:
+	case recovery.BlockImage, recovery.BlockDocument:
 		b.MediaType, b.Data = cut(), []byte(cut())
+		if rng.IntN(3) == 0 {
+			b.URL = "https://" + cut()
+		}
+		if b.Kind == recovery.BlockDocument && rng.IntN(2) == 0 {
+			b.Title = cut()
+		}
 	case recovery.BlockToolUse:
 		b.ToolUseID, b.ToolName = cut(), cut()
 		switch rng.IntN(3) {

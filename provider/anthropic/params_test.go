@@ -51,6 +51,17 @@ func TestParamsBodyAllocatesOnce(t *testing.T) {
 			StopSequences: seqs,
 			ToolChoice:    provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: strings.Repeat("z", 64), DisableParallel: true}},
 		"stop sequences only": {MaxTokens: 1, StopSequences: []string{"a"}},
+		"cache marks and media": {Model: "claude-test", MaxTokens: 4096, System: "Be brief.", CacheSystem: true,
+			Messages: []recovery.Message{
+				{Role: recovery.RoleUser, Blocks: []recovery.Block{
+					{Kind: recovery.BlockText, Text: "Look.", CacheBreakpoint: true},
+					{Kind: recovery.BlockImage, URL: "https://example.com/" + strings.Repeat("i", 2000), CacheBreakpoint: true},
+					{Kind: recovery.BlockDocument, Data: []byte(strings.Repeat("%PDF", 300)), Title: strings.Repeat("t", 256)},
+				}},
+				{Role: recovery.RoleAssistant, Blocks: []recovery.Block{
+					{Kind: recovery.BlockText, Text: "So"}, {Kind: recovery.BlockText, Text: " \n", CacheBreakpoint: true},
+				}},
+			}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if n := testing.AllocsPerRun(100, func() {

@@ -27,13 +27,30 @@ func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 	if err != nil {
 		return params, 0, err
 	}
-	toolChoice, err := sdkToolChoice(req.ToolChoice)
+	output, err := sdkOutputConfig(req)
 	if err != nil {
 		return params, 0, err
 	}
-	tools, err := sdkTools(req.Tools)
+	forced := len(req.OutputSchema) > 0 && req.StructuredOutput == provider.StructuredTool
+	choice := req.ToolChoice
+	if forced {
+		choice = provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: "structured_output", DisableParallel: true}
+	}
+	toolChoice, err := sdkToolChoice(choice)
 	if err != nil {
 		return params, 0, err
+	}
+	tools, err := sdkTools(req.Tools, forced)
+	if err != nil {
+		return params, 0, err
+	}
+	if forced {
+		schema, err := sdkInputSchema(req.OutputSchema)
+		if err != nil {
+			return params, 0, fmt.Errorf("tool %q: %w", "structured_output", err)
+		}
+		tools = append(tools, sdk.ToolUnionParam{OfTool: &sdk.ToolParam{Name: "structured_output", InputSchema: schema,
+			Description: sdk.String("Records your final answer. Call it exactly once, with the whole answer as its input.")}})
 	}
 	if req.Prefill != "" {
 		sent := strings.TrimRightFunc(req.Prefill, unicode.IsSpace)
@@ -45,11 +62,12 @@ func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 		msgs, held = sdkTrimFinalAssistant(msgs)
 	}
 	params = sdk.MessageNewParams{
-		Model:      sdk.Model(req.Model),
-		MaxTokens:  int64(req.MaxTokens),
-		Messages:   msgs,
-		Tools:      tools,
-		ToolChoice: toolChoice,
+		Model:        sdk.Model(req.Model),
+		MaxTokens:    int64(req.MaxTokens),
+		Messages:     msgs,
+		Tools:        tools,
+		ToolChoice:   toolChoice,
+		OutputConfig: output,
 	}
 	sdkSampling(&params, req.Sampling)
 	if len(req.StopSequences) > 0 { // none, nil or empty, sends none
@@ -58,10 +76,75 @@ func sdkParams(req *provider.Request) (params sdk.MessageNewParams, held int, er
 	if req.System != "" {
 		params.System = []sdk.TextBlockParam{{Text: req.System}}
 	}
-	if budget := thinkingBudget(req); budget > 0 {
+	if budget := thinkingBudget(req); budget > 0 && !forced { // thinking refuses a forced tool
 		params.Thinking = sdk.ThinkingConfigParamOfEnabled(int64(budget))
 	}
+	sdkSystemMark(&params, req.CacheSystem)
+	sdkLimitMarks(&params)
 	return params, held, nil
+}
+
+// sdkSystemMark marks the end of the system prompt, or, without one, the
+// last tool, which ends the same prefix.
+func sdkSystemMark(params *sdk.MessageNewParams, mark bool) {
+	switch {
+	case !mark:
+	case len(params.System) > 0:
+		params.System[0].CacheControl = sdk.NewCacheControlEphemeralParam()
+	case len(params.Tools) > 0:
+		params.Tools[len(params.Tools)-1].OfTool.CacheControl = sdk.NewCacheControlEphemeralParam()
+	}
+}
+
+// sdkLimitMarks leaves out the first cache marks, in the prompt's order
+// (tools, system, messages), beyond the API's 4.
+func sdkLimitMarks(params *sdk.MessageNewParams) {
+	var marks []*sdk.CacheControlEphemeralParam
+	add := func(c *sdk.CacheControlEphemeralParam) {
+		if c != nil && c.Type != "" {
+			marks = append(marks, c)
+		}
+	}
+	for _, t := range params.Tools {
+		add(&t.OfTool.CacheControl)
+	}
+	for i := range params.System {
+		add(&params.System[i].CacheControl)
+	}
+	for _, m := range params.Messages {
+		for i := range m.Content {
+			add(sdkCacheControl(&m.Content[i]))
+		}
+	}
+	for len(marks) > 4 {
+		*marks[0] = sdk.CacheControlEphemeralParam{}
+		marks = marks[1:]
+	}
+}
+
+// sdkCacheControl is the cache control of a block, nil for a thinking
+// block, which has none.
+func sdkCacheControl(u *sdk.ContentBlockParamUnion) *sdk.CacheControlEphemeralParam {
+	switch {
+	case u.OfText != nil:
+		return &u.OfText.CacheControl
+	case u.OfImage != nil:
+		return &u.OfImage.CacheControl
+	case u.OfDocument != nil:
+		return &u.OfDocument.CacheControl
+	case u.OfToolUse != nil:
+		return &u.OfToolUse.CacheControl
+	case u.OfToolResult != nil:
+		return &u.OfToolResult.CacheControl
+	}
+	return nil
+}
+
+// sdkMark marks a block, if it can carry a mark.
+func sdkMark(u *sdk.ContentBlockParamUnion) {
+	if c := sdkCacheControl(u); c != nil {
+		*c = sdk.NewCacheControlEphemeralParam()
+	}
 }
 
 // sdkTrimFinalAssistant holds the trailing whitespace of the caller's own final
@@ -79,6 +162,7 @@ func sdkTrimFinalAssistant(msgs []sdk.MessageParam) (_ []sdk.MessageParam, held 
 	}
 	last := &msgs[len(msgs)-1]
 	blocks := slices.Clone(last.Content)
+	mark := false // the marks of the blocks of whitespace dropped
 	for len(blocks) > 0 {
 		text := blocks[len(blocks)-1].OfText
 		if text == nil {
@@ -92,13 +176,42 @@ func sdkTrimFinalAssistant(msgs []sdk.MessageParam) (_ []sdk.MessageParam, held 
 			blocks[len(blocks)-1] = sdk.ContentBlockParamUnion{OfText: &t}
 			break
 		}
+		mark = mark || text.CacheControl.Type != ""
 		blocks = blocks[:len(blocks)-1]
 	}
 	if len(blocks) == 0 {
 		return msgs[:len(msgs)-1], held
 	}
+	if mark {
+		end := blocks[len(blocks)-1]
+		end = sdkCopy(end)
+		sdkMark(&end)
+		blocks[len(blocks)-1] = end
+	}
 	last.Content = blocks
 	return msgs, held
+}
+
+// sdkCopy is u with its variant copied, so that a change to it is its own.
+func sdkCopy(u sdk.ContentBlockParamUnion) sdk.ContentBlockParamUnion {
+	switch {
+	case u.OfText != nil:
+		v := *u.OfText
+		return sdk.ContentBlockParamUnion{OfText: &v}
+	case u.OfImage != nil:
+		v := *u.OfImage
+		return sdk.ContentBlockParamUnion{OfImage: &v}
+	case u.OfDocument != nil:
+		v := *u.OfDocument
+		return sdk.ContentBlockParamUnion{OfDocument: &v}
+	case u.OfToolUse != nil:
+		v := *u.OfToolUse
+		return sdk.ContentBlockParamUnion{OfToolUse: &v}
+	case u.OfToolResult != nil:
+		v := *u.OfToolResult
+		return sdk.ContentBlockParamUnion{OfToolResult: &v}
+	}
+	return u
 }
 
 // sdkMessages maps the conversation. Empty text blocks and messages left empty
@@ -112,9 +225,13 @@ func sdkMessages(in []recovery.Message) ([]sdk.MessageParam, error) {
 			if err != nil {
 				return nil, fmt.Errorf("messages[%d].blocks[%d]: %w", i, j, err)
 			}
-			if ok {
-				blocks = append(blocks, block)
+			if !ok {
+				continue
 			}
+			if b.CacheBreakpoint {
+				sdkMark(&block)
+			}
+			blocks = append(blocks, block)
 		}
 		if len(blocks) == 0 {
 			continue
@@ -137,7 +254,12 @@ func sdkContentBlock(b recovery.Block) (block sdk.ContentBlockParamUnion, ok boo
 		}
 		return sdk.NewTextBlock(b.Text), true, nil
 	case recovery.BlockImage:
+		if b.URL != "" {
+			return sdk.NewImageBlock(sdk.URLImageSourceParam{URL: b.URL}), true, nil
+		}
 		return sdk.NewImageBlockBase64(b.MediaType, base64.StdEncoding.EncodeToString(b.Data)), true, nil
+	case recovery.BlockDocument:
+		return sdkDocument(b), true, nil
 	case recovery.BlockToolUse:
 		input, err := sdkToolInput(b.ToolInput)
 		if err != nil {
@@ -159,6 +281,18 @@ func sdkContentBlock(b recovery.Block) (block sdk.ContentBlockParamUnion, ok boo
 	return block, false, fmt.Errorf("unknown block kind %d", b.Kind)
 }
 
+// sdkDocument maps a PDF document, by URL or as base64 data.
+func sdkDocument(b recovery.Block) sdk.ContentBlockParamUnion {
+	doc := sdk.NewDocumentBlock(sdk.Base64PDFSourceParam{Data: base64.StdEncoding.EncodeToString(b.Data)})
+	if b.URL != "" {
+		doc = sdk.NewDocumentBlock(sdk.URLPDFSourceParam{URL: b.URL})
+	}
+	if b.Title != "" {
+		doc.OfDocument.Title = sdk.String(b.Title)
+	}
+	return doc
+}
+
 // sdkToolInput is a tool call's arguments as JSON ({} when there are none).
 func sdkToolInput(raw []byte) (json.RawMessage, error) {
 	if len(raw) == 0 {
@@ -170,11 +304,38 @@ func sdkToolInput(raw []byte) (json.RawMessage, error) {
 	return json.RawMessage(raw), nil
 }
 
+// sdkOutputConfig is the output schema as the API's JSON output format, on
+// a StructuredNative request.
+func sdkOutputConfig(req *provider.Request) (sdk.OutputConfigParam, error) {
+	var out sdk.OutputConfigParam
+	if len(req.OutputSchema) == 0 {
+		return out, nil
+	}
+	switch req.StructuredOutput {
+	case provider.StructuredTool, provider.StructuredHook:
+		return out, nil
+	case provider.StructuredNative:
+	default:
+		return out, fmt.Errorf("unknown structured output mode %d", req.StructuredOutput)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(req.OutputSchema, &schema); err != nil || schema == nil {
+		return out, fmt.Errorf("output schema is not a JSON object")
+	}
+	out.Format = sdk.JSONOutputFormatParam{Schema: schema}
+	return out, nil
+}
+
 // sdkTools maps the tool declarations. The schema's properties and required
 // go to their fields, the rest of it ($defs, additionalProperties, …) as is.
-func sdkTools(in []provider.Tool) ([]sdk.ToolUnionParam, error) {
+// forced: the structured tool is declared after them, and no tool of the
+// caller's may take its name.
+func sdkTools(in []provider.Tool, forced bool) ([]sdk.ToolUnionParam, error) {
 	var out []sdk.ToolUnionParam // nil, not empty: no tools sends no "tools"
 	for _, t := range in {
+		if forced && t.Name == "structured_output" {
+			return nil, fmt.Errorf("tool %q: the name is the structured output tool's", t.Name)
+		}
 		schema, err := sdkInputSchema(t.InputSchema)
 		if err != nil {
 			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
@@ -182,6 +343,9 @@ func sdkTools(in []provider.Tool) ([]sdk.ToolUnionParam, error) {
 		tool := sdk.ToolParam{Name: t.Name, InputSchema: schema}
 		if t.Description != "" {
 			tool.Description = sdk.String(t.Description)
+		}
+		if t.CacheBreakpoint {
+			tool.CacheControl = sdk.NewCacheControlEphemeralParam()
 		}
 		out = append(out, sdk.ToolUnionParam{OfTool: &tool})
 	}

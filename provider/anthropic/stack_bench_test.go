@@ -38,7 +38,7 @@ func BenchmarkSenderStack(b *testing.B) {
 					b.Fatal(err)
 				}
 				a := classify.Begin(context.Background(), provider.Timeouts{})
-				return func() (*http.Response, error) { return p.send(a, body) }, a.End
+				return func() (*http.Response, error) { return p.send(a, body, false) }, a.End
 			}
 			var perSender float64
 			for b.Loop() {
@@ -127,7 +127,7 @@ func BenchmarkSend(b *testing.B) {
 		return res, err
 	}
 	sends := map[string]func(a *classify.Attempt) (*http.Response, error){
-		"post": func(a *classify.Attempt) (*http.Response, error) { return p.send(a, body) },
+		"post": func(a *classify.Attempt) (*http.Response, error) { return p.send(a, body, false) },
 		"streaming": func(a *classify.Attempt) (*http.Response, error) {
 			return streaming(a, sdk.MessageNewParams{}, option.WithRequestBody("application/json", body))
 		},
@@ -136,7 +136,7 @@ func BenchmarkSend(b *testing.B) {
 			if err != nil {
 				return nil, err
 			}
-			return p.send(a, body)
+			return p.send(a, body, false)
 		},
 		"request/streaming": func(a *classify.Attempt) (*http.Response, error) {
 			params, _, err := sdkParams(req)

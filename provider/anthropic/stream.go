@@ -38,6 +38,13 @@ type reader struct {
 	skip int
 	// stops are the request's stop sequences, the only ones Finish names.
 	stops []string
+	// structured: the answer is the structured tool's input (a
+	// StructuredTool request), streamed as text.
+	structured bool
+	// answered: the structured tool was called; calls counts the tool
+	// calls emitted. The two decide the stop reason (see stopReason).
+	answered bool
+	calls    int
 	// tools are the tool_use blocks being streamed, by content index.
 	tools map[int64]*toolBlock
 	// thoughts are the thinking and redacted_thinking blocks being
@@ -56,6 +63,9 @@ type reader struct {
 type toolBlock struct {
 	id, name string
 	input    strings.Builder
+	// answer marks the structured tool's call, whose input is streamed as
+	// the answer's text, not kept; streamed says some of it came.
+	answer, streamed bool
 }
 
 // thinkingBlock is a thinking block whose text and signature are still
@@ -66,9 +76,9 @@ type thinkingBlock struct {
 	data            string
 }
 
-func newReader(a *classify.Attempt, c *classify.Classifier, emit func(provider.Chunk) error, held int, stops []string) *reader {
-	return &reader{attempt: a, classes: c, emit: emit, skip: held, stops: stops, tools: map[int64]*toolBlock{},
-		thoughts: map[int64]*thinkingBlock{}}
+func newReader(a *classify.Attempt, c *classify.Classifier, emit func(provider.Chunk) error, held int, req *provider.Request) *reader {
+	return &reader{attempt: a, classes: c, emit: emit, skip: held, stops: req.StopSequences, structured: structuredTool(req),
+		tools: map[int64]*toolBlock{}, thoughts: map[int64]*thinkingBlock{}}
 }
 
 // event handles one event; an error is emit's, returned as it is, or the
@@ -88,7 +98,7 @@ func (r *reader) event(ev *event) error {
 		return r.blockStop(ev.Index)
 	case "message_delta":
 		if ev.Delta.StopReason != "" {
-			r.finish.StopReason = stopReason(ev.Delta.StopReason)
+			r.finish.StopReason = r.stopReason(ev.Delta.StopReason)
 			r.finish.StopSequence = r.stopSequence(ev.Delta.StopSequence)
 		}
 		r.usage(ev.Usage)
@@ -106,7 +116,10 @@ func (r *reader) blockStart(ev *event) error {
 	switch b.Type {
 	case "tool_use":
 		r.attempt.Token()
-		r.tools[ev.Index] = &toolBlock{id: strings.Clone(b.ID), name: strings.Clone(b.Name)}
+		t := &toolBlock{id: strings.Clone(b.ID), name: strings.Clone(b.Name)}
+		t.answer = r.structured && t.name == StructuredToolName
+		r.answered = r.answered || t.answer
+		r.tools[ev.Index] = t
 	case "text":
 		return r.text(b.Text)
 	case "thinking":
@@ -135,7 +148,13 @@ func (r *reader) delta(ev *event) error {
 		}
 	case "input_json_delta":
 		r.attempt.Token()
-		if t := r.tools[ev.Index]; t != nil {
+		t := r.tools[ev.Index]
+		switch {
+		case t == nil:
+		case t.answer:
+			t.streamed = t.streamed || d.PartialJSON != ""
+			return r.text(d.PartialJSON)
+		default:
 			t.input.WriteString(d.PartialJSON)
 		}
 	}
@@ -157,6 +176,14 @@ func (r *reader) blockStop(index int64) error {
 		return nil
 	}
 	delete(r.tools, index)
+	if t.answer {
+		// Its input went as text, cut or not: a cut one is a truncated
+		// answer, to be continued. An empty input is the object {}.
+		if !t.streamed {
+			return r.text("{}")
+		}
+		return nil
+	}
 	input := []byte(t.input.String())
 	if len(input) == 0 {
 		input = []byte(`{}`)
@@ -168,6 +195,7 @@ func (r *reader) blockStop(index int64) error {
 		return nil
 	}
 	call := recovery.ToolCall{ID: t.id, Name: t.name, Input: input}
+	r.calls++
 	return r.emit(provider.Chunk{Kind: provider.ChunkToolCall, ToolCall: call})
 }
 
@@ -177,7 +205,9 @@ func (r *reader) blockStop(index int64) error {
 // ends as truncated; on any other, the stream is broken.
 func (r *reader) end() error {
 	for _, t := range r.tools {
-		r.cut = append(r.cut, t.id)
+		if !t.answer { // the answer's text is out already, whatever it was
+			r.cut = append(r.cut, t.id)
+		}
 	}
 	clear(r.tools)
 	if len(r.cut) == 0 || r.finish.StopReason.Truncating() {
@@ -256,9 +286,16 @@ func (r *reader) stopSequence(s string) string {
 	return ""
 }
 
-func stopReason(s string) recovery.StopReason {
-	if r, ok := stopReasons[sdk.StopReason(s)]; ok {
-		return r
+// stopReason maps the API's stop_reason. tool_use that stands for the
+// structured tool's call alone is end_turn: the answer is complete, and no
+// tool is to be run.
+func (r *reader) stopReason(s string) recovery.StopReason {
+	reason, ok := stopReasons[sdk.StopReason(s)]
+	if !ok {
+		return recovery.StopEndTurn
 	}
-	return recovery.StopEndTurn
+	if reason == recovery.StopToolUse && r.answered && r.calls == 0 {
+		return recovery.StopEndTurn
+	}
+	return reason
 }

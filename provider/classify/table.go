@@ -59,7 +59,9 @@ var table = []rule{
 	// Rejected images: Anthropic "messages.0.content.1.image.source.base64: image exceeds 5 MB maximum: …",
 	// "Could not process image", "… image dimensions exceed max allowed size …"; OpenAI "You uploaded an
 	// unsupported image. …" (invalid_image_format), "The image data you provided does not represent a valid image. …".
-	{kind: recovery.FailMedia, text: re(`image exceeds .*maximum|could not process image|image dimensions exceed|does not represent a valid image|unsupported image|\.image\.source`)},
+	// Rejected documents: Anthropic names the document's source, "messages.1.content.3.document.source.base64.data:
+	// The PDF specified was not valid.", as it does an image's.
+	{kind: recovery.FailMedia, text: re(`image exceeds .*maximum|could not process image|image dimensions exceed|does not represent a valid image|unsupported image|\.(?:image|document)\.source`)},
 	{kind: recovery.FailMedia, ids: []string{"invalid_image_format", "image_parse_error", "invalid_image", "image_too_large"}},
 
 	// Out of money: OpenAI insufficient_quota (a 429 that is not a rate limit), Anthropic

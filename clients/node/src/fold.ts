@@ -126,6 +126,15 @@ export class Fold {
     return this.#transitions;
   }
 
+  /**
+   * strippedBlocks are the media blocks transitions replaced by a
+   * placeholder because an upstream rejected them: every transition's
+   * strippedBlocks ("messages[i].content[j]"), in order.
+   */
+  get strippedBlocks(): string[] {
+    return this.#transitions.flatMap((t) => t.strippedBlocks ?? []);
+  }
+
   /** discardedAttempts are the attempts any transition discarded, ascending. */
   get discardedAttempts(): number[] {
     return [...this.#discarded].sort((a, b) => a - b);

@@ -29,8 +29,24 @@ export {
   seconds,
 } from "./errors";
 export type { ErrorContext, FieldViolation, GrpcErrorLike } from "./errors";
-export { duration, toolChoiceAny, toolChoiceAuto, toolChoiceNone, toolChoiceTool, userText } from "./messages";
-export type { ToolChoiceOptions } from "./messages";
+export {
+  cacheBreakpoint,
+  documentBlock,
+  documentUrlBlock,
+  duration,
+  imageBlock,
+  imageUrlBlock,
+  promptCacheAuto,
+  promptCacheCaller,
+  promptCacheOff,
+  textBlock,
+  toolChoiceAny,
+  toolChoiceAuto,
+  toolChoiceNone,
+  toolChoiceTool,
+  userText,
+} from "./messages";
+export type { DocumentOptions, PromptCacheOptions, ToolChoiceOptions } from "./messages";
 export * from "./gen/completion/v1/completion";
 export { Duration } from "./gen/google/protobuf/duration";
 export { status as GrpcStatus, Metadata } from "@grpc/grpc-js";

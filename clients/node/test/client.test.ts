@@ -15,9 +15,15 @@ import {
   CompletionEvent,
   CompletionService,
   GrpcStatus,
+  PromptCacheMode,
+  ReasoningEffort,
   SessionRequest,
   ToolChoiceMode,
   TransitionReason,
+  cacheBreakpoint,
+  documentBlock,
+  imageUrlBlock,
+  promptCacheCaller,
   toolChoiceTool,
   userText,
 } from "../src/index";
@@ -136,6 +142,33 @@ describe("Client over grpc-js", { timeout: 10_000 }, () => {
         assert.deepEqual(got.stopSequences, ["\n\nHuman:"]);
         assert.deepEqual(got.toolChoice, { mode: ToolChoiceMode.TOOL_CHOICE_MODE_TOOL, name: "search", disableParallelToolUse: true });
         assert.equal(got.maxTotalOutputTokens, 2000);
+      }
+    } finally {
+      c.close();
+    }
+  });
+
+  test("stream and complete: reasoning, the prompt cache, images by URL, documents and cache breakpoints reach the server", async () => {
+    const c = new Client(addr);
+    const pdf = Buffer.from("%PDF-1.7\n");
+    const request = {
+      messages: [userText("Compare them.", imageUrlBlock("https://example.com/cat.jpg"), cacheBreakpoint(documentBlock(pdf, { title: "Spec" })))],
+      tools: [cacheBreakpoint({ name: "search" })],
+      reasoning: { effort: ReasoningEffort.REASONING_EFFORT_LOW, interleaved: true },
+      promptCache: promptCacheCaller({ system: true }),
+    };
+    try {
+      await c.stream(request).done();
+      await c.complete(request);
+      for (const got of requests.slice(-2)) {
+        assert.deepEqual(got.reasoning, { effort: ReasoningEffort.REASONING_EFFORT_LOW, budgetTokens: 0, interleaved: true });
+        assert.deepEqual(got.promptCache, { mode: PromptCacheMode.PROMPT_CACHE_MODE_CALLER, system: true });
+        const [text, image, doc] = got.messages[0]!.content;
+        assert.equal(text!.text?.text, "Compare them.");
+        assert.equal(image!.image?.url, "https://example.com/cat.jpg");
+        assert.deepEqual(doc!.document, { mediaType: "application/pdf", data: pdf, url: "", title: "Spec" });
+        assert.deepEqual([text!.cacheBreakpoint, image!.cacheBreakpoint, doc!.cacheBreakpoint], [false, false, true]);
+        assert.equal(got.tools[0]!.cacheBreakpoint, true);
       }
     } finally {
       c.close();

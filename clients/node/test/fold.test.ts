@@ -128,6 +128,43 @@ describe("Fold", { timeout: 10_000 }, () => {
     assert.deepEqual(f.turns, [{ turn: 1, text: "answer", thinking: "hmm", toolCalls: [] }]);
   });
 
+  test("thinking of a discarded attempt goes with its text", () => {
+    const e = new Events();
+    const f = fold([
+      e.started(),
+      e.thinking(1, "The user wants "),
+      e.thinking(1, "a list. "),
+      e.text(1, "cut"),
+      e.transition(1, R.TRANSITION_REASON_RETRY, { discarded: [1] }),
+      e.thinking(2, "Start over: "),
+      e.thinking(2, "a list."),
+      e.text(2, "One, two."),
+    ]);
+    assert.equal(f.thinking, "Start over: a list.");
+    assert.equal(f.text, "One, two.");
+    assert.deepEqual(f.turns, [{ turn: 1, text: "One, two.", thinking: "Start over: a list.", toolCalls: [] }]);
+  });
+
+  test("strippedBlocks: every transition's, in order", () => {
+    const e = new Events();
+    const f = fold([
+      e.started(),
+      e.ev(1, 1, {
+        transition: {
+          reason: R.TRANSITION_REASON_REACTIVE_COMPACT_RETRY,
+          strippedBlocks: ["messages[0].content[1]", "messages[2].content[0]"],
+        },
+      }),
+      e.transition(2, R.TRANSITION_REASON_RETRY),
+      e.ev(3, 1, {
+        transition: { reason: R.TRANSITION_REASON_IMAGE_ERROR, terminal: true, strippedBlocks: ["messages[0].content[2]"] },
+      }),
+    ]);
+    assert.deepEqual(f.strippedBlocks, ["messages[0].content[1]", "messages[2].content[0]", "messages[0].content[2]"]);
+    assert.deepEqual(f.transitions[0]!.strippedBlocks, ["messages[0].content[1]", "messages[2].content[0]"]);
+    assert.deepEqual(new Fold().strippedBlocks, []);
+  });
+
   test("turns: each turn's text and tool calls; text is every turn's, toolCalls the latest turn's", () => {
     const e = new Events();
     const f = fold([

@@ -105,6 +105,91 @@ class ClientTest(unittest.TestCase):
         self.assertFalse(mine.disable_parallel_tool_use, "the caller's message is copied, not changed")
         self.assertTrue(req.tool_choice.disable_parallel_tool_use)
 
+    def test_text_request_reasoning(self) -> None:
+        cases: List[Tuple[Dict[str, Any], pb.Reasoning]] = [
+            ({"reasoning_effort": pb.REASONING_EFFORT_LOW}, pb.Reasoning(effort=pb.REASONING_EFFORT_LOW)),
+            ({"reasoning_effort": "REASONING_EFFORT_HIGH"}, pb.Reasoning(effort=pb.REASONING_EFFORT_HIGH)),
+            ({"reasoning_budget_tokens": 4096}, pb.Reasoning(budget_tokens=4096)),
+            ({"reasoning_interleaved": True}, pb.Reasoning(interleaved=True)),
+            ({"reasoning_effort": pb.REASONING_EFFORT_HIGH, "reasoning_budget_tokens": 2048, "reasoning_interleaved": True},
+             pb.Reasoning(budget_tokens=2048, effort=pb.REASONING_EFFORT_HIGH, interleaved=True)),
+            ({"reasoning": pb.Reasoning(budget_tokens=8192, effort=pb.REASONING_EFFORT_HIGH)},
+             pb.Reasoning(budget_tokens=8192, effort=pb.REASONING_EFFORT_HIGH)),
+            ({"reasoning": pb.Reasoning(budget_tokens=8192, effort=pb.REASONING_EFFORT_HIGH),
+              "reasoning_effort": pb.REASONING_EFFORT_LOW},
+             pb.Reasoning(budget_tokens=8192, effort=pb.REASONING_EFFORT_LOW)),
+        ]
+        for kwargs, want in cases:
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                req = pb.CompleteRequest.FromString(completiond.text_request("x", **kwargs).SerializeToString())
+                self.assertTrue(req.HasField("reasoning"))
+                self.assertEqual(req.reasoning, want)
+        self.assertFalse(completiond.text_request("x").HasField("reasoning"))
+        mine = pb.Reasoning(budget_tokens=4096)
+        req = completiond.text_request("x", reasoning=mine, reasoning_interleaved=True)
+        self.assertFalse(mine.interleaved, "the caller's message is copied, not changed")
+        self.assertTrue(req.reasoning.interleaved)
+
+    def test_text_request_prompt_cache(self) -> None:
+        cases: List[Tuple[Dict[str, Any], pb.PromptCache]] = [
+            ({"prompt_cache": completiond.prompt_cache_auto()}, pb.PromptCache(mode=pb.PROMPT_CACHE_MODE_AUTO)),
+            ({"prompt_cache": completiond.prompt_cache_off()}, pb.PromptCache(mode=pb.PROMPT_CACHE_MODE_OFF)),
+            ({"prompt_cache": completiond.prompt_cache_caller()}, pb.PromptCache(mode=pb.PROMPT_CACHE_MODE_CALLER)),
+            ({"prompt_cache": completiond.prompt_cache_caller(system=True)},
+             pb.PromptCache(mode=pb.PROMPT_CACHE_MODE_CALLER, system=True)),
+            ({"prompt_cache": completiond.prompt_cache_auto(system=True)},
+             pb.PromptCache(mode=pb.PROMPT_CACHE_MODE_AUTO, system=True)),
+            ({"prompt_cache_system": True}, pb.PromptCache(system=True)),
+            ({"prompt_cache": completiond.prompt_cache_caller(), "prompt_cache_system": True},
+             pb.PromptCache(mode=pb.PROMPT_CACHE_MODE_CALLER, system=True)),
+        ]
+        for kwargs, want in cases:
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                req = pb.CompleteRequest.FromString(completiond.text_request("x", **kwargs).SerializeToString())
+                self.assertTrue(req.HasField("prompt_cache"))
+                self.assertEqual(req.prompt_cache, want)
+        self.assertFalse(completiond.text_request("x").HasField("prompt_cache"))
+        mine = completiond.prompt_cache_caller()
+        req = completiond.text_request("x", prompt_cache=mine, prompt_cache_system=True)
+        self.assertFalse(mine.system, "the caller's message is copied, not changed")
+        self.assertTrue(req.prompt_cache.system)
+
+    def test_content_blocks(self) -> None:
+        png, pdf = b"\x89PNG\r\n", b"%PDF-1.7\n"
+        cases: List[Tuple[str, pb.ContentBlock, pb.ContentBlock]] = [
+            ("text", completiond.text_block("hi"), pb.ContentBlock(text=pb.TextBlock(text="hi"))),
+            ("an inline image", completiond.image_block("image/png", png),
+             pb.ContentBlock(image=pb.ImageBlock(media_type="image/png", data=png))),
+            ("an image by URL", completiond.image_url_block("https://example.com/cat.jpg"),
+             pb.ContentBlock(image=pb.ImageBlock(url="https://example.com/cat.jpg"))),
+            ("a PDF", completiond.document_block(pdf, title="Spec"),
+             pb.ContentBlock(document=pb.DocumentBlock(media_type="application/pdf", data=pdf, title="Spec"))),
+            ("a PDF without a title", completiond.document_block(pdf),
+             pb.ContentBlock(document=pb.DocumentBlock(media_type="application/pdf", data=pdf))),
+            ("a PDF by URL", completiond.document_url_block("https://example.com/spec.pdf", title="Spec"),
+             pb.ContentBlock(document=pb.DocumentBlock(url="https://example.com/spec.pdf", title="Spec"))),
+            ("a cache breakpoint", completiond.cache_breakpoint(completiond.text_block("a long preamble")),
+             pb.ContentBlock(text=pb.TextBlock(text="a long preamble"), cache_breakpoint=True)),
+        ]
+        for name, got, want in cases:
+            with self.subTest(name):
+                self.assertEqual(pb.ContentBlock.FromString(got.SerializeToString()), want)
+        tool = pb.Tool(name="search")
+        self.assertIs(completiond.cache_breakpoint(tool), tool, "the tool itself, marked")
+        self.assertTrue(tool.cache_breakpoint)
+
+        doc = completiond.cache_breakpoint(completiond.document_url_block("https://example.com/spec.pdf"))
+        req = completiond.text_request("Summarise it.", blocks=[completiond.image_url_block("https://example.com/cat.jpg"), doc],
+                                       tools=[completiond.cache_breakpoint(pb.Tool(name="fetch"))])
+        req = pb.CompleteRequest.FromString(req.SerializeToString())
+        self.assertEqual(list(req.messages), [completiond.user_message(
+            "Summarise it.", completiond.image_url_block("https://example.com/cat.jpg"),
+            completiond.cache_breakpoint(completiond.document_url_block("https://example.com/spec.pdf")))])
+        self.assertEqual(len(req.messages[0].content), 3)
+        self.assertTrue(req.messages[0].content[2].cache_breakpoint)
+        self.assertTrue(req.tools[0].cache_breakpoint)
+        self.assertEqual(list(completiond.user_message("hi").content), [completiond.text_block("hi")])
+
     def test_public_names(self) -> None:
         for name in completiond.__all__:
             self.assertTrue(hasattr(completiond, name), name)

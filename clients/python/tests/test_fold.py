@@ -33,8 +33,8 @@ class FoldTest(unittest.TestCase):
         fold = completiond.Fold()
         self.assertEqual(fold.to_dict(), {
             "completion_id": "", "last_seq": 0, "reason": "", "transitions": [], "discarded_attempts": [],
-            "turns": [], "text": "", "tool_calls": [], "stop_reason": "", "stop_sequence": "",
-            "truncated": False})
+            "stripped_blocks": [], "turns": [], "text": "", "thinking": "", "tool_calls": [], "stop_reason": "",
+            "stop_sequence": "", "truncated": False})
         self.assertFalse(fold.ended)
 
     def test_discard_voids_deltas_received_and_to_come(self) -> None:
@@ -125,6 +125,32 @@ class FoldTest(unittest.TestCase):
         self.assertEqual(fold.stop_sequence, ", three")
         self.assertEqual(fold.text, "one, two", "the sequence is not part of the answer")
         self.assertEqual(fold_of(started(), *completed(2, "done")).stop_sequence, "", "a natural end names none")
+
+    def test_thinking_of_a_discarded_attempt(self) -> None:
+        fold = fold_of(started(), text(2, "The user wants ", thinking=True), text(3, "a list. ", thinking=True),
+                       text(4, "cut"), discard(5, 1, 1),
+                       text(6, "Start over: ", attempt=2, thinking=True), text(7, "a list.", attempt=2, thinking=True),
+                       text(8, "One, two.", attempt=2))
+        self.assertEqual(fold.thinking, "Start over: a list.", "a discarded attempt's thinking goes with its text")
+        self.assertEqual(fold.text, "One, two.")
+        self.assertEqual(fold.turns[0].thinking, fold.thinking)
+        self.assertEqual(fold.to_dict()["thinking"], "Start over: a list.")
+        self.assertEqual(fold.to_dict()["turns"][0]["thinking"], "Start over: a list.")
+
+    def test_stripped_blocks(self) -> None:
+        fold = fold_of(
+            started(),
+            event(2, 1, transition=pb.Transition(reason=pb.TRANSITION_REASON_REACTIVE_COMPACT_RETRY,
+                                                 stripped_blocks=["messages[0].content[1]", "messages[2].content[0]"])),
+            event(3, 2, transition=pb.Transition(reason=pb.TRANSITION_REASON_RETRY)),
+            event(4, 3, transition=pb.Transition(reason=pb.TRANSITION_REASON_IMAGE_ERROR, terminal=True,
+                                                 stripped_blocks=["messages[0].content[2]"])),
+        )
+        want = ["messages[0].content[1]", "messages[2].content[0]", "messages[0].content[2]"]
+        self.assertEqual(fold.stripped_blocks, want, "every transition's, in order")
+        self.assertEqual(list(fold.transitions[0].stripped_blocks), want[:2])
+        self.assertEqual(fold.to_dict()["stripped_blocks"], want)
+        self.assertEqual(completiond.Fold().stripped_blocks, [])
 
 
 if __name__ == "__main__":

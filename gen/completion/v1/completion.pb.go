@@ -1438,6 +1438,7 @@ type ContentBlock struct {
 	//	*ContentBlock_ToolUse
 	//	*ContentBlock_ToolResult
 	//	*ContentBlock_Document
+	//	*ContentBlock_Thinking
 	Block isContentBlock_Block `protobuf_oneof:"block"`
 	// cache_breakpoint marks the end of this block as a prompt cache
 	// breakpoint of the caller's (see PromptCache): the conversation up to
@@ -1529,6 +1530,15 @@ func (x *ContentBlock) GetDocument() *DocumentBlock {
 	return nil
 }
 
+func (x *ContentBlock) GetThinking() *ThinkingBlock {
+	if x != nil {
+		if x, ok := x.Block.(*ContentBlock_Thinking); ok {
+			return x.Thinking
+		}
+	}
+	return nil
+}
+
 func (x *ContentBlock) GetCacheBreakpoint() bool {
 	if x != nil {
 		return x.CacheBreakpoint
@@ -1565,6 +1575,14 @@ type ContentBlock_Document struct {
 	Document *DocumentBlock `protobuf:"bytes,5,opt,name=document,proto3,oneof"`
 }
 
+type ContentBlock_Thinking struct {
+	// thinking is the model's reasoning (assistant messages only): the
+	// result's message carries the answer's, to be sent back unchanged on a
+	// later call (Anthropic requires a tool-use answer's thinking back with
+	// it); it goes only to the model that signed it.
+	Thinking *ThinkingBlock `protobuf:"bytes,6,opt,name=thinking,proto3,oneof"`
+}
+
 func (*ContentBlock_Text) isContentBlock_Block() {}
 
 func (*ContentBlock_Image) isContentBlock_Block() {}
@@ -1574,6 +1592,8 @@ func (*ContentBlock_ToolUse) isContentBlock_Block() {}
 func (*ContentBlock_ToolResult) isContentBlock_Block() {}
 
 func (*ContentBlock_Document) isContentBlock_Block() {}
+
+func (*ContentBlock_Thinking) isContentBlock_Block() {}
 
 // TextBlock is plain text.
 type TextBlock struct {
@@ -1762,6 +1782,83 @@ func (x *DocumentBlock) GetTitle() string {
 	return ""
 }
 
+// ThinkingBlock is the model's reasoning as its provider sent it.
+type ThinkingBlock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// thinking is the reasoning's text (empty when redacted).
+	Thinking string `protobuf:"bytes,1,opt,name=thinking,proto3" json:"thinking,omitempty"`
+	// signature is the provider's signature of the text; it must come back
+	// unchanged with it.
+	Signature string `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// redacted_data is the reasoning the provider encrypted (Anthropic
+	// redacted_thinking), opaque; set instead of thinking and signature.
+	RedactedData []byte `protobuf:"bytes,3,opt,name=redacted_data,json=redactedData,proto3" json:"redacted_data,omitempty"`
+	// model is the model that wrote and signed the block: completiond sends
+	// the block to that model only, never to another (a fallback, another
+	// route); empty sends it to any.
+	Model         string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThinkingBlock) Reset() {
+	*x = ThinkingBlock{}
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThinkingBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThinkingBlock) ProtoMessage() {}
+
+func (x *ThinkingBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThinkingBlock.ProtoReflect.Descriptor instead.
+func (*ThinkingBlock) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ThinkingBlock) GetThinking() string {
+	if x != nil {
+		return x.Thinking
+	}
+	return ""
+}
+
+func (x *ThinkingBlock) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
+func (x *ThinkingBlock) GetRedactedData() []byte {
+	if x != nil {
+		return x.RedactedData
+	}
+	return nil
+}
+
+func (x *ThinkingBlock) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
 // ToolUseBlock is a tool call made by the model.
 type ToolUseBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1777,7 +1874,7 @@ type ToolUseBlock struct {
 
 func (x *ToolUseBlock) Reset() {
 	*x = ToolUseBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1886,7 @@ func (x *ToolUseBlock) String() string {
 func (*ToolUseBlock) ProtoMessage() {}
 
 func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1899,7 @@ func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolUseBlock.ProtoReflect.Descriptor instead.
 func (*ToolUseBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ToolUseBlock) GetId() string {
@@ -1844,7 +1941,7 @@ type ToolResultBlock struct {
 
 func (x *ToolResultBlock) Reset() {
 	*x = ToolResultBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1953,7 @@ func (x *ToolResultBlock) String() string {
 func (*ToolResultBlock) ProtoMessage() {}
 
 func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1966,7 @@ func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultBlock.ProtoReflect.Descriptor instead.
 func (*ToolResultBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ToolResultBlock) GetToolUseId() string {
@@ -1918,7 +2015,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2027,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2040,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Tool) GetName() string {
@@ -2022,7 +2119,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2131,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2144,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Policy) GetMaxRetries() int32 {
@@ -2169,7 +2266,7 @@ type CompletionEvent struct {
 
 func (x *CompletionEvent) Reset() {
 	*x = CompletionEvent{}
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2278,7 @@ func (x *CompletionEvent) String() string {
 func (*CompletionEvent) ProtoMessage() {}
 
 func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2291,7 @@ func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionEvent.ProtoReflect.Descriptor instead.
 func (*CompletionEvent) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CompletionEvent) GetSeq() uint64 {
@@ -2364,7 +2461,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2473,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2486,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Started) GetCompletionId() string {
@@ -2441,7 +2538,7 @@ type TokenDelta struct {
 
 func (x *TokenDelta) Reset() {
 	*x = TokenDelta{}
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2550,7 @@ func (x *TokenDelta) String() string {
 func (*TokenDelta) ProtoMessage() {}
 
 func (x *TokenDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2563,7 @@ func (x *TokenDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenDelta.ProtoReflect.Descriptor instead.
 func (*TokenDelta) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TokenDelta) GetKind() DeltaKind {
@@ -2498,7 +2595,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2607,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2620,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolCall) GetId() string {
@@ -2564,7 +2661,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +2673,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +2686,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -2664,7 +2761,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2773,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2786,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Transition) GetReason() TransitionReason {
@@ -2815,7 +2912,7 @@ type UpstreamError struct {
 
 func (x *UpstreamError) Reset() {
 	*x = UpstreamError{}
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2827,7 +2924,7 @@ func (x *UpstreamError) String() string {
 func (*UpstreamError) ProtoMessage() {}
 
 func (x *UpstreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2840,7 +2937,7 @@ func (x *UpstreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamError.ProtoReflect.Descriptor instead.
 func (*UpstreamError) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpstreamError) GetKind() ErrorKind {
@@ -2912,7 +3009,7 @@ type StopHookRequest struct {
 
 func (x *StopHookRequest) Reset() {
 	*x = StopHookRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3021,7 @@ func (x *StopHookRequest) String() string {
 func (*StopHookRequest) ProtoMessage() {}
 
 func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3034,7 @@ func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookRequest.ProtoReflect.Descriptor instead.
 func (*StopHookRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StopHookRequest) GetHookId() string {
@@ -2973,7 +3070,7 @@ type AttemptUsage struct {
 
 func (x *AttemptUsage) Reset() {
 	*x = AttemptUsage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3082,7 @@ func (x *AttemptUsage) String() string {
 func (*AttemptUsage) ProtoMessage() {}
 
 func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3095,7 @@ func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUsage.ProtoReflect.Descriptor instead.
 func (*AttemptUsage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AttemptUsage) GetAttempt() int32 {
@@ -3072,7 +3169,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3181,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3194,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Result) GetReason() TransitionReason {
@@ -3192,7 +3289,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3301,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3314,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CompleteResponse) GetCompletionId() string {
@@ -3260,7 +3357,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3369,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3382,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionRequest) GetRequest() isSessionRequest_Request {
@@ -3402,7 +3499,7 @@ type SessionResume struct {
 
 func (x *SessionResume) Reset() {
 	*x = SessionResume{}
-	mi := &file_completion_v1_completion_proto_msgTypes[26]
+	mi := &file_completion_v1_completion_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3414,7 +3511,7 @@ func (x *SessionResume) String() string {
 func (*SessionResume) ProtoMessage() {}
 
 func (x *SessionResume) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[26]
+	mi := &file_completion_v1_completion_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3427,7 +3524,7 @@ func (x *SessionResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResume.ProtoReflect.Descriptor instead.
 func (*SessionResume) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{26}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionResume) GetCompletionId() string {
@@ -3460,7 +3557,7 @@ type SessionStart struct {
 
 func (x *SessionStart) Reset() {
 	*x = SessionStart{}
-	mi := &file_completion_v1_completion_proto_msgTypes[27]
+	mi := &file_completion_v1_completion_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3472,7 +3569,7 @@ func (x *SessionStart) String() string {
 func (*SessionStart) ProtoMessage() {}
 
 func (x *SessionStart) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[27]
+	mi := &file_completion_v1_completion_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3485,7 +3582,7 @@ func (x *SessionStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStart.ProtoReflect.Descriptor instead.
 func (*SessionStart) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{27}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SessionStart) GetRequest() *CompleteRequest {
@@ -3520,7 +3617,7 @@ type ToolResults struct {
 
 func (x *ToolResults) Reset() {
 	*x = ToolResults{}
-	mi := &file_completion_v1_completion_proto_msgTypes[28]
+	mi := &file_completion_v1_completion_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3629,7 @@ func (x *ToolResults) String() string {
 func (*ToolResults) ProtoMessage() {}
 
 func (x *ToolResults) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[28]
+	mi := &file_completion_v1_completion_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3642,7 @@ func (x *ToolResults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResults.ProtoReflect.Descriptor instead.
 func (*ToolResults) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{28}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ToolResults) GetResults() []*ToolResultBlock {
@@ -3571,7 +3668,7 @@ type StopHookVerdict struct {
 
 func (x *StopHookVerdict) Reset() {
 	*x = StopHookVerdict{}
-	mi := &file_completion_v1_completion_proto_msgTypes[29]
+	mi := &file_completion_v1_completion_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3680,7 @@ func (x *StopHookVerdict) String() string {
 func (*StopHookVerdict) ProtoMessage() {}
 
 func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[29]
+	mi := &file_completion_v1_completion_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3693,7 @@ func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookVerdict.ProtoReflect.Descriptor instead.
 func (*StopHookVerdict) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{29}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StopHookVerdict) GetHookId() string {
@@ -3631,7 +3728,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_completion_v1_completion_proto_msgTypes[30]
+	mi := &file_completion_v1_completion_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3643,7 +3740,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[30]
+	mi := &file_completion_v1_completion_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3656,7 +3753,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{30}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3721,14 +3818,15 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x19disable_parallel_tool_use\x18\x03 \x01(\bR\x16disableParallelToolUse\"i\n" +
 	"\aMessage\x12'\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x13.completion.v1.RoleR\x04role\x125\n" +
-	"\acontent\x18\x02 \x03(\v2\x1b.completion.v1.ContentBlockR\acontent\"\xde\x02\n" +
+	"\acontent\x18\x02 \x03(\v2\x1b.completion.v1.ContentBlockR\acontent\"\x9a\x03\n" +
 	"\fContentBlock\x12.\n" +
 	"\x04text\x18\x01 \x01(\v2\x18.completion.v1.TextBlockH\x00R\x04text\x121\n" +
 	"\x05image\x18\x02 \x01(\v2\x19.completion.v1.ImageBlockH\x00R\x05image\x128\n" +
 	"\btool_use\x18\x03 \x01(\v2\x1b.completion.v1.ToolUseBlockH\x00R\atoolUse\x12A\n" +
 	"\vtool_result\x18\x04 \x01(\v2\x1e.completion.v1.ToolResultBlockH\x00R\n" +
 	"toolResult\x12:\n" +
-	"\bdocument\x18\x05 \x01(\v2\x1c.completion.v1.DocumentBlockH\x00R\bdocument\x12)\n" +
+	"\bdocument\x18\x05 \x01(\v2\x1c.completion.v1.DocumentBlockH\x00R\bdocument\x12:\n" +
+	"\bthinking\x18\x06 \x01(\v2\x1c.completion.v1.ThinkingBlockH\x00R\bthinking\x12)\n" +
 	"\x10cache_breakpoint\x18\n" +
 	" \x01(\bR\x0fcacheBreakpointB\a\n" +
 	"\x05block\"\x1f\n" +
@@ -3745,7 +3843,12 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"media_type\x18\x01 \x01(\tR\tmediaType\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
 	"\x03url\x18\x03 \x01(\tR\x03url\x12\x14\n" +
-	"\x05title\x18\x04 \x01(\tR\x05title\"a\n" +
+	"\x05title\x18\x04 \x01(\tR\x05title\"\x84\x01\n" +
+	"\rThinkingBlock\x12\x1a\n" +
+	"\bthinking\x18\x01 \x01(\tR\bthinking\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\tR\tsignature\x12#\n" +
+	"\rredacted_data\x18\x03 \x01(\fR\fredactedData\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\"a\n" +
 	"\fToolUseBlock\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12-\n" +
@@ -4016,7 +4119,7 @@ func file_completion_v1_completion_proto_rawDescGZIP() []byte {
 }
 
 var file_completion_v1_completion_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_completion_v1_completion_proto_goTypes = []any{
 	(ReasoningEffort)(0),        // 0: completion.v1.ReasoningEffort
 	(PromptCacheMode)(0),        // 1: completion.v1.PromptCacheMode
@@ -4039,38 +4142,39 @@ var file_completion_v1_completion_proto_goTypes = []any{
 	(*TextBlock)(nil),           // 18: completion.v1.TextBlock
 	(*ImageBlock)(nil),          // 19: completion.v1.ImageBlock
 	(*DocumentBlock)(nil),       // 20: completion.v1.DocumentBlock
-	(*ToolUseBlock)(nil),        // 21: completion.v1.ToolUseBlock
-	(*ToolResultBlock)(nil),     // 22: completion.v1.ToolResultBlock
-	(*Tool)(nil),                // 23: completion.v1.Tool
-	(*Policy)(nil),              // 24: completion.v1.Policy
-	(*CompletionEvent)(nil),     // 25: completion.v1.CompletionEvent
-	(*Started)(nil),             // 26: completion.v1.Started
-	(*TokenDelta)(nil),          // 27: completion.v1.TokenDelta
-	(*ToolCall)(nil),            // 28: completion.v1.ToolCall
-	(*Usage)(nil),               // 29: completion.v1.Usage
-	(*Transition)(nil),          // 30: completion.v1.Transition
-	(*UpstreamError)(nil),       // 31: completion.v1.UpstreamError
-	(*StopHookRequest)(nil),     // 32: completion.v1.StopHookRequest
-	(*AttemptUsage)(nil),        // 33: completion.v1.AttemptUsage
-	(*Result)(nil),              // 34: completion.v1.Result
-	(*CompleteResponse)(nil),    // 35: completion.v1.CompleteResponse
-	(*SessionRequest)(nil),      // 36: completion.v1.SessionRequest
-	(*SessionResume)(nil),       // 37: completion.v1.SessionResume
-	(*SessionStart)(nil),        // 38: completion.v1.SessionStart
-	(*ToolResults)(nil),         // 39: completion.v1.ToolResults
-	(*StopHookVerdict)(nil),     // 40: completion.v1.StopHookVerdict
-	(*Cancel)(nil),              // 41: completion.v1.Cancel
-	nil,                         // 42: completion.v1.CompleteRequest.MetadataEntry
-	(*durationpb.Duration)(nil), // 43: google.protobuf.Duration
-	(*structpb.Struct)(nil),     // 44: google.protobuf.Struct
+	(*ThinkingBlock)(nil),       // 21: completion.v1.ThinkingBlock
+	(*ToolUseBlock)(nil),        // 22: completion.v1.ToolUseBlock
+	(*ToolResultBlock)(nil),     // 23: completion.v1.ToolResultBlock
+	(*Tool)(nil),                // 24: completion.v1.Tool
+	(*Policy)(nil),              // 25: completion.v1.Policy
+	(*CompletionEvent)(nil),     // 26: completion.v1.CompletionEvent
+	(*Started)(nil),             // 27: completion.v1.Started
+	(*TokenDelta)(nil),          // 28: completion.v1.TokenDelta
+	(*ToolCall)(nil),            // 29: completion.v1.ToolCall
+	(*Usage)(nil),               // 30: completion.v1.Usage
+	(*Transition)(nil),          // 31: completion.v1.Transition
+	(*UpstreamError)(nil),       // 32: completion.v1.UpstreamError
+	(*StopHookRequest)(nil),     // 33: completion.v1.StopHookRequest
+	(*AttemptUsage)(nil),        // 34: completion.v1.AttemptUsage
+	(*Result)(nil),              // 35: completion.v1.Result
+	(*CompleteResponse)(nil),    // 36: completion.v1.CompleteResponse
+	(*SessionRequest)(nil),      // 37: completion.v1.SessionRequest
+	(*SessionResume)(nil),       // 38: completion.v1.SessionResume
+	(*SessionStart)(nil),        // 39: completion.v1.SessionStart
+	(*ToolResults)(nil),         // 40: completion.v1.ToolResults
+	(*StopHookVerdict)(nil),     // 41: completion.v1.StopHookVerdict
+	(*Cancel)(nil),              // 42: completion.v1.Cancel
+	nil,                         // 43: completion.v1.CompleteRequest.MetadataEntry
+	(*durationpb.Duration)(nil), // 44: google.protobuf.Duration
+	(*structpb.Struct)(nil),     // 45: google.protobuf.Struct
 }
 var file_completion_v1_completion_proto_depIdxs = []int32{
 	16, // 0: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
-	23, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
-	24, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
-	42, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
+	24, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
+	25, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
+	43, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
 	3,  // 4: completion.v1.CompleteRequest.delivery:type_name -> completion.v1.DeliveryMode
-	43, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
+	44, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
 	15, // 6: completion.v1.CompleteRequest.tool_choice:type_name -> completion.v1.ToolChoice
 	13, // 7: completion.v1.CompleteRequest.reasoning:type_name -> completion.v1.Reasoning
 	14, // 8: completion.v1.CompleteRequest.prompt_cache:type_name -> completion.v1.PromptCache
@@ -4081,62 +4185,63 @@ var file_completion_v1_completion_proto_depIdxs = []int32{
 	17, // 13: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
 	18, // 14: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
 	19, // 15: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
-	21, // 16: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
-	22, // 17: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
+	22, // 16: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
+	23, // 17: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
 	20, // 18: completion.v1.ContentBlock.document:type_name -> completion.v1.DocumentBlock
-	44, // 19: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
-	44, // 20: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	43, // 21: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
-	43, // 22: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
-	43, // 23: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
-	43, // 24: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
-	26, // 25: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
-	27, // 26: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
-	28, // 27: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
-	29, // 28: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
-	30, // 29: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
-	32, // 30: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
-	34, // 31: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
-	5,  // 32: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
-	44, // 33: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
-	6,  // 34: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
-	43, // 35: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
-	31, // 36: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
-	7,  // 37: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
-	43, // 38: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
-	16, // 39: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
-	9,  // 40: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
-	29, // 41: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
-	6,  // 42: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
-	16, // 43: completion.v1.Result.message:type_name -> completion.v1.Message
-	8,  // 44: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
-	29, // 45: completion.v1.Result.usage:type_name -> completion.v1.Usage
-	33, // 46: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
-	31, // 47: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
-	16, // 48: completion.v1.Result.transcript:type_name -> completion.v1.Message
-	34, // 49: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
-	30, // 50: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
-	38, // 51: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
-	39, // 52: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
-	40, // 53: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
-	41, // 54: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
-	37, // 55: completion.v1.SessionRequest.resume:type_name -> completion.v1.SessionResume
-	12, // 56: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
-	22, // 57: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
-	10, // 58: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
-	12, // 59: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
-	12, // 60: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
-	36, // 61: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
-	11, // 62: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
-	25, // 63: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
-	35, // 64: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
-	25, // 65: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
-	25, // 66: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
-	63, // [63:67] is the sub-list for method output_type
-	59, // [59:63] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	21, // 19: completion.v1.ContentBlock.thinking:type_name -> completion.v1.ThinkingBlock
+	45, // 20: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
+	45, // 21: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	44, // 22: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
+	44, // 23: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
+	44, // 24: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
+	44, // 25: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	27, // 26: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
+	28, // 27: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
+	29, // 28: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
+	30, // 29: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
+	31, // 30: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
+	33, // 31: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
+	35, // 32: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
+	5,  // 33: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
+	45, // 34: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
+	6,  // 35: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
+	44, // 36: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
+	32, // 37: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
+	7,  // 38: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
+	44, // 39: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
+	16, // 40: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
+	9,  // 41: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
+	30, // 42: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
+	6,  // 43: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
+	16, // 44: completion.v1.Result.message:type_name -> completion.v1.Message
+	8,  // 45: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
+	30, // 46: completion.v1.Result.usage:type_name -> completion.v1.Usage
+	34, // 47: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
+	32, // 48: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
+	16, // 49: completion.v1.Result.transcript:type_name -> completion.v1.Message
+	35, // 50: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
+	31, // 51: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
+	39, // 52: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
+	40, // 53: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
+	41, // 54: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
+	42, // 55: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
+	38, // 56: completion.v1.SessionRequest.resume:type_name -> completion.v1.SessionResume
+	12, // 57: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
+	23, // 58: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
+	10, // 59: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
+	12, // 60: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
+	12, // 61: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
+	37, // 62: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
+	11, // 63: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
+	26, // 64: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
+	36, // 65: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
+	26, // 66: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
+	26, // 67: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
+	64, // [64:68] is the sub-list for method output_type
+	60, // [60:64] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_completion_v1_completion_proto_init() }
@@ -4151,9 +4256,10 @@ func file_completion_v1_completion_proto_init() {
 		(*ContentBlock_ToolUse)(nil),
 		(*ContentBlock_ToolResult)(nil),
 		(*ContentBlock_Document)(nil),
+		(*ContentBlock_Thinking)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[13].OneofWrappers = []any{}
-	file_completion_v1_completion_proto_msgTypes[14].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[14].OneofWrappers = []any{}
+	file_completion_v1_completion_proto_msgTypes[15].OneofWrappers = []any{
 		(*CompletionEvent_Started)(nil),
 		(*CompletionEvent_Delta)(nil),
 		(*CompletionEvent_ToolCall)(nil),
@@ -4162,7 +4268,7 @@ func file_completion_v1_completion_proto_init() {
 		(*CompletionEvent_StopHookRequest)(nil),
 		(*CompletionEvent_Result)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[25].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[26].OneofWrappers = []any{
 		(*SessionRequest_Start)(nil),
 		(*SessionRequest_ToolResults)(nil),
 		(*SessionRequest_StopHookVerdict)(nil),
@@ -4175,7 +4281,7 @@ func file_completion_v1_completion_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_completion_v1_completion_proto_rawDesc), len(file_completion_v1_completion_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 
@@ -236,33 +236,49 @@ class Client:
         return drive(session, tools, stop_hook, on_event)
 
 
-def user_message(text: str) -> pb.Message:
-    """A user message with one text block."""
-    return pb.Message(role=pb.ROLE_USER, content=[pb.ContentBlock(text=pb.TextBlock(text=text))])
+def user_message(text: str, *blocks: pb.ContentBlock) -> pb.Message:
+    """A user message with one text block, followed by blocks, if any (images, documents)."""
+    return pb.Message(role=pb.ROLE_USER, content=[text_block(text), *blocks])
 
 
 def text_request(
     prompt: str,
     *,
+    blocks: Iterable[pb.ContentBlock] = (),
     resume_grace: Union[float, datetime.timedelta, None] = None,
     metadata: Optional[Mapping[str, str]] = None,
     tools: Iterable[pb.Tool] = (),
     tool_choice: Optional[pb.ToolChoice] = None,
     disable_parallel_tool_use: bool = False,
+    reasoning: Optional[pb.Reasoning] = None,
+    reasoning_effort: Union[pb.ReasoningEffort, str, None] = None,
+    reasoning_budget_tokens: Optional[int] = None,
+    reasoning_interleaved: bool = False,
+    prompt_cache: Optional[pb.PromptCache] = None,
+    prompt_cache_system: bool = False,
     **fields: Any,
 ) -> pb.CompleteRequest:
     """A CompleteRequest whose conversation is one user message, prompt.
 
-    resume_grace is seconds or a timedelta. tool_choice is one of
-    :func:`tool_choice_auto`, :func:`tool_choice_any`,
-    :func:`tool_choice_none`, :func:`tool_choice_tool` (or any
-    pb.ToolChoice); disable_parallel_tool_use asks for at most one tool call
-    per answer, whatever the tool choice (auto when there is none). The other
-    fields are CompleteRequest's: route, system, max_output_tokens,
+    blocks follow the prompt's text in its message: images and documents
+    (:func:`image_url_block`, :func:`document_block` ...). resume_grace is
+    seconds or a timedelta. tool_choice is one of :func:`tool_choice_auto`,
+    :func:`tool_choice_any`, :func:`tool_choice_none`,
+    :func:`tool_choice_tool` (or any pb.ToolChoice);
+    disable_parallel_tool_use asks for at most one tool call per answer,
+    whatever the tool choice (auto when there is none). reasoning_effort
+    (pb.REASONING_EFFORT_LOW ..., or its name), reasoning_budget_tokens and
+    reasoning_interleaved set one field of reasoning each, over the
+    pb.Reasoning given as reasoning, if any. prompt_cache is one of
+    :func:`prompt_cache_auto`, :func:`prompt_cache_off`,
+    :func:`prompt_cache_caller` (or any pb.PromptCache); prompt_cache_system
+    marks the end of the system prompt as a breakpoint of the caller's,
+    whatever the mode (auto when there is none). The other fields are
+    CompleteRequest's: route, system, max_output_tokens,
     max_total_output_tokens, temperature, top_p, top_k, seed,
     stop_sequences, delivery, ...
     """
-    request = pb.CompleteRequest(messages=[user_message(prompt)], tools=list(tools),
+    request = pb.CompleteRequest(messages=[user_message(prompt, *blocks)], tools=list(tools),
                                  metadata=dict(metadata or {}), **fields)
     if resume_grace is not None:
         if not isinstance(resume_grace, datetime.timedelta):
@@ -272,7 +288,79 @@ def text_request(
         request.tool_choice.CopyFrom(tool_choice)
     if disable_parallel_tool_use:
         request.tool_choice.disable_parallel_tool_use = True
+    if reasoning is not None:
+        request.reasoning.CopyFrom(reasoning)
+    if reasoning_effort is not None:
+        request.reasoning.effort = (pb.ReasoningEffort.Value(reasoning_effort)
+                                    if isinstance(reasoning_effort, str) else reasoning_effort)
+    if reasoning_budget_tokens is not None:
+        request.reasoning.budget_tokens = reasoning_budget_tokens
+    if reasoning_interleaved:
+        request.reasoning.interleaved = True
+    if prompt_cache is not None:
+        request.prompt_cache.CopyFrom(prompt_cache)
+    if prompt_cache_system:
+        request.prompt_cache.system = True
     return request
+
+
+def text_block(text: str) -> pb.ContentBlock:
+    """A content block of text."""
+    return pb.ContentBlock(text=pb.TextBlock(text=text))
+
+
+def image_block(media_type: str, data: bytes) -> pb.ContentBlock:
+    """A content block of an inline image: media_type is image/png, image/jpeg, image/gif or image/webp."""
+    return pb.ContentBlock(image=pb.ImageBlock(media_type=media_type, data=data))
+
+
+def image_url_block(url: str) -> pb.ContentBlock:
+    """A content block of an image by its https URL, which the provider fetches (completiond never does)."""
+    return pb.ContentBlock(image=pb.ImageBlock(url=url))
+
+
+def document_block(data: bytes, *, title: str = "") -> pb.ContentBlock:
+    """A content block of a PDF document (Anthropic routes); title, when given, names it for the model."""
+    return pb.ContentBlock(document=pb.DocumentBlock(media_type="application/pdf", data=data, title=title))
+
+
+def document_url_block(url: str, *, title: str = "") -> pb.ContentBlock:
+    """A content block of a PDF document by its https URL, which the provider fetches (completiond never does)."""
+    return pb.ContentBlock(document=pb.DocumentBlock(url=url, title=title))
+
+
+CacheMarkable = TypeVar("CacheMarkable", pb.ContentBlock, pb.Tool)
+
+
+def cache_breakpoint(item: CacheMarkable) -> CacheMarkable:
+    """Marks a content block or a tool as a prompt cache breakpoint of the caller's, and returns it.
+
+    It sets the item's cache_breakpoint: the conversation up to and including
+    the block, or the tools up to and including the tool, are cached. The
+    server honours the caller's marks with prompt_cache_auto (the default)
+    and prompt_cache_caller, and refuses them with prompt_cache_off.
+    """
+    item.cache_breakpoint = True
+    return item
+
+
+def prompt_cache_auto(*, system: bool = False) -> pb.PromptCache:
+    """A PromptCache in which completiond places the breakpoints, after the caller's own marks (the default).
+
+    system, here and in :func:`prompt_cache_caller`, marks the end of the
+    system prompt (and the tools before it) as a breakpoint of the caller's.
+    """
+    return pb.PromptCache(mode=pb.PROMPT_CACHE_MODE_AUTO, system=system)
+
+
+def prompt_cache_off() -> pb.PromptCache:
+    """A PromptCache that sends no breakpoint (the server refuses the caller's marks with it)."""
+    return pb.PromptCache(mode=pb.PROMPT_CACHE_MODE_OFF)
+
+
+def prompt_cache_caller(*, system: bool = False) -> pb.PromptCache:
+    """A PromptCache that sends the caller's marks only: :func:`cache_breakpoint` and system."""
+    return pb.PromptCache(mode=pb.PROMPT_CACHE_MODE_CALLER, system=system)
 
 
 def tool_choice_auto(*, disable_parallel_tool_use: bool = False) -> pb.ToolChoice:

@@ -119,6 +119,14 @@ class Fold:
         return sorted(self._discarded)
 
     @property
+    def stripped_blocks(self) -> List[str]:
+        """The media blocks transitions replaced by a placeholder because an upstream rejected them.
+
+        Every transition's stripped_blocks ("messages[i].content[j]"), in order.
+        """
+        return [block for tr in self.transitions for block in tr.stripped_blocks]
+
+    @property
     def turns(self) -> List[Turn]:
         """Each turn that has kept output (text, thinking or tool calls), ascending by turn."""
         if self._turns is None:
@@ -193,8 +201,10 @@ class Fold:
             "reason": pb.TransitionReason.Name(self.reason) if self.terminal is not None else "",
             "transitions": [pb.TransitionReason.Name(r) for r in self.transition_reasons],
             "discarded_attempts": self.discarded_attempts,
+            "stripped_blocks": self.stripped_blocks,
             "turns": [_turn_dict(t) for t in self.turns],
             "text": self.text,
+            "thinking": self.thinking,
             "tool_calls": [_call_dict(c) for c in self.tool_calls],
             "stop_reason": pb.StopReason.Name(self.stop_reason) if self.result is not None else "",
             "stop_sequence": self.stop_sequence,

@@ -1194,6 +1194,15 @@ export interface ContentBlock {
     | DocumentBlock
     | undefined;
   /**
+   * thinking is the model's reasoning (assistant messages only): the
+   * result's message carries the answer's, to be sent back unchanged on a
+   * later call (Anthropic requires a tool-use answer's thinking back with
+   * it); it goes only to the model that signed it.
+   */
+  thinking?:
+    | ThinkingBlock
+    | undefined;
+  /**
    * cache_breakpoint marks the end of this block as a prompt cache
    * breakpoint of the caller's (see PromptCache): the conversation up to
    * and including it is cached.
@@ -1239,6 +1248,28 @@ export interface DocumentBlock {
   url: string;
   /** title names the document for the model; at most 256 bytes. */
   title: string;
+}
+
+/** ThinkingBlock is the model's reasoning as its provider sent it. */
+export interface ThinkingBlock {
+  /** thinking is the reasoning's text (empty when redacted). */
+  thinking: string;
+  /**
+   * signature is the provider's signature of the text; it must come back
+   * unchanged with it.
+   */
+  signature: string;
+  /**
+   * redacted_data is the reasoning the provider encrypted (Anthropic
+   * redacted_thinking), opaque; set instead of thinking and signature.
+   */
+  redactedData: Buffer;
+  /**
+   * model is the model that wrote and signed the block: completiond sends
+   * the block to that model only, never to another (a fallback, another
+   * route); empty sends it to any.
+   */
+  model: string;
 }
 
 /** ToolUseBlock is a tool call made by the model. */
@@ -2750,6 +2781,7 @@ function createBaseContentBlock(): ContentBlock {
     toolUse: undefined,
     toolResult: undefined,
     document: undefined,
+    thinking: undefined,
     cacheBreakpoint: false,
   };
 }
@@ -2770,6 +2802,9 @@ export const ContentBlock: MessageFns<ContentBlock> = {
     }
     if (message.document !== undefined) {
       DocumentBlock.encode(message.document, writer.uint32(42).fork()).join();
+    }
+    if (message.thinking !== undefined) {
+      ThinkingBlock.encode(message.thinking, writer.uint32(50).fork()).join();
     }
     if (message.cacheBreakpoint !== false) {
       writer.uint32(80).bool(message.cacheBreakpoint);
@@ -2830,6 +2865,14 @@ export const ContentBlock: MessageFns<ContentBlock> = {
             message.document = DocumentBlock.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.thinking = ThinkingBlock.decode(reader, reader.uint32());
+            continue;
+          }
           case 10: {
             if (tag !== 80) {
               break;
@@ -2865,6 +2908,7 @@ export const ContentBlock: MessageFns<ContentBlock> = {
         ? ToolResultBlock.fromJSON(object.tool_result)
         : undefined,
       document: isSet(object.document) ? DocumentBlock.fromJSON(object.document) : undefined,
+      thinking: isSet(object.thinking) ? ThinkingBlock.fromJSON(object.thinking) : undefined,
       cacheBreakpoint: isSet(object.cacheBreakpoint)
         ? globalThis.Boolean(object.cacheBreakpoint)
         : isSet(object.cache_breakpoint)
@@ -2890,6 +2934,9 @@ export const ContentBlock: MessageFns<ContentBlock> = {
     if (message.document !== undefined) {
       obj.document = DocumentBlock.toJSON(message.document);
     }
+    if (message.thinking !== undefined) {
+      obj.thinking = ThinkingBlock.toJSON(message.thinking);
+    }
     if (message.cacheBreakpoint !== false) {
       obj.cacheBreakpoint = message.cacheBreakpoint;
     }
@@ -2913,6 +2960,9 @@ export const ContentBlock: MessageFns<ContentBlock> = {
       : undefined;
     message.document = (object.document !== undefined && object.document !== null)
       ? DocumentBlock.fromPartial(object.document)
+      : undefined;
+    message.thinking = (object.thinking !== undefined && object.thinking !== null)
+      ? ThinkingBlock.fromPartial(object.thinking)
       : undefined;
     message.cacheBreakpoint = object.cacheBreakpoint ?? false;
     return message;
@@ -3208,6 +3258,127 @@ export const DocumentBlock: MessageFns<DocumentBlock> = {
     message.data = object.data ?? Buffer.alloc(0);
     message.url = object.url ?? "";
     message.title = object.title ?? "";
+    return message;
+  },
+};
+
+function createBaseThinkingBlock(): ThinkingBlock {
+  return { thinking: "", signature: "", redactedData: Buffer.alloc(0), model: "" };
+}
+
+export const ThinkingBlock: MessageFns<ThinkingBlock> = {
+  encode(message: ThinkingBlock, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.thinking !== "") {
+      writer.uint32(10).string(message.thinking);
+    }
+    if (message.signature !== "") {
+      writer.uint32(18).string(message.signature);
+    }
+    if (message.redactedData.length !== 0) {
+      writer.uint32(26).bytes(message.redactedData);
+    }
+    if (message.model !== "") {
+      writer.uint32(34).string(message.model);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ThinkingBlock {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseThinkingBlock();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.thinking = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.signature = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.redactedData = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ThinkingBlock {
+    return {
+      thinking: isSet(object.thinking) ? globalThis.String(object.thinking) : "",
+      signature: isSet(object.signature) ? globalThis.String(object.signature) : "",
+      redactedData: isSet(object.redactedData)
+        ? Buffer.from(bytesFromBase64(object.redactedData))
+        : isSet(object.redacted_data)
+        ? Buffer.from(bytesFromBase64(object.redacted_data))
+        : Buffer.alloc(0),
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+    };
+  },
+
+  toJSON(message: ThinkingBlock): unknown {
+    const obj: any = {};
+    if (message.thinking !== "") {
+      obj.thinking = message.thinking;
+    }
+    if (message.signature !== "") {
+      obj.signature = message.signature;
+    }
+    if (message.redactedData.length !== 0) {
+      obj.redactedData = base64FromBytes(message.redactedData);
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ThinkingBlock>, I>>(base?: I): ThinkingBlock {
+    return ThinkingBlock.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ThinkingBlock>, I>>(object: I): ThinkingBlock {
+    const message = createBaseThinkingBlock();
+    message.thinking = object.thinking ?? "";
+    message.signature = object.signature ?? "";
+    message.redactedData = object.redactedData ?? Buffer.alloc(0);
+    message.model = object.model ?? "";
     return message;
   },
 };

@@ -204,20 +204,22 @@ class CompletionEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., attempt: _Optional[int] = ..., turn: _Optional[int] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., transition: _Optional[_Union[Transition, _Mapping]] = ..., stop_hook_request: _Optional[_Union[StopHookRequest, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ...) -> None: ...
 
 class ContentBlock(_message.Message):
-    __slots__ = ["cache_breakpoint", "document", "image", "text", "tool_result", "tool_use"]
+    __slots__ = ["cache_breakpoint", "document", "image", "text", "thinking", "tool_result", "tool_use"]
     CACHE_BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    THINKING_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
     TOOL_USE_FIELD_NUMBER: _ClassVar[int]
     cache_breakpoint: bool
     document: DocumentBlock
     image: ImageBlock
     text: TextBlock
+    thinking: ThinkingBlock
     tool_result: ToolResultBlock
     tool_use: ToolUseBlock
-    def __init__(self, text: _Optional[_Union[TextBlock, _Mapping]] = ..., image: _Optional[_Union[ImageBlock, _Mapping]] = ..., tool_use: _Optional[_Union[ToolUseBlock, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultBlock, _Mapping]] = ..., document: _Optional[_Union[DocumentBlock, _Mapping]] = ..., cache_breakpoint: bool = ...) -> None: ...
+    def __init__(self, text: _Optional[_Union[TextBlock, _Mapping]] = ..., image: _Optional[_Union[ImageBlock, _Mapping]] = ..., tool_use: _Optional[_Union[ToolUseBlock, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultBlock, _Mapping]] = ..., document: _Optional[_Union[DocumentBlock, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingBlock, _Mapping]] = ..., cache_breakpoint: bool = ...) -> None: ...
 
 class DocumentBlock(_message.Message):
     __slots__ = ["data", "media_type", "title", "url"]
@@ -392,6 +394,18 @@ class TextBlock(_message.Message):
     TEXT_FIELD_NUMBER: _ClassVar[int]
     text: str
     def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class ThinkingBlock(_message.Message):
+    __slots__ = ["model", "redacted_data", "signature", "thinking"]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REDACTED_DATA_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    THINKING_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    redacted_data: bytes
+    signature: str
+    thinking: str
+    def __init__(self, thinking: _Optional[str] = ..., signature: _Optional[str] = ..., redacted_data: _Optional[bytes] = ..., model: _Optional[str] = ...) -> None: ...
 
 class TokenDelta(_message.Message):
     __slots__ = ["kind", "text"]
