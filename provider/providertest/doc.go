@@ -24,8 +24,20 @@
 // (Fail with a Condition, or an APIError), or a Fault — a TCP reset before
 // the headers, no response at all, a slow first token, a stream cut, stalled,
 // reset or corrupted after N tokens, an error event mid-stream, a missing
-// terminator. The server records every request (time, headers, body) and
-// whether the client went away while it was being answered.
+// terminator — or, before any of it, a media block rejected (RejectMedia:
+// an image over a size, one whose data or URL holds a marker, the block at
+// a path) with the provider's 400 naming it. The server records every
+// request (time, headers, body) and whether the client went away while it
+// was being answered.
+//
+// Both model their provider's prompt cache (see PromptBlock and Usage.
+// CountPrompt): Anthropic's explicit one, read and written at the
+// request's cache_control breakpoints with its 20-block lookback and its
+// 1 024-token minimum, in the order tools, system, messages; OpenAI's
+// automatic one, in 128-token increments of the longest prefix seen. A
+// reply that counts its prompt reports the usage the API would —
+// input_tokens, cache_creation_input_tokens and cache_read_input_tokens;
+// prompt_tokens and cached_tokens — from a four-bytes-a-token estimate.
 //
 // Beside the servers, it runs a provider's shared checks over them:
 // FuzzStream (arbitrary bodies), StreamFraming (every framing the

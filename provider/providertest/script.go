@@ -97,6 +97,11 @@ type Reply struct {
 	Error *APIError
 	// Header adds response headers (retry-after, retry-after-ms, x-should-retry).
 	Header map[string]string
+	// Media, when set, rejects a request that has a media block it
+	// picks, with the provider's 400 naming that block (see RejectMedia),
+	// before anything else the reply says; a request without one gets the
+	// rest of the reply.
+	Media MediaRule
 	// Answer is what a 200 streams.
 	Answer Answer
 	// Fault breaks the reply; After is the number of tokens it lets through.
@@ -157,6 +162,17 @@ type ToolCall struct {
 type Usage struct {
 	// Input, Output, CacheRead and CacheWrite are the counts.
 	Input, Output, CacheRead, CacheWrite int
+	// CountPrompt has the server count the request's prompt itself and
+	// report, in place of Input, CacheRead and CacheWrite, what the API
+	// would of the prompt as its model of the provider's prompt cache
+	// sees it (see PromptBlock and CacheStats): Anthropic's input_tokens
+	// (after the last breakpoint), cache_creation_input_tokens and
+	// cache_read_input_tokens; OpenAI's prompt_tokens and cached_tokens.
+	// Without it the counts are the script's, and the request leaves the
+	// cache as it was: only the requests whose replies count their prompt
+	// are looked up and written (the others cost the server no decoding
+	// of their bodies).
+	CountPrompt bool
 }
 
 // Script chooses the reply to the nth request (1-based); since is the time

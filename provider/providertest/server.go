@@ -37,6 +37,8 @@ type Server struct {
 	mu    sync.Mutex
 	reqs  []*Request
 	first time.Time
+
+	cache promptCache // the provider's prompt cache, as the server models it
 }
 
 // Request is one request the server saw.
@@ -51,6 +53,7 @@ type Request struct {
 	Header http.Header
 	Body   []byte
 
+	wire     wire // the server's, to read Body with
 	gone     chan struct{}
 	goneOnce sync.Once
 }
@@ -231,7 +234,7 @@ func (s *Server) record(hr *http.Request) (*Request, time.Duration) {
 	if s.first.IsZero() {
 		s.first = now
 	}
-	r := &Request{N: len(s.reqs) + 1, Time: now, Path: hr.URL.Path, Header: hr.Header.Clone(), Body: body, gone: make(chan struct{})}
+	r := &Request{N: len(s.reqs) + 1, Time: now, Path: hr.URL.Path, Header: hr.Header.Clone(), Body: body, wire: s.wire, gone: make(chan struct{})}
 	s.reqs = append(s.reqs, r)
 	return r, now.Sub(s.first)
 }
@@ -247,6 +250,12 @@ func (s *Server) serve(w http.ResponseWriter, hr *http.Request) {
 	if e := s.wire.refuse(rec.Body); e != nil {
 		x.writeError(*e)
 		return
+	}
+	if reply.Media != (MediaRule{}) {
+		if e := s.wire.rejectMedia(rec.Body, reply.Media); e != nil {
+			x.writeError(*e)
+			return
+		}
 	}
 	x.reply.Answer = s.wire.answer(reply.Answer, rec.Body)
 	if !x.wait(reply.HeadersDelay) {
@@ -384,6 +393,12 @@ func (x *exchange) stream() {
 	x.w.WriteHeader(http.StatusOK)
 	if !x.write("") {
 		return
+	}
+	// The model reads the prompt before its first token: the prompt
+	// cache is looked up and written now, whatever happens to the stream.
+	if a := &x.reply.Answer; a.Usage.CountPrompt {
+		u := x.s.wire.countPrompt(&x.s.cache, x.rec.Body)
+		a.Usage.Input, a.Usage.CacheRead, a.Usage.CacheWrite = u.Input, u.CacheRead, u.CacheWrite
 	}
 	frames := x.s.wire.frames(x.reply.Answer, x.rec.N)
 	tokens := 0

@@ -30,6 +30,15 @@ type wire interface {
 	// a final assistant message is answered afresh unless the body asks
 	// that it be continued.
 	answer(a Answer, body []byte) Answer
+	// prompt is the body's prompt as the provider's prompt cache sees it.
+	prompt(body []byte) []PromptBlock
+	// countPrompt looks the body's prompt up in c and writes it there, as
+	// the provider's cache would: the usage's Input, CacheRead and
+	// CacheWrite.
+	countPrompt(c *promptCache, body []byte) Usage
+	// rejectMedia is the provider's error for the first media block of
+	// the body rule picks, or nil.
+	rejectMedia(body []byte, rule MediaRule) *APIError
 }
 
 // finalAssistant is the text of the request's last message when it is an
