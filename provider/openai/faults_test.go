@@ -2,6 +2,7 @@ package openai_test
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -138,7 +139,7 @@ func TestFailuresFromTheWire(t *testing.T) {
 				t.Errorf("a failure after %v of silence marks a dead route", got.Silence)
 			}
 			got.Silence = 0 // measured: a quick reset's is short, and only that matters
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("failure\n got %+v\nwant %+v", got, want)
 			}
 			if !strings.Contains(f.Message, tc.message) {
