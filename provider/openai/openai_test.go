@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -662,5 +663,77 @@ func TestNonFiniteSamplingIsRefusedBeforeAnyCall(t *testing.T) {
 	r, srv := run(t, pt.Always(pt.OK(pt.Text("x"))), req)
 	if f := r.Failure(t); f.Kind != recovery.FailInvalidRequest || srv.Count() != 0 {
 		t.Errorf("kind %v, %d requests", f.Kind, srv.Count())
+	}
+}
+
+// TestReasoningAndOutputSchemaOnTheWire: the effort goes as
+// reasoning_effort beside the output limit the configuration chose; the
+// output schema as a json_schema response_format, strict when strict mode
+// takes it, its keys in the caller's order (which the answer's follow), and
+// not at all when the stop hook alone holds the answer to it.
+func TestReasoningAndOutputSchemaOnTheWire(t *testing.T) {
+	const (
+		closedSchema = `{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"integer"}},"required":["b","a"],"additionalProperties":false}`
+		openSchema   = `{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"integer"}}}`
+	)
+	for _, tc := range []struct {
+		name   string
+		cfg    openai.Config
+		edit   func(*provider.Request)
+		want   string // the fields after "messages" and "model", before "stream"
+		wantIn string // a piece of the body, byte for byte
+	}{
+		{"effort", openai.Config{}, func(r *provider.Request) { r.Reasoning.Effort = "low" },
+			`"max_completion_tokens":1024,"reasoning_effort":"low","stream_options":{"include_usage":true},`, `"reasoning_effort":"low"`},
+		{"effort, legacy max_tokens kept", openai.Config{LegacyMaxTokens: true}, func(r *provider.Request) { r.Reasoning.Effort = "high" },
+			`"max_tokens":1024,"reasoning_effort":"high","stream_options":{"include_usage":true},`, `"reasoning_effort":"high"`},
+		{"interleaved and a budget send nothing", openai.Config{}, func(r *provider.Request) { r.Reasoning.Interleaved, r.ThinkingBudget = true, 2048 },
+			`"max_completion_tokens":1024,"stream_options":{"include_usage":true},`, `"max_completion_tokens":1024`},
+		{"strict schema", openai.Config{}, func(r *provider.Request) { r.OutputSchema = []byte(closedSchema) },
+			`"max_completion_tokens":1024,"stream_options":{"include_usage":true},` +
+				`"response_format":{"type":"json_schema","json_schema":{"name":"output","strict":true,"schema":` + closedSchema + `}},`,
+			`"schema":` + closedSchema},
+		{"open schema", openai.Config{}, func(r *provider.Request) { r.OutputSchema = []byte(openSchema) },
+			`"max_completion_tokens":1024,"stream_options":{"include_usage":true},` +
+				`"response_format":{"type":"json_schema","json_schema":{"name":"output","strict":false,"schema":` + openSchema + `}},`,
+			`"schema":` + openSchema},
+		{"schema by the stop hook", openai.Config{}, func(r *provider.Request) {
+			r.OutputSchema, r.StructuredOutput = []byte(closedSchema), provider.StructuredHook
+		}, `"max_completion_tokens":1024,"stream_options":{"include_usage":true},`, `"stream_options"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := pt.NewOpenAI(t, pt.Always(pt.OK(pt.Text("ok"))))
+			req := newRequest()
+			tc.edit(req)
+			if r := pt.Run(t, newProvider(t, srv, tc.cfg), req); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			got := srv.Request(t, 1).Body
+			pt.AssertJSON(t, got, `{"messages":[{"content":"Say hello.","role":"user"}],"model":"gpt-test",`+tc.want+`"stream":true}`)
+			if !strings.Contains(string(got), tc.wantIn) {
+				t.Errorf("body %s\nlacks %s", got, tc.wantIn)
+			}
+		})
+	}
+}
+
+// TestInvalidOutputSchemaIsRefusedBeforeAnyCall: a schema that is not a
+// JSON object cannot be sent; with the stop hook alone it is not sent.
+func TestInvalidOutputSchemaIsRefusedBeforeAnyCall(t *testing.T) {
+	for how, refused := range map[provider.StructuredOutput]bool{
+		provider.StructuredNative: true, provider.StructuredHook: false, provider.StructuredTool: false,
+	} {
+		req := newRequest()
+		req.OutputSchema, req.StructuredOutput = []byte(`"an object"`), how
+		r, srv := run(t, pt.Always(pt.OK(pt.Text("x"))), req)
+		if !refused {
+			if r.Err != nil || srv.Count() != 1 {
+				t.Errorf("structured output %d: err %v, %d requests", how, r.Err, srv.Count())
+			}
+			continue
+		}
+		if f := r.Failure(t); f.Kind != recovery.FailInvalidRequest || srv.Count() != 0 || !strings.Contains(f.Message, "output schema") {
+			t.Errorf("kind %v (%s), %d requests", f.Kind, f.Message, srv.Count())
+		}
 	}
 }
