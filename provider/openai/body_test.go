@@ -299,7 +299,9 @@ func TestBodyParity(t *testing.T) {
 
 // FuzzBodyParity generates requests — their shape from seed, their
 // strings cut from text (anywhere: UTF-8 cut in the middle included), a
-// tool's schema from schema — and holds the body to the SDK's for them.
+// tool's schema and the output schema from schema — and holds the body to
+// the SDK's for them, and the layout rejected images are located by
+// (wireLayout) to the body.
 func FuzzBodyParity(f *testing.F) {
 	f.Add(uint64(1), "Hello, world. \"quoted\" \\ \n é 😀", []byte(schema))
 	f.Add(uint64(2), "\xff\xfe\x00\u2028", []byte(`{"a":1e400}`))
@@ -321,6 +323,7 @@ func FuzzBodyParity(f *testing.F) {
 		tg := targets[rng.IntN(len(targets))]
 		checkBody(t, tg.p, req)
 		checkParity(t, tg.p, tg.rec, req)
+		checkLayout(t, tg.p, req)
 	})
 }
 
