@@ -46,7 +46,8 @@ type Config struct {
 	// (classify.DefaultIdleConnsPerHost when zero). Unused with HTTPClient.
 	MaxIdleConnsPerHost int
 	// LegacyMaxTokens sends max_tokens instead of max_completion_tokens, for
-	// servers that predate the newer field.
+	// servers that know only the older field (Ollama). OpenAI's reasoning
+	// models refuse max_tokens: a route to them must not set it.
 	LegacyMaxTokens bool
 	// PrefillBody are JSON fields set at the top level of the request body
 	// when a request carries a prefill, asking the server to continue the
