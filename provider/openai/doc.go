@@ -114,13 +114,13 @@
 // A rejected image (FailMedia: invalid_image, invalid_image_url, …) is
 // located for the recovery machine, which strips what Failure.MediaBlocks
 // names, or every image when it names none. The error names an image by a
-// path into the body — in its param ("messages.[1].content.[0].image_url",
-// "messages[1].content[0]") or its message ("Invalid 'messages[1]'. …"),
-// counted in the body's messages, which the system prompt, the tool
-// messages a user message's results become and the messages left out
-// shift from the request's (wireLayout maps them back) — or by the image's
-// URL, or the URL's file name alone, in its message ("Timeout while
-// downloading https://example.com/a.png."). A path to a message names its
-// images; a path to a part that is not an image, or nothing recognisable,
-// names none.
+// path into the body in its param ("messages.[1].content.[0].image_url",
+// "messages[1].content[0]"); else by the image's URL, or the URL's file
+// name alone, in its message ("Timeout while downloading
+// https://example.com/a.png."); else by a path in its message ("Invalid
+// 'messages[1]'. …"). A path counts the body's messages, which the system
+// prompt, the tool messages a user message's results become and the
+// messages left out shift from the request's (wireLayout maps them back).
+// A path to a message names its images; a path to a part that is not an
+// image, or nothing recognisable, names none.
 package openai

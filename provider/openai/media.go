@@ -74,16 +74,18 @@ func locateMedia(err error, req *provider.Request, fields errorFields) error {
 }
 
 // mediaBlocks are the request's media blocks the error names: by a path in
-// its param, else by a path in its message, else by their URLs in its
-// message. Nothing identifiable is none.
+// its param, else by their URLs in its message, else by a path in its
+// message (after the URLs, which may hold what looks like a path). Nothing
+// identifiable is none.
 func mediaBlocks(req *provider.Request, fields errorFields) []recovery.BlockRef {
 	layout := wireLayout(req)
-	for _, s := range []string{fields.param, fields.message} {
-		if refs := byPath(req, layout, s); len(refs) > 0 {
-			return refs
-		}
+	if refs := byPath(req, layout, fields.param); len(refs) > 0 {
+		return refs
 	}
-	return byURL(req, fields.message)
+	if refs := byURL(req, fields.message); len(refs) > 0 {
+		return refs
+	}
+	return byPath(req, layout, fields.message)
 }
 
 // wireMessage is where one message of the body came from: the request's
@@ -153,8 +155,9 @@ func userLayout(i int, blocks []recovery.Block) []wireMessage {
 
 // wirePath finds a path into the body's messages: messages[1].content[0],
 // OpenAI's messages.[1].content.[0], or messages.1.content.0; the content
-// index is optional.
-var wirePath = regexp.MustCompile(`\bmessages(?:\.?\[(\d+)\]|\.(\d+))(?:\.content(?:\.?\[(\d+)\]|\.(\d+)))?`)
+// index is optional. It starts the text or follows a space, a quote or an
+// opening bracket, not a slash: a URL's path is no path into the body.
+var wirePath = regexp.MustCompile(`(?:^|[\s'"` + "`" + `(\[])messages(?:\.?\[(\d+)\]|\.(\d+))(?:\.content(?:\.?\[(\d+)\]|\.(\d+)))?`)
 
 // byPath is the media blocks at the first path s holds: the block a
 // content index names, if it is a media block, or the media blocks of the
@@ -227,9 +230,10 @@ func isMedia(b recovery.Block) bool {
 }
 
 // names reports whether text holds s as a whole token: after the start, a
-// space, a quote, a slash or an opening bracket, and before the end, a
-// space, a quote, a closing bracket, a comma, or a full stop or colon that
-// ends the sentence — so that a.png is not taken for xa.png or a.png?x=1.
+// space, a quote or an opening bracket, and before the end, a space, a
+// quote, a closing bracket, a comma, or a full stop or colon that ends the
+// sentence — so that a.png is taken neither for xa.png, a.png?x=1 nor the
+// end of another URL, https://example.com/x/a.png.
 func names(text, s string) bool {
 	for from := 0; ; {
 		i := strings.Index(text[from:], s)
@@ -245,7 +249,7 @@ func names(text, s string) bool {
 }
 
 func leftEdge(text string, i int) bool {
-	return i == 0 || strings.IndexByte(" \t\n\"'`(/[<", text[i-1]) >= 0
+	return i == 0 || strings.IndexByte(" \t\n\"'`([<", text[i-1]) >= 0
 }
 
 func rightEdge(rest string) bool {
