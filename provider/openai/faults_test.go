@@ -294,6 +294,8 @@ func TestRejectedImagesAreLocated(t *testing.T) {
 			[]recovery.BlockRef{ref(0, 1)}},
 		{"timeout naming a file", body(400, `{"error":{"message":"Timeout while downloading 20250503_162129.jpg.","type":"invalid_request_error","param":null,"code":"invalid_image_url"}}`),
 			[]recovery.BlockRef{ref(0, 2)}},
+		{"vLLM's older top-level error", body(400, `{"object":"error","message":"Could not process image https://example.com/a.png.","type":"BadRequestError","param":null,"code":400}`),
+			[]recovery.BlockRef{ref(0, 1)}},
 		{"invalid_image naming nothing", body(400, `{"error":{"message":"Invalid image.","type":"invalid_request_error","param":null,"code":"invalid_image"}}`),
 			nil},
 		{"a path to a text part", body(400, `{"error":{"message":"Invalid image.","type":"invalid_request_error","param":"messages[1].content[0]","code":"invalid_image"}}`),
