@@ -58,11 +58,13 @@ var table = []rule{
 
 	// Rejected images: Anthropic "messages.0.content.1.image.source.base64: image exceeds 5 MB maximum: …",
 	// "Could not process image", "… image dimensions exceed max allowed size …"; OpenAI "You uploaded an
-	// unsupported image. …" (invalid_image_format), "The image data you provided does not represent a valid image. …".
+	// unsupported image. …" (invalid_image_format), "The image data you provided does not represent a valid image. …",
+	// "Invalid image." (invalid_image), and an image URL it could not fetch: "Timeout while downloading
+	// https://…/a.png." or "Error while downloading …" (invalid_image_url).
 	// Rejected documents: Anthropic names the document's source, "messages.1.content.3.document.source.base64.data:
 	// The PDF specified was not valid.", as it does an image's.
-	{kind: recovery.FailMedia, text: re(`image exceeds .*maximum|could not process image|image dimensions exceed|does not represent a valid image|unsupported image|\.(?:image|document)\.source`)},
-	{kind: recovery.FailMedia, ids: []string{"invalid_image_format", "image_parse_error", "invalid_image", "image_too_large"}},
+	{kind: recovery.FailMedia, text: re(`image exceeds .*maximum|could not process image|image dimensions exceed|does not represent a valid image|unsupported image|\.(?:image|document|pdf)\.source`)},
+	{kind: recovery.FailMedia, ids: []string{"invalid_image_format", "image_parse_error", "invalid_image", "image_too_large", "invalid_image_url"}},
 
 	// Out of money: OpenAI insufficient_quota (a 429 that is not a rate limit), Anthropic
 	// billing_error and "Your credit balance is too low to access the Anthropic API. …", 402.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -117,7 +118,9 @@ func checkParity(t *testing.T, p *Provider, rec *providertest.Recorder, req *pro
 // same keys in the same order, and the same bytes for each value — the
 // numbers' and strings' encodings included — but messages and tools,
 // whose objects the SDK writes with their keys in another order (and a
-// tool's schema re-encoded), which only JSON equality holds to the SDK's.
+// tool's schema re-encoded), and the output schema in response_format
+// (re-encoded by the SDK, sent as it came by the provider), which only
+// JSON equality holds to the SDK's.
 // "stream" is left out: the SDK's streaming call sets it last, after the
 // prefill fields (option.WithJSONSet) that come after the provider's body,
 // which carries it itself.
@@ -129,7 +132,8 @@ func checkTopLevel(t *testing.T, got, want []byte) {
 }
 
 // topLevel is the keys of a JSON object and their values' bytes, in order;
-// messages' and tools' values are left out, and so is stream.
+// messages' and tools' values are left out, and so is response_format's
+// schema, and stream.
 func topLevel(body []byte) [][2]string {
 	var fields [][2]string
 	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
@@ -139,6 +143,10 @@ func topLevel(body []byte) [][2]string {
 			return true
 		case "messages", "tools":
 			raw = "…"
+		case "response_format":
+			if schema := v.Get("json_schema.schema"); schema.Exists() {
+				raw = strings.Replace(raw, schema.Raw, "…", 1)
+			}
 		}
 		fields = append(fields, [2]string{k.Raw, raw})
 		return true
@@ -196,6 +204,8 @@ func parityRequests() map[string]*provider.Request {
 	call := func(id, name, input string) recovery.Block {
 		return recovery.Block{Kind: recovery.BlockToolUse, ToolUseID: id, ToolName: name, ToolInput: []byte(input)}
 	}
+	imageURL := func(url string) recovery.Block { return recovery.Block{Kind: recovery.BlockImage, URL: url} }
+	marked := func(b recovery.Block) recovery.Block { b.CacheBreakpoint = true; return b }
 	thinking := recovery.Block{Kind: recovery.BlockThinking, Text: "hmm", Signature: "sig"}
 	redacted := recovery.Block{Kind: recovery.BlockThinking, Redacted: true, Data: []byte("EmwK")}
 	req := func(msgs ...recovery.Message) *provider.Request {
@@ -247,13 +257,28 @@ func parityRequests() map[string]*provider.Request {
 		"escapes": with(req(user(text("\x00\x01\x1f\x7f \"\\ <>& \u2028\u2029 é 😀 \xff \xe2\x82"))), func(r *provider.Request) {
 			r.System, r.Model = "\b\f\n\r\t", "m\"odel"
 		}),
+		"image URL alone": req(user(imageURL("https://example.com/a.png"))),
+		"image URLs and data": req(user(text("Compare."), imageURL("https://example.com/a.png?x=1&y=<2>"),
+			image("image/png", "\x89PNG"), imageURL("https://example.com/\u00e9 \"q\".jpg"))),
+		"image with a URL and data":        req(user(recovery.Block{Kind: recovery.BlockImage, URL: "https://example.com/a.png", MediaType: "image/png", Data: []byte("x")})),
+		"document":                         req(user(text("Read."), recovery.Block{Kind: recovery.BlockDocument, MediaType: "application/pdf", Data: []byte("%PDF")})),
+		"document by URL":                  req(user(recovery.Block{Kind: recovery.BlockDocument, URL: "https://example.com/a.pdf", Title: "A"})),
+		"document in an assistant message": req(assistant(text("Here."), recovery.Block{Kind: recovery.BlockDocument, Data: []byte("%PDF")})),
+		"cache marks": with(req(
+			user(marked(text("Long context.")), marked(image("image/png", "\x89PNG"))),
+			assistant(marked(text("Seen."))),
+			user(marked(result("call_1", "out")), marked(text("Again.")))), func(r *provider.Request) {
+			r.System, r.CacheSystem = "Be brief.", true
+			r.Tools = []provider.Tool{{Name: "zoom", InputSchema: []byte(`{"type":"object"}`), CacheBreakpoint: true}}
+		}),
 		"everything": with(req(
-			user(text("Look."), image("image/png", "\x89PNG")),
+			user(text("Look."), image("image/png", "\x89PNG"), imageURL("https://example.com/a.png")),
 			assistant(thinking, text("Zooming."), call("call_1", "zoom", `{"factor":2}`)),
 			user(result("call_1", "zoomed"), text("Now?")),
 		), func(r *provider.Request) {
 			r.System, r.Prefill = "Be brief.", "So"
 			r.Tools = []provider.Tool{tool("zoom", "Zooms.", schema)}
+			r.Reasoning.Effort, r.OutputSchema, r.CacheSystem = "medium", []byte(schema), true
 		}),
 	}
 }
@@ -274,7 +299,9 @@ func TestBodyParity(t *testing.T) {
 
 // FuzzBodyParity generates requests — their shape from seed, their
 // strings cut from text (anywhere: UTF-8 cut in the middle included), a
-// tool's schema from schema — and holds the body to the SDK's for them.
+// tool's schema and the output schema from schema — and holds the body to
+// the SDK's for them, and the layout rejected images are located by
+// (wireLayout) to the body.
 func FuzzBodyParity(f *testing.F) {
 	f.Add(uint64(1), "Hello, world. \"quoted\" \\ \n é 😀", []byte(schema))
 	f.Add(uint64(2), "\xff\xfe\x00\u2028", []byte(`{"a":1e400}`))
@@ -296,6 +323,7 @@ func FuzzBodyParity(f *testing.F) {
 		tg := targets[rng.IntN(len(targets))]
 		checkBody(t, tg.p, req)
 		checkParity(t, tg.p, tg.rec, req)
+		checkLayout(t, tg.p, req)
 	})
 }
 
@@ -333,7 +361,29 @@ func genRequest(rng *rand.Rand, text string, schema []byte) *provider.Request {
 		req.Tools = append(req.Tools, t)
 	}
 	genParams(rng, req, cut)
+	genStructured(rng, req, cut, schema)
 	return req
+}
+
+// genStructured sets a reasoning effort (cut from the text now and then),
+// and an output schema — the fuzzed one, a strict or a loose one — asked
+// for in any of the ways; the cache marks, which send nothing, at random.
+func genStructured(rng *rand.Rand, req *provider.Request, cut func() string, schema []byte) {
+	efforts := []string{"", "minimal", "low", "medium", "high", cut()}
+	req.Reasoning = provider.Reasoning{Effort: efforts[rng.IntN(len(efforts))], Interleaved: rng.IntN(2) == 0}
+	switch rng.IntN(4) {
+	case 0:
+		req.OutputSchema = schema
+	case 1:
+		req.OutputSchema = []byte(strictOutput)
+	case 2:
+		req.OutputSchema = []byte(looseOutput)
+	}
+	req.StructuredOutput = provider.StructuredOutput(rng.IntN(3))
+	req.CacheSystem = rng.IntN(2) == 0
+	for i := range req.Tools {
+		req.Tools[i].CacheBreakpoint = rng.IntN(2) == 0
+	}
 }
 
 // genParams sets random sampling parameters — an edge value or any
@@ -362,18 +412,24 @@ func genParams(rng *rand.Rand, req *provider.Request, cut func() string) {
 	req.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceMode(rng.IntN(6)), Name: cut(), DisableParallel: rng.IntN(2) == 0}
 }
 
-// genBlock is a block of random kind; a kind that no message can hold
-// now and then.
+// genBlock is a block of random kind, marked as a cache breakpoint now and
+// then; a document or a kind that no message can hold now and then.
 func genBlock(rng *rand.Rand, cut func() string) recovery.Block {
 	kinds := []recovery.BlockKind{recovery.BlockText, recovery.BlockText, recovery.BlockImage,
 		recovery.BlockToolUse, recovery.BlockToolResult, recovery.BlockThinking}
-	b := recovery.Block{Kind: kinds[rng.IntN(len(kinds))]}
-	if rng.IntN(40) == 0 {
+	b := recovery.Block{Kind: kinds[rng.IntN(len(kinds))], CacheBreakpoint: rng.IntN(4) == 0}
+	switch rng.IntN(40) {
+	case 0:
 		b.Kind = recovery.BlockKind(rng.IntN(100))
+	case 1:
+		b.Kind = recovery.BlockDocument
 	}
 	switch b.Kind {
-	case recovery.BlockImage:
+	case recovery.BlockImage, recovery.BlockDocument:
 		b.MediaType, b.Data = cut(), []byte(cut())
+		if rng.IntN(2) == 0 {
+			b.URL = cut()
+		}
 	case recovery.BlockToolUse:
 		b.ToolUseID, b.ToolName, b.ToolInput = cut(), cut(), []byte(cut())
 	case recovery.BlockToolResult:

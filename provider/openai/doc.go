@@ -28,10 +28,52 @@
 // The body carries, besides the conversation, the tools and the output
 // limit, the request's sampling (temperature, top_p, seed; top_k has no
 // field on this wire, and the request validation refuses it for an openai
-// route), its stop sequences (stop, always a list), its tool choice
-// (tool_choice "auto", "required", "none" or the named function) and
-// parallel_tool_calls false when parallel tool calls are disabled; unset
-// fields are not sent, leaving the server's defaults.
+// route), its reasoning effort (reasoning_effort, as the route resolved
+// it), its stop sequences (stop, always a list), its output schema
+// (response_format, below), its tool choice (tool_choice "auto",
+// "required", "none" or the named function) and parallel_tool_calls false
+// when parallel tool calls are disabled; unset fields are not sent, leaving
+// the server's defaults.
+//
+// The output limit goes as max_completion_tokens, the field reasoning
+// models (o-series, gpt-5) require — they refuse max_tokens — and vLLM and
+// recent llama-server take too; Config.LegacyMaxTokens sends max_tokens
+// instead, for servers that know only it (Ollama among them). A reasoning
+// effort does not change the field: Ollama takes reasoning_effort but not
+// max_completion_tokens, so the configuration's choice stands, and a route
+// to OpenAI's reasoning models must not set LegacyMaxTokens.
+// Request.Reasoning.Interleaved and Request.ThinkingBudget are Anthropic's
+// and send nothing here.
+//
+// Structured output: with Request.OutputSchema and StructuredNative, the
+// schema goes as response_format {"type": "json_schema", "json_schema":
+// {"name": "output", "strict": …, "schema": …}}, the schema as it came (its
+// keys in their order, which the answer's keys follow; it must be a JSON
+// object, or the request is refused before any call). strict is true only
+// for a schema that meets OpenAI's strict-mode rules (strictSchema: a root
+// object, every object closed with additionalProperties false and all its
+// properties required, supported keywords and formats only, the documented
+// limits); otherwise false, and the model gets the schema as guidance — a
+// strict schema OpenAI cannot take would fail the request. The driver's
+// stop hook checks the answer against the schema either way. With
+// StructuredHook (and StructuredTool, an Anthropic route's), nothing is sent.
+//
+// Images go as image_url parts: by their URL, which the server fetches, or
+// their data inlined as a data: URL. Documents (PDF) have no part that the
+// compatible servers share, and the request validation keeps them off
+// openai routes: a request holding one is refused before any call
+// (FailInvalidRequest), never sent without it. Cache marks
+// (Request.CacheSystem, Block.CacheBreakpoint, Tool.CacheBreakpoint) send
+// nothing: OpenAI caches prompts of 1024 tokens or more by itself, and
+// reports what it read from the cache (see Usage).
+//
+// Usage is the chunk stream_options.include_usage asks for, after the
+// finish_reason, in completiond's (Anthropic's) terms: prompt_tokens counts
+// the cached tokens, which are split out, so that InputTokens are the
+// prompt's uncached tokens, CacheReadInputTokens are
+// prompt_tokens_details.cached_tokens and CacheCreationInputTokens a
+// server's cache_write_tokens (OpenAI reports none): the three add up to
+// prompt_tokens.
 //
 // Stop sequences: OpenAI's API ends with finish_reason "stop" both at a
 // stop sequence and at a natural end, and does not say which: both are
@@ -44,14 +86,12 @@
 // have cut any of them mid-arguments, and a partial call is never emitted.
 // The attempt ends normally with StopMaxTokens and the text it streamed.
 //
-// Thinking: Request.ThinkingBudget is ignored. OpenAI's reasoning_effort
-// (o-series models) is a different knob, not a token budget, and
-// compatible servers have no common one; extended thinking is an
-// Anthropic route's feature for now. Reasoning text that a server streams
-// anyway is emitted as ChunkThinking; there are no thinking blocks to send
-// back (no ChunkThinkingBlock), and recovery.BlockThinking blocks in the
-// conversation — an Anthropic route's, before a fallback — are left out of
-// the request.
+// Thinking: Request.ThinkingBudget is ignored: a token budget is an
+// Anthropic route's knob; this wire's is reasoning_effort (above).
+// Reasoning text that a server streams is emitted as ChunkThinking; there
+// are no thinking blocks to send back (no ChunkThinkingBlock), and
+// recovery.BlockThinking blocks in the conversation — an Anthropic
+// route's, before a fallback — are left out of the request.
 //
 // Prefill: Chat Completions has no true prefill. A Request.Prefill is sent as
 // a final assistant message holding the text, with Config.PrefillBody's
@@ -70,4 +110,17 @@
 // error body {"error":{"message","type","code","param"}} and its variants
 // (vLLM, llama.cpp, Ollama), the x-request-id, retry-after(-ms) and
 // x-should-retry headers, and a chunk holding "error" inside a 200 stream.
+//
+// A rejected image (FailMedia: invalid_image, invalid_image_url, …) is
+// located for the recovery machine, which strips what Failure.MediaBlocks
+// names, or every image when it names none. The error names an image by a
+// path into the body in its param ("messages.[1].content.[0].image_url",
+// "messages[1].content[0]"); else by the image's URL, or the URL's file
+// name alone, in its message ("Timeout while downloading
+// https://example.com/a.png."); else by a path in its message ("Invalid
+// 'messages[1]'. …"). A path counts the body's messages, which the system
+// prompt, the tool messages a user message's results become and the
+// messages left out shift from the request's (wireLayout maps them back).
+// A path to a message names its images; a path to a part that is not an
+// image, or nothing recognisable, names none.
 package openai

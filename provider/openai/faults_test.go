@@ -2,6 +2,7 @@ package openai_test
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -138,7 +139,7 @@ func TestFailuresFromTheWire(t *testing.T) {
 				t.Errorf("a failure after %v of silence marks a dead route", got.Silence)
 			}
 			got.Silence = 0 // measured: a quick reset's is short, and only that matters
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("failure\n got %+v\nwant %+v", got, want)
 			}
 			if !strings.Contains(f.Message, tc.message) {
@@ -256,5 +257,72 @@ func TestASlowReaderIsNotAnIdleUpstream(t *testing.T) {
 	}
 	if text.String() != "abcdef" {
 		t.Errorf("text = %q", text.String())
+	}
+}
+
+// TestRejectedImagesAreLocated: an image the upstream rejects, with the
+// error's exact body, is found in the request — by the path in its param
+// or message, counted in the body's messages (here a system prompt first,
+// and a tool result that is a message of its own), or by its URL in the
+// message — and named in Failure.MediaBlocks; an error that names none
+// leaves them empty (every image is stripped then).
+func TestRejectedImagesAreLocated(t *testing.T) {
+	ref := func(m, b int) recovery.BlockRef { return recovery.BlockRef{Message: m, Block: b} }
+	img := func(u string) recovery.Block { return recovery.Block{Kind: recovery.BlockImage, URL: u} }
+	req := newRequest()
+	req.System = "Be brief."
+	req.Messages = []recovery.Message{
+		{Role: recovery.RoleUser, Blocks: []recovery.Block{recovery.TextBlock("Compare."),
+			img("https://example.com/a.png"), img("https://example.com/photos/20250503_162129.jpg?ex=1")}},
+		{Role: recovery.RoleAssistant, Blocks: []recovery.Block{
+			{Kind: recovery.BlockToolUse, ToolUseID: "call_1", ToolName: "look", ToolInput: []byte(`{}`)}}},
+		{Role: recovery.RoleUser, Blocks: []recovery.Block{{Kind: recovery.BlockToolResult, ToolUseID: "call_1", Text: "seen"},
+			{Kind: recovery.BlockImage, MediaType: "image/png", Data: []byte("\x89PNG")}}},
+	}
+	for _, tc := range []struct {
+		name  string
+		reply pt.Reply
+		want  []recovery.BlockRef
+	}{
+		{"invalid_image, a param path", body(400, `{"error":{"message":"Invalid image.","type":"invalid_request_error","param":"messages.[1].content.[2].image_url","code":"invalid_image"}}`),
+			[]recovery.BlockRef{ref(0, 2)}},
+		{"a bracket path past a tool message", body(400, `{"error":{"message":"Invalid image.","type":"invalid_request_error","param":"messages[4].content[0]","code":"invalid_image"}}`),
+			[]recovery.BlockRef{ref(2, 1)}},
+		{"timeout downloading a URL", body(400, `{"error":{"message":"Timeout while downloading https://example.com/a.png.","type":"invalid_request_error","param":null,"code":"invalid_image_url"}}`),
+			[]recovery.BlockRef{ref(0, 1)}},
+		{"error downloading a URL", body(400, `{"error":{"message":"Error while downloading https://example.com/a.png.","type":"invalid_request_error","param":null,"code":"invalid_image_url"}}`),
+			[]recovery.BlockRef{ref(0, 1)}},
+		{"timeout naming a file", body(400, `{"error":{"message":"Timeout while downloading 20250503_162129.jpg.","type":"invalid_request_error","param":null,"code":"invalid_image_url"}}`),
+			[]recovery.BlockRef{ref(0, 2)}},
+		{"vLLM's older top-level error", body(400, `{"object":"error","message":"Could not process image https://example.com/a.png.","type":"BadRequestError","param":null,"code":400}`),
+			[]recovery.BlockRef{ref(0, 1)}},
+		{"invalid_image naming nothing", body(400, `{"error":{"message":"Invalid image.","type":"invalid_request_error","param":null,"code":"invalid_image"}}`),
+			nil},
+		{"a path to a text part", body(400, `{"error":{"message":"Invalid image.","type":"invalid_request_error","param":"messages[1].content[0]","code":"invalid_image"}}`),
+			nil},
+		{"inside the stream", pt.Reply{SSE: sse(`{"error":{"message":"Invalid image.","type":"invalid_request_error","param":"messages[1].content[1]","code":"invalid_image"}}`)},
+			[]recovery.BlockRef{ref(0, 1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, srv := run(t, pt.Always(tc.reply), req)
+			f := r.Failure(t)
+			if f.Kind != recovery.FailMedia || !reflect.DeepEqual(f.MediaBlocks, tc.want) {
+				t.Errorf("failure %v, media blocks %v; want FailMedia, %v", f.Kind, f.MediaBlocks, tc.want)
+			}
+			if n := srv.Count(); n != 1 {
+				t.Errorf("server saw %d requests", n)
+			}
+		})
+	}
+}
+
+// TestOnlyMediaFailuresNameBlocks: a failure of another kind names no
+// block, whatever its error says.
+func TestOnlyMediaFailuresNameBlocks(t *testing.T) {
+	req := newRequest()
+	req.Messages = []recovery.Message{{Role: recovery.RoleUser, Blocks: []recovery.Block{{Kind: recovery.BlockImage, URL: "https://example.com/a.png"}}}}
+	r, _ := run(t, pt.Always(body(400, `{"error":{"message":"Invalid 'messages[0].content[0]': https://example.com/a.png.","type":"invalid_request_error","param":"messages[0].content[0]","code":"invalid_value"}}`)), req)
+	if f := r.Failure(t); f.Kind != recovery.FailInvalidRequest || f.MediaBlocks != nil {
+		t.Errorf("failure %v, media blocks %v", f.Kind, f.MediaBlocks)
 	}
 }

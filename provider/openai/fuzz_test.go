@@ -25,6 +25,8 @@ func FuzzStreamReader(f *testing.F) {
 			"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":3,\"function\":{\"arguments\":\"{\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
 			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":-5}}\n\n",
 			"data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n",
+			"data: {\"error\":{\"message\":\"Timeout while downloading https://example.com/a.png.\",\"type\":\"invalid_request_error\",\"param\":\"messages[0].content[1]\",\"code\":\"invalid_image_url\"}}\n\n",
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":12,\"cache_write_tokens\":3}}}\n\n",
 			"data: not json\n\n",
 			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\",\"stop_reason\":\"###\"}]}\n\ndata: [DONE]\n\n",
 			"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\",\"stop_reason\":128009}]}\n\n",

@@ -9,10 +9,12 @@ import (
 	"unicode/utf8"
 )
 
-// errSchema is why a tool's input schema is refused.
-var errSchema = errors.New("input schema is not a JSON object")
+// errSchema is why a schema (a tool's input schema, the output schema) is
+// refused.
+var errSchema = errors.New("is not a JSON object")
 
-// appendSchema appends a tool's input schema, which must be a JSON object.
+// appendSchema appends a schema (a tool's input schema, the output schema),
+// which must be a JSON object.
 // It goes compacted but otherwise as it came, not decoded and encoded
 // again, as the SDK's params had it (a map), at the cost of a map per
 // node. A schema that the round trip would change — strings that are not

@@ -46,7 +46,8 @@ type Config struct {
 	// (classify.DefaultIdleConnsPerHost when zero). Unused with HTTPClient.
 	MaxIdleConnsPerHost int
 	// LegacyMaxTokens sends max_tokens instead of max_completion_tokens, for
-	// servers that predate the newer field.
+	// servers that know only the older field (Ollama). OpenAI's reasoning
+	// models refuse max_tokens: a route to them must not set it.
 	LegacyMaxTokens bool
 	// PrefillBody are JSON fields set at the top level of the request body
 	// when a request carries a prefill, asking the server to continue the
@@ -186,7 +187,7 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, emit func(
 			err = events.Err()
 		}
 	}
-	err = p.end(a, r, err)
+	err = p.end(a, r, req, err)
 	if err == nil {
 		a.Drain()
 	}
@@ -226,8 +227,9 @@ func (p *Provider) send(a *classify.Attempt, body []byte, prefill bool) (*http.R
 }
 
 // end decides how a stream that stopped before it was complete ended: err
-// is the request's error, the stream's, or nil for its end or [DONE].
-func (p *Provider) end(a *classify.Attempt, r *reader, err error) error {
+// is the request's error, the stream's, or nil for its end or [DONE]. A
+// rejected image is located in req (locateMedia).
+func (p *Provider) end(a *classify.Attempt, r *reader, req *provider.Request, err error) error {
 	if err := a.CallerErr(); err != nil {
 		return err
 	}
@@ -238,12 +240,12 @@ func (p *Provider) end(a *classify.Attempt, r *reader, err error) error {
 	}
 	var ev *sse.ErrorEvent
 	if errors.As(err, &ev) {
-		return a.StreamError(&p.classes, ev.Data)
+		return locateMedia(a.StreamError(&p.classes, ev.Data), req, eventErrorFields(ev.Data))
 	}
 	if err == nil {
 		err = errNoFinish
 	}
-	return a.Failure(&p.classes, err)
+	return locateMedia(a.Failure(&p.classes, err), req, apiErrorFields(err))
 }
 
 // errNoFinish is why a stream that ended cleanly but without a finish_reason failed.

@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -662,5 +664,126 @@ func TestNonFiniteSamplingIsRefusedBeforeAnyCall(t *testing.T) {
 	r, srv := run(t, pt.Always(pt.OK(pt.Text("x"))), req)
 	if f := r.Failure(t); f.Kind != recovery.FailInvalidRequest || srv.Count() != 0 {
 		t.Errorf("kind %v, %d requests", f.Kind, srv.Count())
+	}
+}
+
+// TestReasoningAndOutputSchemaOnTheWire: the effort goes as
+// reasoning_effort beside the output limit the configuration chose; the
+// output schema as a json_schema response_format, strict when strict mode
+// takes it, its keys in the caller's order (which the answer's follow), and
+// not at all when the stop hook alone holds the answer to it.
+func TestReasoningAndOutputSchemaOnTheWire(t *testing.T) {
+	const (
+		closedSchema = `{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"integer"}},"required":["b","a"],"additionalProperties":false}`
+		openSchema   = `{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"integer"}}}`
+	)
+	for _, tc := range []struct {
+		name   string
+		cfg    openai.Config
+		edit   func(*provider.Request)
+		want   string // the fields after "messages" and "model", before "stream"
+		wantIn string // a piece of the body, byte for byte
+	}{
+		{"effort", openai.Config{}, func(r *provider.Request) { r.Reasoning.Effort = "low" },
+			`"max_completion_tokens":1024,"reasoning_effort":"low","stream_options":{"include_usage":true},`, `"reasoning_effort":"low"`},
+		{"effort, legacy max_tokens kept", openai.Config{LegacyMaxTokens: true}, func(r *provider.Request) { r.Reasoning.Effort = "high" },
+			`"max_tokens":1024,"reasoning_effort":"high","stream_options":{"include_usage":true},`, `"reasoning_effort":"high"`},
+		{"interleaved and a budget send nothing", openai.Config{}, func(r *provider.Request) { r.Reasoning.Interleaved, r.ThinkingBudget = true, 2048 },
+			`"max_completion_tokens":1024,"stream_options":{"include_usage":true},`, `"max_completion_tokens":1024`},
+		{"strict schema", openai.Config{}, func(r *provider.Request) { r.OutputSchema = []byte(closedSchema) },
+			`"max_completion_tokens":1024,"stream_options":{"include_usage":true},` +
+				`"response_format":{"type":"json_schema","json_schema":{"name":"output","strict":true,"schema":` + closedSchema + `}},`,
+			`"schema":` + closedSchema},
+		{"open schema", openai.Config{}, func(r *provider.Request) { r.OutputSchema = []byte(openSchema) },
+			`"max_completion_tokens":1024,"stream_options":{"include_usage":true},` +
+				`"response_format":{"type":"json_schema","json_schema":{"name":"output","strict":false,"schema":` + openSchema + `}},`,
+			`"schema":` + openSchema},
+		{"schema by the stop hook", openai.Config{}, func(r *provider.Request) {
+			r.OutputSchema, r.StructuredOutput = []byte(closedSchema), provider.StructuredHook
+		}, `"max_completion_tokens":1024,"stream_options":{"include_usage":true},`, `"stream_options"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := pt.NewOpenAI(t, pt.Always(pt.OK(pt.Text("ok"))))
+			req := newRequest()
+			tc.edit(req)
+			if r := pt.Run(t, newProvider(t, srv, tc.cfg), req); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			got := srv.Request(t, 1).Body
+			pt.AssertJSON(t, got, `{"messages":[{"content":"Say hello.","role":"user"}],"model":"gpt-test",`+tc.want+`"stream":true}`)
+			if !strings.Contains(string(got), tc.wantIn) {
+				t.Errorf("body %s\nlacks %s", got, tc.wantIn)
+			}
+		})
+	}
+}
+
+// TestInvalidOutputSchemaIsRefusedBeforeAnyCall: a schema that is not a
+// JSON object cannot be sent; with the stop hook alone it is not sent.
+func TestInvalidOutputSchemaIsRefusedBeforeAnyCall(t *testing.T) {
+	for how, refused := range map[provider.StructuredOutput]bool{
+		provider.StructuredNative: true, provider.StructuredHook: false, provider.StructuredTool: false,
+	} {
+		req := newRequest()
+		req.OutputSchema, req.StructuredOutput = []byte(`"an object"`), how
+		r, srv := run(t, pt.Always(pt.OK(pt.Text("x"))), req)
+		if !refused {
+			if r.Err != nil || srv.Count() != 1 {
+				t.Errorf("structured output %d: err %v, %d requests", how, r.Err, srv.Count())
+			}
+			continue
+		}
+		if f := r.Failure(t); f.Kind != recovery.FailInvalidRequest || srv.Count() != 0 || !strings.Contains(f.Message, "output schema") {
+			t.Errorf("kind %v (%s), %d requests", f.Kind, f.Message, srv.Count())
+		}
+	}
+}
+
+// TestUsage: the usage chunk that stream_options.include_usage asks for,
+// in completiond's (Anthropic's) terms: prompt_tokens counts the cached
+// tokens too, which are split out — InputTokens are the prompt's uncached
+// tokens, CacheReadInputTokens prompt_tokens_details.cached_tokens, and a
+// server's cache_write_tokens CacheCreationInputTokens — so that the three
+// add up to the prompt.
+func TestUsage(t *testing.T) {
+	const text = `{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}`
+	const finish = `{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`
+	for _, tc := range []struct {
+		name  string
+		tail  []string // after the text chunk
+		usage recovery.Usage
+	}{
+		{"OpenAI: a usage chunk without choices after the finish", []string{finish,
+			`{"id":"c","object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":256}}}`, `[DONE]`},
+			recovery.Usage{InputTokens: 86, OutputTokens: 300, CacheReadInputTokens: 1920}},
+		{"nothing cached", []string{finish,
+			`{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":0}}}`, `[DONE]`},
+			recovery.Usage{InputTokens: 12, OutputTokens: 3}},
+		{"no details (vLLM, llama.cpp)", []string{finish,
+			`{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}`, `[DONE]`},
+			recovery.Usage{InputTokens: 12, OutputTokens: 3}},
+		{"cache writes reported", []string{finish,
+			`{"choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":600,"cache_write_tokens":300}}}`, `[DONE]`},
+			recovery.Usage{InputTokens: 100, OutputTokens: 5, CacheReadInputTokens: 600, CacheCreationInputTokens: 300}},
+		{"usage with the finish", []string{
+			`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":50,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":40}}}`, `[DONE]`},
+			recovery.Usage{InputTokens: 10, OutputTokens: 2, CacheReadInputTokens: 40}},
+		{"more cached than the prompt is never negative", []string{finish,
+			`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":9}}}`, `[DONE]`},
+			recovery.Usage{OutputTokens: 1, CacheReadInputTokens: 9}},
+		{"no usage chunk (a server that ignores include_usage)", []string{finish, `[DONE]`}, recovery.Usage{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, srv := run(t, pt.Always(pt.Reply{SSE: sse(append([]string{text}, tc.tail...)...)}), newRequest())
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if r.Finish.Usage != tc.usage {
+				t.Errorf("usage %+v, want %+v", r.Finish.Usage, tc.usage)
+			}
+			if got := srv.Request(t, 1).JSON(t)["stream_options"]; !reflect.DeepEqual(got, map[string]any{"include_usage": true}) {
+				t.Errorf("stream_options %v", got)
+			}
+		})
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"github.com/completiond/completiond/provider/jsonenc"
 )
 
-// The request's sampling, stop sequences and tool choice, appended as the
-// SDK encodes its params' seed, temperature, top_p, stop, tool_choice and
-// parallel_tool_calls: each value byte for byte (checkTopLevel, in the
-// parity tests), each field where the SDK puts it (Provider.appendParams).
+// The request's sampling, reasoning effort, stop sequences, structured
+// output and tool choice, appended as the SDK encodes its params' seed,
+// temperature, top_p, parallel_tool_calls, reasoning_effort, stop,
+// response_format and tool_choice: each value byte for byte (checkTopLevel,
+// in the parity tests; the output schema's JSON equal), each field where the
+// SDK puts it (Provider.appendParams).
 // Sampling.TopK has no field on this wire and is never sent: the request
 // validation refuses top_k on an openai route (config.KindCapabilities).
 
@@ -85,4 +87,43 @@ func appendToolChoice(b []byte, tc provider.ToolChoice) ([]byte, error) {
 	}
 	b = append(b, `,"tool_choice":"`...)
 	return append(append(b, mode...), '"'), nil
+}
+
+// appendEffort appends reasoning_effort, the route's resolved effort, as it
+// is; none sends nothing. The output limit stays in the field the route's
+// configuration chose (Provider.appendMaxTokens): max_completion_tokens,
+// which reasoning models need, unless LegacyMaxTokens.
+func appendEffort(b []byte, effort string) []byte {
+	if effort == "" {
+		return b
+	}
+	return jsonenc.AppendString(append(b, `,"reasoning_effort":`...), effort)
+}
+
+// outputName is the name of the structured output's schema: the API needs
+// one, and the model sees it.
+const outputName = "output"
+
+// sendsSchema reports whether the request's output schema goes on the wire:
+// as response_format for StructuredNative. StructuredHook sends nothing,
+// and StructuredTool (an Anthropic route's) is taken like it.
+func sendsSchema(req *provider.Request) bool {
+	return len(req.OutputSchema) > 0 && req.StructuredOutput == provider.StructuredNative
+}
+
+// appendResponseFormat appends the output schema as a json_schema
+// response_format, in the SDK's key order, strict when the schema meets
+// strict mode's rules (strictSchema). The schema goes as it came, its keys
+// in their order, which the answer's keys follow; it must be a JSON object.
+func appendResponseFormat(b []byte, req *provider.Request) ([]byte, error) {
+	if !sendsSchema(req) {
+		return b, nil
+	}
+	b = append(b, `,"response_format":{"json_schema":{"name":"`+outputName+`","strict":`...)
+	b = strconv.AppendBool(b, strictSchema(req.OutputSchema))
+	b, err := appendSchema(append(b, `,"schema":`...), req.OutputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("output schema %w", err)
+	}
+	return append(b, `},"type":"json_schema"}`...), nil
 }

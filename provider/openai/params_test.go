@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"maps"
 	"math"
 	"testing"
 
@@ -86,19 +87,77 @@ func paramsRequests() map[string]*provider.Request {
 			r.StopSequences = []string{"\n", "<|end|>", `"`, "😀"}
 			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceTool, Name: "zoom", DisableParallel: true}
 			r.Tools = []provider.Tool{{Name: "zoom", Description: "Zooms.", InputSchema: []byte(schema)}}
+			r.Reasoning.Effort = "high"
+			r.OutputSchema = []byte(strictOutput)
 		}),
 	}
 }
 
-// TestParamsParity: for each request carrying sampling, stop sequences or
-// a tool choice, and each configuration, the body is the SDK's: JSON-equal
+// strictOutput is an output schema strict mode takes, its properties in an
+// order that is not sorted; looseOutput one it does not (an open object).
+const (
+	strictOutput = `{"type":"object","properties":{"zeta":{"type":"string","description":"<&> \u00e9"},"alpha":{"type":["integer","null"],"minimum":1e2}},` +
+		`"required":["zeta","alpha"],"additionalProperties":false}`
+	looseOutput = `{"type":"object","properties":{"answer":{"type":"string"},"n":{"type":"number","maximum":1.5e300}},"required":["answer"]}`
+)
+
+// reasoningRequests are requests carrying a reasoning effort or an output
+// schema: each alone, their edges, and with the rest of the body.
+func reasoningRequests() map[string]*provider.Request {
+	req := func(edit func(*provider.Request)) *provider.Request {
+		r := &provider.Request{Model: "o4-test", MaxTokens: 4096, Messages: []recovery.Message{recovery.UserText("Hi.")}}
+		edit(r)
+		return r
+	}
+	effort := func(e string) *provider.Request { return req(func(r *provider.Request) { r.Reasoning.Effort = e }) }
+	output := func(schema string, how provider.StructuredOutput) *provider.Request {
+		return req(func(r *provider.Request) { r.OutputSchema, r.StructuredOutput = []byte(schema), how })
+	}
+	return map[string]*provider.Request{
+		"effort minimal":             effort("minimal"),
+		"effort low":                 effort("low"),
+		"effort medium":              effort("medium"),
+		"effort high":                effort("high"),
+		"effort escaped":             effort("a\"<&>\n\u2028é\xff"),
+		"effort, no max tokens":      req(func(r *provider.Request) { r.Reasoning.Effort, r.MaxTokens = "low", 0 }),
+		"interleaved is not sent":    req(func(r *provider.Request) { r.Reasoning.Interleaved = true }),
+		"thinking budget ignored":    req(func(r *provider.Request) { r.ThinkingBudget, r.Reasoning.Effort = 2048, "medium" }),
+		"strict output":              output(strictOutput, provider.StructuredNative),
+		"loose output":               output(looseOutput, provider.StructuredNative),
+		"output, spaced":             output(" {\n \"type\" : \"object\" }\n", provider.StructuredNative),
+		"output by the stop hook":    output(strictOutput, provider.StructuredHook),
+		"output by a tool":           output(strictOutput, provider.StructuredTool),
+		"output not an object":       output(`["a"]`, provider.StructuredNative),
+		"output null":                output(`null`, provider.StructuredNative),
+		"output invalid":             output(`{"type":`, provider.StructuredNative),
+		"output huge number":         output(`{"maximum":1e400}`, provider.StructuredNative),
+		"output surrogates":          output(`{"description":"\ud83d\ude00 \udc00"}`, provider.StructuredNative),
+		"output not UTF-8":           output("{\"d\":\"\xff\"}", provider.StructuredNative),
+		"invalid output by the hook": output(`{"type":`, provider.StructuredHook),
+		"effort and output, tools and a choice": req(func(r *provider.Request) {
+			r.Reasoning.Effort, r.OutputSchema = "minimal", []byte(strictOutput)
+			r.StopSequences = []string{"END"}
+			r.ToolChoice = provider.ToolChoice{Mode: provider.ToolChoiceAuto, DisableParallel: true}
+			r.Tools = []provider.Tool{{Name: "zoom", InputSchema: []byte(`{"type":"object"}`)}}
+		}),
+		"invalid output and an invalid tool choice": req(func(r *provider.Request) {
+			r.OutputSchema, r.ToolChoice.Mode = []byte(`1`), 99
+		}),
+	}
+}
+
+// TestParamsParity: for each request carrying sampling, stop sequences, a
+// tool choice, a reasoning effort or an output schema, and each
+// configuration, the body is the SDK's: JSON-equal
 // as a whole, and byte for byte at its top level (checkTopLevel) — the
 // fields' order, each number's and string's encoding. A request refused
 // by one is refused by the other, with the same error, and never sent.
 func TestParamsParity(t *testing.T) {
+	reqs := paramsRequests()
+	maps.Copy(reqs, reasoningRequests())
 	for cname, cfg := range parityConfigs() {
 		p, rec := parityProvider(t, cfg)
-		for name, req := range paramsRequests() {
+		for name, req := range reqs {
 			t.Run(cname+"/"+name, func(t *testing.T) {
 				checkBody(t, p, req)
 				checkParity(t, p, rec, req)
@@ -112,7 +171,13 @@ func TestParamsParity(t *testing.T) {
 func TestParamsOnTheWire(t *testing.T) {
 	p, _ := parityProvider(t, Config{APIKey: "sk"})
 	reqs := paramsRequests()
+	maps.Copy(reqs, reasoningRequests())
 	for _, tc := range []struct{ name, want string }{
+		{"effort minimal", `,"max_completion_tokens":4096,"reasoning_effort":"minimal",`},
+		{"effort escaped", `,"reasoning_effort":"a\"<&>\n\u2028é\ufffd",`},
+		{"strict output", `,"response_format":{"json_schema":{"name":"output","strict":true,"schema":` + strictOutput + `},"type":"json_schema"},`},
+		{"loose output", `,"response_format":{"json_schema":{"name":"output","strict":false,"schema":` + looseOutput + `},"type":"json_schema"},`},
+		{"output, spaced", `,"response_format":{"json_schema":{"name":"output","strict":false,"schema":{"type":"object"}},"type":"json_schema"},`},
 		{"temperature 0", `,"temperature":0,`},
 		{"temperature tiny", `,"temperature":1e-7,`},
 		{"temperature huge", `,"temperature":1e+21,`},
@@ -123,8 +188,9 @@ func TestParamsOnTheWire(t *testing.T) {
 		{"tool choice any", `,"tool_choice":"required",`},
 		{"tool choice tool", `,"tool_choice":{"function":{"name":"zoom"},"type":"function"},`},
 		{"parallel disabled", `,"parallel_tool_calls":false,`},
-		{"everything", `,"model":"m<&>","seed":-42,"temperature":0,"top_p":0.5,"parallel_tool_calls":false,` +
+		{"everything", `,"model":"m<&>","seed":-42,"temperature":0,"top_p":0.5,"parallel_tool_calls":false,"reasoning_effort":"high",` +
 			`"stop":["\n","<|end|>","\"","😀"],"stream_options":{"include_usage":true},` +
+			`"response_format":{"json_schema":{"name":"output","strict":true,"schema":` + strictOutput + `},"type":"json_schema"},` +
 			`"tool_choice":{"function":{"name":"zoom"},"type":"function"},"tools":[`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -58,8 +59,12 @@ func (p *Provider) appendParams(b []byte, req *provider.Request) ([]byte, error)
 	if req.ToolChoice.DisableParallel {
 		b = append(b, `,"parallel_tool_calls":false`...)
 	}
+	b = appendEffort(b, req.Reasoning.Effort)
 	b = appendStop(b, req.StopSequences)
 	b = append(b, `,"stream_options":{"include_usage":true}`...)
+	if b, err = appendResponseFormat(b, req); err != nil {
+		return nil, err
+	}
 	if b, err = appendToolChoice(b, req.ToolChoice); err != nil {
 		return nil, err
 	}
@@ -80,13 +85,15 @@ func (p *Provider) appendMaxTokens(b []byte, n int) []byte {
 }
 
 // sizeHint is about the body's length, so that it is allocated once: the
-// texts, the images in base64 and the schemas, and some room for the rest
-// (the sampling and tool choice fields included).
+// texts, the images in base64 or their URLs and the schemas, and some room
+// for the rest (the sampling, effort, response format and tool choice
+// fields included).
 func sizeHint(req *provider.Request) int {
-	n := 384 + len(req.System) + len(req.Prefill) + len(req.Model) + len(req.ToolChoice.Name)
+	n := 384 + len(req.System) + len(req.Prefill) + len(req.Model) + len(req.ToolChoice.Name) +
+		len(req.Reasoning.Effort) + len(req.OutputSchema)
 	for _, m := range req.Messages {
 		for _, b := range m.Blocks {
-			n += 64 + len(b.Text) + len(b.MediaType) + base64.StdEncoding.EncodedLen(len(b.Data)) +
+			n += 64 + len(b.Text) + len(b.MediaType) + base64.StdEncoding.EncodedLen(len(b.Data)) + len(b.URL) +
 				len(b.ToolUseID) + len(b.ToolName) + len(b.ToolInput)
 		}
 	}
@@ -137,6 +144,8 @@ func appendMessage(b []byte, m recovery.Message) ([]byte, error) {
 			}
 		case recovery.BlockImage:
 			parts++
+		case recovery.BlockDocument:
+			return nil, errDocument
 		default:
 			return nil, fmt.Errorf("a user message cannot hold block kind %d", blk.Kind)
 		}
@@ -154,8 +163,13 @@ func appendMessage(b []byte, m recovery.Message) ([]byte, error) {
 	return appendParts(b, m.Blocks), nil
 }
 
+// errDocument is why a request holding a document is refused: Chat
+// Completions has no document part that every compatible server takes, and
+// the request validation keeps documents off openai routes.
+var errDocument = errors.New("a document block cannot be sent on the Chat Completions wire")
+
 // appendParts appends a user message whose content is an array of parts:
-// its texts and its images, inlined as data URLs.
+// its texts and its images.
 func appendParts(b []byte, blocks []recovery.Block) []byte {
 	b = append(comma(b), `{"role":"user","content":[`...)
 	for _, blk := range blocks {
@@ -164,14 +178,24 @@ func appendParts(b []byte, blocks []recovery.Block) []byte {
 			b = append(comma(b), `{"type":"text","text":`...)
 			b = append(jsonenc.AppendString(b, blk.Text), '}')
 		case blk.Kind == recovery.BlockImage:
-			b = append(comma(b), `{"type":"image_url","image_url":{"url":"data:`...)
-			b = jsonenc.AppendEscaped(b, blk.MediaType)
-			b = append(b, ";base64,"...)
-			b = base64.StdEncoding.AppendEncode(b, blk.Data)
-			b = append(b, `"}}`...)
+			b = appendImage(comma(b), blk)
 		}
 	}
 	return append(b, "]}"...)
+}
+
+// appendImage appends an image part: its URL, which the server fetches,
+// or its data inlined as a data URL.
+func appendImage(b []byte, blk recovery.Block) []byte {
+	b = append(b, `{"type":"image_url","image_url":{"url":`...)
+	if blk.URL != "" {
+		return append(jsonenc.AppendString(b, blk.URL), "}}"...)
+	}
+	b = append(b, `"data:`...)
+	b = jsonenc.AppendEscaped(b, blk.MediaType)
+	b = append(b, ";base64,"...)
+	b = base64.StdEncoding.AppendEncode(b, blk.Data)
+	return append(b, `"}}`...)
 }
 
 // appendAssistant appends an assistant message: its text joined, its tool
@@ -189,6 +213,8 @@ func appendAssistant(b []byte, blocks []recovery.Block) ([]byte, error) {
 			}
 		case recovery.BlockToolUse:
 			calls++
+		case recovery.BlockDocument:
+			return nil, errDocument
 		default:
 			return nil, fmt.Errorf("an assistant message cannot hold block kind %d", blk.Kind)
 		}
@@ -264,7 +290,7 @@ func appendTools(b []byte, tools []provider.Tool) ([]byte, error) {
 		if len(t.InputSchema) > 0 {
 			var err error
 			if b, err = appendSchema(append(b, `,"parameters":`...), t.InputSchema); err != nil {
-				return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+				return nil, fmt.Errorf("tool %q: input schema %w", t.Name, err)
 			}
 		}
 		b = append(b, "}}"...)

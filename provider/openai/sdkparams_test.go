@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -36,6 +37,10 @@ func (p *Provider) sdkParams(req *provider.Request) (*sdk.ChatCompletionNewParam
 	if err := req.Sampling.Finite(); err != nil {
 		return nil, err
 	}
+	format, err := sdkResponseFormat(req)
+	if err != nil {
+		return nil, err
+	}
 	choice, err := sdkToolChoice(req.ToolChoice)
 	if err != nil {
 		return nil, err
@@ -45,11 +50,13 @@ func (p *Provider) sdkParams(req *provider.Request) (*sdk.ChatCompletionNewParam
 		return nil, err
 	}
 	params := &sdk.ChatCompletionNewParams{
-		Model:         shared.ChatModel(req.Model),
-		Messages:      msgs,
-		Tools:         tools,
-		ToolChoice:    choice,
-		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)},
+		Model:           shared.ChatModel(req.Model),
+		Messages:        msgs,
+		Tools:           tools,
+		ToolChoice:      choice,
+		StreamOptions:   sdk.ChatCompletionStreamOptionsParam{IncludeUsage: sdk.Bool(true)},
+		ReasoningEffort: shared.ReasoningEffort(req.Reasoning.Effort),
+		ResponseFormat:  format,
 	}
 	sdkSampling(params, req)
 	if req.MaxTokens > 0 {
@@ -81,6 +88,25 @@ func sdkSampling(params *sdk.ChatCompletionNewParams, req *provider.Request) {
 	if req.ToolChoice.DisableParallel {
 		params.ParallelToolCalls = sdk.Bool(false)
 	}
+}
+
+// sdkResponseFormat maps the output schema of StructuredNative to a
+// json_schema response format; the zero union sends nothing.
+func sdkResponseFormat(req *provider.Request) (sdk.ChatCompletionNewParamsResponseFormatUnion, error) {
+	var u sdk.ChatCompletionNewParamsResponseFormatUnion
+	if len(req.OutputSchema) == 0 || req.StructuredOutput != provider.StructuredNative {
+		return u, nil
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(req.OutputSchema, &schema); err != nil || schema == nil {
+		return u, errors.New("output schema is not a JSON object")
+	}
+	u.OfJSONSchema = &shared.ResponseFormatJSONSchemaParam{JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
+		Name:   "output",
+		Strict: sdk.Bool(strictSchema(req.OutputSchema)),
+		Schema: schema,
+	}}
+	return u, nil
 }
 
 // sdkToolChoice maps the tool choice; the zero union sends nothing.
@@ -124,7 +150,9 @@ func sdkMessage(m recovery.Message) ([]sdk.ChatCompletionMessageParamUnion, erro
 				parts = append(parts, sdk.TextContentPart(b.Text))
 			}
 		case recovery.BlockImage:
-			parts = append(parts, sdk.ImageContentPart(sdk.ChatCompletionContentPartImageImageURLParam{URL: sdkDataURL(b)}))
+			parts = append(parts, sdk.ImageContentPart(sdk.ChatCompletionContentPartImageImageURLParam{URL: sdkImageURL(b)}))
+		case recovery.BlockDocument:
+			return nil, errDocument
 		default:
 			return nil, fmt.Errorf("a user message cannot hold block kind %d", b.Kind)
 		}
@@ -151,6 +179,8 @@ func sdkAssistant(blocks []recovery.Block) (*sdk.ChatCompletionAssistantMessageP
 		case recovery.BlockThinking:
 		case recovery.BlockText:
 			text.WriteString(b.Text)
+		case recovery.BlockDocument:
+			return nil, errDocument
 		case recovery.BlockToolUse:
 			args := string(b.ToolInput)
 			if args == "" {
@@ -176,8 +206,11 @@ func sdkAssistant(blocks []recovery.Block) (*sdk.ChatCompletionAssistantMessageP
 	return a, nil
 }
 
-// sdkDataURL inlines an image.
-func sdkDataURL(b recovery.Block) string {
+// sdkImageURL is an image's URL, or its data inlined.
+func sdkImageURL(b recovery.Block) string {
+	if b.URL != "" {
+		return b.URL
+	}
 	return "data:" + b.MediaType + ";base64," + base64.StdEncoding.EncodeToString(b.Data)
 }
 
