@@ -77,12 +77,7 @@ func TestModelParametersAreRefusedBeforeAnyUpstreamCall(t *testing.T) {
 	tool := func(mode completionv1.ToolChoiceMode, name string) *completionv1.ToolChoice {
 		return &completionv1.ToolChoice{Mode: mode, Name: name}
 	}
-	tests := []struct {
-		name  string
-		req   *completionv1.CompleteRequest
-		field string
-		says  string // a part of the violation's description
-	}{
+	tests := []refusedRequest{
 		{"temperature over 2", on("sim", func(r *completionv1.CompleteRequest) { r.Temperature = proto.Float64(2.5) }), "temperature", "between 0 and 2"},
 		{"temperature NaN", on("sim", func(r *completionv1.CompleteRequest) { r.Temperature = proto.Float64(math.NaN()) }), "temperature", "NaN"},
 		{"temperature over Anthropic's 1", on("claude", func(r *completionv1.CompleteRequest) { r.Temperature = proto.Float64(1.5) }), "temperature", `route "claude" takes a temperature between 0 and 1`},
@@ -117,6 +112,22 @@ func TestModelParametersAreRefusedBeforeAnyUpstreamCall(t *testing.T) {
 		}), "tool_choice.mode", `route "claude-thinking" cannot honour TOOL_CHOICE_MODE_ANY`},
 		{"max total zero", on("sim", func(r *completionv1.CompleteRequest) { r.MaxTotalOutputTokens = proto.Int32(0) }), "max_total_output_tokens", "between 1 and"},
 	}
+	assertRefused(t, env, up, tests)
+}
+
+// refusedRequest is a bad request and the field violation it must get.
+type refusedRequest struct {
+	name  string
+	req   *completionv1.CompleteRequest
+	field string
+	says  string // a part of the violation's description
+}
+
+// assertRefused streams each request and checks that it is refused with
+// INVALID_ARGUMENT, its violation and a small status, and that none of
+// them reached the upstream.
+func assertRefused(t *testing.T, env *testEnv, up *countingProvider, tests []refusedRequest) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, st := env.streamAll(t, tt.req)
@@ -127,7 +138,7 @@ func TestModelParametersAreRefusedBeforeAnyUpstreamCall(t *testing.T) {
 				t.Errorf("details %v lack a violation of %q saying %q", st.Details(), tt.field, tt.says)
 			}
 			if size := proto.Size(st.Proto()); size > 4096 {
-				t.Errorf("the status is %d bytes: a refusal stays small", size)
+				t.Errorf("the status is %d bytes: a refusedRequest stays small", size)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/completiond/completiond/config"
@@ -86,12 +85,7 @@ func TestReasoningCachingMediaAndStructuredOutputAreRefusedBeforeAnyUpstreamCall
 	}
 	object := `{"type": "object", "properties": {"a": {"type": "string"}}}`
 	pdf := []byte("%PDF-1.7 …")
-	tests := []struct {
-		name  string
-		req   *completionv1.CompleteRequest
-		field string
-		says  string
-	}{
+	tests := []refusedRequest{
 		{"budget under 1024", on("claude-r", budget(100)), "reasoning.budget_tokens", "between 1024 and"},
 		{"budget absurd", on("claude-r", budget(1<<30)), "reasoning.budget_tokens", "between 1024 and"},
 		{"budget over the route's ceiling", on("claude-r", budget(20_000)), "reasoning.budget_tokens", `route "claude-r" thinks with at most 16000 tokens`},
@@ -147,23 +141,7 @@ func TestReasoningCachingMediaAndStructuredOutputAreRefusedBeforeAnyUpstreamCall
 			r.Tools = []*completionv1.Tool{{Name: config.StructuredToolName}}
 		})), "tools", "rename"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, st := env.streamAll(t, tt.req)
-			if st.Code() != codes.InvalidArgument {
-				t.Fatalf("status %v, want InvalidArgument", st.Code())
-			}
-			if !hasViolationSaying(st.Details(), tt.field, tt.says) {
-				t.Errorf("details %v lack a violation of %q saying %q", st.Details(), tt.field, tt.says)
-			}
-			if size := proto.Size(st.Proto()); size > 4096 {
-				t.Errorf("the status is %d bytes: a refusal stays small", size)
-			}
-		})
-	}
-	if n := up.calls.Load(); n != 0 {
-		t.Errorf("upstream was called %d times for bad requests, want 0", n)
-	}
+	assertRefused(t, env, up, tests)
 }
 
 // TestReasoningReachesEveryAttempt: a request's reasoning goes to every

@@ -14,11 +14,16 @@ grow too long each decision is reported to the caller as a typed transition even
 // Every token but the first starts with a space, so the tokens concatenate
 // to readable text.
 func Answer(prompt string, words int) []string {
-	out := make([]string, 0, words)
-	out = append(out, fmt.Sprintf("Simulated answer to %q:", truncate(prompt, 32)))
-	seed := int(hash(prompt) % uint32(len(vocabulary)))
+	return sentence(fmt.Sprintf("Simulated answer to %q:", truncate(prompt, 32)), prompt, words, vocabulary)
+}
+
+// sentence is lead and then words−1 tokens of vocab, chosen by prompt's
+// hash, the last ending in a full stop.
+func sentence(lead, prompt string, words int, vocab []string) []string {
+	out := append(make([]string, 0, words), lead)
+	seed := int(hash(prompt) % uint32(len(vocab)))
 	for i := 1; i < words; i++ {
-		w := " " + vocabulary[(seed+i)%len(vocabulary)]
+		w := " " + vocab[(seed+i)%len(vocab)]
 		if i == words-1 {
 			w += "."
 		}

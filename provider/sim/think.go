@@ -76,16 +76,7 @@ func Reasoning(prompt string, words int, afterTools bool) []string {
 	if afterTools {
 		lead = fmt.Sprintf("Reasoning about the tool results for %q:", truncate(prompt, 32))
 	}
-	out := append(make([]string, 0, words), lead)
-	seed := int(hash(prompt) % uint32(len(thinkingVocabulary)))
-	for i := 1; i < words; i++ {
-		w := " " + thinkingVocabulary[(seed+i)%len(thinkingVocabulary)]
-		if i == words-1 {
-			w += "."
-		}
-		out = append(out, w)
-	}
-	return out
+	return sentence(lead, prompt, words, thinkingVocabulary)
 }
 
 // signedPrefix starts the signatures signatureFor makes.
