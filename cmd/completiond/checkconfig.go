@@ -133,6 +133,8 @@ func printConfig(w io.Writer, path string, cfg config.Config, specs map[provider
 		} else {
 			p("  thinking\toff")
 		}
+		p("  reasoning\t%s", reasoningCeiling(r))
+		p("  structured output\t%s", structuredOutputNames[r.StructuredOutput])
 		if len(r.Fallbacks) == 0 {
 			p("  fallbacks\tnone")
 		} else {
@@ -334,4 +336,24 @@ func orDefaultDuration(d time.Duration) string {
 		return "default"
 	}
 	return d.String()
+}
+
+// reasoningCeiling says what a request's reasoning may ask of route r.
+func reasoningCeiling(r *config.Route) string {
+	var parts []string
+	if r.MaxThinkingBudget > 0 {
+		parts = append(parts, fmt.Sprintf("budget up to %d tokens", r.MaxThinkingBudget))
+	}
+	if r.MaxReasoningEffort != "" {
+		parts = append(parts, "effort up to "+r.MaxReasoningEffort)
+	}
+	if len(parts) == 0 {
+		return "none (requests asking for reasoning are refused)"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// structuredOutputNames are the structured_output values, by mode.
+var structuredOutputNames = map[provider.StructuredOutput]string{
+	provider.StructuredNative: "native", provider.StructuredTool: "tool (a forced tool)", provider.StructuredHook: "hook (the stop hook alone)",
 }

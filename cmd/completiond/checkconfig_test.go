@@ -57,10 +57,12 @@ routes:
   gpt:
     provider: openai
     model: gpt-4.1
+    max_reasoning_effort: medium
   qwen:
     provider: local
     model: Qwen/Qwen3-8B
     prefill: true
+    structured_output: hook
   sim:
     provider: sim
     model: sim-1
@@ -98,6 +100,11 @@ func TestCheckConfigPrintsResolvedRoutes(t *testing.T) {
 		"fallbacks qwen → gpt",
 		"timeouts headers 10s, first token 5m0s, idle 45s, total 20m0s",
 		"thinking 16000 tokens",
+		"reasoning budget up to 16000 tokens\n",
+		"reasoning effort up to medium\n",
+		"reasoning none (requests asking for reasoning are refused)",
+		"structured output native\n",
+		"structured output hook (the stop hook alone)",
 		"route gpt\nprovider openai\nbase url https://api.openai.com/v1 (default)",
 		"base url http://localhost:8000/v1\n", // no user info, no query
 		`prefill body {"add_generation_prompt":false,"continue_final_message":true}`,
