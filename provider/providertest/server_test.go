@@ -19,7 +19,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // post sends body to the server's endpoint and reads the whole answer.
 func post(t *testing.T, s *Server, path, body string) (*http.Response, string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// A guard against a hang, not a timing: a body of megabytes under the
+	// race detector on a loaded machine takes seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.srv.URL+path, strings.NewReader(body))
 	if err != nil {
