@@ -71,8 +71,8 @@ type CompletionClient interface {
 	// with: OK for COMPLETED, otherwise the same code and details. A draining
 	// server refuses new completions but still answers Attach.
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CompletionEvent], error)
-	// Cancel ends a running completion (a Stream, a Complete or a Session,
-	// started with a resume_grace or not) as its caller's own cancel does:
+	// Cancel ends a running completion (a Stream or a Session, started with
+	// a resume_grace or not) as its caller's own cancel does:
 	// its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
 	// Session awaits its caller (tool results, a stop-hook verdict), and its
 	// own stream and every caller attached to it receive that end and end
@@ -224,8 +224,8 @@ type CompletionServer interface {
 	// with: OK for COMPLETED, otherwise the same code and details. A draining
 	// server refuses new completions but still answers Attach.
 	Attach(*AttachRequest, grpc.ServerStreamingServer[CompletionEvent]) error
-	// Cancel ends a running completion (a Stream, a Complete or a Session,
-	// started with a resume_grace or not) as its caller's own cancel does:
+	// Cancel ends a running completion (a Stream or a Session, started with
+	// a resume_grace or not) as its caller's own cancel does:
 	// its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
 	// Session awaits its caller (tool results, a stop-hook verdict), and its
 	// own stream and every caller attached to it receive that end and end

@@ -7957,8 +7957,8 @@ export const CompletionService = {
     responseDeserialize: (value: Buffer): CompletionEvent => CompletionEvent.decode(value),
   },
   /**
-   * Cancel ends a running completion (a Stream, a Complete or a Session,
-   * started with a resume_grace or not) as its caller's own cancel does:
+   * Cancel ends a running completion (a Stream or a Session, started with
+   * a resume_grace or not) as its caller's own cancel does:
    * its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
    * Session awaits its caller (tool results, a stop-hook verdict), and its
    * own stream and every caller attached to it receive that end and end
@@ -8041,8 +8041,8 @@ export interface CompletionServer extends UntypedServiceImplementation {
    */
   attach: handleServerStreamingCall<AttachRequest, CompletionEvent>;
   /**
-   * Cancel ends a running completion (a Stream, a Complete or a Session,
-   * started with a resume_grace or not) as its caller's own cancel does:
+   * Cancel ends a running completion (a Stream or a Session, started with
+   * a resume_grace or not) as its caller's own cancel does:
    * its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
    * Session awaits its caller (tool results, a stop-hook verdict), and its
    * own stream and every caller attached to it receive that end and end
@@ -8135,8 +8135,8 @@ export interface CompletionClient extends Client {
     options?: Partial<CallOptions>,
   ): ClientReadableStream<CompletionEvent>;
   /**
-   * Cancel ends a running completion (a Stream, a Complete or a Session,
-   * started with a resume_grace or not) as its caller's own cancel does:
+   * Cancel ends a running completion (a Stream or a Session, started with
+   * a resume_grace or not) as its caller's own cancel does:
    * its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
    * Session awaits its caller (tool results, a stop-hook verdict), and its
    * own stream and every caller attached to it receive that end and end

@@ -105,8 +105,8 @@ class CompletionServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Cancel(self, request, context):
-        """Cancel ends a running completion (a Stream, a Complete or a Session,
-        started with a resume_grace or not) as its caller's own cancel does:
+        """Cancel ends a running completion (a Stream or a Session, started with
+        a resume_grace or not) as its caller's own cancel does:
         its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
         Session awaits its caller (tool results, a stop-hook verdict), and its
         own stream and every caller attached to it receive that end and end
