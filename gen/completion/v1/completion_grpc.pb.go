@@ -72,11 +72,11 @@ type CompletionClient interface {
 	// server refuses new completions but still answers Attach.
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CompletionEvent], error)
 	// Cancel ends a running completion (a Stream or a Session, started with
-	// a resume_grace or not) as its caller's own cancel does:
-	// its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
-	// Session awaits its caller (tool results, a stop-hook verdict), and its
-	// own stream and every caller attached to it receive that end and end
-	// with its status (CANCELLED, ErrorInfo reason the transition's name).
+	// a resume_grace or not) as its caller's own cancel does: its terminal
+	// transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+	// awaits its caller (tool results, a stop-hook verdict), and its own
+	// stream and every caller attached to it receive that end and end with
+	// its status (CANCELLED, ErrorInfo reason the transition's name).
 	// The call answers once the end is in the event log, within a bounded
 	// wait; in a fleet the replica that runs the completion ends it,
 	// whichever replica the call reached. A completion that has ended, while
@@ -225,11 +225,11 @@ type CompletionServer interface {
 	// server refuses new completions but still answers Attach.
 	Attach(*AttachRequest, grpc.ServerStreamingServer[CompletionEvent]) error
 	// Cancel ends a running completion (a Stream or a Session, started with
-	// a resume_grace or not) as its caller's own cancel does:
-	// its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
-	// Session awaits its caller (tool results, a stop-hook verdict), and its
-	// own stream and every caller attached to it receive that end and end
-	// with its status (CANCELLED, ErrorInfo reason the transition's name).
+	// a resume_grace or not) as its caller's own cancel does: its terminal
+	// transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+	// awaits its caller (tool results, a stop-hook verdict), and its own
+	// stream and every caller attached to it receive that end and end with
+	// its status (CANCELLED, ErrorInfo reason the transition's name).
 	// The call answers once the end is in the event log, within a bounded
 	// wait; in a fleet the replica that runs the completion ends it,
 	// whichever replica the call reached. A completion that has ended, while

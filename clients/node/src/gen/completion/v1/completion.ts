@@ -7958,11 +7958,11 @@ export const CompletionService = {
   },
   /**
    * Cancel ends a running completion (a Stream or a Session, started with
-   * a resume_grace or not) as its caller's own cancel does:
-   * its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
-   * Session awaits its caller (tool results, a stop-hook verdict), and its
-   * own stream and every caller attached to it receive that end and end
-   * with its status (CANCELLED, ErrorInfo reason the transition's name).
+   * a resume_grace or not) as its caller's own cancel does: its terminal
+   * transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+   * awaits its caller (tool results, a stop-hook verdict), and its own
+   * stream and every caller attached to it receive that end and end with
+   * its status (CANCELLED, ErrorInfo reason the transition's name).
    * The call answers once the end is in the event log, within a bounded
    * wait; in a fleet the replica that runs the completion ends it,
    * whichever replica the call reached. A completion that has ended, while
@@ -8042,11 +8042,11 @@ export interface CompletionServer extends UntypedServiceImplementation {
   attach: handleServerStreamingCall<AttachRequest, CompletionEvent>;
   /**
    * Cancel ends a running completion (a Stream or a Session, started with
-   * a resume_grace or not) as its caller's own cancel does:
-   * its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
-   * Session awaits its caller (tool results, a stop-hook verdict), and its
-   * own stream and every caller attached to it receive that end and end
-   * with its status (CANCELLED, ErrorInfo reason the transition's name).
+   * a resume_grace or not) as its caller's own cancel does: its terminal
+   * transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+   * awaits its caller (tool results, a stop-hook verdict), and its own
+   * stream and every caller attached to it receive that end and end with
+   * its status (CANCELLED, ErrorInfo reason the transition's name).
    * The call answers once the end is in the event log, within a bounded
    * wait; in a fleet the replica that runs the completion ends it,
    * whichever replica the call reached. A completion that has ended, while
@@ -8136,11 +8136,11 @@ export interface CompletionClient extends Client {
   ): ClientReadableStream<CompletionEvent>;
   /**
    * Cancel ends a running completion (a Stream or a Session, started with
-   * a resume_grace or not) as its caller's own cancel does:
-   * its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
-   * Session awaits its caller (tool results, a stop-hook verdict), and its
-   * own stream and every caller attached to it receive that end and end
-   * with its status (CANCELLED, ErrorInfo reason the transition's name).
+   * a resume_grace or not) as its caller's own cancel does: its terminal
+   * transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+   * awaits its caller (tool results, a stop-hook verdict), and its own
+   * stream and every caller attached to it receive that end and end with
+   * its status (CANCELLED, ErrorInfo reason the transition's name).
    * The call answers once the end is in the event log, within a bounded
    * wait; in a fleet the replica that runs the completion ends it,
    * whichever replica the call reached. A completion that has ended, while

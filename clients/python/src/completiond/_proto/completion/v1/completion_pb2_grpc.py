@@ -106,11 +106,11 @@ class CompletionServicer(object):
 
     def Cancel(self, request, context):
         """Cancel ends a running completion (a Stream or a Session, started with
-        a resume_grace or not) as its caller's own cancel does:
-        its terminal transition is ABORTED_STREAMING, or ABORTED_TOOLS while a
-        Session awaits its caller (tool results, a stop-hook verdict), and its
-        own stream and every caller attached to it receive that end and end
-        with its status (CANCELLED, ErrorInfo reason the transition's name).
+        a resume_grace or not) as its caller's own cancel does: its terminal
+        transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+        awaits its caller (tool results, a stop-hook verdict), and its own
+        stream and every caller attached to it receive that end and end with
+        its status (CANCELLED, ErrorInfo reason the transition's name).
         The call answers once the end is in the event log, within a bounded
         wait; in a fleet the replica that runs the completion ends it,
         whichever replica the call reached. A completion that has ended, while
