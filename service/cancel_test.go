@@ -334,6 +334,29 @@ func TestCancelAcrossReplicas(t *testing.T) {
 // call returns, the completion ends ABORTED_STREAMING, which the next
 // Cancel answers.
 func TestCancelPending(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	client, stuck, st, id, s := cancelStuck(t, ctx)
+	if s.Code() != codes.Unavailable || errorInfo(s).GetReason() != reasonCancelPending || retryInfo(s) == nil {
+		t.Fatalf("Cancel of a completion that does not end: %v, want UNAVAILABLE %s with RetryInfo", s, reasonCancelPending)
+	}
+	stuck.free()
+	if _, end := recvAll(st.Recv); end.Code() != codes.Canceled {
+		t.Fatalf("the stream ended %v, want CANCELLED", end)
+	}
+	resp, s := callCancel(ctx, client, id)
+	if s.Code() != codes.OK || !resp.GetAlreadyEnded() || resp.GetReason() != abortedStreaming {
+		t.Fatalf("Cancel again: %v, %v; want already ended ABORTED_STREAMING", resp, s)
+	}
+}
+
+// cancelStuck starts a Stream whose upstream call ignores cancellation,
+// on a server whose Cancel waits 50 ms, and cancels it: the client, the
+// upstream (free it to let the call return), the Stream, its id and the
+// Cancel's status.
+func cancelStuck(t *testing.T, ctx context.Context) (completionv1.CompletionClient, *stuckProvider,
+	completionv1.Completion_StreamClient, string, *status.Status) {
+	t.Helper()
 	stuck := newStuckProvider(t)
 	cfg := DefaultConfig()
 	for _, r := range cfg.Routes {
@@ -347,13 +370,12 @@ func TestCancelPending(t *testing.T) {
 	g := NewGRPC(srv)
 	conn := serveBufconn(t, g)
 	t.Cleanup(func() {
+		stuck.free() // before the stop, which waits for the handler
 		conn.Close()
 		g.Server.Stop()
 		srv.Close()
 	})
 	client := completionv1.NewCompletionClient(conn)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
 	st, err := client.Stream(ctx, prompt("hello", nil))
 	if err != nil {
 		t.Fatal(err)
@@ -365,15 +387,46 @@ func TestCancelPending(t *testing.T) {
 	id := first.GetStarted().GetCompletionId()
 	<-stuck.entered
 	_, s := callCancel(ctx, client, id)
-	if s.Code() != codes.Unavailable || errorInfo(s).GetReason() != reasonCancelPending || retryInfo(s) == nil {
-		t.Fatalf("Cancel of a completion that does not end: %v, want UNAVAILABLE %s with RetryInfo", s, reasonCancelPending)
-	}
-	stuck.free()
-	if _, end := recvAll(st.Recv); end.Code() != codes.Canceled {
-		t.Fatalf("the stream ended %v, want CANCELLED", end)
-	}
-	resp, s := callCancel(ctx, client, id)
-	if s.Code() != codes.OK || !resp.GetAlreadyEnded() || resp.GetReason() != abortedStreaming {
-		t.Fatalf("Cancel again: %v, %v; want already ended ABORTED_STREAMING", resp, s)
+	return client, stuck, st, id, s
+}
+
+// TestCancelIsNotLimited: a server at its in-flight cap, and a key at its
+// concurrency limit, refuse a new completion but still answer Cancel
+// (and ListRoutes), which start none: the caller can make room.
+func TestCancelIsNotLimited(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits func(*Config)
+		reason string
+	}{
+		{"in-flight cap", func(c *Config) { c.Limits.MaxInFlight, c.Limits.KeyMaxConcurrent = 1, 0 }, "OVERLOADED"},
+		{"key concurrency", func(c *Config) { c.Limits.MaxInFlight, c.Limits.KeyMaxConcurrent = 0, 1 }, "KEY_CONCURRENCY"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := gatedEnv(t, func(c *Config) { c.Auth = testKeys() }, tc.limits)
+			conn := serveBufconn(t, e.grpc)
+			t.Cleanup(func() { conn.Close() })
+			client := completionv1.NewCompletionClient(conn)
+			ctx := bearer(t.Context(), "Bearer ops-secret-key")
+			st, err := client.Stream(ctx, prompt("hello", nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := recvUntilDelta(t, st)[0].GetStarted().GetCompletionId() // it runs, and holds
+			second, err := client.Stream(ctx, prompt("hello", nil))
+			if err == nil {
+				_, err = second.Recv() // the refusal comes as the stream's status
+			}
+			if refused := status.Convert(err); errorInfo(refused).GetReason() != tc.reason {
+				t.Fatalf("a second Stream: %v, want %s", refused, tc.reason)
+			}
+			if _, err := client.ListRoutes(ctx, &completionv1.ListRoutesRequest{}); err != nil {
+				t.Errorf("ListRoutes: %v", err)
+			}
+			resp, s := callCancel(ctx, client, id)
+			if s.Code() != codes.OK || resp.GetReason() != abortedStreaming {
+				t.Fatalf("Cancel at the limit: %v, %v", resp, s)
+			}
+		})
 	}
 }
