@@ -170,6 +170,38 @@ func (c *Client) Attach(ctx context.Context, completionID string, afterSeq uint6
 	return s, nil
 }
 
+// Cancel ends the running completion completionID as its caller's own
+// cancel would (ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+// awaits its caller), from any connection — in a fleet, through any
+// replica — and returns how it ended once the end is in the server's
+// log. A completion that had ended is answered as it ended, AlreadyEnded
+// set. Errors are *Error: NOT_FOUND (COMPLETION_NOT_FOUND) for an unknown
+// or expired id and for another key's completion alike, UNAVAILABLE
+// (CANCEL_PENDING) when the end did not come within the server's wait —
+// the cancel stands, and Cancel again waits again.
+func (c *Client) Cancel(ctx context.Context, completionID string, opts ...grpc.CallOption) (*completionv1.CancelResponse, error) {
+	resp, err := c.rpc.Cancel(ctx, &completionv1.CancelRequest{CompletionId: completionID}, opts...)
+	if err != nil {
+		e := AsError(err)
+		e.CompletionID = completionID
+		return nil, e
+	}
+	return resp, nil
+}
+
+// ListRoutes returns the routes the client's key may use (every route
+// when the server runs without authentication), sorted by name: each
+// with its model, limits, fallbacks, capabilities (what the server's
+// request validation checks against), whether it is the default route
+// and whether its circuit is open now. Errors are *Error.
+func (c *Client) ListRoutes(ctx context.Context, opts ...grpc.CallOption) ([]*completionv1.RouteInfo, error) {
+	resp, err := c.rpc.ListRoutes(ctx, &completionv1.ListRoutesRequest{}, opts...)
+	if err != nil {
+		return nil, AsError(err)
+	}
+	return resp.GetRoutes(), nil
+}
+
 // errNoResult is a stream that ended OK without a result, which the
 // server never does; it is reported rather than taken for an answer.
 var errNoResult = status.Error(codes.Internal, "the stream ended without a result")

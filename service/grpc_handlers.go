@@ -32,14 +32,18 @@ type Server struct {
 	cfg      Config
 	obs      *telemetry.Observer
 	breakers *guard.Breakers
-	shared   *guard.RedisGate // Config.Redis for the breakers and limits; nil without it
-	log      fleet.Log        // every completion's events, for Attach
-	mem      *fleet.MemLog    // log when it is this process's memory alone, else nil
-	holds    holds            // the completions kept running for a resume grace
-	sessions sessions         // the resumable Sessions that run, by id, for Session resume
-	running  running          // the completions that run, which a drain waits for
-	owned    owned            // the leases held (Config.Leases), by completion id
-	presence *fleet.Presence  // this process, to the fleet (Config.Leases); nil without leases
+	shared   *guard.RedisGate    // Config.Redis for the breakers and limits; nil without it
+	log      fleet.Log           // every completion's events, for Attach
+	mem      *fleet.MemLog       // log when it is this process's memory alone, else nil
+	holds    holds               // the completions kept running for a resume grace
+	sessions sessions            // the resumable Sessions that run, by id, for Session resume
+	running  running             // the completions that run, which a drain waits for
+	owned    owned               // the leases held (Config.Leases), by completion id
+	presence *fleet.Presence     // this process, to the fleet (Config.Leases); nil without leases
+	cancels  cancellers          // the completions that run here, which Cancel may end (grpc_cancel.go)
+	bus      *fleet.RedisCancels // a Cancel to the replica that runs the completion (Config.Redis); nil without Redis
+	// cancelWait is how long Cancel waits for the end (cancelWaitFor).
+	cancelWait time.Duration
 
 	aborted context.Context // done when in-flight completions must end
 	abort   context.CancelFunc
@@ -85,6 +89,11 @@ func New(cfg Config) (*Server, error) {
 		s.presence = fleet.NewPresence(cfg.Leases, fleet.NewInstance(cfg.Replica))
 		s.closers = append([]func(){s.presence.Close}, s.closers...) // released while the store is still there
 	}
+	if cfg.Redis != nil {
+		s.bus = fleet.NewRedisCancels(cfg.Redis, s.cancels.heard, s.cancels.ids)
+		s.closers = append([]func(){s.bus.Close}, s.closers...)
+	}
+	s.cancelWait = cancelWaitFor(cfg.Leases)
 	return s, nil
 }
 
@@ -241,8 +250,13 @@ func (s *Server) completionContext(ctx context.Context) (context.Context, contex
 // completionContextCause is completionContext with a cancel that records
 // why. Aborting cancels it through a registered callback: no goroutine waits
 // per completion.
+//
+// The context carries its cancel (cancelOf), so that admit registers the
+// completion it runs as one Cancel may end before its log opens: no
+// Cancel finds the log of a completion it cannot end.
 func (s *Server) completionContextCause(ctx context.Context) (context.Context, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	ctx = context.WithValue(ctx, cancelKey{}, cancel)
 	release := context.AfterFunc(s.aborted, func() { cancel(errShuttingDown) })
 	return ctx, func(cause error) {
 		release()
@@ -312,7 +326,8 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 // Admit counts completion id as running and opens its log, or refuses it:
 // UNAVAILABLE while the server drains, and when a resumable completion
 // finds no room in the event log (a completion without a grace runs
-// unlogged then). The returned function counts it out.
+// unlogged then). It registers the completion as one Cancel may end
+// (watchCancel). The returned function counts it out and unregisters it.
 //
 // A resumable Stream or Session of a fleet replica (Config.Leases) first
 // acquires the completion's lease, and only then logs its request (a
@@ -324,8 +339,14 @@ func (s *Server) admit(ctx context.Context, id string, req *completionv1.Complet
 	if !s.running.enter() {
 		return nil, acquired{}, drainingStatus()
 	}
+	unwatch := s.watchCancel(ctx, id, takeover) // before the log opens (completionContextCause)
 	var once sync.Once
-	release := func() { once.Do(s.running.exit) }
+	release := func() {
+		once.Do(func() {
+			unwatch()
+			s.running.exit()
+		})
+	}
 	if takeover { // its log is open already
 		return release, acquired{}, nil
 	}
@@ -345,7 +366,7 @@ func (s *Server) admit(ctx context.Context, id string, req *completionv1.Complet
 		if a.lease != nil {
 			_ = s.cfg.Leases.Release(context.WithoutCancel(ctx), *a.lease)
 		}
-		s.running.exit()
+		release()
 		return nil, acquired{}, logFullStatus()
 	}
 	return release, a, nil

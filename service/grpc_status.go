@@ -269,6 +269,12 @@ const (
 	// reasonHealthBusy: as many health calls of the kind run as the
 	// server lets anybody run without a key.
 	reasonHealthBusy = "HEALTH_BUSY"
+	// reasonCompletionNotFound: no completion of the id is kept for the
+	// caller (unknown, expired, or, to Cancel, another key's).
+	reasonCompletionNotFound = "COMPLETION_NOT_FOUND"
+	// reasonCancelPending: a Cancel asked for a completion's end, which
+	// did not come within its wait; the cancel stands.
+	reasonCancelPending = "CANCEL_PENDING"
 )
 
 // healthBusyStatus refuses a health call past its cap (what, limit), on
@@ -408,20 +414,33 @@ func notOwnerStatus(id string) error {
 	return status.Error(codes.PermissionDenied, "completion "+quote(id)+" was started by another caller")
 }
 
-// logStatus is the status of an event log read that failed: NOT_FOUND,
-// OUT_OF_RANGE, INTERNAL, or UNAVAILABLE without ErrorInfo when the shared
-// log does not answer — a dropped connection to the caller, who attaches
-// (or resumes) again.
+// logStatus is the status of an event log read that failed: NOT_FOUND
+// with ErrorInfo COMPLETION_NOT_FOUND, OUT_OF_RANGE, INTERNAL, or
+// UNAVAILABLE without ErrorInfo when the shared log does not answer — a
+// dropped connection to the caller, who attaches (or resumes) again.
+// Cancel also answers another key's completion with its NOT_FOUND, the
+// same bytes as an unknown id's.
 func logStatus(err error, id string, after uint64) error {
 	switch {
 	case errors.Is(err, fleet.ErrNotFound):
-		return status.Error(codes.NotFound, "no completion "+quote(id)+" (unknown, or its log expired)")
+		return withDetails(codes.NotFound, "no completion "+quote(id)+" (unknown, or its log expired)",
+			&errdetails.ErrorInfo{Reason: reasonCompletionNotFound, Domain: ErrorDomain}).Err()
 	case errors.Is(err, fleet.ErrOutOfRange):
 		return status.Errorf(codes.OutOfRange, "after_seq %d is not within the events kept of completion %s", after, quote(id))
 	case errors.Is(err, fleet.ErrUnavailable):
 		return status.Error(codes.Unavailable, "the shared event log (Redis) does not answer: retry")
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// cancelPendingStatus ends a Cancel of completion id whose end did not
+// come within wait: UNAVAILABLE, ErrorInfo CANCEL_PENDING, RetryInfo 0.
+// The cancel stands (the completion's context is cancelled, or its fleet
+// mark set): a Cancel again waits for the end again.
+func cancelPendingStatus(id string, wait time.Duration) error {
+	return withDetails(codes.Unavailable, "completion "+quote(id)+" was asked to end but had not ended after "+wait.String()+": the cancel stands, call Cancel again to wait for its end",
+		&errdetails.ErrorInfo{Reason: reasonCancelPending, Domain: ErrorDomain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(0)}).Err()
 }
 
 // notRunningHereStatus ends a Session resume of completion id, a live

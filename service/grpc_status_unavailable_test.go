@@ -199,6 +199,12 @@ var unavailablePaths = map[string]func(t *testing.T) ([]*completionv1.Completion
 		e := newTestEnv(t, func(c *Config) { c.Log = unreachableLog{fleet.NewMemLog(config.EventLogLimits{}, time.Now)} })
 		return attachAll(t.Context(), e.client, "cmpl_elsewhere", 0)
 	},
+	// A Cancel whose completion did not end within its wait (its upstream
+	// call ignores the cancellation): the cancel stands.
+	"cancel-pending": func(t *testing.T) ([]*completionv1.CompletionEvent, *status.Status) {
+		_, _, _, _, st := cancelStuck(t, t.Context())
+		return nil, st
+	},
 	// A Session resume that reaches a server which does not run the
 	// Session, without leases to take it over: two servers share a log,
 	// the Session runs on the first, the resume reaches the second.

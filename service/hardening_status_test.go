@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/provider/sim"
 	"github.com/completiond/completiond/recovery"
 )
@@ -174,6 +175,8 @@ func TestEveryStatusIsSmall(t *testing.T) {
 		{"wide violations", status.Convert(invalidArgument(wide)), codes.InvalidArgument},
 		{"session violation", endStatus(ending{result: &recovery.Result{Reason: recovery.AbortedStreaming}, violation: huge}), codes.InvalidArgument},
 		{"upstream failure", endStatus(ending{result: &recovery.Result{Reason: recovery.ModelError, Failure: failure, Retryable: true}}), codes.Unavailable},
+		{"unknown completion", status.Convert(logStatus(fleet.ErrNotFound, huge, 0)), codes.NotFound},
+		{"cancel pending", status.Convert(cancelPendingStatus(huge, time.Hour)), codes.Unavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,9 +23,17 @@ import (
 // one the in-flight and per-key limits count.
 var completionPrefix = "/" + completionv1.Completion_ServiceDesc.ServiceName + "/"
 
+// uncounted are the Completion service's methods the limits do not count:
+// they start no completion, and a key at its concurrency limit must still
+// be able to cancel one of its completions (or list its routes).
+var uncounted = map[string]bool{
+	completionv1.Completion_Cancel_FullMethodName:     true,
+	completionv1.Completion_ListRoutes_FullMethodName: true,
+}
+
 // limiter enforces the in-flight cap of the server and, through keys, the
 // concurrency and rate limits of each authenticated key on the Completion
-// service's calls.
+// service's calls, but for Cancel and ListRoutes (uncounted).
 type limiter struct {
 	l        config.Limits
 	inFlight atomic.Int64
@@ -48,7 +56,7 @@ func newLimiter(cfg *Config, keys *guard.KeyLimits, refusals *telemetry.Refusals
 // runs KeyMaxConcurrent or started more than its rate allows; each with a
 // RetryInfo. An admitted call calls release when it ends.
 func (l *limiter) acquire(ctx context.Context, method string) (release func(), err error) {
-	if !strings.HasPrefix(method, completionPrefix) {
+	if !strings.HasPrefix(method, completionPrefix) || uncounted[method] {
 		return func() {}, nil
 	}
 	if n := l.inFlight.Add(1); l.l.MaxInFlight > 0 && n > int64(l.l.MaxInFlight) {

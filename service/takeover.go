@@ -335,6 +335,7 @@ func (s *Server) rebuild(id string) (driver.Spec, context.Context, context.Cance
 		}
 		if sp.Held, err = ck.HeldEvents(); err != nil {
 			cancel(err)
+			sp.Release() // admitted, never run: counted out and unregistered here
 			return driver.Spec{}, nil, nil, err
 		}
 	}

@@ -30,6 +30,10 @@ const (
 	// logs that a replica follows are published: "id seq" lines for the
 	// appends of a flush, "id" for a log dropped (a channel, not a key).
 	redisLogChanged = "completiond:logchanged"
+	// redisCancelChannel is the Pub/Sub channel on which a Cancel names
+	// the completion it asks the fleet to end (lua/cancel.lua): the
+	// replica that runs it ends it (a channel, not a key).
+	redisCancelChannel = "completiond:cancel"
 )
 
 // redisLogKey is the Redis Stream of completion id's events: entry 0-N is
@@ -46,6 +50,12 @@ func redisMetaKey(id string) string { return "completiond:meta:{" + id + "}" }
 // Redis (every Read sets it, for redisFollowedFor): the appends notify
 // the replicas of the logs so marked only.
 func redisFollowedKey(id string) string { return "completiond:followed:{" + id + "}" }
+
+// redisCancelKey is set once a Cancel asked for completion id to end
+// (lua/cancel.lua), for as long as its live log is kept: a replica that
+// takes the completion over finds it there and ends it, and a replica
+// whose subscription missed the notice finds it when it subscribes again.
+func redisCancelKey(id string) string { return "completiond:cancel:{" + id + "}" }
 
 // LeaseKey is the Redis key of completion id's lease ("token replica").
 // The id is a hash tag, so that in a Redis Cluster the lease, its token
@@ -72,6 +82,7 @@ var redisKeys = redisscript.Table{
 	"LEASE":    LeaseKey,
 	"FOLLOWED": redisFollowedKey,
 	"TOKEN":    leaseTokenKey,
+	"CANCEL":   redisCancelKey,
 }
 
 //go:embed lua/*.lua
@@ -89,4 +100,5 @@ var (
 	acquireScript    = redisscript.Load(luaFiles, "lua/acquire.lua", redisKeys)
 	renewScript      = redisscript.Load(luaFiles, "lua/renew.lua", redisKeys)
 	releaseScript    = redisscript.Load(luaFiles, "lua/release.lua", redisKeys)
+	cancelScript     = redisscript.Load(luaFiles, "lua/cancel.lua", redisKeys)
 )

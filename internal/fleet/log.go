@@ -133,6 +133,10 @@ type Page struct {
 	// Status is the encoded google.rpc.Status the completion ended with,
 	// when Ended; empty for OK.
 	Status []byte
+	// Last is the seq of the last event the log keeps, as of this read
+	// (0 when it keeps none): a reader that wants the end only (Cancel)
+	// reads after it, or after Last-1 for the result of an ended log.
+	Last uint64
 	// More is closed when the log changes after this read (an event is
 	// appended, or the log is dropped), or already when the log keeps more
 	// events than the page holds. Followers wait on it: one channel per
@@ -317,7 +321,7 @@ func (m *MemLog) read(id string, after uint64) (Page, [][]byte, error) {
 	}
 	i := int(after + 1 - first)
 	n := min(len(l.events)-i, logPageSize)
-	page := Page{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, More: closed}
+	page := Page{Meta: l.meta, Ended: !l.ended.IsZero(), Status: l.status, Last: last, More: closed}
 	if i+n == len(l.events) {
 		if l.more == nil {
 			l.more = make(chan struct{})

@@ -362,6 +362,7 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 	if after+1 < lo || after > hi {
 		return Page{}, &RangeError{First: lo}
 	}
+	p.Last = hi
 	msgs := page.Val()
 	// A notice above hi that came before wait is kept by the registry, so
 	// that none is lost between the read and the wait.

@@ -12,10 +12,14 @@ import {
 } from "@grpc/grpc-js";
 import {
   AttachRequest,
+  CancelRequest,
+  type CancelResponse,
   CompleteRequest,
   CompleteResponse,
   CompletionClient,
   type DeepPartial,
+  ListRoutesRequest,
+  type RouteInfo,
   SessionStart,
 } from "./gen/completion/v1/completion";
 import { errorFromGrpc } from "./errors";
@@ -153,6 +157,46 @@ export class Client {
     return new Promise((resolve, reject) => {
       const call = this.stub.complete(req, this.#metadata(options), this.#grpcOptions(options), (err, resp) =>
         err ? reject(errorFromGrpc(err)) : resolve(resp),
+      );
+      onAbort(options.signal, () => call.cancel());
+    });
+  }
+
+  /**
+   * cancel ends the running completion completionId as its caller's own
+   * cancel would (ABORTED_STREAMING, or ABORTED_TOOLS while a Session awaits
+   * its caller), from any connection — in a fleet, through any replica — and
+   * resolves once the end is in the server's log, to how it ended (reason,
+   * code, resultSeq; alreadyEnded for a completion that had ended). It
+   * rejects with a CompletiondError: NOT_FOUND (COMPLETION_NOT_FOUND) for an
+   * unknown id and another key's completion alike, UNAVAILABLE
+   * (CANCEL_PENDING) when the end did not come within the server's wait —
+   * the cancel stands, and cancel again waits again.
+   */
+  cancel(completionId: string, options: CallOptions = {}): Promise<CancelResponse> {
+    const req = CancelRequest.fromPartial({ completionId });
+    return new Promise((resolve, reject) => {
+      const call = this.stub.cancel(req, this.#metadata(options), this.#grpcOptions(options), (err, resp) =>
+        err ? reject(errorFromGrpc(err, { completionId })) : resolve(resp),
+      );
+      onAbort(options.signal, () => call.cancel());
+    });
+  }
+
+  /**
+   * listRoutes resolves to the routes this client's key may use (every route
+   * when the server runs without authentication), sorted by name: each with
+   * its model, limits, fallbacks, capabilities (what the server's request
+   * validation checks against), whether it is the default route and whether
+   * its circuit is open now. It rejects with a CompletiondError.
+   */
+  listRoutes(options: CallOptions = {}): Promise<RouteInfo[]> {
+    return new Promise((resolve, reject) => {
+      const call = this.stub.listRoutes(
+        ListRoutesRequest.fromPartial({}),
+        this.#metadata(options),
+        this.#grpcOptions(options),
+        (err, resp) => (err ? reject(errorFromGrpc(err)) : resolve(resp.routes)),
       );
       onAbort(options.signal, () => call.cancel());
     });

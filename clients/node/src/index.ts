@@ -1,7 +1,7 @@
 // @completiond/client: the TypeScript client library of completiond.
 //
 // - Client connects (plain, TLS or mTLS, optional API key) or wraps a stub,
-//   and offers stream, attach, complete and runSession.
+//   and offers stream, attach, complete, runSession, cancel and listRoutes.
 // - Fold folds a completion's events into its answer as the stream contract
 //   says (kept deltas per attempt and turn, discarded attempts, tool calls,
 //   the result); every stream keeps one.

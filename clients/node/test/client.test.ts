@@ -7,6 +7,8 @@ import { after, before, describe, test } from "node:test";
 import { Server, ServerCredentials, credentials, type sendUnaryData, type ServerUnaryCall, type ServerWritableStream, type ServerDuplexStream, Metadata } from "@grpc/grpc-js";
 import {
   AttachRequest,
+  CancelRequest,
+  CancelResponse,
   Client,
   CompleteRequest,
   CompleteResponse,
@@ -15,6 +17,8 @@ import {
   CompletionEvent,
   CompletionService,
   GrpcStatus,
+  ListRoutesRequest,
+  ListRoutesResponse,
   PromptCacheMode,
   ReasoningEffort,
   SessionRequest,
@@ -81,6 +85,18 @@ const impl = {
         call.emit("error", statusOf(GrpcStatus.ABORTED, "completion ended HOOK_STOPPED", bin));
       }
     });
+  },
+  cancel(call: ServerUnaryCall<CancelRequest, CancelResponse>, cb: sendUnaryData<CancelResponse>) {
+    seen.push(call.metadata);
+    if (call.request.completionId === "cmpl_gone") {
+      const bin = detailsBin(GrpcStatus.NOT_FOUND, "no completion", { reason: "COMPLETION_NOT_FOUND" });
+      return cb(statusOf(GrpcStatus.NOT_FOUND, "no completion", bin), null);
+    }
+    cb(null, CancelResponse.fromPartial({ reason: TransitionReason.TRANSITION_REASON_ABORTED_STREAMING, code: 1, resultSeq: 7 }));
+  },
+  listRoutes(call: ServerUnaryCall<ListRoutesRequest, ListRoutesResponse>, cb: sendUnaryData<ListRoutesResponse>) {
+    seen.push(call.metadata);
+    cb(null, ListRoutesResponse.fromPartial({ routes: [{ name: "sim", isDefault: true, capabilities: { prefill: true } }, { name: "sim-large", circuitOpen: true }] }));
   },
   attach(call: ServerWritableStream<AttachRequest, CompletionEvent>) {
     seen.push(call.metadata);
@@ -188,6 +204,38 @@ describe("Client over grpc-js", { timeout: 10_000 }, () => {
         assert.deepEqual(err.fieldViolations, [{ field: "messages", description: "at least one message is required" }]);
         return true;
       });
+    } finally {
+      c.close();
+    }
+  });
+
+  test("cancel: the response as the server answered, a refusal typed with the id", async () => {
+    const c = new Client(addr, { apiKey: "k-123" });
+    try {
+      const resp = await c.cancel("cmpl_running");
+      assert.deepEqual(resp, CancelResponse.fromPartial({ reason: TransitionReason.TRANSITION_REASON_ABORTED_STREAMING, code: 1, resultSeq: 7 }));
+      assert.deepEqual(seen.at(-1)!.get("authorization"), ["Bearer k-123"]);
+      await assert.rejects(c.cancel("cmpl_gone"), (err: unknown) => {
+        assert.ok(err instanceof CompletiondError);
+        assert.equal(err.codeName, "NOT_FOUND");
+        assert.equal(err.reason, "COMPLETION_NOT_FOUND");
+        assert.equal(err.completionId, "cmpl_gone");
+        assert.equal(err.retryable, false);
+        return true;
+      });
+    } finally {
+      c.close();
+    }
+  });
+
+  test("listRoutes: the routes, in the server's order", async () => {
+    const c = new Client(addr);
+    try {
+      const routes = await c.listRoutes();
+      assert.deepEqual(routes.map((r) => r.name), ["sim", "sim-large"]);
+      assert.equal(routes[0]!.isDefault, true);
+      assert.equal(routes[0]!.capabilities!.prefill, true);
+      assert.equal(routes[1]!.circuitOpen, true);
     } finally {
       c.close();
     }

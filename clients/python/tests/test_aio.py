@@ -72,6 +72,18 @@ class Servicer(pb_grpc.CompletionServicer):
                                         error_details.BadRequest.FieldViolation(field="messages", description="empty")]))),))
         return pb.CompleteResponse(completion_id="cmpl_c")
 
+    async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
+        self.metadata.append(dict(context.invocation_metadata()))
+        if request.completion_id == "cmpl_gone":
+            info = error_details.ErrorInfo(reason="COMPLETION_NOT_FOUND", domain=completiond.DOMAIN)
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no completion",
+                                trailing_metadata=(("grpc-status-details-bin", status_bin(5, "no completion", info)),))
+        return pb.CancelResponse(reason=pb.TRANSITION_REASON_ABORTED_TOOLS, code=1, result_seq=4)
+
+    async def ListRoutes(self, request: pb.ListRoutesRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ListRoutesResponse:
+        return pb.ListRoutesResponse(routes=[pb.RouteInfo(name="sim", is_default=True), pb.RouteInfo(name="sim-large")])
+
     async def Session(self, requests: AsyncIterator[pb.SessionRequest],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         it = requests.__aiter__()
@@ -107,6 +119,21 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.servicer.hold.set()
         await self.client.close()
         await self.server.stop(None)
+
+    async def test_cancel_rpc(self) -> None:
+        response = await self.client.cancel("cmpl_s")
+        self.assertEqual(response, pb.CancelResponse(reason=pb.TRANSITION_REASON_ABORTED_TOOLS, code=1, result_seq=4))
+        self.assertEqual(self.servicer.metadata[0]["authorization"], "Bearer k")
+        with self.assertRaises(completiond.CompletionError) as ctx:
+            await self.client.cancel("cmpl_gone")
+        err = ctx.exception
+        self.assertEqual((err.code, err.reason, err.completion_id),
+                         (grpc.StatusCode.NOT_FOUND, "COMPLETION_NOT_FOUND", "cmpl_gone"))
+
+    async def test_list_routes(self) -> None:
+        routes = await self.client.list_routes()
+        self.assertEqual([r.name for r in routes], ["sim", "sim-large"])
+        self.assertTrue(routes[0].is_default)
 
     async def test_events_and_fold(self) -> None:
         evs = answer()

@@ -233,5 +233,52 @@ class CompleteTest(unittest.TestCase):
         self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
 
 
+class ControlTest(unittest.TestCase):
+    """cancel and list_routes: the Cancel and ListRoutes RPCs, their errors typed."""
+
+    ID = "cmpl_0123456789abcdef01234567"
+
+    def test_cancel(self) -> None:
+        response = pb.CancelResponse(reason=pb.TRANSITION_REASON_ABORTED_STREAMING, code=1, result_seq=9)
+        channel = FakeChannel(Cancel=lambda req: response)
+        client = completiond.Client.from_channel(channel, api_key="k")
+        self.assertEqual(client.cancel(self.ID, timeout=5), response)
+        call = channel.calls[0]
+        self.assertEqual((call.method, call.request.completion_id, call.timeout), ("Cancel", self.ID, 5))
+        self.assertIn(("authorization", "Bearer k"), call.metadata)
+
+    def test_cancel_not_found(self) -> None:
+        info = error_details.ErrorInfo(reason="COMPLETION_NOT_FOUND", domain=completiond.DOMAIN)
+
+        def refuse(req: pb.CancelRequest) -> pb.CancelResponse:
+            raise FakeRpcError(grpc.StatusCode.NOT_FOUND, "no completion", status_bin(5, "no completion", info))
+
+        client = completiond.Client.from_channel(FakeChannel(Cancel=refuse))
+        with self.assertRaises(completiond.CompletionError) as ctx:
+            client.cancel(self.ID)
+        err = ctx.exception
+        self.assertEqual((err.code, err.reason, err.completion_id), (grpc.StatusCode.NOT_FOUND, "COMPLETION_NOT_FOUND", self.ID))
+        self.assertFalse(err.retryable)
+
+    def test_list_routes(self) -> None:
+        routes = [pb.RouteInfo(name="sim", is_default=True, capabilities=pb.RouteCapabilities(prefill=True)),
+                  pb.RouteInfo(name="sim-large", circuit_open=True)]
+        channel = FakeChannel(ListRoutes=lambda req: pb.ListRoutesResponse(routes=routes))
+        client = completiond.Client.from_channel(channel)
+        got = client.list_routes()
+        self.assertEqual(got, routes)
+        self.assertIsInstance(got, list)
+        self.assertEqual(channel.calls[0].method, "ListRoutes")
+
+    def test_list_routes_error(self) -> None:
+        def refuse(req: pb.ListRoutesRequest) -> pb.ListRoutesResponse:
+            raise FakeRpcError(grpc.StatusCode.UNAUTHENTICATED, "unknown API key")
+
+        client = completiond.Client.from_channel(FakeChannel(ListRoutes=refuse))
+        with self.assertRaises(completiond.CompletionError) as ctx:
+            client.list_routes()
+        self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -31,6 +31,74 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// StructuredOutputMode is how a route asks its upstream for an answer that
+// satisfies a request's output_json_schema.
+type StructuredOutputMode int32
+
+const (
+	// STRUCTURED_OUTPUT_MODE_UNSPECIFIED is not used.
+	StructuredOutputMode_STRUCTURED_OUTPUT_MODE_UNSPECIFIED StructuredOutputMode = 0
+	// STRUCTURED_OUTPUT_MODE_NATIVE: the provider's own structured output
+	// (OpenAI response_format json_schema).
+	StructuredOutputMode_STRUCTURED_OUTPUT_MODE_NATIVE StructuredOutputMode = 1
+	// STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL: the provider's own structured
+	// output (Anthropic output_config.format), or a forced tool where the
+	// route's configuration says so.
+	StructuredOutputMode_STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL StructuredOutputMode = 2
+	// STRUCTURED_OUTPUT_MODE_TOOL: a forced tool whose input is the answer
+	// (the route's structured_output: tool).
+	StructuredOutputMode_STRUCTURED_OUTPUT_MODE_TOOL StructuredOutputMode = 3
+	// STRUCTURED_OUTPUT_MODE_STOP_HOOK: nothing upstream; the built-in stop
+	// hook asks the model to correct an answer that does not satisfy the
+	// schema.
+	StructuredOutputMode_STRUCTURED_OUTPUT_MODE_STOP_HOOK StructuredOutputMode = 4
+)
+
+// Enum value maps for StructuredOutputMode.
+var (
+	StructuredOutputMode_name = map[int32]string{
+		0: "STRUCTURED_OUTPUT_MODE_UNSPECIFIED",
+		1: "STRUCTURED_OUTPUT_MODE_NATIVE",
+		2: "STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL",
+		3: "STRUCTURED_OUTPUT_MODE_TOOL",
+		4: "STRUCTURED_OUTPUT_MODE_STOP_HOOK",
+	}
+	StructuredOutputMode_value = map[string]int32{
+		"STRUCTURED_OUTPUT_MODE_UNSPECIFIED":    0,
+		"STRUCTURED_OUTPUT_MODE_NATIVE":         1,
+		"STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL": 2,
+		"STRUCTURED_OUTPUT_MODE_TOOL":           3,
+		"STRUCTURED_OUTPUT_MODE_STOP_HOOK":      4,
+	}
+)
+
+func (x StructuredOutputMode) Enum() *StructuredOutputMode {
+	p := new(StructuredOutputMode)
+	*p = x
+	return p
+}
+
+func (x StructuredOutputMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StructuredOutputMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_completion_v1_completion_proto_enumTypes[0].Descriptor()
+}
+
+func (StructuredOutputMode) Type() protoreflect.EnumType {
+	return &file_completion_v1_completion_proto_enumTypes[0]
+}
+
+func (x StructuredOutputMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StructuredOutputMode.Descriptor instead.
+func (StructuredOutputMode) EnumDescriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{0}
+}
+
 // ReasoningEffort is how hard a reasoning model thinks.
 type ReasoningEffort int32
 
@@ -76,11 +144,11 @@ func (x ReasoningEffort) String() string {
 }
 
 func (ReasoningEffort) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[0].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[1].Descriptor()
 }
 
 func (ReasoningEffort) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[0]
+	return &file_completion_v1_completion_proto_enumTypes[1]
 }
 
 func (x ReasoningEffort) Number() protoreflect.EnumNumber {
@@ -89,7 +157,7 @@ func (x ReasoningEffort) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReasoningEffort.Descriptor instead.
 func (ReasoningEffort) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{0}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
 }
 
 // PromptCacheMode chooses who places the prompt's cache breakpoints. At most
@@ -139,11 +207,11 @@ func (x PromptCacheMode) String() string {
 }
 
 func (PromptCacheMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[1].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[2].Descriptor()
 }
 
 func (PromptCacheMode) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[1]
+	return &file_completion_v1_completion_proto_enumTypes[2]
 }
 
 func (x PromptCacheMode) Number() protoreflect.EnumNumber {
@@ -152,7 +220,7 @@ func (x PromptCacheMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PromptCacheMode.Descriptor instead.
 func (PromptCacheMode) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
 }
 
 // ToolChoiceMode is how the model chooses whether to call a tool.
@@ -203,11 +271,11 @@ func (x ToolChoiceMode) String() string {
 }
 
 func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[2].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[3].Descriptor()
 }
 
 func (ToolChoiceMode) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[2]
+	return &file_completion_v1_completion_proto_enumTypes[3]
 }
 
 func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
@@ -216,7 +284,7 @@ func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolChoiceMode.Descriptor instead.
 func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
 }
 
 // DeliveryMode chooses when token deltas reach the caller.
@@ -262,11 +330,11 @@ func (x DeliveryMode) String() string {
 }
 
 func (DeliveryMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[3].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[4].Descriptor()
 }
 
 func (DeliveryMode) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[3]
+	return &file_completion_v1_completion_proto_enumTypes[4]
 }
 
 func (x DeliveryMode) Number() protoreflect.EnumNumber {
@@ -275,7 +343,7 @@ func (x DeliveryMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeliveryMode.Descriptor instead.
 func (DeliveryMode) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
 }
 
 // Role is the author of a message.
@@ -315,11 +383,11 @@ func (x Role) String() string {
 }
 
 func (Role) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[4].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[5].Descriptor()
 }
 
 func (Role) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[4]
+	return &file_completion_v1_completion_proto_enumTypes[5]
 }
 
 func (x Role) Number() protoreflect.EnumNumber {
@@ -328,7 +396,7 @@ func (x Role) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Role.Descriptor instead.
 func (Role) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
 }
 
 // DeltaKind distinguishes answer text from reasoning.
@@ -368,11 +436,11 @@ func (x DeltaKind) String() string {
 }
 
 func (DeltaKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[5].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[6].Descriptor()
 }
 
 func (DeltaKind) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[5]
+	return &file_completion_v1_completion_proto_enumTypes[6]
 }
 
 func (x DeltaKind) Number() protoreflect.EnumNumber {
@@ -381,7 +449,7 @@ func (x DeltaKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeltaKind.Descriptor instead.
 func (DeltaKind) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
 }
 
 // TransitionReason is why the recovery machine did what it did. Terminal
@@ -524,11 +592,11 @@ func (x TransitionReason) String() string {
 }
 
 func (TransitionReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[6].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[7].Descriptor()
 }
 
 func (TransitionReason) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[6]
+	return &file_completion_v1_completion_proto_enumTypes[7]
 }
 
 func (x TransitionReason) Number() protoreflect.EnumNumber {
@@ -537,7 +605,7 @@ func (x TransitionReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransitionReason.Descriptor instead.
 func (TransitionReason) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
 }
 
 // ErrorKind is the class of an upstream failure.
@@ -642,11 +710,11 @@ func (x ErrorKind) String() string {
 }
 
 func (ErrorKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[7].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[8].Descriptor()
 }
 
 func (ErrorKind) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[7]
+	return &file_completion_v1_completion_proto_enumTypes[8]
 }
 
 func (x ErrorKind) Number() protoreflect.EnumNumber {
@@ -655,7 +723,7 @@ func (x ErrorKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorKind.Descriptor instead.
 func (ErrorKind) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
 }
 
 // StopReason is why the model stopped.
@@ -716,11 +784,11 @@ func (x StopReason) String() string {
 }
 
 func (StopReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[8].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[9].Descriptor()
 }
 
 func (StopReason) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[8]
+	return &file_completion_v1_completion_proto_enumTypes[9]
 }
 
 func (x StopReason) Number() protoreflect.EnumNumber {
@@ -729,7 +797,7 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
 }
 
 // AttemptOutcome is how one upstream attempt ended.
@@ -774,11 +842,11 @@ func (x AttemptOutcome) String() string {
 }
 
 func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[9].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[10].Descriptor()
 }
 
 func (AttemptOutcome) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[9]
+	return &file_completion_v1_completion_proto_enumTypes[10]
 }
 
 func (x AttemptOutcome) Number() protoreflect.EnumNumber {
@@ -787,7 +855,7 @@ func (x AttemptOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttemptOutcome.Descriptor instead.
 func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
 }
 
 // Verdict is a stop hook's decision.
@@ -832,11 +900,11 @@ func (x Verdict) String() string {
 }
 
 func (Verdict) Descriptor() protoreflect.EnumDescriptor {
-	return file_completion_v1_completion_proto_enumTypes[10].Descriptor()
+	return file_completion_v1_completion_proto_enumTypes[11].Descriptor()
 }
 
 func (Verdict) Type() protoreflect.EnumType {
-	return &file_completion_v1_completion_proto_enumTypes[10]
+	return &file_completion_v1_completion_proto_enumTypes[11]
 }
 
 func (x Verdict) Number() protoreflect.EnumNumber {
@@ -845,7 +913,7 @@ func (x Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Verdict.Descriptor instead.
 func (Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
 }
 
 // AttachRequest names the completion to attach to and the last event the
@@ -903,6 +971,621 @@ func (x *AttachRequest) GetAfterSeq() uint64 {
 		return x.AfterSeq
 	}
 	return 0
+}
+
+// CancelRequest names the completion to end.
+type CancelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// completion_id is the id of the completion, from its started event:
+	// "cmpl_" followed by 24 lowercase hex digits.
+	CompletionId  string `protobuf:"bytes,1,opt,name=completion_id,json=completionId,proto3" json:"completion_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRequest) Reset() {
+	*x = CancelRequest{}
+	mi := &file_completion_v1_completion_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRequest) ProtoMessage() {}
+
+func (x *CancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
+func (*CancelRequest) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CancelRequest) GetCompletionId() string {
+	if x != nil {
+		return x.CompletionId
+	}
+	return ""
+}
+
+// CancelResponse says how the completion ended.
+type CancelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// already_ended is true when the completion had ended before the call
+	// reached it: the call changed nothing.
+	AlreadyEnded bool `protobuf:"varint,1,opt,name=already_ended,json=alreadyEnded,proto3" json:"already_ended,omitempty"`
+	// reason is the completion's terminal transition's reason:
+	// ABORTED_STREAMING or ABORTED_TOOLS when the cancel ended it; whatever
+	// ended it otherwise (it had ended already, or it ended on its own
+	// before the cancel reached it).
+	Reason TransitionReason `protobuf:"varint,2,opt,name=reason,proto3,enum=completion.v1.TransitionReason" json:"reason,omitempty"`
+	// code is the google.rpc.Code of the status the completion's own stream
+	// ended with: 0 (OK) for COMPLETED, 1 (CANCELLED) when the cancel ended
+	// it.
+	Code int32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	// result_seq is the seq of the completion's result event: an Attach with
+	// after_seq result_seq - 1 receives the result and that status, while
+	// the log is kept.
+	ResultSeq     uint64 `protobuf:"varint,4,opt,name=result_seq,json=resultSeq,proto3" json:"result_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelResponse) Reset() {
+	*x = CancelResponse{}
+	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelResponse) ProtoMessage() {}
+
+func (x *CancelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
+func (*CancelResponse) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CancelResponse) GetAlreadyEnded() bool {
+	if x != nil {
+		return x.AlreadyEnded
+	}
+	return false
+}
+
+func (x *CancelResponse) GetReason() TransitionReason {
+	if x != nil {
+		return x.Reason
+	}
+	return TransitionReason_TRANSITION_REASON_UNSPECIFIED
+}
+
+func (x *CancelResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CancelResponse) GetResultSeq() uint64 {
+	if x != nil {
+		return x.ResultSeq
+	}
+	return 0
+}
+
+// ListRoutesRequest asks for the routes the caller may use.
+type ListRoutesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoutesRequest) Reset() {
+	*x = ListRoutesRequest{}
+	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoutesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoutesRequest) ProtoMessage() {}
+
+func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoutesRequest.ProtoReflect.Descriptor instead.
+func (*ListRoutesRequest) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
+}
+
+// ListRoutesResponse lists the routes the caller may use.
+type ListRoutesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// routes are the routes, sorted by name.
+	Routes        []*RouteInfo `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoutesResponse) Reset() {
+	*x = ListRoutesResponse{}
+	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoutesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoutesResponse) ProtoMessage() {}
+
+func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoutesResponse.ProtoReflect.Descriptor instead.
+func (*ListRoutesResponse) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListRoutesResponse) GetRoutes() []*RouteInfo {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+// RouteInfo describes one configured route.
+type RouteInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the route's name, what CompleteRequest.route and
+	// fallback_routes name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// provider is the route's provider kind: anthropic, openai or sim.
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// model is the upstream model the route calls.
+	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// context_window is the model's context window in tokens; 0 when the
+	// configuration does not say.
+	ContextWindow int32 `protobuf:"varint,4,opt,name=context_window,json=contextWindow,proto3" json:"context_window,omitempty"`
+	// max_output_tokens is the model's own output limit in tokens, which
+	// caps every attempt on the route; 0 when the configuration does not
+	// say.
+	MaxOutputTokens int32 `protobuf:"varint,5,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
+	// fallback_routes are the routes tried after this one, in order, when a
+	// request names no fallback_routes of its own: its configured chain,
+	// less the routes the caller's key may not use (a completion skips
+	// them too).
+	FallbackRoutes []string `protobuf:"bytes,6,rep,name=fallback_routes,json=fallbackRoutes,proto3" json:"fallback_routes,omitempty"`
+	// is_default is true for the route a request without a route calls.
+	IsDefault bool `protobuf:"varint,7,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
+	// thinking is true for a route whose model thinks on every call
+	// (thinking_budget in its configuration): its capabilities are a
+	// thinking route's, narrowed as Anthropic requires.
+	Thinking bool `protobuf:"varint,8,opt,name=thinking,proto3" json:"thinking,omitempty"`
+	// thinking_budget is the thinking budget every call of a thinking route
+	// asks for; 0 otherwise.
+	ThinkingBudget int32 `protobuf:"varint,9,opt,name=thinking_budget,json=thinkingBudget,proto3" json:"thinking_budget,omitempty"`
+	// capabilities are what the route can honour of a request's parameters:
+	// a parameter some route of a completion's chain cannot honour is
+	// refused before any call (INVALID_ARGUMENT naming the route).
+	Capabilities *RouteCapabilities `protobuf:"bytes,10,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// circuit_open is true while the route's circuit breaker is open: a
+	// completion skips the route (MODEL_FALLBACK to the next one, or ends
+	// UNAVAILABLE when none is left) until the circuit lets a call through.
+	CircuitOpen bool `protobuf:"varint,11,opt,name=circuit_open,json=circuitOpen,proto3" json:"circuit_open,omitempty"`
+	// circuit_retry_after is how long until the open circuit lets a call
+	// through again; unset while the circuit is not open.
+	CircuitRetryAfter *durationpb.Duration `protobuf:"bytes,12,opt,name=circuit_retry_after,json=circuitRetryAfter,proto3" json:"circuit_retry_after,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RouteInfo) Reset() {
+	*x = RouteInfo{}
+	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteInfo) ProtoMessage() {}
+
+func (x *RouteInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteInfo.ProtoReflect.Descriptor instead.
+func (*RouteInfo) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RouteInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RouteInfo) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *RouteInfo) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RouteInfo) GetContextWindow() int32 {
+	if x != nil {
+		return x.ContextWindow
+	}
+	return 0
+}
+
+func (x *RouteInfo) GetMaxOutputTokens() int32 {
+	if x != nil {
+		return x.MaxOutputTokens
+	}
+	return 0
+}
+
+func (x *RouteInfo) GetFallbackRoutes() []string {
+	if x != nil {
+		return x.FallbackRoutes
+	}
+	return nil
+}
+
+func (x *RouteInfo) GetIsDefault() bool {
+	if x != nil {
+		return x.IsDefault
+	}
+	return false
+}
+
+func (x *RouteInfo) GetThinking() bool {
+	if x != nil {
+		return x.Thinking
+	}
+	return false
+}
+
+func (x *RouteInfo) GetThinkingBudget() int32 {
+	if x != nil {
+		return x.ThinkingBudget
+	}
+	return 0
+}
+
+func (x *RouteInfo) GetCapabilities() *RouteCapabilities {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *RouteInfo) GetCircuitOpen() bool {
+	if x != nil {
+		return x.CircuitOpen
+	}
+	return false
+}
+
+func (x *RouteInfo) GetCircuitRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.CircuitRetryAfter
+	}
+	return nil
+}
+
+// RouteCapabilities is a route's row of the capability table, with the
+// route's own ceilings, less what its own settings rule out (a thinking
+// route takes no temperature, no top_k, top_p only from 0.95 and no forced
+// tool use). Absent (false, zero) means the route does not take it.
+type RouteCapabilities struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_temperature is the largest temperature the route takes, from 0;
+	// 0 when it takes none.
+	MaxTemperature float64 `protobuf:"fixed64,1,opt,name=max_temperature,json=maxTemperature,proto3" json:"max_temperature,omitempty"`
+	// top_p is true when the route takes top_p.
+	TopP bool `protobuf:"varint,2,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
+	// min_top_p is the smallest top_p the route takes, when it bounds it
+	// from below (a thinking route: 0.95); 0 means any value in (0, 1].
+	MinTopP float64 `protobuf:"fixed64,3,opt,name=min_top_p,json=minTopP,proto3" json:"min_top_p,omitempty"`
+	// top_k is true when the route takes top_k.
+	TopK bool `protobuf:"varint,4,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	// seed is true when the route takes a sampling seed.
+	Seed bool `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
+	// max_stop_sequences is how many stop sequences the route takes; 0 when
+	// it takes none.
+	MaxStopSequences int32 `protobuf:"varint,6,opt,name=max_stop_sequences,json=maxStopSequences,proto3" json:"max_stop_sequences,omitempty"`
+	// names_stop_sequence is true when the route's upstream says which stop
+	// sequence ended an answer (STOP_REASON_STOP_SEQUENCE and
+	// Result.stop_sequence); elsewhere one still ends the answer, reported
+	// as STOP_REASON_END_TURN.
+	NamesStopSequence bool `protobuf:"varint,7,opt,name=names_stop_sequence,json=namesStopSequence,proto3" json:"names_stop_sequence,omitempty"`
+	// tool_choice_modes are the tool choice modes the route honours, AUTO
+	// always among them.
+	ToolChoiceModes []ToolChoiceMode `protobuf:"varint,8,rep,packed,name=tool_choice_modes,json=toolChoiceModes,proto3,enum=completion.v1.ToolChoiceMode" json:"tool_choice_modes,omitempty"`
+	// disable_parallel_tool_use is true when the route can be held to one
+	// tool call per answer.
+	DisableParallelToolUse bool `protobuf:"varint,9,opt,name=disable_parallel_tool_use,json=disableParallelToolUse,proto3" json:"disable_parallel_tool_use,omitempty"`
+	// thinking_budget is true when the route's kind thinks with a token
+	// budget (Anthropic extended thinking: Reasoning.budget_tokens, an
+	// effort mapped to a budget).
+	ThinkingBudget bool `protobuf:"varint,10,opt,name=thinking_budget,json=thinkingBudget,proto3" json:"thinking_budget,omitempty"`
+	// max_thinking_budget is the largest Reasoning.budget_tokens the route
+	// takes (its max_thinking_budget); 0 when it takes none.
+	MaxThinkingBudget int32 `protobuf:"varint,11,opt,name=max_thinking_budget,json=maxThinkingBudget,proto3" json:"max_thinking_budget,omitempty"`
+	// reasoning_effort is true when the route's kind reasons with an effort
+	// (OpenAI reasoning_effort: Reasoning.effort, a budget mapped to an
+	// effort).
+	ReasoningEffort bool `protobuf:"varint,12,opt,name=reasoning_effort,json=reasoningEffort,proto3" json:"reasoning_effort,omitempty"`
+	// max_reasoning_effort is the most Reasoning.effort the route takes (its
+	// max_reasoning_effort); REASONING_EFFORT_UNSPECIFIED when it takes
+	// none.
+	MaxReasoningEffort ReasoningEffort `protobuf:"varint,13,opt,name=max_reasoning_effort,json=maxReasoningEffort,proto3,enum=completion.v1.ReasoningEffort" json:"max_reasoning_effort,omitempty"`
+	// interleaved_thinking is true when the route's model can think between
+	// tool calls (Reasoning.interleaved).
+	InterleavedThinking bool `protobuf:"varint,14,opt,name=interleaved_thinking,json=interleavedThinking,proto3" json:"interleaved_thinking,omitempty"`
+	// structured_output is how the route asks for an answer that satisfies
+	// output_json_schema; the built-in stop hook checks every final answer
+	// whatever it is.
+	StructuredOutput StructuredOutputMode `protobuf:"varint,15,opt,name=structured_output,json=structuredOutput,proto3,enum=completion.v1.StructuredOutputMode" json:"structured_output,omitempty"`
+	// cache_breakpoints is true when the route takes prompt cache
+	// breakpoints (cache_breakpoint, PromptCache).
+	CacheBreakpoints bool `protobuf:"varint,16,opt,name=cache_breakpoints,json=cacheBreakpoints,proto3" json:"cache_breakpoints,omitempty"`
+	// caches_by_itself is true when the upstream caches long prompts
+	// without being told (OpenAI): a breakpoint asks nothing more there.
+	CachesByItself bool `protobuf:"varint,17,opt,name=caches_by_itself,json=cachesByItself,proto3" json:"caches_by_itself,omitempty"`
+	// image_url is true when the route takes an image by URL
+	// (ImageBlock.url), which its provider fetches.
+	ImageUrl bool `protobuf:"varint,18,opt,name=image_url,json=imageUrl,proto3" json:"image_url,omitempty"`
+	// documents is true when the route takes PDF documents (DocumentBlock).
+	Documents bool `protobuf:"varint,19,opt,name=documents,proto3" json:"documents,omitempty"`
+	// prefill is true when the route takes an assistant prefill: a stream
+	// that breaks after tokens went out continues where it stopped
+	// (STREAM_RESUME, no token repeated) rather than restarting cleanly
+	// (RETRY, the partial answer discarded). A thinking route never does.
+	Prefill       bool `protobuf:"varint,20,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteCapabilities) Reset() {
+	*x = RouteCapabilities{}
+	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteCapabilities) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteCapabilities) ProtoMessage() {}
+
+func (x *RouteCapabilities) ProtoReflect() protoreflect.Message {
+	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteCapabilities.ProtoReflect.Descriptor instead.
+func (*RouteCapabilities) Descriptor() ([]byte, []int) {
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RouteCapabilities) GetMaxTemperature() float64 {
+	if x != nil {
+		return x.MaxTemperature
+	}
+	return 0
+}
+
+func (x *RouteCapabilities) GetTopP() bool {
+	if x != nil {
+		return x.TopP
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetMinTopP() float64 {
+	if x != nil {
+		return x.MinTopP
+	}
+	return 0
+}
+
+func (x *RouteCapabilities) GetTopK() bool {
+	if x != nil {
+		return x.TopK
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetSeed() bool {
+	if x != nil {
+		return x.Seed
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetMaxStopSequences() int32 {
+	if x != nil {
+		return x.MaxStopSequences
+	}
+	return 0
+}
+
+func (x *RouteCapabilities) GetNamesStopSequence() bool {
+	if x != nil {
+		return x.NamesStopSequence
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetToolChoiceModes() []ToolChoiceMode {
+	if x != nil {
+		return x.ToolChoiceModes
+	}
+	return nil
+}
+
+func (x *RouteCapabilities) GetDisableParallelToolUse() bool {
+	if x != nil {
+		return x.DisableParallelToolUse
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetThinkingBudget() bool {
+	if x != nil {
+		return x.ThinkingBudget
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetMaxThinkingBudget() int32 {
+	if x != nil {
+		return x.MaxThinkingBudget
+	}
+	return 0
+}
+
+func (x *RouteCapabilities) GetReasoningEffort() bool {
+	if x != nil {
+		return x.ReasoningEffort
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetMaxReasoningEffort() ReasoningEffort {
+	if x != nil {
+		return x.MaxReasoningEffort
+	}
+	return ReasoningEffort_REASONING_EFFORT_UNSPECIFIED
+}
+
+func (x *RouteCapabilities) GetInterleavedThinking() bool {
+	if x != nil {
+		return x.InterleavedThinking
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetStructuredOutput() StructuredOutputMode {
+	if x != nil {
+		return x.StructuredOutput
+	}
+	return StructuredOutputMode_STRUCTURED_OUTPUT_MODE_UNSPECIFIED
+}
+
+func (x *RouteCapabilities) GetCacheBreakpoints() bool {
+	if x != nil {
+		return x.CacheBreakpoints
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetCachesByItself() bool {
+	if x != nil {
+		return x.CachesByItself
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetImageUrl() bool {
+	if x != nil {
+		return x.ImageUrl
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetDocuments() bool {
+	if x != nil {
+		return x.Documents
+	}
+	return false
+}
+
+func (x *RouteCapabilities) GetPrefill() bool {
+	if x != nil {
+		return x.Prefill
+	}
+	return false
 }
 
 // CompleteRequest asks for one completion.
@@ -1002,7 +1685,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[1]
+	mi := &file_completion_v1_completion_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1697,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[1]
+	mi := &file_completion_v1_completion_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1710,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{1}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CompleteRequest) GetRoute() string {
@@ -1199,7 +1882,7 @@ type Reasoning struct {
 
 func (x *Reasoning) Reset() {
 	*x = Reasoning{}
-	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	mi := &file_completion_v1_completion_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1894,7 @@ func (x *Reasoning) String() string {
 func (*Reasoning) ProtoMessage() {}
 
 func (x *Reasoning) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[2]
+	mi := &file_completion_v1_completion_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1907,7 @@ func (x *Reasoning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reasoning.ProtoReflect.Descriptor instead.
 func (*Reasoning) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{2}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Reasoning) GetBudgetTokens() int32 {
@@ -1262,7 +1945,7 @@ type PromptCache struct {
 
 func (x *PromptCache) Reset() {
 	*x = PromptCache{}
-	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	mi := &file_completion_v1_completion_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1957,7 @@ func (x *PromptCache) String() string {
 func (*PromptCache) ProtoMessage() {}
 
 func (x *PromptCache) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[3]
+	mi := &file_completion_v1_completion_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1970,7 @@ func (x *PromptCache) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCache.ProtoReflect.Descriptor instead.
 func (*PromptCache) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{3}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PromptCache) GetMode() PromptCacheMode {
@@ -1322,7 +2005,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +2017,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[4]
+	mi := &file_completion_v1_completion_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +2030,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{4}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ToolChoice) GetMode() ToolChoiceMode {
@@ -1384,7 +2067,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +2079,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[5]
+	mi := &file_completion_v1_completion_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +2092,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{5}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Message) GetRole() Role {
@@ -1450,7 +2133,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +2145,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[6]
+	mi := &file_completion_v1_completion_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +2158,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{6}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ContentBlock) GetBlock() isContentBlock_Block {
@@ -1606,7 +2289,7 @@ type TextBlock struct {
 
 func (x *TextBlock) Reset() {
 	*x = TextBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[7]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +2301,7 @@ func (x *TextBlock) String() string {
 func (*TextBlock) ProtoMessage() {}
 
 func (x *TextBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[7]
+	mi := &file_completion_v1_completion_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +2314,7 @@ func (x *TextBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextBlock.ProtoReflect.Descriptor instead.
 func (*TextBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{7}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TextBlock) GetText() string {
@@ -1658,7 +2341,7 @@ type ImageBlock struct {
 
 func (x *ImageBlock) Reset() {
 	*x = ImageBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[8]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +2353,7 @@ func (x *ImageBlock) String() string {
 func (*ImageBlock) ProtoMessage() {}
 
 func (x *ImageBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[8]
+	mi := &file_completion_v1_completion_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +2366,7 @@ func (x *ImageBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageBlock.ProtoReflect.Descriptor instead.
 func (*ImageBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{8}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ImageBlock) GetMediaType() string {
@@ -1726,7 +2409,7 @@ type DocumentBlock struct {
 
 func (x *DocumentBlock) Reset() {
 	*x = DocumentBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +2421,7 @@ func (x *DocumentBlock) String() string {
 func (*DocumentBlock) ProtoMessage() {}
 
 func (x *DocumentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[9]
+	mi := &file_completion_v1_completion_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +2434,7 @@ func (x *DocumentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DocumentBlock.ProtoReflect.Descriptor instead.
 func (*DocumentBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{9}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DocumentBlock) GetMediaType() string {
@@ -1803,7 +2486,7 @@ type ThinkingBlock struct {
 
 func (x *ThinkingBlock) Reset() {
 	*x = ThinkingBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +2498,7 @@ func (x *ThinkingBlock) String() string {
 func (*ThinkingBlock) ProtoMessage() {}
 
 func (x *ThinkingBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[10]
+	mi := &file_completion_v1_completion_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +2511,7 @@ func (x *ThinkingBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThinkingBlock.ProtoReflect.Descriptor instead.
 func (*ThinkingBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{10}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ThinkingBlock) GetThinking() string {
@@ -1874,7 +2557,7 @@ type ToolUseBlock struct {
 
 func (x *ToolUseBlock) Reset() {
 	*x = ToolUseBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2569,7 @@ func (x *ToolUseBlock) String() string {
 func (*ToolUseBlock) ProtoMessage() {}
 
 func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[11]
+	mi := &file_completion_v1_completion_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2582,7 @@ func (x *ToolUseBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolUseBlock.ProtoReflect.Descriptor instead.
 func (*ToolUseBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{11}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolUseBlock) GetId() string {
@@ -1941,7 +2624,7 @@ type ToolResultBlock struct {
 
 func (x *ToolResultBlock) Reset() {
 	*x = ToolResultBlock{}
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2636,7 @@ func (x *ToolResultBlock) String() string {
 func (*ToolResultBlock) ProtoMessage() {}
 
 func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[12]
+	mi := &file_completion_v1_completion_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2649,7 @@ func (x *ToolResultBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultBlock.ProtoReflect.Descriptor instead.
 func (*ToolResultBlock) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{12}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolResultBlock) GetToolUseId() string {
@@ -2015,7 +2698,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2710,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[13]
+	mi := &file_completion_v1_completion_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2723,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{13}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Tool) GetName() string {
@@ -2119,7 +2802,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2814,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[14]
+	mi := &file_completion_v1_completion_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2827,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{14}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Policy) GetMaxRetries() int32 {
@@ -2266,7 +2949,7 @@ type CompletionEvent struct {
 
 func (x *CompletionEvent) Reset() {
 	*x = CompletionEvent{}
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2961,7 @@ func (x *CompletionEvent) String() string {
 func (*CompletionEvent) ProtoMessage() {}
 
 func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[15]
+	mi := &file_completion_v1_completion_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2974,7 @@ func (x *CompletionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionEvent.ProtoReflect.Descriptor instead.
 func (*CompletionEvent) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{15}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CompletionEvent) GetSeq() uint64 {
@@ -2461,7 +3144,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +3156,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[16]
+	mi := &file_completion_v1_completion_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +3169,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{16}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Started) GetCompletionId() string {
@@ -2538,7 +3221,7 @@ type TokenDelta struct {
 
 func (x *TokenDelta) Reset() {
 	*x = TokenDelta{}
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +3233,7 @@ func (x *TokenDelta) String() string {
 func (*TokenDelta) ProtoMessage() {}
 
 func (x *TokenDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[17]
+	mi := &file_completion_v1_completion_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +3246,7 @@ func (x *TokenDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenDelta.ProtoReflect.Descriptor instead.
 func (*TokenDelta) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{17}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TokenDelta) GetKind() DeltaKind {
@@ -2595,7 +3278,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +3290,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[18]
+	mi := &file_completion_v1_completion_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +3303,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{18}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolCall) GetId() string {
@@ -2661,7 +3344,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +3356,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[19]
+	mi := &file_completion_v1_completion_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +3369,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{19}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -2761,7 +3444,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +3456,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[20]
+	mi := &file_completion_v1_completion_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +3469,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{20}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Transition) GetReason() TransitionReason {
@@ -2912,7 +3595,7 @@ type UpstreamError struct {
 
 func (x *UpstreamError) Reset() {
 	*x = UpstreamError{}
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3607,7 @@ func (x *UpstreamError) String() string {
 func (*UpstreamError) ProtoMessage() {}
 
 func (x *UpstreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[21]
+	mi := &file_completion_v1_completion_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3620,7 @@ func (x *UpstreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamError.ProtoReflect.Descriptor instead.
 func (*UpstreamError) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{21}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UpstreamError) GetKind() ErrorKind {
@@ -3009,7 +3692,7 @@ type StopHookRequest struct {
 
 func (x *StopHookRequest) Reset() {
 	*x = StopHookRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3704,7 @@ func (x *StopHookRequest) String() string {
 func (*StopHookRequest) ProtoMessage() {}
 
 func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[22]
+	mi := &file_completion_v1_completion_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3717,7 @@ func (x *StopHookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookRequest.ProtoReflect.Descriptor instead.
 func (*StopHookRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{22}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StopHookRequest) GetHookId() string {
@@ -3070,7 +3753,7 @@ type AttemptUsage struct {
 
 func (x *AttemptUsage) Reset() {
 	*x = AttemptUsage{}
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3765,7 @@ func (x *AttemptUsage) String() string {
 func (*AttemptUsage) ProtoMessage() {}
 
 func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[23]
+	mi := &file_completion_v1_completion_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3778,7 @@ func (x *AttemptUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptUsage.ProtoReflect.Descriptor instead.
 func (*AttemptUsage) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{23}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AttemptUsage) GetAttempt() int32 {
@@ -3169,7 +3852,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3864,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[24]
+	mi := &file_completion_v1_completion_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3877,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{24}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Result) GetReason() TransitionReason {
@@ -3289,7 +3972,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3984,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[25]
+	mi := &file_completion_v1_completion_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3997,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{25}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CompleteResponse) GetCompletionId() string {
@@ -3357,7 +4040,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_completion_v1_completion_proto_msgTypes[26]
+	mi := &file_completion_v1_completion_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +4052,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[26]
+	mi := &file_completion_v1_completion_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +4065,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{26}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionRequest) GetRequest() isSessionRequest_Request {
@@ -3499,7 +4182,7 @@ type SessionResume struct {
 
 func (x *SessionResume) Reset() {
 	*x = SessionResume{}
-	mi := &file_completion_v1_completion_proto_msgTypes[27]
+	mi := &file_completion_v1_completion_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3511,7 +4194,7 @@ func (x *SessionResume) String() string {
 func (*SessionResume) ProtoMessage() {}
 
 func (x *SessionResume) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[27]
+	mi := &file_completion_v1_completion_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3524,7 +4207,7 @@ func (x *SessionResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResume.ProtoReflect.Descriptor instead.
 func (*SessionResume) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{27}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SessionResume) GetCompletionId() string {
@@ -3557,7 +4240,7 @@ type SessionStart struct {
 
 func (x *SessionStart) Reset() {
 	*x = SessionStart{}
-	mi := &file_completion_v1_completion_proto_msgTypes[28]
+	mi := &file_completion_v1_completion_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +4252,7 @@ func (x *SessionStart) String() string {
 func (*SessionStart) ProtoMessage() {}
 
 func (x *SessionStart) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[28]
+	mi := &file_completion_v1_completion_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +4265,7 @@ func (x *SessionStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStart.ProtoReflect.Descriptor instead.
 func (*SessionStart) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{28}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionStart) GetRequest() *CompleteRequest {
@@ -3617,7 +4300,7 @@ type ToolResults struct {
 
 func (x *ToolResults) Reset() {
 	*x = ToolResults{}
-	mi := &file_completion_v1_completion_proto_msgTypes[29]
+	mi := &file_completion_v1_completion_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +4312,7 @@ func (x *ToolResults) String() string {
 func (*ToolResults) ProtoMessage() {}
 
 func (x *ToolResults) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[29]
+	mi := &file_completion_v1_completion_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +4325,7 @@ func (x *ToolResults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResults.ProtoReflect.Descriptor instead.
 func (*ToolResults) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{29}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ToolResults) GetResults() []*ToolResultBlock {
@@ -3668,7 +4351,7 @@ type StopHookVerdict struct {
 
 func (x *StopHookVerdict) Reset() {
 	*x = StopHookVerdict{}
-	mi := &file_completion_v1_completion_proto_msgTypes[30]
+	mi := &file_completion_v1_completion_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +4363,7 @@ func (x *StopHookVerdict) String() string {
 func (*StopHookVerdict) ProtoMessage() {}
 
 func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[30]
+	mi := &file_completion_v1_completion_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +4376,7 @@ func (x *StopHookVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopHookVerdict.ProtoReflect.Descriptor instead.
 func (*StopHookVerdict) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{30}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StopHookVerdict) GetHookId() string {
@@ -3728,7 +4411,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_completion_v1_completion_proto_msgTypes[31]
+	mi := &file_completion_v1_completion_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +4423,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_completion_v1_completion_proto_msgTypes[31]
+	mi := &file_completion_v1_completion_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +4436,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_completion_v1_completion_proto_rawDescGZIP(), []int{31}
+	return file_completion_v1_completion_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Cancel) GetReason() string {
@@ -3770,7 +4453,55 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x1ecompletion/v1/completion.proto\x12\rcompletion.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"Q\n" +
 	"\rAttachRequest\x12#\n" +
 	"\rcompletion_id\x18\x01 \x01(\tR\fcompletionId\x12\x1b\n" +
-	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\xdf\b\n" +
+	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"4\n" +
+	"\rCancelRequest\x12#\n" +
+	"\rcompletion_id\x18\x01 \x01(\tR\fcompletionId\"\xa1\x01\n" +
+	"\x0eCancelResponse\x12#\n" +
+	"\ralready_ended\x18\x01 \x01(\bR\falreadyEnded\x127\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x1f.completion.v1.TransitionReasonR\x06reason\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x1d\n" +
+	"\n" +
+	"result_seq\x18\x04 \x01(\x04R\tresultSeq\"\x13\n" +
+	"\x11ListRoutesRequest\"F\n" +
+	"\x12ListRoutesResponse\x120\n" +
+	"\x06routes\x18\x01 \x03(\v2\x18.completion.v1.RouteInfoR\x06routes\"\xe5\x03\n" +
+	"\tRouteInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12%\n" +
+	"\x0econtext_window\x18\x04 \x01(\x05R\rcontextWindow\x12*\n" +
+	"\x11max_output_tokens\x18\x05 \x01(\x05R\x0fmaxOutputTokens\x12'\n" +
+	"\x0ffallback_routes\x18\x06 \x03(\tR\x0efallbackRoutes\x12\x1d\n" +
+	"\n" +
+	"is_default\x18\a \x01(\bR\tisDefault\x12\x1a\n" +
+	"\bthinking\x18\b \x01(\bR\bthinking\x12'\n" +
+	"\x0fthinking_budget\x18\t \x01(\x05R\x0ethinkingBudget\x12D\n" +
+	"\fcapabilities\x18\n" +
+	" \x01(\v2 .completion.v1.RouteCapabilitiesR\fcapabilities\x12!\n" +
+	"\fcircuit_open\x18\v \x01(\bR\vcircuitOpen\x12I\n" +
+	"\x13circuit_retry_after\x18\f \x01(\v2\x19.google.protobuf.DurationR\x11circuitRetryAfter\"\x81\a\n" +
+	"\x11RouteCapabilities\x12'\n" +
+	"\x0fmax_temperature\x18\x01 \x01(\x01R\x0emaxTemperature\x12\x13\n" +
+	"\x05top_p\x18\x02 \x01(\bR\x04topP\x12\x1a\n" +
+	"\tmin_top_p\x18\x03 \x01(\x01R\aminTopP\x12\x13\n" +
+	"\x05top_k\x18\x04 \x01(\bR\x04topK\x12\x12\n" +
+	"\x04seed\x18\x05 \x01(\bR\x04seed\x12,\n" +
+	"\x12max_stop_sequences\x18\x06 \x01(\x05R\x10maxStopSequences\x12.\n" +
+	"\x13names_stop_sequence\x18\a \x01(\bR\x11namesStopSequence\x12I\n" +
+	"\x11tool_choice_modes\x18\b \x03(\x0e2\x1d.completion.v1.ToolChoiceModeR\x0ftoolChoiceModes\x129\n" +
+	"\x19disable_parallel_tool_use\x18\t \x01(\bR\x16disableParallelToolUse\x12'\n" +
+	"\x0fthinking_budget\x18\n" +
+	" \x01(\bR\x0ethinkingBudget\x12.\n" +
+	"\x13max_thinking_budget\x18\v \x01(\x05R\x11maxThinkingBudget\x12)\n" +
+	"\x10reasoning_effort\x18\f \x01(\bR\x0freasoningEffort\x12P\n" +
+	"\x14max_reasoning_effort\x18\r \x01(\x0e2\x1e.completion.v1.ReasoningEffortR\x12maxReasoningEffort\x121\n" +
+	"\x14interleaved_thinking\x18\x0e \x01(\bR\x13interleavedThinking\x12P\n" +
+	"\x11structured_output\x18\x0f \x01(\x0e2#.completion.v1.StructuredOutputModeR\x10structuredOutput\x12+\n" +
+	"\x11cache_breakpoints\x18\x10 \x01(\bR\x10cacheBreakpoints\x12(\n" +
+	"\x10caches_by_itself\x18\x11 \x01(\bR\x0ecachesByItself\x12\x1b\n" +
+	"\timage_url\x18\x12 \x01(\bR\bimageUrl\x12\x1c\n" +
+	"\tdocuments\x18\x13 \x01(\bR\tdocuments\x12\x18\n" +
+	"\aprefill\x18\x14 \x01(\bR\aprefill\"\xdf\b\n" +
 	"\x0fCompleteRequest\x12\x14\n" +
 	"\x05route\x18\x01 \x01(\tR\x05route\x12'\n" +
 	"\x0ffallback_routes\x18\x02 \x03(\tR\x0efallbackRoutes\x12\x16\n" +
@@ -4003,7 +4734,13 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\averdict\x18\x02 \x01(\x0e2\x16.completion.v1.VerdictR\averdict\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\" \n" +
 	"\x06Cancel\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\xa3\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\xd3\x01\n" +
+	"\x14StructuredOutputMode\x12&\n" +
+	"\"STRUCTURED_OUTPUT_MODE_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dSTRUCTURED_OUTPUT_MODE_NATIVE\x10\x01\x12)\n" +
+	"%STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL\x10\x02\x12\x1f\n" +
+	"\x1bSTRUCTURED_OUTPUT_MODE_TOOL\x10\x03\x12$\n" +
+	" STRUCTURED_OUTPUT_MODE_STOP_HOOK\x10\x04*\xa3\x01\n" +
 	"\x0fReasoningEffort\x12 \n" +
 	"\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18REASONING_EFFORT_MINIMAL\x10\x01\x12\x18\n" +
@@ -4097,13 +4834,16 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ALLOW\x10\x01\x12\x11\n" +
 	"\rVERDICT_BLOCK\x10\x02\x12\x13\n" +
-	"\x0fVERDICT_PREVENT\x10\x032\xbd\x02\n" +
+	"\x0fVERDICT_PREVENT\x10\x032\xd7\x03\n" +
 	"\n" +
 	"Completion\x12J\n" +
 	"\x06Stream\x12\x1e.completion.v1.CompleteRequest\x1a\x1e.completion.v1.CompletionEvent0\x01\x12K\n" +
 	"\bComplete\x12\x1e.completion.v1.CompleteRequest\x1a\x1f.completion.v1.CompleteResponse\x12L\n" +
 	"\aSession\x12\x1d.completion.v1.SessionRequest\x1a\x1e.completion.v1.CompletionEvent(\x010\x01\x12H\n" +
-	"\x06Attach\x12\x1c.completion.v1.AttachRequest\x1a\x1e.completion.v1.CompletionEvent0\x01B\xbc\x01\n" +
+	"\x06Attach\x12\x1c.completion.v1.AttachRequest\x1a\x1e.completion.v1.CompletionEvent0\x01\x12E\n" +
+	"\x06Cancel\x12\x1c.completion.v1.CancelRequest\x1a\x1d.completion.v1.CancelResponse\x12Q\n" +
+	"\n" +
+	"ListRoutes\x12 .completion.v1.ListRoutesRequest\x1a!.completion.v1.ListRoutesResponseB\xbc\x01\n" +
 	"\x11com.completion.v1B\x0fCompletionProtoP\x01ZAgithub.com/completiond/completiond/gen/completion/v1;completionv1\xa2\x02\x03CXX\xaa\x02\rCompletion.V1\xca\x02\rCompletion\\V1\xe2\x02\x19Completion\\V1\\GPBMetadata\xea\x02\x0eCompletion::V1b\x06proto3"
 
 var (
@@ -4118,130 +4858,148 @@ func file_completion_v1_completion_proto_rawDescGZIP() []byte {
 	return file_completion_v1_completion_proto_rawDescData
 }
 
-var file_completion_v1_completion_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_completion_v1_completion_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_completion_v1_completion_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_completion_v1_completion_proto_goTypes = []any{
-	(ReasoningEffort)(0),        // 0: completion.v1.ReasoningEffort
-	(PromptCacheMode)(0),        // 1: completion.v1.PromptCacheMode
-	(ToolChoiceMode)(0),         // 2: completion.v1.ToolChoiceMode
-	(DeliveryMode)(0),           // 3: completion.v1.DeliveryMode
-	(Role)(0),                   // 4: completion.v1.Role
-	(DeltaKind)(0),              // 5: completion.v1.DeltaKind
-	(TransitionReason)(0),       // 6: completion.v1.TransitionReason
-	(ErrorKind)(0),              // 7: completion.v1.ErrorKind
-	(StopReason)(0),             // 8: completion.v1.StopReason
-	(AttemptOutcome)(0),         // 9: completion.v1.AttemptOutcome
-	(Verdict)(0),                // 10: completion.v1.Verdict
-	(*AttachRequest)(nil),       // 11: completion.v1.AttachRequest
-	(*CompleteRequest)(nil),     // 12: completion.v1.CompleteRequest
-	(*Reasoning)(nil),           // 13: completion.v1.Reasoning
-	(*PromptCache)(nil),         // 14: completion.v1.PromptCache
-	(*ToolChoice)(nil),          // 15: completion.v1.ToolChoice
-	(*Message)(nil),             // 16: completion.v1.Message
-	(*ContentBlock)(nil),        // 17: completion.v1.ContentBlock
-	(*TextBlock)(nil),           // 18: completion.v1.TextBlock
-	(*ImageBlock)(nil),          // 19: completion.v1.ImageBlock
-	(*DocumentBlock)(nil),       // 20: completion.v1.DocumentBlock
-	(*ThinkingBlock)(nil),       // 21: completion.v1.ThinkingBlock
-	(*ToolUseBlock)(nil),        // 22: completion.v1.ToolUseBlock
-	(*ToolResultBlock)(nil),     // 23: completion.v1.ToolResultBlock
-	(*Tool)(nil),                // 24: completion.v1.Tool
-	(*Policy)(nil),              // 25: completion.v1.Policy
-	(*CompletionEvent)(nil),     // 26: completion.v1.CompletionEvent
-	(*Started)(nil),             // 27: completion.v1.Started
-	(*TokenDelta)(nil),          // 28: completion.v1.TokenDelta
-	(*ToolCall)(nil),            // 29: completion.v1.ToolCall
-	(*Usage)(nil),               // 30: completion.v1.Usage
-	(*Transition)(nil),          // 31: completion.v1.Transition
-	(*UpstreamError)(nil),       // 32: completion.v1.UpstreamError
-	(*StopHookRequest)(nil),     // 33: completion.v1.StopHookRequest
-	(*AttemptUsage)(nil),        // 34: completion.v1.AttemptUsage
-	(*Result)(nil),              // 35: completion.v1.Result
-	(*CompleteResponse)(nil),    // 36: completion.v1.CompleteResponse
-	(*SessionRequest)(nil),      // 37: completion.v1.SessionRequest
-	(*SessionResume)(nil),       // 38: completion.v1.SessionResume
-	(*SessionStart)(nil),        // 39: completion.v1.SessionStart
-	(*ToolResults)(nil),         // 40: completion.v1.ToolResults
-	(*StopHookVerdict)(nil),     // 41: completion.v1.StopHookVerdict
-	(*Cancel)(nil),              // 42: completion.v1.Cancel
-	nil,                         // 43: completion.v1.CompleteRequest.MetadataEntry
-	(*durationpb.Duration)(nil), // 44: google.protobuf.Duration
-	(*structpb.Struct)(nil),     // 45: google.protobuf.Struct
+	(StructuredOutputMode)(0),   // 0: completion.v1.StructuredOutputMode
+	(ReasoningEffort)(0),        // 1: completion.v1.ReasoningEffort
+	(PromptCacheMode)(0),        // 2: completion.v1.PromptCacheMode
+	(ToolChoiceMode)(0),         // 3: completion.v1.ToolChoiceMode
+	(DeliveryMode)(0),           // 4: completion.v1.DeliveryMode
+	(Role)(0),                   // 5: completion.v1.Role
+	(DeltaKind)(0),              // 6: completion.v1.DeltaKind
+	(TransitionReason)(0),       // 7: completion.v1.TransitionReason
+	(ErrorKind)(0),              // 8: completion.v1.ErrorKind
+	(StopReason)(0),             // 9: completion.v1.StopReason
+	(AttemptOutcome)(0),         // 10: completion.v1.AttemptOutcome
+	(Verdict)(0),                // 11: completion.v1.Verdict
+	(*AttachRequest)(nil),       // 12: completion.v1.AttachRequest
+	(*CancelRequest)(nil),       // 13: completion.v1.CancelRequest
+	(*CancelResponse)(nil),      // 14: completion.v1.CancelResponse
+	(*ListRoutesRequest)(nil),   // 15: completion.v1.ListRoutesRequest
+	(*ListRoutesResponse)(nil),  // 16: completion.v1.ListRoutesResponse
+	(*RouteInfo)(nil),           // 17: completion.v1.RouteInfo
+	(*RouteCapabilities)(nil),   // 18: completion.v1.RouteCapabilities
+	(*CompleteRequest)(nil),     // 19: completion.v1.CompleteRequest
+	(*Reasoning)(nil),           // 20: completion.v1.Reasoning
+	(*PromptCache)(nil),         // 21: completion.v1.PromptCache
+	(*ToolChoice)(nil),          // 22: completion.v1.ToolChoice
+	(*Message)(nil),             // 23: completion.v1.Message
+	(*ContentBlock)(nil),        // 24: completion.v1.ContentBlock
+	(*TextBlock)(nil),           // 25: completion.v1.TextBlock
+	(*ImageBlock)(nil),          // 26: completion.v1.ImageBlock
+	(*DocumentBlock)(nil),       // 27: completion.v1.DocumentBlock
+	(*ThinkingBlock)(nil),       // 28: completion.v1.ThinkingBlock
+	(*ToolUseBlock)(nil),        // 29: completion.v1.ToolUseBlock
+	(*ToolResultBlock)(nil),     // 30: completion.v1.ToolResultBlock
+	(*Tool)(nil),                // 31: completion.v1.Tool
+	(*Policy)(nil),              // 32: completion.v1.Policy
+	(*CompletionEvent)(nil),     // 33: completion.v1.CompletionEvent
+	(*Started)(nil),             // 34: completion.v1.Started
+	(*TokenDelta)(nil),          // 35: completion.v1.TokenDelta
+	(*ToolCall)(nil),            // 36: completion.v1.ToolCall
+	(*Usage)(nil),               // 37: completion.v1.Usage
+	(*Transition)(nil),          // 38: completion.v1.Transition
+	(*UpstreamError)(nil),       // 39: completion.v1.UpstreamError
+	(*StopHookRequest)(nil),     // 40: completion.v1.StopHookRequest
+	(*AttemptUsage)(nil),        // 41: completion.v1.AttemptUsage
+	(*Result)(nil),              // 42: completion.v1.Result
+	(*CompleteResponse)(nil),    // 43: completion.v1.CompleteResponse
+	(*SessionRequest)(nil),      // 44: completion.v1.SessionRequest
+	(*SessionResume)(nil),       // 45: completion.v1.SessionResume
+	(*SessionStart)(nil),        // 46: completion.v1.SessionStart
+	(*ToolResults)(nil),         // 47: completion.v1.ToolResults
+	(*StopHookVerdict)(nil),     // 48: completion.v1.StopHookVerdict
+	(*Cancel)(nil),              // 49: completion.v1.Cancel
+	nil,                         // 50: completion.v1.CompleteRequest.MetadataEntry
+	(*durationpb.Duration)(nil), // 51: google.protobuf.Duration
+	(*structpb.Struct)(nil),     // 52: google.protobuf.Struct
 }
 var file_completion_v1_completion_proto_depIdxs = []int32{
-	16, // 0: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
-	24, // 1: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
-	25, // 2: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
-	43, // 3: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
-	3,  // 4: completion.v1.CompleteRequest.delivery:type_name -> completion.v1.DeliveryMode
-	44, // 5: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
-	15, // 6: completion.v1.CompleteRequest.tool_choice:type_name -> completion.v1.ToolChoice
-	13, // 7: completion.v1.CompleteRequest.reasoning:type_name -> completion.v1.Reasoning
-	14, // 8: completion.v1.CompleteRequest.prompt_cache:type_name -> completion.v1.PromptCache
-	0,  // 9: completion.v1.Reasoning.effort:type_name -> completion.v1.ReasoningEffort
-	1,  // 10: completion.v1.PromptCache.mode:type_name -> completion.v1.PromptCacheMode
-	2,  // 11: completion.v1.ToolChoice.mode:type_name -> completion.v1.ToolChoiceMode
-	4,  // 12: completion.v1.Message.role:type_name -> completion.v1.Role
-	17, // 13: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
-	18, // 14: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
-	19, // 15: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
-	22, // 16: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
-	23, // 17: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
-	20, // 18: completion.v1.ContentBlock.document:type_name -> completion.v1.DocumentBlock
-	21, // 19: completion.v1.ContentBlock.thinking:type_name -> completion.v1.ThinkingBlock
-	45, // 20: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
-	45, // 21: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	44, // 22: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
-	44, // 23: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
-	44, // 24: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
-	44, // 25: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
-	27, // 26: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
-	28, // 27: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
-	29, // 28: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
-	30, // 29: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
-	31, // 30: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
-	33, // 31: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
-	35, // 32: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
-	5,  // 33: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
-	45, // 34: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
-	6,  // 35: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
-	44, // 36: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
-	32, // 37: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
-	7,  // 38: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
-	44, // 39: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
-	16, // 40: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
-	9,  // 41: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
-	30, // 42: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
-	6,  // 43: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
-	16, // 44: completion.v1.Result.message:type_name -> completion.v1.Message
-	8,  // 45: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
-	30, // 46: completion.v1.Result.usage:type_name -> completion.v1.Usage
-	34, // 47: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
-	32, // 48: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
-	16, // 49: completion.v1.Result.transcript:type_name -> completion.v1.Message
-	35, // 50: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
-	31, // 51: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
-	39, // 52: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
-	40, // 53: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
-	41, // 54: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
-	42, // 55: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
-	38, // 56: completion.v1.SessionRequest.resume:type_name -> completion.v1.SessionResume
-	12, // 57: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
-	23, // 58: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
-	10, // 59: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
-	12, // 60: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
-	12, // 61: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
-	37, // 62: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
-	11, // 63: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
-	26, // 64: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
-	36, // 65: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
-	26, // 66: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
-	26, // 67: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
-	64, // [64:68] is the sub-list for method output_type
-	60, // [60:64] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	7,  // 0: completion.v1.CancelResponse.reason:type_name -> completion.v1.TransitionReason
+	17, // 1: completion.v1.ListRoutesResponse.routes:type_name -> completion.v1.RouteInfo
+	18, // 2: completion.v1.RouteInfo.capabilities:type_name -> completion.v1.RouteCapabilities
+	51, // 3: completion.v1.RouteInfo.circuit_retry_after:type_name -> google.protobuf.Duration
+	3,  // 4: completion.v1.RouteCapabilities.tool_choice_modes:type_name -> completion.v1.ToolChoiceMode
+	1,  // 5: completion.v1.RouteCapabilities.max_reasoning_effort:type_name -> completion.v1.ReasoningEffort
+	0,  // 6: completion.v1.RouteCapabilities.structured_output:type_name -> completion.v1.StructuredOutputMode
+	23, // 7: completion.v1.CompleteRequest.messages:type_name -> completion.v1.Message
+	31, // 8: completion.v1.CompleteRequest.tools:type_name -> completion.v1.Tool
+	32, // 9: completion.v1.CompleteRequest.policy:type_name -> completion.v1.Policy
+	50, // 10: completion.v1.CompleteRequest.metadata:type_name -> completion.v1.CompleteRequest.MetadataEntry
+	4,  // 11: completion.v1.CompleteRequest.delivery:type_name -> completion.v1.DeliveryMode
+	51, // 12: completion.v1.CompleteRequest.resume_grace:type_name -> google.protobuf.Duration
+	22, // 13: completion.v1.CompleteRequest.tool_choice:type_name -> completion.v1.ToolChoice
+	20, // 14: completion.v1.CompleteRequest.reasoning:type_name -> completion.v1.Reasoning
+	21, // 15: completion.v1.CompleteRequest.prompt_cache:type_name -> completion.v1.PromptCache
+	1,  // 16: completion.v1.Reasoning.effort:type_name -> completion.v1.ReasoningEffort
+	2,  // 17: completion.v1.PromptCache.mode:type_name -> completion.v1.PromptCacheMode
+	3,  // 18: completion.v1.ToolChoice.mode:type_name -> completion.v1.ToolChoiceMode
+	5,  // 19: completion.v1.Message.role:type_name -> completion.v1.Role
+	24, // 20: completion.v1.Message.content:type_name -> completion.v1.ContentBlock
+	25, // 21: completion.v1.ContentBlock.text:type_name -> completion.v1.TextBlock
+	26, // 22: completion.v1.ContentBlock.image:type_name -> completion.v1.ImageBlock
+	29, // 23: completion.v1.ContentBlock.tool_use:type_name -> completion.v1.ToolUseBlock
+	30, // 24: completion.v1.ContentBlock.tool_result:type_name -> completion.v1.ToolResultBlock
+	27, // 25: completion.v1.ContentBlock.document:type_name -> completion.v1.DocumentBlock
+	28, // 26: completion.v1.ContentBlock.thinking:type_name -> completion.v1.ThinkingBlock
+	52, // 27: completion.v1.ToolUseBlock.input:type_name -> google.protobuf.Struct
+	52, // 28: completion.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	51, // 29: completion.v1.Policy.backoff_base:type_name -> google.protobuf.Duration
+	51, // 30: completion.v1.Policy.backoff_max:type_name -> google.protobuf.Duration
+	51, // 31: completion.v1.Policy.fallback_wait:type_name -> google.protobuf.Duration
+	51, // 32: completion.v1.Policy.retry_after_ceiling:type_name -> google.protobuf.Duration
+	34, // 33: completion.v1.CompletionEvent.started:type_name -> completion.v1.Started
+	35, // 34: completion.v1.CompletionEvent.delta:type_name -> completion.v1.TokenDelta
+	36, // 35: completion.v1.CompletionEvent.tool_call:type_name -> completion.v1.ToolCall
+	37, // 36: completion.v1.CompletionEvent.usage:type_name -> completion.v1.Usage
+	38, // 37: completion.v1.CompletionEvent.transition:type_name -> completion.v1.Transition
+	40, // 38: completion.v1.CompletionEvent.stop_hook_request:type_name -> completion.v1.StopHookRequest
+	42, // 39: completion.v1.CompletionEvent.result:type_name -> completion.v1.Result
+	6,  // 40: completion.v1.TokenDelta.kind:type_name -> completion.v1.DeltaKind
+	52, // 41: completion.v1.ToolCall.input:type_name -> google.protobuf.Struct
+	7,  // 42: completion.v1.Transition.reason:type_name -> completion.v1.TransitionReason
+	51, // 43: completion.v1.Transition.backoff:type_name -> google.protobuf.Duration
+	39, // 44: completion.v1.Transition.error:type_name -> completion.v1.UpstreamError
+	8,  // 45: completion.v1.UpstreamError.kind:type_name -> completion.v1.ErrorKind
+	51, // 46: completion.v1.UpstreamError.retry_after:type_name -> google.protobuf.Duration
+	23, // 47: completion.v1.StopHookRequest.answer:type_name -> completion.v1.Message
+	10, // 48: completion.v1.AttemptUsage.outcome:type_name -> completion.v1.AttemptOutcome
+	37, // 49: completion.v1.AttemptUsage.usage:type_name -> completion.v1.Usage
+	7,  // 50: completion.v1.Result.reason:type_name -> completion.v1.TransitionReason
+	23, // 51: completion.v1.Result.message:type_name -> completion.v1.Message
+	9,  // 52: completion.v1.Result.stop_reason:type_name -> completion.v1.StopReason
+	37, // 53: completion.v1.Result.usage:type_name -> completion.v1.Usage
+	41, // 54: completion.v1.Result.attempts:type_name -> completion.v1.AttemptUsage
+	39, // 55: completion.v1.Result.error:type_name -> completion.v1.UpstreamError
+	23, // 56: completion.v1.Result.transcript:type_name -> completion.v1.Message
+	42, // 57: completion.v1.CompleteResponse.result:type_name -> completion.v1.Result
+	38, // 58: completion.v1.CompleteResponse.transitions:type_name -> completion.v1.Transition
+	46, // 59: completion.v1.SessionRequest.start:type_name -> completion.v1.SessionStart
+	47, // 60: completion.v1.SessionRequest.tool_results:type_name -> completion.v1.ToolResults
+	48, // 61: completion.v1.SessionRequest.stop_hook_verdict:type_name -> completion.v1.StopHookVerdict
+	49, // 62: completion.v1.SessionRequest.cancel:type_name -> completion.v1.Cancel
+	45, // 63: completion.v1.SessionRequest.resume:type_name -> completion.v1.SessionResume
+	19, // 64: completion.v1.SessionStart.request:type_name -> completion.v1.CompleteRequest
+	30, // 65: completion.v1.ToolResults.results:type_name -> completion.v1.ToolResultBlock
+	11, // 66: completion.v1.StopHookVerdict.verdict:type_name -> completion.v1.Verdict
+	19, // 67: completion.v1.Completion.Stream:input_type -> completion.v1.CompleteRequest
+	19, // 68: completion.v1.Completion.Complete:input_type -> completion.v1.CompleteRequest
+	44, // 69: completion.v1.Completion.Session:input_type -> completion.v1.SessionRequest
+	12, // 70: completion.v1.Completion.Attach:input_type -> completion.v1.AttachRequest
+	13, // 71: completion.v1.Completion.Cancel:input_type -> completion.v1.CancelRequest
+	15, // 72: completion.v1.Completion.ListRoutes:input_type -> completion.v1.ListRoutesRequest
+	33, // 73: completion.v1.Completion.Stream:output_type -> completion.v1.CompletionEvent
+	43, // 74: completion.v1.Completion.Complete:output_type -> completion.v1.CompleteResponse
+	33, // 75: completion.v1.Completion.Session:output_type -> completion.v1.CompletionEvent
+	33, // 76: completion.v1.Completion.Attach:output_type -> completion.v1.CompletionEvent
+	14, // 77: completion.v1.Completion.Cancel:output_type -> completion.v1.CancelResponse
+	16, // 78: completion.v1.Completion.ListRoutes:output_type -> completion.v1.ListRoutesResponse
+	73, // [73:79] is the sub-list for method output_type
+	67, // [67:73] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_completion_v1_completion_proto_init() }
@@ -4249,8 +5007,8 @@ func file_completion_v1_completion_proto_init() {
 	if File_completion_v1_completion_proto != nil {
 		return
 	}
-	file_completion_v1_completion_proto_msgTypes[1].OneofWrappers = []any{}
-	file_completion_v1_completion_proto_msgTypes[6].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[7].OneofWrappers = []any{}
+	file_completion_v1_completion_proto_msgTypes[12].OneofWrappers = []any{
 		(*ContentBlock_Text)(nil),
 		(*ContentBlock_Image)(nil),
 		(*ContentBlock_ToolUse)(nil),
@@ -4258,8 +5016,8 @@ func file_completion_v1_completion_proto_init() {
 		(*ContentBlock_Document)(nil),
 		(*ContentBlock_Thinking)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[14].OneofWrappers = []any{}
-	file_completion_v1_completion_proto_msgTypes[15].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[20].OneofWrappers = []any{}
+	file_completion_v1_completion_proto_msgTypes[21].OneofWrappers = []any{
 		(*CompletionEvent_Started)(nil),
 		(*CompletionEvent_Delta)(nil),
 		(*CompletionEvent_ToolCall)(nil),
@@ -4268,7 +5026,7 @@ func file_completion_v1_completion_proto_init() {
 		(*CompletionEvent_StopHookRequest)(nil),
 		(*CompletionEvent_Result)(nil),
 	}
-	file_completion_v1_completion_proto_msgTypes[26].OneofWrappers = []any{
+	file_completion_v1_completion_proto_msgTypes[32].OneofWrappers = []any{
 		(*SessionRequest_Start)(nil),
 		(*SessionRequest_ToolResults)(nil),
 		(*SessionRequest_StopHookVerdict)(nil),
@@ -4280,8 +5038,8 @@ func file_completion_v1_completion_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_completion_v1_completion_proto_rawDesc), len(file_completion_v1_completion_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   33,
+			NumEnums:      12,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

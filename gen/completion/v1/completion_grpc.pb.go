@@ -27,10 +27,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Completion_Stream_FullMethodName   = "/completion.v1.Completion/Stream"
-	Completion_Complete_FullMethodName = "/completion.v1.Completion/Complete"
-	Completion_Session_FullMethodName  = "/completion.v1.Completion/Session"
-	Completion_Attach_FullMethodName   = "/completion.v1.Completion/Attach"
+	Completion_Stream_FullMethodName     = "/completion.v1.Completion/Stream"
+	Completion_Complete_FullMethodName   = "/completion.v1.Completion/Complete"
+	Completion_Session_FullMethodName    = "/completion.v1.Completion/Session"
+	Completion_Attach_FullMethodName     = "/completion.v1.Completion/Attach"
+	Completion_Cancel_FullMethodName     = "/completion.v1.Completion/Cancel"
+	Completion_ListRoutes_FullMethodName = "/completion.v1.Completion/ListRoutes"
 )
 
 // CompletionClient is the client API for Completion service.
@@ -69,6 +71,32 @@ type CompletionClient interface {
 	// with: OK for COMPLETED, otherwise the same code and details. A draining
 	// server refuses new completions but still answers Attach.
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CompletionEvent], error)
+	// Cancel ends a running completion (a Stream or a Session, started with
+	// a resume_grace or not) as its caller's own cancel does: its terminal
+	// transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+	// awaits its caller (tool results, a stop-hook verdict), and its own
+	// stream and every caller attached to it receive that end and end with
+	// its status (CANCELLED, ErrorInfo reason the transition's name).
+	// The call answers once the end is in the event log, within a bounded
+	// wait; in a fleet the replica that runs the completion ends it,
+	// whichever replica the call reached. A completion that has ended, while
+	// its log is kept, is left as it is: OK, with already_ended set and how
+	// it ended. Only the key that started a completion may cancel it: another
+	// key's completion is NOT_FOUND exactly as an unknown or expired id
+	// (ErrorInfo reason COMPLETION_NOT_FOUND), so that ids cannot be probed.
+	// An empty completion_id, one longer than 64 bytes or not of the form
+	// "cmpl_" and 24 hex digits is INVALID_ARGUMENT. When the end does not
+	// come within the wait, the call ends UNAVAILABLE with ErrorInfo reason
+	// CANCEL_PENDING: the cancel stands, and calling Cancel again waits for
+	// the end again. A draining server still answers Cancel.
+	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
+	// ListRoutes lists the routes the caller may use, sorted by name: with
+	// authentication on, those its key allows; every route otherwise. Each
+	// comes with its upstream, its limits and fallbacks, what it can honour
+	// of a request's parameters (the capability table the request
+	// validation checks against), whether it is the default route, and
+	// whether its circuit is open now.
+	ListRoutes(ctx context.Context, in *ListRoutesRequest, opts ...grpc.CallOption) (*ListRoutesResponse, error)
 }
 
 type completionClient struct {
@@ -140,6 +168,26 @@ func (c *completionClient) Attach(ctx context.Context, in *AttachRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Completion_AttachClient = grpc.ServerStreamingClient[CompletionEvent]
 
+func (c *completionClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelResponse)
+	err := c.cc.Invoke(ctx, Completion_Cancel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *completionClient) ListRoutes(ctx context.Context, in *ListRoutesRequest, opts ...grpc.CallOption) (*ListRoutesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRoutesResponse)
+	err := c.cc.Invoke(ctx, Completion_ListRoutes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CompletionServer is the server API for Completion service.
 // All implementations must embed UnimplementedCompletionServer
 // for forward compatibility.
@@ -176,6 +224,32 @@ type CompletionServer interface {
 	// with: OK for COMPLETED, otherwise the same code and details. A draining
 	// server refuses new completions but still answers Attach.
 	Attach(*AttachRequest, grpc.ServerStreamingServer[CompletionEvent]) error
+	// Cancel ends a running completion (a Stream or a Session, started with
+	// a resume_grace or not) as its caller's own cancel does: its terminal
+	// transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+	// awaits its caller (tool results, a stop-hook verdict), and its own
+	// stream and every caller attached to it receive that end and end with
+	// its status (CANCELLED, ErrorInfo reason the transition's name).
+	// The call answers once the end is in the event log, within a bounded
+	// wait; in a fleet the replica that runs the completion ends it,
+	// whichever replica the call reached. A completion that has ended, while
+	// its log is kept, is left as it is: OK, with already_ended set and how
+	// it ended. Only the key that started a completion may cancel it: another
+	// key's completion is NOT_FOUND exactly as an unknown or expired id
+	// (ErrorInfo reason COMPLETION_NOT_FOUND), so that ids cannot be probed.
+	// An empty completion_id, one longer than 64 bytes or not of the form
+	// "cmpl_" and 24 hex digits is INVALID_ARGUMENT. When the end does not
+	// come within the wait, the call ends UNAVAILABLE with ErrorInfo reason
+	// CANCEL_PENDING: the cancel stands, and calling Cancel again waits for
+	// the end again. A draining server still answers Cancel.
+	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
+	// ListRoutes lists the routes the caller may use, sorted by name: with
+	// authentication on, those its key allows; every route otherwise. Each
+	// comes with its upstream, its limits and fallbacks, what it can honour
+	// of a request's parameters (the capability table the request
+	// validation checks against), whether it is the default route, and
+	// whether its circuit is open now.
+	ListRoutes(context.Context, *ListRoutesRequest) (*ListRoutesResponse, error)
 	mustEmbedUnimplementedCompletionServer()
 }
 
@@ -197,6 +271,12 @@ func (UnimplementedCompletionServer) Session(grpc.BidiStreamingServer[SessionReq
 }
 func (UnimplementedCompletionServer) Attach(*AttachRequest, grpc.ServerStreamingServer[CompletionEvent]) error {
 	return status.Error(codes.Unimplemented, "method Attach not implemented")
+}
+func (UnimplementedCompletionServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
+}
+func (UnimplementedCompletionServer) ListRoutes(context.Context, *ListRoutesRequest) (*ListRoutesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRoutes not implemented")
 }
 func (UnimplementedCompletionServer) mustEmbedUnimplementedCompletionServer() {}
 func (UnimplementedCompletionServer) testEmbeddedByValue()                    {}
@@ -266,6 +346,42 @@ func _Completion_Attach_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Completion_AttachServer = grpc.ServerStreamingServer[CompletionEvent]
 
+func _Completion_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CompletionServer).Cancel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Completion_Cancel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CompletionServer).Cancel(ctx, req.(*CancelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Completion_ListRoutes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRoutesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CompletionServer).ListRoutes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Completion_ListRoutes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CompletionServer).ListRoutes(ctx, req.(*ListRoutesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Completion_ServiceDesc is the grpc.ServiceDesc for Completion service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -276,6 +392,14 @@ var Completion_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Complete",
 			Handler:    _Completion_Complete_Handler,
+		},
+		{
+			MethodName: "Cancel",
+			Handler:    _Completion_Cancel_Handler,
+		},
+		{
+			MethodName: "ListRoutes",
+			Handler:    _Completion_ListRoutes_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -414,6 +414,30 @@ class AsyncClient:
             raise error_from_grpc(err) from None
         return response
 
+    async def cancel(
+        self, completion_id: str, *, timeout: Optional[float] = None, metadata: Optional[Metadata] = None
+    ) -> pb.CancelResponse:
+        """Ends the running completion completion_id (Cancel RPC), as the sync client's
+        :meth:`~completiond.Client.cancel`."""
+        try:
+            response: pb.CancelResponse = await self.stub.Cancel(
+                pb.CancelRequest(completion_id=completion_id), timeout=timeout, metadata=self._md(metadata))
+        except grpc.RpcError as err:
+            raise error_from_grpc(err, completion_id=completion_id) from None
+        return response
+
+    async def list_routes(
+        self, *, timeout: Optional[float] = None, metadata: Optional[Metadata] = None
+    ) -> List[pb.RouteInfo]:
+        """The routes this client's key may use, sorted by name (ListRoutes RPC), as the sync
+        client's :meth:`~completiond.Client.list_routes`."""
+        try:
+            response: pb.ListRoutesResponse = await self.stub.ListRoutes(
+                pb.ListRoutesRequest(), timeout=timeout, metadata=self._md(metadata))
+        except grpc.RpcError as err:
+            raise error_from_grpc(err) from None
+        return list(response.routes)
+
     def session(
         self,
         start: Union[pb.SessionStart, pb.CompleteRequest],

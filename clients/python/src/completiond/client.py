@@ -1,4 +1,4 @@
-"""The completiond client: Stream, Complete, Session and Attach over one gRPC channel."""
+"""The completiond client: Stream, Complete, Session, Attach, Cancel and ListRoutes over one gRPC channel."""
 
 from __future__ import annotations
 
@@ -186,6 +186,44 @@ class Client:
         except grpc.RpcError as err:
             raise error_from_grpc(err) from None
         return response
+
+    def cancel(
+        self, completion_id: str, *, timeout: Optional[float] = None, metadata: Optional[Metadata] = None
+    ) -> pb.CancelResponse:
+        """Ends the running completion completion_id (Cancel RPC), from any connection.
+
+        It ends as its caller's own cancel would (ABORTED_STREAMING, or
+        ABORTED_TOOLS while a Session awaits its caller); the response, once
+        the end is in the server's log, says how it ended (``reason``,
+        ``code``, ``result_seq``), with ``already_ended`` set when it had
+        ended before. Raises a CompletionError: NOT_FOUND
+        (COMPLETION_NOT_FOUND) for an unknown id and another key's completion
+        alike, UNAVAILABLE (CANCEL_PENDING) when the end did not come within
+        the server's wait (the cancel stands: call it again to wait again).
+        """
+        try:
+            response: pb.CancelResponse = self.stub.Cancel(
+                pb.CancelRequest(completion_id=completion_id), timeout=timeout, metadata=self._md(metadata))
+        except grpc.RpcError as err:
+            raise error_from_grpc(err, completion_id=completion_id) from None
+        return response
+
+    def list_routes(
+        self, *, timeout: Optional[float] = None, metadata: Optional[Metadata] = None
+    ) -> List[pb.RouteInfo]:
+        """The routes this client's key may use, sorted by name (ListRoutes RPC).
+
+        Each RouteInfo has the route's model, limits, fallbacks, capabilities
+        (what the server's request validation checks against), whether it is
+        the default route and whether its circuit is open now. Raises a
+        CompletionError.
+        """
+        try:
+            response: pb.ListRoutesResponse = self.stub.ListRoutes(
+                pb.ListRoutesRequest(), timeout=timeout, metadata=self._md(metadata))
+        except grpc.RpcError as err:
+            raise error_from_grpc(err) from None
+        return list(response.routes)
 
     def session(
         self,

@@ -29,6 +29,80 @@ export const protobufPackage = "completion.v1";
 
 export const protobufFileName = "completion/v1/completion.proto";
 
+/**
+ * StructuredOutputMode is how a route asks its upstream for an answer that
+ * satisfies a request's output_json_schema.
+ */
+export enum StructuredOutputMode {
+  /** STRUCTURED_OUTPUT_MODE_UNSPECIFIED - STRUCTURED_OUTPUT_MODE_UNSPECIFIED is not used. */
+  STRUCTURED_OUTPUT_MODE_UNSPECIFIED = 0,
+  /**
+   * STRUCTURED_OUTPUT_MODE_NATIVE - STRUCTURED_OUTPUT_MODE_NATIVE: the provider's own structured output
+   * (OpenAI response_format json_schema).
+   */
+  STRUCTURED_OUTPUT_MODE_NATIVE = 1,
+  /**
+   * STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL - STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL: the provider's own structured
+   * output (Anthropic output_config.format), or a forced tool where the
+   * route's configuration says so.
+   */
+  STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL = 2,
+  /**
+   * STRUCTURED_OUTPUT_MODE_TOOL - STRUCTURED_OUTPUT_MODE_TOOL: a forced tool whose input is the answer
+   * (the route's structured_output: tool).
+   */
+  STRUCTURED_OUTPUT_MODE_TOOL = 3,
+  /**
+   * STRUCTURED_OUTPUT_MODE_STOP_HOOK - STRUCTURED_OUTPUT_MODE_STOP_HOOK: nothing upstream; the built-in stop
+   * hook asks the model to correct an answer that does not satisfy the
+   * schema.
+   */
+  STRUCTURED_OUTPUT_MODE_STOP_HOOK = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function structuredOutputModeFromJSON(object: any): StructuredOutputMode {
+  switch (object) {
+    case 0:
+    case "STRUCTURED_OUTPUT_MODE_UNSPECIFIED":
+      return StructuredOutputMode.STRUCTURED_OUTPUT_MODE_UNSPECIFIED;
+    case 1:
+    case "STRUCTURED_OUTPUT_MODE_NATIVE":
+      return StructuredOutputMode.STRUCTURED_OUTPUT_MODE_NATIVE;
+    case 2:
+    case "STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL":
+      return StructuredOutputMode.STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL;
+    case 3:
+    case "STRUCTURED_OUTPUT_MODE_TOOL":
+      return StructuredOutputMode.STRUCTURED_OUTPUT_MODE_TOOL;
+    case 4:
+    case "STRUCTURED_OUTPUT_MODE_STOP_HOOK":
+      return StructuredOutputMode.STRUCTURED_OUTPUT_MODE_STOP_HOOK;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return StructuredOutputMode.UNRECOGNIZED;
+  }
+}
+
+export function structuredOutputModeToJSON(object: StructuredOutputMode): string {
+  switch (object) {
+    case StructuredOutputMode.STRUCTURED_OUTPUT_MODE_UNSPECIFIED:
+      return "STRUCTURED_OUTPUT_MODE_UNSPECIFIED";
+    case StructuredOutputMode.STRUCTURED_OUTPUT_MODE_NATIVE:
+      return "STRUCTURED_OUTPUT_MODE_NATIVE";
+    case StructuredOutputMode.STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL:
+      return "STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL";
+    case StructuredOutputMode.STRUCTURED_OUTPUT_MODE_TOOL:
+      return "STRUCTURED_OUTPUT_MODE_TOOL";
+    case StructuredOutputMode.STRUCTURED_OUTPUT_MODE_STOP_HOOK:
+      return "STRUCTURED_OUTPUT_MODE_STOP_HOOK";
+    case StructuredOutputMode.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** ReasoningEffort is how hard a reasoning model thinks. */
 export enum ReasoningEffort {
   /** REASONING_EFFORT_UNSPECIFIED - REASONING_EFFORT_UNSPECIFIED leaves it to budget_tokens or the route. */
@@ -961,6 +1035,221 @@ export interface AttachRequest {
   afterSeq: number;
 }
 
+/** CancelRequest names the completion to end. */
+export interface CancelRequest {
+  /**
+   * completion_id is the id of the completion, from its started event:
+   * "cmpl_" followed by 24 lowercase hex digits.
+   */
+  completionId: string;
+}
+
+/** CancelResponse says how the completion ended. */
+export interface CancelResponse {
+  /**
+   * already_ended is true when the completion had ended before the call
+   * reached it: the call changed nothing.
+   */
+  alreadyEnded: boolean;
+  /**
+   * reason is the completion's terminal transition's reason:
+   * ABORTED_STREAMING or ABORTED_TOOLS when the cancel ended it; whatever
+   * ended it otherwise (it had ended already, or it ended on its own
+   * before the cancel reached it).
+   */
+  reason: TransitionReason;
+  /**
+   * code is the google.rpc.Code of the status the completion's own stream
+   * ended with: 0 (OK) for COMPLETED, 1 (CANCELLED) when the cancel ended
+   * it.
+   */
+  code: number;
+  /**
+   * result_seq is the seq of the completion's result event: an Attach with
+   * after_seq result_seq - 1 receives the result and that status, while
+   * the log is kept.
+   */
+  resultSeq: number;
+}
+
+/** ListRoutesRequest asks for the routes the caller may use. */
+export interface ListRoutesRequest {
+}
+
+/** ListRoutesResponse lists the routes the caller may use. */
+export interface ListRoutesResponse {
+  /** routes are the routes, sorted by name. */
+  routes: RouteInfo[];
+}
+
+/** RouteInfo describes one configured route. */
+export interface RouteInfo {
+  /**
+   * name is the route's name, what CompleteRequest.route and
+   * fallback_routes name.
+   */
+  name: string;
+  /** provider is the route's provider kind: anthropic, openai or sim. */
+  provider: string;
+  /** model is the upstream model the route calls. */
+  model: string;
+  /**
+   * context_window is the model's context window in tokens; 0 when the
+   * configuration does not say.
+   */
+  contextWindow: number;
+  /**
+   * max_output_tokens is the model's own output limit in tokens, which
+   * caps every attempt on the route; 0 when the configuration does not
+   * say.
+   */
+  maxOutputTokens: number;
+  /**
+   * fallback_routes are the routes tried after this one, in order, when a
+   * request names no fallback_routes of its own: its configured chain,
+   * less the routes the caller's key may not use (a completion skips
+   * them too).
+   */
+  fallbackRoutes: string[];
+  /** is_default is true for the route a request without a route calls. */
+  isDefault: boolean;
+  /**
+   * thinking is true for a route whose model thinks on every call
+   * (thinking_budget in its configuration): its capabilities are a
+   * thinking route's, narrowed as Anthropic requires.
+   */
+  thinking: boolean;
+  /**
+   * thinking_budget is the thinking budget every call of a thinking route
+   * asks for; 0 otherwise.
+   */
+  thinkingBudget: number;
+  /**
+   * capabilities are what the route can honour of a request's parameters:
+   * a parameter some route of a completion's chain cannot honour is
+   * refused before any call (INVALID_ARGUMENT naming the route).
+   */
+  capabilities:
+    | RouteCapabilities
+    | undefined;
+  /**
+   * circuit_open is true while the route's circuit breaker is open: a
+   * completion skips the route (MODEL_FALLBACK to the next one, or ends
+   * UNAVAILABLE when none is left) until the circuit lets a call through.
+   */
+  circuitOpen: boolean;
+  /**
+   * circuit_retry_after is how long until the open circuit lets a call
+   * through again; unset while the circuit is not open.
+   */
+  circuitRetryAfter: Duration | undefined;
+}
+
+/**
+ * RouteCapabilities is a route's row of the capability table, with the
+ * route's own ceilings, less what its own settings rule out (a thinking
+ * route takes no temperature, no top_k, top_p only from 0.95 and no forced
+ * tool use). Absent (false, zero) means the route does not take it.
+ */
+export interface RouteCapabilities {
+  /**
+   * max_temperature is the largest temperature the route takes, from 0;
+   * 0 when it takes none.
+   */
+  maxTemperature: number;
+  /** top_p is true when the route takes top_p. */
+  topP: boolean;
+  /**
+   * min_top_p is the smallest top_p the route takes, when it bounds it
+   * from below (a thinking route: 0.95); 0 means any value in (0, 1].
+   */
+  minTopP: number;
+  /** top_k is true when the route takes top_k. */
+  topK: boolean;
+  /** seed is true when the route takes a sampling seed. */
+  seed: boolean;
+  /**
+   * max_stop_sequences is how many stop sequences the route takes; 0 when
+   * it takes none.
+   */
+  maxStopSequences: number;
+  /**
+   * names_stop_sequence is true when the route's upstream says which stop
+   * sequence ended an answer (STOP_REASON_STOP_SEQUENCE and
+   * Result.stop_sequence); elsewhere one still ends the answer, reported
+   * as STOP_REASON_END_TURN.
+   */
+  namesStopSequence: boolean;
+  /**
+   * tool_choice_modes are the tool choice modes the route honours, AUTO
+   * always among them.
+   */
+  toolChoiceModes: ToolChoiceMode[];
+  /**
+   * disable_parallel_tool_use is true when the route can be held to one
+   * tool call per answer.
+   */
+  disableParallelToolUse: boolean;
+  /**
+   * thinking_budget is true when the route's kind thinks with a token
+   * budget (Anthropic extended thinking: Reasoning.budget_tokens, an
+   * effort mapped to a budget).
+   */
+  thinkingBudget: boolean;
+  /**
+   * max_thinking_budget is the largest Reasoning.budget_tokens the route
+   * takes (its max_thinking_budget); 0 when it takes none.
+   */
+  maxThinkingBudget: number;
+  /**
+   * reasoning_effort is true when the route's kind reasons with an effort
+   * (OpenAI reasoning_effort: Reasoning.effort, a budget mapped to an
+   * effort).
+   */
+  reasoningEffort: boolean;
+  /**
+   * max_reasoning_effort is the most Reasoning.effort the route takes (its
+   * max_reasoning_effort); REASONING_EFFORT_UNSPECIFIED when it takes
+   * none.
+   */
+  maxReasoningEffort: ReasoningEffort;
+  /**
+   * interleaved_thinking is true when the route's model can think between
+   * tool calls (Reasoning.interleaved).
+   */
+  interleavedThinking: boolean;
+  /**
+   * structured_output is how the route asks for an answer that satisfies
+   * output_json_schema; the built-in stop hook checks every final answer
+   * whatever it is.
+   */
+  structuredOutput: StructuredOutputMode;
+  /**
+   * cache_breakpoints is true when the route takes prompt cache
+   * breakpoints (cache_breakpoint, PromptCache).
+   */
+  cacheBreakpoints: boolean;
+  /**
+   * caches_by_itself is true when the upstream caches long prompts
+   * without being told (OpenAI): a breakpoint asks nothing more there.
+   */
+  cachesByItself: boolean;
+  /**
+   * image_url is true when the route takes an image by URL
+   * (ImageBlock.url), which its provider fetches.
+   */
+  imageUrl: boolean;
+  /** documents is true when the route takes PDF documents (DocumentBlock). */
+  documents: boolean;
+  /**
+   * prefill is true when the route takes an assistant prefill: a stream
+   * that breaks after tokens went out continues where it stopped
+   * (STREAM_RESUME, no token repeated) rather than restarting cleanly
+   * (RETRY, the partial answer discarded). A thinking route never does.
+   */
+  prefill: boolean;
+}
+
 /** CompleteRequest asks for one completion. */
 export interface CompleteRequest {
   /**
@@ -1806,6 +2095,1091 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     const message = createBaseAttachRequest();
     message.completionId = object.completionId ?? "";
     message.afterSeq = object.afterSeq ?? 0;
+    return message;
+  },
+};
+
+function createBaseCancelRequest(): CancelRequest {
+  return { completionId: "" };
+}
+
+export const CancelRequest: MessageFns<CancelRequest> = {
+  encode(message: CancelRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.completionId !== "") {
+      writer.uint32(10).string(message.completionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.completionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelRequest {
+    return {
+      completionId: isSet(object.completionId)
+        ? globalThis.String(object.completionId)
+        : isSet(object.completion_id)
+        ? globalThis.String(object.completion_id)
+        : "",
+    };
+  },
+
+  toJSON(message: CancelRequest): unknown {
+    const obj: any = {};
+    if (message.completionId !== "") {
+      obj.completionId = message.completionId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CancelRequest>, I>>(base?: I): CancelRequest {
+    return CancelRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CancelRequest>, I>>(object: I): CancelRequest {
+    const message = createBaseCancelRequest();
+    message.completionId = object.completionId ?? "";
+    return message;
+  },
+};
+
+function createBaseCancelResponse(): CancelResponse {
+  return { alreadyEnded: false, reason: 0, code: 0, resultSeq: 0 };
+}
+
+export const CancelResponse: MessageFns<CancelResponse> = {
+  encode(message: CancelResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.alreadyEnded !== false) {
+      writer.uint32(8).bool(message.alreadyEnded);
+    }
+    if (message.reason !== 0) {
+      writer.uint32(16).int32(message.reason);
+    }
+    if (message.code !== 0) {
+      writer.uint32(24).int32(message.code);
+    }
+    if (message.resultSeq !== 0) {
+      writer.uint32(32).uint64(message.resultSeq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.alreadyEnded = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.reason = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.code = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.resultSeq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelResponse {
+    return {
+      alreadyEnded: isSet(object.alreadyEnded)
+        ? globalThis.Boolean(object.alreadyEnded)
+        : isSet(object.already_ended)
+        ? globalThis.Boolean(object.already_ended)
+        : false,
+      reason: isSet(object.reason) ? transitionReasonFromJSON(object.reason) : 0,
+      code: isSet(object.code) ? globalThis.Number(object.code) : 0,
+      resultSeq: isSet(object.resultSeq)
+        ? globalThis.Number(object.resultSeq)
+        : isSet(object.result_seq)
+        ? globalThis.Number(object.result_seq)
+        : 0,
+    };
+  },
+
+  toJSON(message: CancelResponse): unknown {
+    const obj: any = {};
+    if (message.alreadyEnded !== false) {
+      obj.alreadyEnded = message.alreadyEnded;
+    }
+    if (message.reason !== 0) {
+      obj.reason = transitionReasonToJSON(message.reason);
+    }
+    if (message.code !== 0) {
+      obj.code = Math.round(message.code);
+    }
+    if (message.resultSeq !== 0) {
+      obj.resultSeq = Math.round(message.resultSeq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CancelResponse>, I>>(base?: I): CancelResponse {
+    return CancelResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CancelResponse>, I>>(object: I): CancelResponse {
+    const message = createBaseCancelResponse();
+    message.alreadyEnded = object.alreadyEnded ?? false;
+    message.reason = object.reason ?? 0;
+    message.code = object.code ?? 0;
+    message.resultSeq = object.resultSeq ?? 0;
+    return message;
+  },
+};
+
+function createBaseListRoutesRequest(): ListRoutesRequest {
+  return {};
+}
+
+export const ListRoutesRequest: MessageFns<ListRoutesRequest> = {
+  encode(_: ListRoutesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListRoutesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListRoutesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListRoutesRequest {
+    return {};
+  },
+
+  toJSON(_: ListRoutesRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListRoutesRequest>, I>>(base?: I): ListRoutesRequest {
+    return ListRoutesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListRoutesRequest>, I>>(_: I): ListRoutesRequest {
+    const message = createBaseListRoutesRequest();
+    return message;
+  },
+};
+
+function createBaseListRoutesResponse(): ListRoutesResponse {
+  return { routes: [] };
+}
+
+export const ListRoutesResponse: MessageFns<ListRoutesResponse> = {
+  encode(message: ListRoutesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.routes) {
+      RouteInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListRoutesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListRoutesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.routes.push(RouteInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListRoutesResponse {
+    return {
+      routes: globalThis.Array.isArray(object?.routes) ? object.routes.map((e: any) => RouteInfo.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ListRoutesResponse): unknown {
+    const obj: any = {};
+    if (message.routes?.length) {
+      obj.routes = message.routes.map((e) => RouteInfo.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListRoutesResponse>, I>>(base?: I): ListRoutesResponse {
+    return ListRoutesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListRoutesResponse>, I>>(object: I): ListRoutesResponse {
+    const message = createBaseListRoutesResponse();
+    message.routes = object.routes?.map((e) => RouteInfo.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseRouteInfo(): RouteInfo {
+  return {
+    name: "",
+    provider: "",
+    model: "",
+    contextWindow: 0,
+    maxOutputTokens: 0,
+    fallbackRoutes: [],
+    isDefault: false,
+    thinking: false,
+    thinkingBudget: 0,
+    capabilities: undefined,
+    circuitOpen: false,
+    circuitRetryAfter: undefined,
+  };
+}
+
+export const RouteInfo: MessageFns<RouteInfo> = {
+  encode(message: RouteInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.provider !== "") {
+      writer.uint32(18).string(message.provider);
+    }
+    if (message.model !== "") {
+      writer.uint32(26).string(message.model);
+    }
+    if (message.contextWindow !== 0) {
+      writer.uint32(32).int32(message.contextWindow);
+    }
+    if (message.maxOutputTokens !== 0) {
+      writer.uint32(40).int32(message.maxOutputTokens);
+    }
+    for (const v of message.fallbackRoutes) {
+      writer.uint32(50).string(v!);
+    }
+    if (message.isDefault !== false) {
+      writer.uint32(56).bool(message.isDefault);
+    }
+    if (message.thinking !== false) {
+      writer.uint32(64).bool(message.thinking);
+    }
+    if (message.thinkingBudget !== 0) {
+      writer.uint32(72).int32(message.thinkingBudget);
+    }
+    if (message.capabilities !== undefined) {
+      RouteCapabilities.encode(message.capabilities, writer.uint32(82).fork()).join();
+    }
+    if (message.circuitOpen !== false) {
+      writer.uint32(88).bool(message.circuitOpen);
+    }
+    if (message.circuitRetryAfter !== undefined) {
+      Duration.encode(message.circuitRetryAfter, writer.uint32(98).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RouteInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRouteInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.contextWindow = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.fallbackRoutes.push(reader.string());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.isDefault = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.thinking = reader.bool();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.thinkingBudget = reader.int32();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.capabilities = RouteCapabilities.decode(reader, reader.uint32());
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.circuitOpen = reader.bool();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.circuitRetryAfter = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RouteInfo {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      contextWindow: isSet(object.contextWindow)
+        ? globalThis.Number(object.contextWindow)
+        : isSet(object.context_window)
+        ? globalThis.Number(object.context_window)
+        : 0,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? globalThis.Number(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? globalThis.Number(object.max_output_tokens)
+        : 0,
+      fallbackRoutes: globalThis.Array.isArray(object?.fallbackRoutes)
+        ? object.fallbackRoutes.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.fallback_routes)
+        ? object.fallback_routes.map((e: any) => globalThis.String(e))
+        : [],
+      isDefault: isSet(object.isDefault)
+        ? globalThis.Boolean(object.isDefault)
+        : isSet(object.is_default)
+        ? globalThis.Boolean(object.is_default)
+        : false,
+      thinking: isSet(object.thinking) ? globalThis.Boolean(object.thinking) : false,
+      thinkingBudget: isSet(object.thinkingBudget)
+        ? globalThis.Number(object.thinkingBudget)
+        : isSet(object.thinking_budget)
+        ? globalThis.Number(object.thinking_budget)
+        : 0,
+      capabilities: isSet(object.capabilities) ? RouteCapabilities.fromJSON(object.capabilities) : undefined,
+      circuitOpen: isSet(object.circuitOpen)
+        ? globalThis.Boolean(object.circuitOpen)
+        : isSet(object.circuit_open)
+        ? globalThis.Boolean(object.circuit_open)
+        : false,
+      circuitRetryAfter: isSet(object.circuitRetryAfter)
+        ? Duration.fromJSON(object.circuitRetryAfter)
+        : isSet(object.circuit_retry_after)
+        ? Duration.fromJSON(object.circuit_retry_after)
+        : undefined,
+    };
+  },
+
+  toJSON(message: RouteInfo): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.contextWindow !== 0) {
+      obj.contextWindow = Math.round(message.contextWindow);
+    }
+    if (message.maxOutputTokens !== 0) {
+      obj.maxOutputTokens = Math.round(message.maxOutputTokens);
+    }
+    if (message.fallbackRoutes?.length) {
+      obj.fallbackRoutes = message.fallbackRoutes;
+    }
+    if (message.isDefault !== false) {
+      obj.isDefault = message.isDefault;
+    }
+    if (message.thinking !== false) {
+      obj.thinking = message.thinking;
+    }
+    if (message.thinkingBudget !== 0) {
+      obj.thinkingBudget = Math.round(message.thinkingBudget);
+    }
+    if (message.capabilities !== undefined) {
+      obj.capabilities = RouteCapabilities.toJSON(message.capabilities);
+    }
+    if (message.circuitOpen !== false) {
+      obj.circuitOpen = message.circuitOpen;
+    }
+    if (message.circuitRetryAfter !== undefined) {
+      obj.circuitRetryAfter = Duration.toJSON(message.circuitRetryAfter);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RouteInfo>, I>>(base?: I): RouteInfo {
+    return RouteInfo.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RouteInfo>, I>>(object: I): RouteInfo {
+    const message = createBaseRouteInfo();
+    message.name = object.name ?? "";
+    message.provider = object.provider ?? "";
+    message.model = object.model ?? "";
+    message.contextWindow = object.contextWindow ?? 0;
+    message.maxOutputTokens = object.maxOutputTokens ?? 0;
+    message.fallbackRoutes = object.fallbackRoutes?.map((e) => e) || [];
+    message.isDefault = object.isDefault ?? false;
+    message.thinking = object.thinking ?? false;
+    message.thinkingBudget = object.thinkingBudget ?? 0;
+    message.capabilities = (object.capabilities !== undefined && object.capabilities !== null)
+      ? RouteCapabilities.fromPartial(object.capabilities)
+      : undefined;
+    message.circuitOpen = object.circuitOpen ?? false;
+    message.circuitRetryAfter = (object.circuitRetryAfter !== undefined && object.circuitRetryAfter !== null)
+      ? Duration.fromPartial(object.circuitRetryAfter)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseRouteCapabilities(): RouteCapabilities {
+  return {
+    maxTemperature: 0,
+    topP: false,
+    minTopP: 0,
+    topK: false,
+    seed: false,
+    maxStopSequences: 0,
+    namesStopSequence: false,
+    toolChoiceModes: [],
+    disableParallelToolUse: false,
+    thinkingBudget: false,
+    maxThinkingBudget: 0,
+    reasoningEffort: false,
+    maxReasoningEffort: 0,
+    interleavedThinking: false,
+    structuredOutput: 0,
+    cacheBreakpoints: false,
+    cachesByItself: false,
+    imageUrl: false,
+    documents: false,
+    prefill: false,
+  };
+}
+
+export const RouteCapabilities: MessageFns<RouteCapabilities> = {
+  encode(message: RouteCapabilities, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.maxTemperature !== 0) {
+      writer.uint32(9).double(message.maxTemperature);
+    }
+    if (message.topP !== false) {
+      writer.uint32(16).bool(message.topP);
+    }
+    if (message.minTopP !== 0) {
+      writer.uint32(25).double(message.minTopP);
+    }
+    if (message.topK !== false) {
+      writer.uint32(32).bool(message.topK);
+    }
+    if (message.seed !== false) {
+      writer.uint32(40).bool(message.seed);
+    }
+    if (message.maxStopSequences !== 0) {
+      writer.uint32(48).int32(message.maxStopSequences);
+    }
+    if (message.namesStopSequence !== false) {
+      writer.uint32(56).bool(message.namesStopSequence);
+    }
+    if (message.toolChoiceModes.length !== 0) {
+      writer.uint32(66).fork();
+      for (const v of message.toolChoiceModes) {
+        writer.int32(v);
+      }
+      writer.join();
+    }
+    if (message.disableParallelToolUse !== false) {
+      writer.uint32(72).bool(message.disableParallelToolUse);
+    }
+    if (message.thinkingBudget !== false) {
+      writer.uint32(80).bool(message.thinkingBudget);
+    }
+    if (message.maxThinkingBudget !== 0) {
+      writer.uint32(88).int32(message.maxThinkingBudget);
+    }
+    if (message.reasoningEffort !== false) {
+      writer.uint32(96).bool(message.reasoningEffort);
+    }
+    if (message.maxReasoningEffort !== 0) {
+      writer.uint32(104).int32(message.maxReasoningEffort);
+    }
+    if (message.interleavedThinking !== false) {
+      writer.uint32(112).bool(message.interleavedThinking);
+    }
+    if (message.structuredOutput !== 0) {
+      writer.uint32(120).int32(message.structuredOutput);
+    }
+    if (message.cacheBreakpoints !== false) {
+      writer.uint32(128).bool(message.cacheBreakpoints);
+    }
+    if (message.cachesByItself !== false) {
+      writer.uint32(136).bool(message.cachesByItself);
+    }
+    if (message.imageUrl !== false) {
+      writer.uint32(144).bool(message.imageUrl);
+    }
+    if (message.documents !== false) {
+      writer.uint32(152).bool(message.documents);
+    }
+    if (message.prefill !== false) {
+      writer.uint32(160).bool(message.prefill);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RouteCapabilities {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRouteCapabilities();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 9) {
+              break;
+            }
+
+            message.maxTemperature = reader.double();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.topP = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.minTopP = reader.double();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.topK = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.seed = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.maxStopSequences = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.namesStopSequence = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag === 64) {
+              message.toolChoiceModes.push(reader.int32() as any);
+
+              continue;
+            }
+
+            if (tag === 66) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.toolChoiceModes.push(reader.int32() as any);
+              }
+
+              continue;
+            }
+
+            break;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.disableParallelToolUse = reader.bool();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.thinkingBudget = reader.bool();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.maxThinkingBudget = reader.int32();
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.reasoningEffort = reader.bool();
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.maxReasoningEffort = reader.int32() as any;
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.interleavedThinking = reader.bool();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.structuredOutput = reader.int32() as any;
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.cacheBreakpoints = reader.bool();
+            continue;
+          }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.cachesByItself = reader.bool();
+            continue;
+          }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.imageUrl = reader.bool();
+            continue;
+          }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.documents = reader.bool();
+            continue;
+          }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.prefill = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RouteCapabilities {
+    return {
+      maxTemperature: isSet(object.maxTemperature)
+        ? globalThis.Number(object.maxTemperature)
+        : isSet(object.max_temperature)
+        ? globalThis.Number(object.max_temperature)
+        : 0,
+      topP: isSet(object.topP)
+        ? globalThis.Boolean(object.topP)
+        : isSet(object.top_p)
+        ? globalThis.Boolean(object.top_p)
+        : false,
+      minTopP: isSet(object.minTopP)
+        ? globalThis.Number(object.minTopP)
+        : isSet(object.min_top_p)
+        ? globalThis.Number(object.min_top_p)
+        : 0,
+      topK: isSet(object.topK)
+        ? globalThis.Boolean(object.topK)
+        : isSet(object.top_k)
+        ? globalThis.Boolean(object.top_k)
+        : false,
+      seed: isSet(object.seed) ? globalThis.Boolean(object.seed) : false,
+      maxStopSequences: isSet(object.maxStopSequences)
+        ? globalThis.Number(object.maxStopSequences)
+        : isSet(object.max_stop_sequences)
+        ? globalThis.Number(object.max_stop_sequences)
+        : 0,
+      namesStopSequence: isSet(object.namesStopSequence)
+        ? globalThis.Boolean(object.namesStopSequence)
+        : isSet(object.names_stop_sequence)
+        ? globalThis.Boolean(object.names_stop_sequence)
+        : false,
+      toolChoiceModes: globalThis.Array.isArray(object?.toolChoiceModes)
+        ? object.toolChoiceModes.map((e: any) => toolChoiceModeFromJSON(e))
+        : globalThis.Array.isArray(object?.tool_choice_modes)
+        ? object.tool_choice_modes.map((e: any) => toolChoiceModeFromJSON(e))
+        : [],
+      disableParallelToolUse: isSet(object.disableParallelToolUse)
+        ? globalThis.Boolean(object.disableParallelToolUse)
+        : isSet(object.disable_parallel_tool_use)
+        ? globalThis.Boolean(object.disable_parallel_tool_use)
+        : false,
+      thinkingBudget: isSet(object.thinkingBudget)
+        ? globalThis.Boolean(object.thinkingBudget)
+        : isSet(object.thinking_budget)
+        ? globalThis.Boolean(object.thinking_budget)
+        : false,
+      maxThinkingBudget: isSet(object.maxThinkingBudget)
+        ? globalThis.Number(object.maxThinkingBudget)
+        : isSet(object.max_thinking_budget)
+        ? globalThis.Number(object.max_thinking_budget)
+        : 0,
+      reasoningEffort: isSet(object.reasoningEffort)
+        ? globalThis.Boolean(object.reasoningEffort)
+        : isSet(object.reasoning_effort)
+        ? globalThis.Boolean(object.reasoning_effort)
+        : false,
+      maxReasoningEffort: isSet(object.maxReasoningEffort)
+        ? reasoningEffortFromJSON(object.maxReasoningEffort)
+        : isSet(object.max_reasoning_effort)
+        ? reasoningEffortFromJSON(object.max_reasoning_effort)
+        : 0,
+      interleavedThinking: isSet(object.interleavedThinking)
+        ? globalThis.Boolean(object.interleavedThinking)
+        : isSet(object.interleaved_thinking)
+        ? globalThis.Boolean(object.interleaved_thinking)
+        : false,
+      structuredOutput: isSet(object.structuredOutput)
+        ? structuredOutputModeFromJSON(object.structuredOutput)
+        : isSet(object.structured_output)
+        ? structuredOutputModeFromJSON(object.structured_output)
+        : 0,
+      cacheBreakpoints: isSet(object.cacheBreakpoints)
+        ? globalThis.Boolean(object.cacheBreakpoints)
+        : isSet(object.cache_breakpoints)
+        ? globalThis.Boolean(object.cache_breakpoints)
+        : false,
+      cachesByItself: isSet(object.cachesByItself)
+        ? globalThis.Boolean(object.cachesByItself)
+        : isSet(object.caches_by_itself)
+        ? globalThis.Boolean(object.caches_by_itself)
+        : false,
+      imageUrl: isSet(object.imageUrl)
+        ? globalThis.Boolean(object.imageUrl)
+        : isSet(object.image_url)
+        ? globalThis.Boolean(object.image_url)
+        : false,
+      documents: isSet(object.documents) ? globalThis.Boolean(object.documents) : false,
+      prefill: isSet(object.prefill) ? globalThis.Boolean(object.prefill) : false,
+    };
+  },
+
+  toJSON(message: RouteCapabilities): unknown {
+    const obj: any = {};
+    if (message.maxTemperature !== 0) {
+      obj.maxTemperature = floatToJson(message.maxTemperature);
+    }
+    if (message.topP !== false) {
+      obj.topP = message.topP;
+    }
+    if (message.minTopP !== 0) {
+      obj.minTopP = floatToJson(message.minTopP);
+    }
+    if (message.topK !== false) {
+      obj.topK = message.topK;
+    }
+    if (message.seed !== false) {
+      obj.seed = message.seed;
+    }
+    if (message.maxStopSequences !== 0) {
+      obj.maxStopSequences = Math.round(message.maxStopSequences);
+    }
+    if (message.namesStopSequence !== false) {
+      obj.namesStopSequence = message.namesStopSequence;
+    }
+    if (message.toolChoiceModes?.length) {
+      obj.toolChoiceModes = message.toolChoiceModes.map((e) => toolChoiceModeToJSON(e));
+    }
+    if (message.disableParallelToolUse !== false) {
+      obj.disableParallelToolUse = message.disableParallelToolUse;
+    }
+    if (message.thinkingBudget !== false) {
+      obj.thinkingBudget = message.thinkingBudget;
+    }
+    if (message.maxThinkingBudget !== 0) {
+      obj.maxThinkingBudget = Math.round(message.maxThinkingBudget);
+    }
+    if (message.reasoningEffort !== false) {
+      obj.reasoningEffort = message.reasoningEffort;
+    }
+    if (message.maxReasoningEffort !== 0) {
+      obj.maxReasoningEffort = reasoningEffortToJSON(message.maxReasoningEffort);
+    }
+    if (message.interleavedThinking !== false) {
+      obj.interleavedThinking = message.interleavedThinking;
+    }
+    if (message.structuredOutput !== 0) {
+      obj.structuredOutput = structuredOutputModeToJSON(message.structuredOutput);
+    }
+    if (message.cacheBreakpoints !== false) {
+      obj.cacheBreakpoints = message.cacheBreakpoints;
+    }
+    if (message.cachesByItself !== false) {
+      obj.cachesByItself = message.cachesByItself;
+    }
+    if (message.imageUrl !== false) {
+      obj.imageUrl = message.imageUrl;
+    }
+    if (message.documents !== false) {
+      obj.documents = message.documents;
+    }
+    if (message.prefill !== false) {
+      obj.prefill = message.prefill;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RouteCapabilities>, I>>(base?: I): RouteCapabilities {
+    return RouteCapabilities.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RouteCapabilities>, I>>(object: I): RouteCapabilities {
+    const message = createBaseRouteCapabilities();
+    message.maxTemperature = object.maxTemperature ?? 0;
+    message.topP = object.topP ?? false;
+    message.minTopP = object.minTopP ?? 0;
+    message.topK = object.topK ?? false;
+    message.seed = object.seed ?? false;
+    message.maxStopSequences = object.maxStopSequences ?? 0;
+    message.namesStopSequence = object.namesStopSequence ?? false;
+    message.toolChoiceModes = object.toolChoiceModes?.map((e) => e) || [];
+    message.disableParallelToolUse = object.disableParallelToolUse ?? false;
+    message.thinkingBudget = object.thinkingBudget ?? false;
+    message.maxThinkingBudget = object.maxThinkingBudget ?? 0;
+    message.reasoningEffort = object.reasoningEffort ?? false;
+    message.maxReasoningEffort = object.maxReasoningEffort ?? 0;
+    message.interleavedThinking = object.interleavedThinking ?? false;
+    message.structuredOutput = object.structuredOutput ?? 0;
+    message.cacheBreakpoints = object.cacheBreakpoints ?? false;
+    message.cachesByItself = object.cachesByItself ?? false;
+    message.imageUrl = object.imageUrl ?? false;
+    message.documents = object.documents ?? false;
+    message.prefill = object.prefill ?? false;
     return message;
   },
 };
@@ -6582,6 +7956,52 @@ export const CompletionService = {
     responseSerialize: (value: CompletionEvent): Buffer => Buffer.from(CompletionEvent.encode(value).finish()),
     responseDeserialize: (value: Buffer): CompletionEvent => CompletionEvent.decode(value),
   },
+  /**
+   * Cancel ends a running completion (a Stream or a Session, started with
+   * a resume_grace or not) as its caller's own cancel does: its terminal
+   * transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+   * awaits its caller (tool results, a stop-hook verdict), and its own
+   * stream and every caller attached to it receive that end and end with
+   * its status (CANCELLED, ErrorInfo reason the transition's name).
+   * The call answers once the end is in the event log, within a bounded
+   * wait; in a fleet the replica that runs the completion ends it,
+   * whichever replica the call reached. A completion that has ended, while
+   * its log is kept, is left as it is: OK, with already_ended set and how
+   * it ended. Only the key that started a completion may cancel it: another
+   * key's completion is NOT_FOUND exactly as an unknown or expired id
+   * (ErrorInfo reason COMPLETION_NOT_FOUND), so that ids cannot be probed.
+   * An empty completion_id, one longer than 64 bytes or not of the form
+   * "cmpl_" and 24 hex digits is INVALID_ARGUMENT. When the end does not
+   * come within the wait, the call ends UNAVAILABLE with ErrorInfo reason
+   * CANCEL_PENDING: the cancel stands, and calling Cancel again waits for
+   * the end again. A draining server still answers Cancel.
+   */
+  cancel: {
+    path: "/completion.v1.Completion/Cancel" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CancelRequest): Buffer => Buffer.from(CancelRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CancelRequest => CancelRequest.decode(value),
+    responseSerialize: (value: CancelResponse): Buffer => Buffer.from(CancelResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CancelResponse => CancelResponse.decode(value),
+  },
+  /**
+   * ListRoutes lists the routes the caller may use, sorted by name: with
+   * authentication on, those its key allows; every route otherwise. Each
+   * comes with its upstream, its limits and fallbacks, what it can honour
+   * of a request's parameters (the capability table the request
+   * validation checks against), whether it is the default route, and
+   * whether its circuit is open now.
+   */
+  listRoutes: {
+    path: "/completion.v1.Completion/ListRoutes" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListRoutesRequest): Buffer => Buffer.from(ListRoutesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListRoutesRequest => ListRoutesRequest.decode(value),
+    responseSerialize: (value: ListRoutesResponse): Buffer => Buffer.from(ListRoutesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListRoutesResponse => ListRoutesResponse.decode(value),
+  },
 } as const;
 
 export interface CompletionServer extends UntypedServiceImplementation {
@@ -6620,6 +8040,36 @@ export interface CompletionServer extends UntypedServiceImplementation {
    * server refuses new completions but still answers Attach.
    */
   attach: handleServerStreamingCall<AttachRequest, CompletionEvent>;
+  /**
+   * Cancel ends a running completion (a Stream or a Session, started with
+   * a resume_grace or not) as its caller's own cancel does: its terminal
+   * transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+   * awaits its caller (tool results, a stop-hook verdict), and its own
+   * stream and every caller attached to it receive that end and end with
+   * its status (CANCELLED, ErrorInfo reason the transition's name).
+   * The call answers once the end is in the event log, within a bounded
+   * wait; in a fleet the replica that runs the completion ends it,
+   * whichever replica the call reached. A completion that has ended, while
+   * its log is kept, is left as it is: OK, with already_ended set and how
+   * it ended. Only the key that started a completion may cancel it: another
+   * key's completion is NOT_FOUND exactly as an unknown or expired id
+   * (ErrorInfo reason COMPLETION_NOT_FOUND), so that ids cannot be probed.
+   * An empty completion_id, one longer than 64 bytes or not of the form
+   * "cmpl_" and 24 hex digits is INVALID_ARGUMENT. When the end does not
+   * come within the wait, the call ends UNAVAILABLE with ErrorInfo reason
+   * CANCEL_PENDING: the cancel stands, and calling Cancel again waits for
+   * the end again. A draining server still answers Cancel.
+   */
+  cancel: handleUnaryCall<CancelRequest, CancelResponse>;
+  /**
+   * ListRoutes lists the routes the caller may use, sorted by name: with
+   * authentication on, those its key allows; every route otherwise. Each
+   * comes with its upstream, its limits and fallbacks, what it can honour
+   * of a request's parameters (the capability table the request
+   * validation checks against), whether it is the default route, and
+   * whether its circuit is open now.
+   */
+  listRoutes: handleUnaryCall<ListRoutesRequest, ListRoutesResponse>;
 }
 
 export interface CompletionClient extends Client {
@@ -6684,6 +8134,64 @@ export interface CompletionClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<CompletionEvent>;
+  /**
+   * Cancel ends a running completion (a Stream or a Session, started with
+   * a resume_grace or not) as its caller's own cancel does: its terminal
+   * transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+   * awaits its caller (tool results, a stop-hook verdict), and its own
+   * stream and every caller attached to it receive that end and end with
+   * its status (CANCELLED, ErrorInfo reason the transition's name).
+   * The call answers once the end is in the event log, within a bounded
+   * wait; in a fleet the replica that runs the completion ends it,
+   * whichever replica the call reached. A completion that has ended, while
+   * its log is kept, is left as it is: OK, with already_ended set and how
+   * it ended. Only the key that started a completion may cancel it: another
+   * key's completion is NOT_FOUND exactly as an unknown or expired id
+   * (ErrorInfo reason COMPLETION_NOT_FOUND), so that ids cannot be probed.
+   * An empty completion_id, one longer than 64 bytes or not of the form
+   * "cmpl_" and 24 hex digits is INVALID_ARGUMENT. When the end does not
+   * come within the wait, the call ends UNAVAILABLE with ErrorInfo reason
+   * CANCEL_PENDING: the cancel stands, and calling Cancel again waits for
+   * the end again. A draining server still answers Cancel.
+   */
+  cancel(
+    request: CancelRequest,
+    callback: (error: ServiceError | null, response: CancelResponse) => void,
+  ): ClientUnaryCall;
+  cancel(
+    request: CancelRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CancelResponse) => void,
+  ): ClientUnaryCall;
+  cancel(
+    request: CancelRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CancelResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * ListRoutes lists the routes the caller may use, sorted by name: with
+   * authentication on, those its key allows; every route otherwise. Each
+   * comes with its upstream, its limits and fallbacks, what it can honour
+   * of a request's parameters (the capability table the request
+   * validation checks against), whether it is the default route, and
+   * whether its circuit is open now.
+   */
+  listRoutes(
+    request: ListRoutesRequest,
+    callback: (error: ServiceError | null, response: ListRoutesResponse) => void,
+  ): ClientUnaryCall;
+  listRoutes(
+    request: ListRoutesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListRoutesResponse) => void,
+  ): ClientUnaryCall;
+  listRoutes(
+    request: ListRoutesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListRoutesResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const CompletionClient = makeGenericClientConstructor(

@@ -55,6 +55,11 @@ STOP_REASON_REFUSAL: StopReason
 STOP_REASON_STOP_SEQUENCE: StopReason
 STOP_REASON_TOOL_USE: StopReason
 STOP_REASON_UNSPECIFIED: StopReason
+STRUCTURED_OUTPUT_MODE_NATIVE: StructuredOutputMode
+STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL: StructuredOutputMode
+STRUCTURED_OUTPUT_MODE_STOP_HOOK: StructuredOutputMode
+STRUCTURED_OUTPUT_MODE_TOOL: StructuredOutputMode
+STRUCTURED_OUTPUT_MODE_UNSPECIFIED: StructuredOutputMode
 TOOL_CHOICE_MODE_ANY: ToolChoiceMode
 TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
 TOOL_CHOICE_MODE_NONE: ToolChoiceMode
@@ -115,6 +120,24 @@ class Cancel(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     reason: str
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ["completion_id"]
+    COMPLETION_ID_FIELD_NUMBER: _ClassVar[int]
+    completion_id: str
+    def __init__(self, completion_id: _Optional[str] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ["already_ended", "code", "reason", "result_seq"]
+    ALREADY_ENDED_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    already_ended: bool
+    code: int
+    reason: TransitionReason
+    result_seq: int
+    def __init__(self, already_ended: bool = ..., reason: _Optional[_Union[TransitionReason, str]] = ..., code: _Optional[int] = ..., result_seq: _Optional[int] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
     __slots__ = ["delivery", "fallback_routes", "max_output_tokens", "max_total_output_tokens", "messages", "metadata", "output_json_schema", "policy", "prompt_cache", "reasoning", "resume_grace", "route", "seed", "stop_sequences", "system", "temperature", "token_budget", "tool_choice", "tools", "top_k", "top_p"]
@@ -243,6 +266,16 @@ class ImageBlock(_message.Message):
     url: str
     def __init__(self, media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., url: _Optional[str] = ...) -> None: ...
 
+class ListRoutesRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListRoutesResponse(_message.Message):
+    __slots__ = ["routes"]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    routes: _containers.RepeatedCompositeFieldContainer[RouteInfo]
+    def __init__(self, routes: _Optional[_Iterable[_Union[RouteInfo, _Mapping]]] = ...) -> None: ...
+
 class Message(_message.Message):
     __slots__ = ["content", "role"]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
@@ -324,6 +357,78 @@ class Result(_message.Message):
     truncated: bool
     usage: Usage
     def __init__(self, reason: _Optional[_Union[TransitionReason, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., truncated: bool = ..., route: _Optional[str] = ..., model: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[AttemptUsage, _Mapping]]] = ..., error: _Optional[_Union[UpstreamError, _Mapping]] = ..., transcript: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., stop_sequence: _Optional[str] = ...) -> None: ...
+
+class RouteCapabilities(_message.Message):
+    __slots__ = ["cache_breakpoints", "caches_by_itself", "disable_parallel_tool_use", "documents", "image_url", "interleaved_thinking", "max_reasoning_effort", "max_stop_sequences", "max_temperature", "max_thinking_budget", "min_top_p", "names_stop_sequence", "prefill", "reasoning_effort", "seed", "structured_output", "thinking_budget", "tool_choice_modes", "top_k", "top_p"]
+    CACHES_BY_ITSELF_FIELD_NUMBER: _ClassVar[int]
+    CACHE_BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_PARALLEL_TOOL_USE_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_URL_FIELD_NUMBER: _ClassVar[int]
+    INTERLEAVED_THINKING_FIELD_NUMBER: _ClassVar[int]
+    MAX_REASONING_EFFORT_FIELD_NUMBER: _ClassVar[int]
+    MAX_STOP_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    MAX_TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    MAX_THINKING_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    MIN_TOP_P_FIELD_NUMBER: _ClassVar[int]
+    NAMES_STOP_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_FIELD_NUMBER: _ClassVar[int]
+    REASONING_EFFORT_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    THINKING_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_MODES_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    cache_breakpoints: bool
+    caches_by_itself: bool
+    disable_parallel_tool_use: bool
+    documents: bool
+    image_url: bool
+    interleaved_thinking: bool
+    max_reasoning_effort: ReasoningEffort
+    max_stop_sequences: int
+    max_temperature: float
+    max_thinking_budget: int
+    min_top_p: float
+    names_stop_sequence: bool
+    prefill: bool
+    reasoning_effort: bool
+    seed: bool
+    structured_output: StructuredOutputMode
+    thinking_budget: bool
+    tool_choice_modes: _containers.RepeatedScalarFieldContainer[ToolChoiceMode]
+    top_k: bool
+    top_p: bool
+    def __init__(self, max_temperature: _Optional[float] = ..., top_p: bool = ..., min_top_p: _Optional[float] = ..., top_k: bool = ..., seed: bool = ..., max_stop_sequences: _Optional[int] = ..., names_stop_sequence: bool = ..., tool_choice_modes: _Optional[_Iterable[_Union[ToolChoiceMode, str]]] = ..., disable_parallel_tool_use: bool = ..., thinking_budget: bool = ..., max_thinking_budget: _Optional[int] = ..., reasoning_effort: bool = ..., max_reasoning_effort: _Optional[_Union[ReasoningEffort, str]] = ..., interleaved_thinking: bool = ..., structured_output: _Optional[_Union[StructuredOutputMode, str]] = ..., cache_breakpoints: bool = ..., caches_by_itself: bool = ..., image_url: bool = ..., documents: bool = ..., prefill: bool = ...) -> None: ...
+
+class RouteInfo(_message.Message):
+    __slots__ = ["capabilities", "circuit_open", "circuit_retry_after", "context_window", "fallback_routes", "is_default", "max_output_tokens", "model", "name", "provider", "thinking", "thinking_budget"]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    CIRCUIT_OPEN_FIELD_NUMBER: _ClassVar[int]
+    CIRCUIT_RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_ROUTES_FIELD_NUMBER: _ClassVar[int]
+    IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    THINKING_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    THINKING_FIELD_NUMBER: _ClassVar[int]
+    capabilities: RouteCapabilities
+    circuit_open: bool
+    circuit_retry_after: _duration_pb2.Duration
+    context_window: int
+    fallback_routes: _containers.RepeatedScalarFieldContainer[str]
+    is_default: bool
+    max_output_tokens: int
+    model: str
+    name: str
+    provider: str
+    thinking: bool
+    thinking_budget: int
+    def __init__(self, name: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., context_window: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., fallback_routes: _Optional[_Iterable[str]] = ..., is_default: bool = ..., thinking: bool = ..., thinking_budget: _Optional[int] = ..., capabilities: _Optional[_Union[RouteCapabilities, _Mapping]] = ..., circuit_open: bool = ..., circuit_retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SessionRequest(_message.Message):
     __slots__ = ["cancel", "resume", "start", "stop_hook_verdict", "tool_results"]
@@ -538,6 +643,9 @@ class Usage(_message.Message):
     input_tokens: int
     output_tokens: int
     def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_input_tokens: _Optional[int] = ..., cache_creation_input_tokens: _Optional[int] = ...) -> None: ...
+
+class StructuredOutputMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
 
 class ReasoningEffort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -38,6 +38,16 @@ class CompletionStub(object):
                 request_serializer=completion_dot_v1_dot_completion__pb2.AttachRequest.SerializeToString,
                 response_deserializer=completion_dot_v1_dot_completion__pb2.CompletionEvent.FromString,
                 )
+        self.Cancel = channel.unary_unary(
+                '/completion.v1.Completion/Cancel',
+                request_serializer=completion_dot_v1_dot_completion__pb2.CancelRequest.SerializeToString,
+                response_deserializer=completion_dot_v1_dot_completion__pb2.CancelResponse.FromString,
+                )
+        self.ListRoutes = channel.unary_unary(
+                '/completion.v1.Completion/ListRoutes',
+                request_serializer=completion_dot_v1_dot_completion__pb2.ListRoutesRequest.SerializeToString,
+                response_deserializer=completion_dot_v1_dot_completion__pb2.ListRoutesResponse.FromString,
+                )
 
 
 class CompletionServicer(object):
@@ -94,6 +104,42 @@ class CompletionServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Cancel(self, request, context):
+        """Cancel ends a running completion (a Stream or a Session, started with
+        a resume_grace or not) as its caller's own cancel does: its terminal
+        transition is ABORTED_STREAMING, or ABORTED_TOOLS while a Session
+        awaits its caller (tool results, a stop-hook verdict), and its own
+        stream and every caller attached to it receive that end and end with
+        its status (CANCELLED, ErrorInfo reason the transition's name).
+        The call answers once the end is in the event log, within a bounded
+        wait; in a fleet the replica that runs the completion ends it,
+        whichever replica the call reached. A completion that has ended, while
+        its log is kept, is left as it is: OK, with already_ended set and how
+        it ended. Only the key that started a completion may cancel it: another
+        key's completion is NOT_FOUND exactly as an unknown or expired id
+        (ErrorInfo reason COMPLETION_NOT_FOUND), so that ids cannot be probed.
+        An empty completion_id, one longer than 64 bytes or not of the form
+        "cmpl_" and 24 hex digits is INVALID_ARGUMENT. When the end does not
+        come within the wait, the call ends UNAVAILABLE with ErrorInfo reason
+        CANCEL_PENDING: the cancel stands, and calling Cancel again waits for
+        the end again. A draining server still answers Cancel.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRoutes(self, request, context):
+        """ListRoutes lists the routes the caller may use, sorted by name: with
+        authentication on, those its key allows; every route otherwise. Each
+        comes with its upstream, its limits and fallbacks, what it can honour
+        of a request's parameters (the capability table the request
+        validation checks against), whether it is the default route, and
+        whether its circuit is open now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CompletionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -116,6 +162,16 @@ def add_CompletionServicer_to_server(servicer, server):
                     servicer.Attach,
                     request_deserializer=completion_dot_v1_dot_completion__pb2.AttachRequest.FromString,
                     response_serializer=completion_dot_v1_dot_completion__pb2.CompletionEvent.SerializeToString,
+            ),
+            'Cancel': grpc.unary_unary_rpc_method_handler(
+                    servicer.Cancel,
+                    request_deserializer=completion_dot_v1_dot_completion__pb2.CancelRequest.FromString,
+                    response_serializer=completion_dot_v1_dot_completion__pb2.CancelResponse.SerializeToString,
+            ),
+            'ListRoutes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRoutes,
+                    request_deserializer=completion_dot_v1_dot_completion__pb2.ListRoutesRequest.FromString,
+                    response_serializer=completion_dot_v1_dot_completion__pb2.ListRoutesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -196,5 +252,39 @@ class Completion(object):
         return grpc.experimental.unary_stream(request, target, '/completion.v1.Completion/Attach',
             completion_dot_v1_dot_completion__pb2.AttachRequest.SerializeToString,
             completion_dot_v1_dot_completion__pb2.CompletionEvent.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Cancel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/completion.v1.Completion/Cancel',
+            completion_dot_v1_dot_completion__pb2.CancelRequest.SerializeToString,
+            completion_dot_v1_dot_completion__pb2.CancelResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListRoutes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/completion.v1.Completion/ListRoutes',
+            completion_dot_v1_dot_completion__pb2.ListRoutesRequest.SerializeToString,
+            completion_dot_v1_dot_completion__pb2.ListRoutesResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
