@@ -232,3 +232,42 @@ func TestOutputSchemaReachesEveryAttempt(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryCallCarriesNoneOfTheCallersParameters: the summarising call
+// of a reactive compaction is completiond's own, with a prompt of its own:
+// it carries neither the request's reasoning nor its output schema nor
+// cache marks, while the calls before and after it carry them all.
+func TestSummaryCallCarriesNoneOfTheCallersParameters(t *testing.T) {
+	up := &recordingProvider{Provider: sim.New(sim.Config{Words: 12})}
+	env := newTestEnv(t, reasoningRoutes(up))
+	req := conversation(10, 40, false, map[string]string{sim.MetaFaults: "prompt_too_long"})
+	req.Route = "claude-r"
+	req.Reasoning = &completionv1.Reasoning{BudgetTokens: 2048}
+	req.OutputJsonSchema = `{"type": "string"}`
+	req.Policy = &completionv1.Policy{MaxStopHookBlocks: proto.Int32(0)}
+	evs, st := env.streamAll(t, req)
+	checkContract(t, evs, st)
+	if got := transitions(evs); !slices.Contains(got, "REACTIVE_COMPACT_RETRY") {
+		t.Fatalf("transitions %v, want a reactive compaction", got)
+	}
+	summaries := 0
+	for i, r := range up.requests() {
+		marked := r.CacheSystem || slices.ContainsFunc(r.Messages, func(m recovery.Message) bool {
+			return slices.ContainsFunc(m.Blocks, func(b recovery.Block) bool { return b.CacheBreakpoint })
+		})
+		if r.Metadata == nil { // the summary: completiond's call carries no caller metadata
+			summaries++
+			if r.ThinkingBudget != 0 || r.Reasoning != (provider.Reasoning{}) || r.OutputSchema != nil || marked {
+				t.Errorf("call %d, the summary: thinking %d, reasoning %+v, schema %q, cache marks %v; want none",
+					i+1, r.ThinkingBudget, r.Reasoning, r.OutputSchema, marked)
+			}
+			continue
+		}
+		if r.ThinkingBudget != 2048 || string(r.OutputSchema) != req.OutputJsonSchema || !marked {
+			t.Errorf("call %d: thinking %d, schema %q, cache marks %v; want the request's", i+1, r.ThinkingBudget, r.OutputSchema, marked)
+		}
+	}
+	if summaries != 1 {
+		t.Errorf("%d summary calls, want 1", summaries)
+	}
+}
