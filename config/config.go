@@ -50,6 +50,9 @@ type Route struct {
 	// StructuredOutput is how the route asks its upstream for an answer
 	// that satisfies the request's output schema.
 	StructuredOutput provider.StructuredOutput
+	// Prices are what the route's tokens cost; the zero value, a route
+	// without prices, leaves the cost of its attempts unknown.
+	Prices Prices
 }
 
 // Capabilities is what the route can honour of a request's parameters:

@@ -142,6 +142,9 @@ type FileRoute struct {
 	Fallbacks []string `yaml:"fallbacks"`
 	// Timeouts bound each attempt.
 	Timeouts FileTimeouts `yaml:"timeouts"`
+	// Prices are what the route's tokens cost, in USD per million tokens;
+	// without them the cost of the route's attempts is unknown.
+	Prices *FilePrices `yaml:"prices"`
 }
 
 // FileTimeouts bound each attempt on a route; empty fields keep the defaults.
@@ -363,12 +366,16 @@ func buildRoute(name string, fr FileRoute, providers map[string]provider.Provide
 	if err != nil {
 		return nil, err
 	}
+	prices, err := fr.Prices.build(field + ".prices")
+	if err != nil {
+		return nil, err
+	}
 	return &Route{
 		Spec: recovery.Route{Name: name, Provider: p.Kind(), Model: fr.Model, ContextWindow: fr.ContextWindow,
 			MaxOutputTokens: fr.MaxOutputTokens, Prefill: fr.Prefill, Thinking: fr.ThinkingBudget > 0},
 		Upstream: p, Fallbacks: fr.Fallbacks, Timeouts: t, ThinkingBudget: fr.ThinkingBudget,
 		MaxThinkingBudget: reasoning.MaxThinkingBudget, MaxReasoningEffort: reasoning.MaxReasoningEffort,
-		StructuredOutput: so,
+		StructuredOutput: so, Prices: prices,
 	}, nil
 }
 
