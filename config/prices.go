@@ -105,3 +105,30 @@ func (fp *FilePrices) build(field string) (Prices, error) {
 	}
 	return p, nil
 }
+
+// AttemptCost is what attempt a cost at the prices of its route, found in
+// chain by name (the completion's routes: a fallback has prices of its
+// own), and whether that route has prices. An attempt's tokens are paid
+// for whatever became of its output: failed and discarded attempts cost
+// too.
+func AttemptCost(chain []*Route, a recovery.AttemptRecord) (usd float64, known bool) {
+	for _, r := range chain {
+		if r.Spec.Name == a.Route.Name {
+			return r.Prices.Cost(a.Usage), r.Prices.Known
+		}
+	}
+	return 0, false
+}
+
+// TotalCost is the sum of the attempts' AttemptCost, and whether every
+// attempt's route has prices; when one has none, the total counts only
+// the attempts whose route has them.
+func TotalCost(chain []*Route, attempts []recovery.AttemptRecord) (usd float64, known bool) {
+	known = true
+	for _, a := range attempts {
+		c, ok := AttemptCost(chain, a)
+		usd += c
+		known = known && ok
+	}
+	return usd, known
+}

@@ -158,18 +158,21 @@ func (c *Completion) finish(a recovery.Action) (*recovery.Result, error) {
 // the last attempt whose output is in the answer; without one it is empty.
 // A model an upstream names is its own words: like its error messages, it
 // is scrubbed of anything that looks like a credential and bounded (the
-// providers, which know their keys, have scrubbed those already).
+// providers, which know their keys, have scrubbed those already). Each
+// attempt's cost is at the prices of its own route (config.AttemptCost).
 func (c *Completion) result(r *recovery.Result) *completionv1.Result {
 	out := convert.FromResult(r)
 	out.Model = ""
-	for _, a := range out.GetAttempts() {
+	for i, a := range out.GetAttempts() {
 		if m := c.models[a.GetAttempt()]; m != "" {
 			a.Model = m // scrubbed by call
 		}
 		if a.GetOutcome() == completionv1.AttemptOutcome_ATTEMPT_OUTCOME_ANSWERED {
 			out.Model = a.GetModel()
 		}
+		a.CostUsd, a.CostKnown = config.AttemptCost(c.spec.Routes, r.Attempts[i]) // FromResult keeps the attempts' order
 	}
+	out.CostUsd, out.CostKnown = config.TotalCost(c.spec.Routes, r.Attempts)
 	return out
 }
 

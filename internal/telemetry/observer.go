@@ -526,7 +526,7 @@ func (o *Trail) Finish(r *recovery.Result) {
 	// The RPC that ran the completion reports it on its own line; a
 	// completion no RPC reports writes its line here, first, so that it
 	// carries the ids of the span still recording.
-	if sum := summarize(o.info.ID, r); !o.handOver(ctx, sum) && o.log.Enabled(ctx, slog.LevelInfo) {
+	if sum := summarize(o.info.ID, r, o.info.Chain); !o.handOver(ctx, sum) && o.log.Enabled(ctx, slog.LevelInfo) {
 		o.logFinish(ctx, sum)
 	}
 	if o.m.on {
@@ -541,10 +541,13 @@ func (o *Trail) Finish(r *recovery.Result) {
 	}
 }
 
-// summarize is what the log says of a completion that ended with r.
-func summarize(id string, r *recovery.Result) completionSummary {
-	return completionSummary{id: id, reason: r.Reason, stopReason: r.StopReason, truncated: r.Truncated,
+// summarize is what the log says of a completion that ended with r, its
+// cost at the prices of chain's routes included.
+func summarize(id string, r *recovery.Result, chain []*config.Route) completionSummary {
+	sum := completionSummary{id: id, reason: r.Reason, stopReason: r.StopReason, truncated: r.Truncated,
 		route: r.Route.Name, attempts: len(r.Attempts), input: int64(r.Usage.InputTokens), output: int64(r.Usage.OutputTokens)}
+	sum.cost, sum.costKnown = config.TotalCost(chain, r.Attempts)
+	return sum
 }
 
 // handOver gives sum to the log line of the RPC that runs the completion
@@ -648,6 +651,7 @@ func (o *Trail) countFinish(ctx context.Context, r *recovery.Result) {
 		o.m.attempts.Add(ctx, 1, metric.WithAttributes(attrs...))
 	}
 	o.countTokens(ctx, r, ended)
+	o.countCost(ctx, r)
 	first := o.info.First
 	common := []attribute.KeyValue{keyOperation.String("chat"), keyProvider.String(first.Provider), keyRequestModel.String(first.Model)}
 	if o.trail != nil && o.trail.key != "" {
@@ -692,6 +696,26 @@ func (o *Trail) countTokens(ctx context.Context, r *recovery.Result, ended ended
 		}
 		o.m.tokens.Record(ctx, inputTokens(u), metric.WithAttributes(append(attrs, keyTokenType.String("input"))...))
 		o.m.tokens.Record(ctx, u.OutputTokens, metric.WithAttributes(append(attrs, keyTokenType.String("output"))...))
+	}
+}
+
+// countCost adds what each attempt cost to completiond.cost.usd, by the
+// caller's key (bounded: see instruments.keys), the attempt's route and
+// the route's model — the model as configured, which the prices are for,
+// not the one the upstream named. An attempt whose route has no prices,
+// or that cost nothing, adds nothing: a series of zeros says nothing.
+func (o *Trail) countCost(ctx context.Context, r *recovery.Result) {
+	key := ""
+	if o.trail != nil {
+		key = o.trail.key
+	}
+	for _, a := range r.Attempts {
+		usd, known := config.AttemptCost(o.info.Chain, a)
+		if !known || usd <= 0 {
+			continue
+		}
+		o.m.cost.Add(ctx, usd, metric.WithAttributes(keyAuthKey.String(o.m.keys.bound(key)),
+			keyRoute.String(a.Route.Name), keyRequestModel.String(a.Route.Model)))
 	}
 }
 

@@ -191,13 +191,17 @@ type completionSummary struct {
 	attempts   int
 	input      int64
 	output     int64
+	cost       float64 // in USD, at the prices of the attempts' routes
+	costKnown  bool    // every attempt's route has prices
 }
 
-// completionSummaryFields is the number of fields summary.attrs writes.
-const completionSummaryFields = 8
+// completionSummaryFields is the most fields summary.attrs writes.
+const completionSummaryFields = 9
 
 // attrs writes the summary's fields into a, which has room for
-// completionSummaryFields, and returns how many it wrote.
+// completionSummaryFields, and returns how many it wrote: cost_usd only
+// when the cost is known, since a line of a server without prices that
+// said 0 would say the completion was free.
 func (c *completionSummary) attrs(a []slog.Attr) int {
 	_ = a[completionSummaryFields-1]
 	a[0] = slog.String("completion_id", c.id)
@@ -208,7 +212,11 @@ func (c *completionSummary) attrs(a []slog.Attr) int {
 	a[5] = slog.Int("attempts", c.attempts)
 	a[6] = slog.Int64("input_tokens", c.input)
 	a[7] = slog.Int64("output_tokens", c.output)
-	return completionSummaryFields
+	if !c.costKnown {
+		return 8
+	}
+	a[8] = slog.Float64("cost_usd", c.cost)
+	return 9
 }
 
 // splitMethod splits "/package.Service/Method".

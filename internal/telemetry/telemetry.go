@@ -95,6 +95,11 @@ type instruments struct {
 	duration    metric.Float64Histogram
 	firstChunk  metric.Float64Histogram
 	inFlight    metric.Int64UpDownCounter
+	cost        metric.Float64Counter
+	// keys bounds the completiond.auth.key values of the cost counter:
+	// keys are configured, but a client certificate's name is the CA's to
+	// choose (as for the refusals, maxRefusalKeys).
+	keys *labelSet
 	// models bounds the gen_ai.response.model values: the upstream names
 	// them, and a metric label must not grow without end.
 	models *labelSet
@@ -104,7 +109,7 @@ type instruments struct {
 // fatal: the API then hands back a working no-op instrument, and the SDK has
 // already reported the error to otel's error handler.
 func newInstruments(mp metric.MeterProvider, circuits func() map[string]int) *instruments {
-	in := &instruments{on: mp != nil, models: newLabelSet(maxModelLabels)}
+	in := &instruments{on: mp != nil, models: newLabelSet(maxModelLabels), keys: newLabelSet(maxRefusalKeys)}
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
@@ -124,6 +129,10 @@ func newInstruments(mp metric.MeterProvider, circuits func() map[string]int) *in
 		metric.WithExplicitBucketBoundaries(secondsBuckets...))
 	in.inFlight, _ = m.Int64UpDownCounter("completiond.streams_in_flight", metric.WithUnit("{completion}"),
 		metric.WithDescription("Completions running now."))
+	// The unit is an annotation, which the Prometheus exporter leaves out
+	// of the name: "USD" would make it completiond_cost_usd_USD_total.
+	in.cost, _ = m.Float64Counter("completiond.cost.usd", metric.WithUnit("{USD}"),
+		metric.WithDescription("What upstream attempts cost at their routes' prices, in USD, by key, route and model; routes without prices add nothing."))
 	if in.on && circuits != nil {
 		observeCircuits(m, circuits)
 	}

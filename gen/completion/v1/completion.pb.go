@@ -3746,7 +3746,13 @@ type AttemptUsage struct {
 	// outcome is how the attempt ended.
 	Outcome AttemptOutcome `protobuf:"varint,4,opt,name=outcome,proto3,enum=completion.v1.AttemptOutcome" json:"outcome,omitempty"`
 	// usage is the tokens the attempt used.
-	Usage         *Usage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *Usage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	// cost_usd is what the attempt's usage costs at the prices of its route
+	// (routes.<name>.prices), in USD: a failed or discarded attempt's tokens
+	// are paid for too. 0 when cost_known is false.
+	CostUsd float64 `protobuf:"fixed64,6,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// cost_known is true when the attempt's route has prices.
+	CostKnown     bool `protobuf:"varint,7,opt,name=cost_known,json=costKnown,proto3" json:"cost_known,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3816,6 +3822,20 @@ func (x *AttemptUsage) GetUsage() *Usage {
 	return nil
 }
 
+func (x *AttemptUsage) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *AttemptUsage) GetCostKnown() bool {
+	if x != nil {
+		return x.CostKnown
+	}
+	return false
+}
+
 // Result closes a completion's stream.
 type Result struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3845,7 +3865,14 @@ type Result struct {
 	Transcript []*Message `protobuf:"bytes,10,rep,name=transcript,proto3" json:"transcript,omitempty"`
 	// stop_sequence is the request's stop sequence that ended the answer, with
 	// STOP_REASON_STOP_SEQUENCE.
-	StopSequence  string `protobuf:"bytes,11,opt,name=stop_sequence,json=stopSequence,proto3" json:"stop_sequence,omitempty"`
+	StopSequence string `protobuf:"bytes,11,opt,name=stop_sequence,json=stopSequence,proto3" json:"stop_sequence,omitempty"`
+	// cost_usd is the sum of the attempts' cost_usd, in USD: every attempt
+	// of the completion, failed and discarded ones included, each at the
+	// prices of its own route.
+	CostUsd float64 `protobuf:"fixed64,12,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// cost_known is true when every attempt's route has prices; false, cost_usd
+	// counts only the attempts whose route has them.
+	CostKnown     bool `protobuf:"varint,13,opt,name=cost_known,json=costKnown,proto3" json:"cost_known,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3955,6 +3982,20 @@ func (x *Result) GetStopSequence() string {
 		return x.StopSequence
 	}
 	return ""
+}
+
+func (x *Result) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *Result) GetCostKnown() bool {
+	if x != nil {
+		return x.CostKnown
+	}
+	return false
 }
 
 // CompleteResponse is the aggregated answer of Complete.
@@ -4686,13 +4727,16 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"retryAfter\"Z\n" +
 	"\x0fStopHookRequest\x12\x17\n" +
 	"\ahook_id\x18\x01 \x01(\tR\x06hookId\x12.\n" +
-	"\x06answer\x18\x02 \x01(\v2\x16.completion.v1.MessageR\x06answer\"\xb9\x01\n" +
+	"\x06answer\x18\x02 \x01(\v2\x16.completion.v1.MessageR\x06answer\"\xf3\x01\n" +
 	"\fAttemptUsage\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05route\x18\x02 \x01(\tR\x05route\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x127\n" +
 	"\aoutcome\x18\x04 \x01(\x0e2\x1d.completion.v1.AttemptOutcomeR\aoutcome\x12*\n" +
-	"\x05usage\x18\x05 \x01(\v2\x14.completion.v1.UsageR\x05usage\"\xef\x03\n" +
+	"\x05usage\x18\x05 \x01(\v2\x14.completion.v1.UsageR\x05usage\x12\x19\n" +
+	"\bcost_usd\x18\x06 \x01(\x01R\acostUsd\x12\x1d\n" +
+	"\n" +
+	"cost_known\x18\a \x01(\bR\tcostKnown\"\xa9\x04\n" +
 	"\x06Result\x127\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1f.completion.v1.TransitionReasonR\x06reason\x120\n" +
 	"\amessage\x18\x02 \x01(\v2\x16.completion.v1.MessageR\amessage\x12:\n" +
@@ -4708,7 +4752,10 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"transcript\x18\n" +
 	" \x03(\v2\x16.completion.v1.MessageR\n" +
 	"transcript\x12#\n" +
-	"\rstop_sequence\x18\v \x01(\tR\fstopSequence\"\xa3\x01\n" +
+	"\rstop_sequence\x18\v \x01(\tR\fstopSequence\x12\x19\n" +
+	"\bcost_usd\x18\f \x01(\x01R\acostUsd\x12\x1d\n" +
+	"\n" +
+	"cost_known\x18\r \x01(\bR\tcostKnown\"\xa3\x01\n" +
 	"\x10CompleteResponse\x12#\n" +
 	"\rcompletion_id\x18\x01 \x01(\tR\fcompletionId\x12-\n" +
 	"\x06result\x18\x02 \x01(\v2\x15.completion.v1.ResultR\x06result\x12;\n" +

@@ -1862,7 +1862,17 @@ export interface AttemptUsage {
   /** outcome is how the attempt ended. */
   outcome: AttemptOutcome;
   /** usage is the tokens the attempt used. */
-  usage: Usage | undefined;
+  usage:
+    | Usage
+    | undefined;
+  /**
+   * cost_usd is what the attempt's usage costs at the prices of its route
+   * (routes.<name>.prices), in USD: a failed or discarded attempt's tokens
+   * are paid for too. 0 when cost_known is false.
+   */
+  costUsd: number;
+  /** cost_known is true when the attempt's route has prices. */
+  costKnown: boolean;
 }
 
 /** Result closes a completion's stream. */
@@ -1904,6 +1914,17 @@ export interface Result {
    * STOP_REASON_STOP_SEQUENCE.
    */
   stopSequence: string;
+  /**
+   * cost_usd is the sum of the attempts' cost_usd, in USD: every attempt
+   * of the completion, failed and discarded ones included, each at the
+   * prices of its own route.
+   */
+  costUsd: number;
+  /**
+   * cost_known is true when every attempt's route has prices; false, cost_usd
+   * counts only the attempts whose route has them.
+   */
+  costKnown: boolean;
 }
 
 /** CompleteResponse is the aggregated answer of Complete. */
@@ -6785,7 +6806,7 @@ export const StopHookRequest: MessageFns<StopHookRequest> = {
 };
 
 function createBaseAttemptUsage(): AttemptUsage {
-  return { attempt: 0, route: "", model: "", outcome: 0, usage: undefined };
+  return { attempt: 0, route: "", model: "", outcome: 0, usage: undefined, costUsd: 0, costKnown: false };
 }
 
 export const AttemptUsage: MessageFns<AttemptUsage> = {
@@ -6804,6 +6825,12 @@ export const AttemptUsage: MessageFns<AttemptUsage> = {
     }
     if (message.usage !== undefined) {
       Usage.encode(message.usage, writer.uint32(42).fork()).join();
+    }
+    if (message.costUsd !== 0) {
+      writer.uint32(49).double(message.costUsd);
+    }
+    if (message.costKnown !== false) {
+      writer.uint32(56).bool(message.costKnown);
     }
     return writer;
   },
@@ -6861,6 +6888,22 @@ export const AttemptUsage: MessageFns<AttemptUsage> = {
             message.usage = Usage.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 49) {
+              break;
+            }
+
+            message.costUsd = reader.double();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.costKnown = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6880,6 +6923,16 @@ export const AttemptUsage: MessageFns<AttemptUsage> = {
       model: isSet(object.model) ? globalThis.String(object.model) : "",
       outcome: isSet(object.outcome) ? attemptOutcomeFromJSON(object.outcome) : 0,
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+      costUsd: isSet(object.costUsd)
+        ? globalThis.Number(object.costUsd)
+        : isSet(object.cost_usd)
+        ? globalThis.Number(object.cost_usd)
+        : 0,
+      costKnown: isSet(object.costKnown)
+        ? globalThis.Boolean(object.costKnown)
+        : isSet(object.cost_known)
+        ? globalThis.Boolean(object.cost_known)
+        : false,
     };
   },
 
@@ -6900,6 +6953,12 @@ export const AttemptUsage: MessageFns<AttemptUsage> = {
     if (message.usage !== undefined) {
       obj.usage = Usage.toJSON(message.usage);
     }
+    if (message.costUsd !== 0) {
+      obj.costUsd = floatToJson(message.costUsd);
+    }
+    if (message.costKnown !== false) {
+      obj.costKnown = message.costKnown;
+    }
     return obj;
   },
 
@@ -6913,6 +6972,8 @@ export const AttemptUsage: MessageFns<AttemptUsage> = {
     message.model = object.model ?? "";
     message.outcome = object.outcome ?? 0;
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    message.costUsd = object.costUsd ?? 0;
+    message.costKnown = object.costKnown ?? false;
     return message;
   },
 };
@@ -6930,6 +6991,8 @@ function createBaseResult(): Result {
     error: undefined,
     transcript: [],
     stopSequence: "",
+    costUsd: 0,
+    costKnown: false,
   };
 }
 
@@ -6967,6 +7030,12 @@ export const Result: MessageFns<Result> = {
     }
     if (message.stopSequence !== "") {
       writer.uint32(90).string(message.stopSequence);
+    }
+    if (message.costUsd !== 0) {
+      writer.uint32(97).double(message.costUsd);
+    }
+    if (message.costKnown !== false) {
+      writer.uint32(104).bool(message.costKnown);
     }
     return writer;
   },
@@ -7072,6 +7141,22 @@ export const Result: MessageFns<Result> = {
             message.stopSequence = reader.string();
             continue;
           }
+          case 12: {
+            if (tag !== 97) {
+              break;
+            }
+
+            message.costUsd = reader.double();
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.costKnown = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7109,6 +7194,16 @@ export const Result: MessageFns<Result> = {
         : isSet(object.stop_sequence)
         ? globalThis.String(object.stop_sequence)
         : "",
+      costUsd: isSet(object.costUsd)
+        ? globalThis.Number(object.costUsd)
+        : isSet(object.cost_usd)
+        ? globalThis.Number(object.cost_usd)
+        : 0,
+      costKnown: isSet(object.costKnown)
+        ? globalThis.Boolean(object.costKnown)
+        : isSet(object.cost_known)
+        ? globalThis.Boolean(object.cost_known)
+        : false,
     };
   },
 
@@ -7147,6 +7242,12 @@ export const Result: MessageFns<Result> = {
     if (message.stopSequence !== "") {
       obj.stopSequence = message.stopSequence;
     }
+    if (message.costUsd !== 0) {
+      obj.costUsd = floatToJson(message.costUsd);
+    }
+    if (message.costKnown !== false) {
+      obj.costKnown = message.costKnown;
+    }
     return obj;
   },
 
@@ -7170,6 +7271,8 @@ export const Result: MessageFns<Result> = {
       : undefined;
     message.transcript = object.transcript?.map((e) => Message.fromPartial(e)) || [];
     message.stopSequence = object.stopSequence ?? "";
+    message.costUsd = object.costUsd ?? 0;
+    message.costKnown = object.costKnown ?? false;
     return message;
   },
 };

@@ -102,18 +102,22 @@ class AttachRequest(_message.Message):
     def __init__(self, completion_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
 
 class AttemptUsage(_message.Message):
-    __slots__ = ["attempt", "model", "outcome", "route", "usage"]
+    __slots__ = ["attempt", "cost_known", "cost_usd", "model", "outcome", "route", "usage"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COST_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     attempt: int
+    cost_known: bool
+    cost_usd: float
     model: str
     outcome: AttemptOutcome
     route: str
     usage: Usage
-    def __init__(self, attempt: _Optional[int] = ..., route: _Optional[str] = ..., model: _Optional[str] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    def __init__(self, attempt: _Optional[int] = ..., route: _Optional[str] = ..., model: _Optional[str] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., cost_usd: _Optional[float] = ..., cost_known: bool = ...) -> None: ...
 
 class Cancel(_message.Message):
     __slots__ = ["reason"]
@@ -333,8 +337,10 @@ class Reasoning(_message.Message):
     def __init__(self, budget_tokens: _Optional[int] = ..., effort: _Optional[_Union[ReasoningEffort, str]] = ..., interleaved: bool = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ["attempts", "error", "message", "model", "reason", "route", "stop_reason", "stop_sequence", "transcript", "truncated", "usage"]
+    __slots__ = ["attempts", "cost_known", "cost_usd", "error", "message", "model", "reason", "route", "stop_reason", "stop_sequence", "transcript", "truncated", "usage"]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    COST_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -346,6 +352,8 @@ class Result(_message.Message):
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     attempts: _containers.RepeatedCompositeFieldContainer[AttemptUsage]
+    cost_known: bool
+    cost_usd: float
     error: UpstreamError
     message: Message
     model: str
@@ -356,7 +364,7 @@ class Result(_message.Message):
     transcript: _containers.RepeatedCompositeFieldContainer[Message]
     truncated: bool
     usage: Usage
-    def __init__(self, reason: _Optional[_Union[TransitionReason, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., truncated: bool = ..., route: _Optional[str] = ..., model: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[AttemptUsage, _Mapping]]] = ..., error: _Optional[_Union[UpstreamError, _Mapping]] = ..., transcript: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., stop_sequence: _Optional[str] = ...) -> None: ...
+    def __init__(self, reason: _Optional[_Union[TransitionReason, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., truncated: bool = ..., route: _Optional[str] = ..., model: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[AttemptUsage, _Mapping]]] = ..., error: _Optional[_Union[UpstreamError, _Mapping]] = ..., transcript: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., stop_sequence: _Optional[str] = ..., cost_usd: _Optional[float] = ..., cost_known: bool = ...) -> None: ...
 
 class RouteCapabilities(_message.Message):
     __slots__ = ["cache_breakpoints", "caches_by_itself", "disable_parallel_tool_use", "documents", "image_url", "interleaved_thinking", "max_reasoning_effort", "max_stop_sequences", "max_temperature", "max_thinking_budget", "min_top_p", "names_stop_sequence", "prefill", "reasoning_effort", "seed", "structured_output", "thinking_budget", "tool_choice_modes", "top_k", "top_p"]
