@@ -98,13 +98,19 @@ func (fp *FilePrices) build(field string) (Prices, error) {
 		*f.dst = *f.src
 	}
 	if fp.Input != nil && fp.CacheWrite == nil {
-		p.CacheWrite = p.Input * CacheWriteMultiplier
+		p.CacheWrite = derived(p.Input * CacheWriteMultiplier)
 	}
 	if fp.Input != nil && fp.CacheRead == nil {
-		p.CacheRead = p.Input * CacheReadMultiplier
+		p.CacheRead = derived(p.Input * CacheReadMultiplier)
 	}
 	return p, nil
 }
+
+// derived rounds a price derived from another to a billionth of a dollar
+// per million tokens: the product of a decimal price and a multiplier is
+// not the decimal the provider publishes (3 × 0.1 is 0.30000000000000004),
+// and check-config would show the difference.
+func derived(v float64) float64 { return math.Round(v*1e9) / 1e9 }
 
 // AttemptCost is what attempt a cost at the prices of its route, found in
 // chain by name (the completion's routes: a fallback has prices of its

@@ -142,6 +142,7 @@ func printConfig(w io.Writer, path string, cfg config.Config, specs map[provider
 		}
 		t := r.Timeouts
 		p("  timeouts\theaders %s, first token %s, idle %s, total %s", t.Headers, t.FirstToken, t.Idle, t.Total)
+		p("  prices\t%s", pricesLine(r.Prices))
 	}
 	p("")
 	switch b := cfg.Breaker; {
@@ -356,4 +357,14 @@ func reasoningCeiling(r *config.Route) string {
 // structuredOutputNames are the structured_output values, by mode.
 var structuredOutputNames = map[provider.StructuredOutput]string{
 	provider.StructuredNative: "native", provider.StructuredTool: "tool (a forced tool)", provider.StructuredHook: "hook (the stop hook alone)",
+}
+
+// pricesLine is a route's prices as check-config reports them, the cache
+// prices LoadFile derived from input included, so that the defaults show.
+func pricesLine(pr config.Prices) string {
+	if !pr.Known {
+		return "none (cost unknown)"
+	}
+	return fmt.Sprintf("USD per million tokens: input %g, output %g, cache write %g, cache read %g",
+		pr.Input, pr.Output, pr.CacheWrite, pr.CacheRead)
 }

@@ -50,6 +50,7 @@ routes:
     prefill: true
     fallbacks: [qwen, gpt]
     timeouts: {headers: 10s, idle: 45s}
+    prices: {input: 3, output: 15}
   claude-thinking:
     provider: anthropic
     model: claude-sonnet-4-5
@@ -98,7 +99,9 @@ func TestCheckConfigPrintsResolvedRoutes(t *testing.T) {
 		"context window 200000 tokens",
 		"max output 64000 tokens",
 		"fallbacks qwen → gpt",
-		"timeouts headers 10s, first token 5m0s, idle 45s, total 20m0s",
+		"timeouts headers 10s, first token 5m0s, idle 45s, total 20m0s\nprices USD per million tokens: input 3, output 15, cache write 3.75, cache read 0.3",
+		"model gpt-4.1\n", // and below it, no prices:
+		"prices none (cost unknown)",
 		"thinking 16000 tokens",
 		"reasoning budget up to 16000 tokens\n",
 		"reasoning effort up to medium\n",

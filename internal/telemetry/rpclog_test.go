@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider"
 	"github.com/completiond/completiond/recovery"
@@ -43,25 +44,26 @@ func TestCompletionLineWithoutRPC(t *testing.T) {
 				s.close()
 			}
 			route := recovery.Route{Name: "sim", Model: "sim-1"}
-			info := Info{ID: "cmpl_test", First: route}
+			prices := config.Prices{Known: true, Input: 1e6, Output: 2e6} // a dollar an input token, two an output token
+			info := Info{ID: "cmpl_test", First: route, Chain: []*config.Route{{Spec: route, Prices: prices}}}
 			c, _ := o.Start(ctx, info)
 			a := c.AttemptStart(ctx, recovery.Call{Attempt: 1, Route: route}, false)
 			a.End(recovery.Event{Kind: recovery.EvAttemptDone}, provider.Finish{})
-			c.Finish(&recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route,
-				Usage:    recovery.Usage{InputTokens: 3, OutputTokens: 5},
-				Attempts: []recovery.AttemptRecord{{Attempt: 1, Route: route, Outcome: recovery.OutcomeAnswered}}})
+			usage := recovery.Usage{InputTokens: 3, OutputTokens: 5}
+			c.Finish(&recovery.Result{Reason: recovery.Completed, StopReason: recovery.StopEndTurn, Route: route, Usage: usage,
+				Attempts: []recovery.AttemptRecord{{Attempt: 1, Route: route, Outcome: recovery.OutcomeAnswered, Usage: usage}}})
 			lines := testkit.LogLines(t, buf.String())
 			if got := len(lines) == 1 && lines[0]["msg"] == "completion finished"; got != tc.ownLine {
 				t.Fatalf("own line %v, want %v:\n%s", got, tc.ownLine, buf.String())
 			}
 			if tc.ownLine {
-				if l := lines[0]; l["completion_id"] != "cmpl_test" || l["output_tokens"] != 5.0 || l["reason"] != "COMPLETED" {
+				if l := lines[0]; l["completion_id"] != "cmpl_test" || l["output_tokens"] != 5.0 || l["reason"] != "COMPLETED" || l["cost_usd"] != 13.0 {
 					t.Errorf("completion line %v", l)
 				}
 				return
 			}
 			sum, ok, _ := s.close()
-			if !ok || sum.id != "cmpl_test" || sum.output != 5 || sum.attempts != 1 {
+			if !ok || sum.id != "cmpl_test" || sum.output != 5 || sum.attempts != 1 || sum.cost != 13 || !sum.costKnown {
 				t.Errorf("the RPC's scope holds %+v, %v", sum, ok)
 			}
 		})
@@ -93,18 +95,26 @@ func BenchmarkRPCLine(b *testing.B) {
 // the line itself. What allocates is the record's spill past its five
 // inline fields, once, and the JSON handler's boxing of grpc.time_ms, a
 // float, to encode it (8 bytes; the field is go-grpc-middleware's, a number
-// of milliseconds); with an error, add what reading its code and text costs.
+// of milliseconds), and of cost_usd when the completion's routes have
+// prices; with an error, add what reading its code and text costs.
 func TestRPCLineIsFree(t *testing.T) {
 	if testkit.RaceEnabled {
 		t.Skip("the race detector makes sync.Pool, which slog's handlers use, drop items at random")
 	}
 	l := rpcLog{log: slog.New(TraceLogHandler(slog.NewJSONHandler(io.Discard, nil)))}
-	sum := completionSummary{id: "cmpl_test", reason: recovery.Completed, stopReason: recovery.StopEndTurn, route: "sim", attempts: 1}
+	unpriced := completionSummary{id: "cmpl_test", reason: recovery.Completed, stopReason: recovery.StopEndTurn, route: "sim", attempts: 1}
+	priced := unpriced
+	priced.cost, priced.costKnown = 0.0123, true
 	for _, tc := range []struct {
 		name string
+		sum  completionSummary
 		err  error
-	}{{"OK", nil}, {"failed", status.Error(codes.InvalidArgument, "bad")}} {
+	}{{"OK", unpriced, nil}, {"failed", unpriced, status.Error(codes.InvalidArgument, "bad")}, {"priced", priced, nil}} {
+		sum := tc.sum
 		want := 2.0
+		if sum.costKnown {
+			want++ // cost_usd, boxed as grpc.time_ms is
+		}
 		if tc.err != nil {
 			want += testing.AllocsPerRun(100, func() { _, _ = status.Code(tc.err), tc.err.Error() })
 		}
