@@ -1678,9 +1678,19 @@ type CompleteRequest struct {
 	// cache (Anthropic cache_control), so that every retry, escalation,
 	// continuation, resume and Session turn reads the prompt from the cache
 	// instead of paying for it again. Unset is PROMPT_CACHE_MODE_AUTO.
-	PromptCache   *PromptCache `protobuf:"bytes,21,opt,name=prompt_cache,json=promptCache,proto3" json:"prompt_cache,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PromptCache *PromptCache `protobuf:"bytes,21,opt,name=prompt_cache,json=promptCache,proto3" json:"prompt_cache,omitempty"`
+	// idempotency_key makes a start safe to retry: a Stream, Session start or
+	// Complete with the key of a completion the same caller (API key) started
+	// with an identical request, while that completion runs or its event log
+	// is kept, attaches to it (the same completion id, its events from seq 1,
+	// as Attach with after_seq 0) instead of starting another. The same key
+	// with a different request is refused with ALREADY_EXISTS, ErrorInfo
+	// IDEMPOTENCY_KEY_REUSED. Once the completion's log has expired the key
+	// is free again. Empty: no idempotency. 1 to 128 bytes of printable
+	// ASCII when set.
+	IdempotencyKey string `protobuf:"bytes,22,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -1858,6 +1868,13 @@ func (x *CompleteRequest) GetPromptCache() *PromptCache {
 		return x.PromptCache
 	}
 	return nil
+}
+
+func (x *CompleteRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 // Reasoning asks the model to think before it answers.
@@ -4542,7 +4559,7 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\x10caches_by_itself\x18\x11 \x01(\bR\x0ecachesByItself\x12\x1b\n" +
 	"\timage_url\x18\x12 \x01(\bR\bimageUrl\x12\x1c\n" +
 	"\tdocuments\x18\x13 \x01(\bR\tdocuments\x12\x18\n" +
-	"\aprefill\x18\x14 \x01(\bR\aprefill\"\xdf\b\n" +
+	"\aprefill\x18\x14 \x01(\bR\aprefill\"\x88\t\n" +
 	"\x0fCompleteRequest\x12\x14\n" +
 	"\x05route\x18\x01 \x01(\tR\x05route\x12'\n" +
 	"\x0ffallback_routes\x18\x02 \x03(\tR\x0efallbackRoutes\x12\x16\n" +
@@ -4566,7 +4583,8 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"toolChoice\x12:\n" +
 	"\x17max_total_output_tokens\x18\x13 \x01(\x05H\x05R\x14maxTotalOutputTokens\x88\x01\x01\x126\n" +
 	"\treasoning\x18\x14 \x01(\v2\x18.completion.v1.ReasoningR\treasoning\x12=\n" +
-	"\fprompt_cache\x18\x15 \x01(\v2\x1a.completion.v1.PromptCacheR\vpromptCache\x1a;\n" +
+	"\fprompt_cache\x18\x15 \x01(\v2\x1a.completion.v1.PromptCacheR\vpromptCache\x12'\n" +
+	"\x0fidempotency_key\x18\x16 \x01(\tR\x0eidempotencyKey\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x14\n" +

@@ -1393,7 +1393,21 @@ export interface CompleteRequest {
    * continuation, resume and Session turn reads the prompt from the cache
    * instead of paying for it again. Unset is PROMPT_CACHE_MODE_AUTO.
    */
-  promptCache: PromptCache | undefined;
+  promptCache:
+    | PromptCache
+    | undefined;
+  /**
+   * idempotency_key makes a start safe to retry: a Stream, Session start or
+   * Complete with the key of a completion the same caller (API key) started
+   * with an identical request, while that completion runs or its event log
+   * is kept, attaches to it (the same completion id, its events from seq 1,
+   * as Attach with after_seq 0) instead of starting another. The same key
+   * with a different request is refused with ALREADY_EXISTS, ErrorInfo
+   * IDEMPOTENCY_KEY_REUSED. Once the completion's log has expired the key
+   * is free again. Empty: no idempotency. 1 to 128 bytes of printable
+   * ASCII when set.
+   */
+  idempotencyKey: string;
 }
 
 export interface CompleteRequest_MetadataEntry {
@@ -3228,6 +3242,7 @@ function createBaseCompleteRequest(): CompleteRequest {
     maxTotalOutputTokens: undefined,
     reasoning: undefined,
     promptCache: undefined,
+    idempotencyKey: "",
   };
 }
 
@@ -3295,6 +3310,9 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
     }
     if (message.promptCache !== undefined) {
       PromptCache.encode(message.promptCache, writer.uint32(170).fork()).join();
+    }
+    if (message.idempotencyKey !== "") {
+      writer.uint32(178).string(message.idempotencyKey);
     }
     return writer;
   },
@@ -3483,6 +3501,14 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
             message.promptCache = PromptCache.decode(reader, reader.uint32());
             continue;
           }
+          case 22: {
+            if (tag !== 178) {
+              break;
+            }
+
+            message.idempotencyKey = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3575,6 +3601,11 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
         : isSet(object.prompt_cache)
         ? PromptCache.fromJSON(object.prompt_cache)
         : undefined,
+      idempotencyKey: isSet(object.idempotencyKey)
+        ? globalThis.String(object.idempotencyKey)
+        : isSet(object.idempotency_key)
+        ? globalThis.String(object.idempotency_key)
+        : "",
     };
   },
 
@@ -3649,6 +3680,9 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
     if (message.promptCache !== undefined) {
       obj.promptCache = PromptCache.toJSON(message.promptCache);
     }
+    if (message.idempotencyKey !== "") {
+      obj.idempotencyKey = message.idempotencyKey;
+    }
     return obj;
   },
 
@@ -3696,6 +3730,7 @@ export const CompleteRequest: MessageFns<CompleteRequest> = {
     message.promptCache = (object.promptCache !== undefined && object.promptCache !== null)
       ? PromptCache.fromPartial(object.promptCache)
       : undefined;
+    message.idempotencyKey = object.idempotencyKey ?? "";
     return message;
   },
 };

@@ -144,7 +144,7 @@ class CancelResponse(_message.Message):
     def __init__(self, already_ended: bool = ..., reason: _Optional[_Union[TransitionReason, str]] = ..., code: _Optional[int] = ..., result_seq: _Optional[int] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ["delivery", "fallback_routes", "max_output_tokens", "max_total_output_tokens", "messages", "metadata", "output_json_schema", "policy", "prompt_cache", "reasoning", "resume_grace", "route", "seed", "stop_sequences", "system", "temperature", "token_budget", "tool_choice", "tools", "top_k", "top_p"]
+    __slots__ = ["delivery", "fallback_routes", "idempotency_key", "max_output_tokens", "max_total_output_tokens", "messages", "metadata", "output_json_schema", "policy", "prompt_cache", "reasoning", "resume_grace", "route", "seed", "stop_sequences", "system", "temperature", "token_budget", "tool_choice", "tools", "top_k", "top_p"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +154,7 @@ class CompleteRequest(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_ROUTES_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOTAL_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +176,7 @@ class CompleteRequest(_message.Message):
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     delivery: DeliveryMode
     fallback_routes: _containers.RepeatedScalarFieldContainer[str]
+    idempotency_key: str
     max_output_tokens: int
     max_total_output_tokens: int
     messages: _containers.RepeatedCompositeFieldContainer[Message]
@@ -194,7 +196,7 @@ class CompleteRequest(_message.Message):
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
     top_k: int
     top_p: float
-    def __init__(self, route: _Optional[str] = ..., fallback_routes: _Optional[_Iterable[str]] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., max_output_tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., output_json_schema: _Optional[str] = ..., delivery: _Optional[_Union[DeliveryMode, str]] = ..., resume_grace: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., max_total_output_tokens: _Optional[int] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ..., prompt_cache: _Optional[_Union[PromptCache, _Mapping]] = ...) -> None: ...
+    def __init__(self, route: _Optional[str] = ..., fallback_routes: _Optional[_Iterable[str]] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., max_output_tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., output_json_schema: _Optional[str] = ..., delivery: _Optional[_Union[DeliveryMode, str]] = ..., resume_grace: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., max_total_output_tokens: _Optional[int] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ..., prompt_cache: _Optional[_Union[PromptCache, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
     __slots__ = ["completion_id", "result", "transitions"]
