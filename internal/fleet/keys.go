@@ -68,6 +68,13 @@ func LeaseKey(id string) string { return "completiond:lease:{" + id + "}" }
 // may still be running or taken over.
 func leaseTokenKey(id string) string { return "completiond:lease:token:{" + id + "}" }
 
+// RedisIdemKey is the Redis key of an idempotency record (Idempotency):
+// scope is the digest of the caller's key name and key the digest of its
+// idempotency key, never the raw names, so that no caller's key or
+// idempotency key is readable from Redis's key space. Hash-tagged on its
+// own: the record is not in its completion's slot, which it names.
+func RedisIdemKey(scope, key string) string { return "completiond:idem:{" + scope + ":" + key + "}" }
+
 // redisKeys is the one table of the keys the fleet's scripts declare, by
 // the names the scripts (lua/*.lua) read them by; a script runs on one
 // completion's id.
@@ -83,6 +90,7 @@ var redisKeys = redisscript.Table{
 	"FOLLOWED": redisFollowedKey,
 	"TOKEN":    leaseTokenKey,
 	"CANCEL":   redisCancelKey,
+	"IDEM":     func(subject string) string { return subject }, // the script runs on the record's key (RedisIdemKey)
 }
 
 //go:embed lua/*.lua
@@ -101,4 +109,5 @@ var (
 	renewScript      = redisscript.Load(luaFiles, "lua/renew.lua", redisKeys)
 	releaseScript    = redisscript.Load(luaFiles, "lua/release.lua", redisKeys)
 	cancelScript     = redisscript.Load(luaFiles, "lua/cancel.lua", redisKeys)
+	idemScript       = redisscript.Load(luaFiles, "lua/idem.lua", redisKeys)
 )

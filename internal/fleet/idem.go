@@ -1,0 +1,174 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// IdemRecord is what an idempotency key maps to: the completion started
+// with it, the digest of the request it was started with, and whether its
+// log is open yet. A record is pending between its claim and the opening
+// of its completion's log: a start that finds it waits for the log rather
+// than taking the record for stale.
+type IdemRecord struct {
+	// ID is the completion's id.
+	ID string
+	// Digest is the hex digest of the request, its idempotency key cleared.
+	Digest string
+	// Opened is set once the completion's log is open.
+	Opened bool
+}
+
+// IsZero reports whether r is no record.
+func (r IdemRecord) IsZero() bool { return r.ID == "" }
+
+// encode is r as the store keeps it: "o|p id digest" ("" for no record).
+// Ids and digests hold no space.
+func (r IdemRecord) encode() string {
+	if r.IsZero() {
+		return ""
+	}
+	state := "p"
+	if r.Opened {
+		state = "o"
+	}
+	return state + " " + r.ID + " " + r.Digest
+}
+
+// errBadIdemRecord: a stored record that is not one encode wrote.
+var errBadIdemRecord = errors.New("malformed idempotency record")
+
+func decodeIdemRecord(s string) (IdemRecord, error) {
+	if s == "" {
+		return IdemRecord{}, nil
+	}
+	f := strings.Fields(s)
+	if len(f) != 3 || (f[0] != "o" && f[0] != "p") {
+		return IdemRecord{}, errBadIdemRecord
+	}
+	return IdemRecord{ID: f[1], Digest: f[2], Opened: f[0] == "o"}, nil
+}
+
+// Idempotency maps idempotency keys (already scoped to their caller and
+// digested: never raw) to the completion each started. Its one operation
+// is a compare and swap, so that two starts with one key, at once, on one
+// replica or two, agree on one completion: a claim is a swap from no
+// record, the opening of the log a swap from pending to opened, a stale
+// record (its log gone) replaced by a swap from it. Safe for concurrent
+// use.
+type Idempotency interface {
+	// Swap sets the record of key to rec, for ttl (deleting it when rec is
+	// zero), if key's record is old (zero: none), atomically; it returns
+	// the record key has after: rec when it swapped.
+	Swap(ctx context.Context, key string, old, rec IdemRecord, ttl time.Duration) (IdemRecord, error)
+}
+
+// MemIdempotency is an Idempotency in this process's memory, bounded: at
+// most max records; when full, an expired record goes first, else the one
+// that would expire soonest (an ended completion's, kept for the log's
+// retention, before a running one's).
+type MemIdempotency struct {
+	mu  sync.Mutex
+	m   map[string]memIdem
+	max int
+	now func() time.Time
+}
+
+type memIdem struct {
+	rec      IdemRecord
+	deadline time.Time
+}
+
+// NewMemIdempotency returns an empty MemIdempotency of at most limit
+// records (at least 1), on the clock now (time.Now when nil).
+func NewMemIdempotency(limit int, now func() time.Time) *MemIdempotency {
+	if now == nil {
+		now = time.Now
+	}
+	return &MemIdempotency{m: map[string]memIdem{}, max: max(limit, 1), now: now}
+}
+
+// Swap implements Idempotency.
+func (m *MemIdempotency) Swap(_ context.Context, key string, old, rec IdemRecord, ttl time.Duration) (IdemRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	cur, ok := m.m[key]
+	if ok && !now.Before(cur.deadline) {
+		delete(m.m, key)
+		cur, ok = memIdem{}, false
+	}
+	if cur.rec != old {
+		return cur.rec, nil
+	}
+	if rec.IsZero() {
+		delete(m.m, key)
+		return rec, nil
+	}
+	if !ok {
+		m.makeRoom(now)
+	}
+	m.m[key] = memIdem{rec: rec, deadline: now.Add(ttl)}
+	return rec, nil
+}
+
+// makeRoom drops records until one more fits.
+func (m *MemIdempotency) makeRoom(now time.Time) {
+	if len(m.m) < m.max {
+		return
+	}
+	for k, e := range m.m {
+		if !now.Before(e.deadline) {
+			delete(m.m, k)
+		}
+	}
+	for len(m.m) >= m.max {
+		var first string
+		var at time.Time
+		for k, e := range m.m {
+			if first == "" || e.deadline.Before(at) {
+				first, at = k, e.deadline
+			}
+		}
+		delete(m.m, first)
+	}
+}
+
+// Len is the number of records kept, expired ones included.
+func (m *MemIdempotency) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.m)
+}
+
+// RedisIdempotency is an Idempotency in the Redis a fleet shares, so that
+// one idempotency key through any replica starts one completion: each
+// record is a string key (RedisIdemKey) with the record's ttl, swapped by
+// lua/idem.lua.
+type RedisIdempotency struct {
+	rdb redis.UniversalClient
+	// OpTimeout bounds each call.
+	OpTimeout time.Duration
+}
+
+// NewRedisIdempotency returns the Idempotency of rdb.
+func NewRedisIdempotency(rdb redis.UniversalClient) *RedisIdempotency {
+	return &RedisIdempotency{rdb: rdb, OpTimeout: DefaultRedisOpTimeout}
+}
+
+// Swap implements Idempotency. key is the record's Redis key
+// (RedisIdemKey). A Redis that does not answer is ErrUnavailable.
+func (r *RedisIdempotency) Swap(ctx context.Context, key string, old, rec IdemRecord, ttl time.Duration) (IdemRecord, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.OpTimeout)
+	defer cancel()
+	got, err := idemScript.Run(ctx, r.rdb, key, old.encode(), rec.encode(), max(ttl.Milliseconds(), 1)).Text()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return IdemRecord{}, errors.Join(ErrUnavailable, err)
+	}
+	return decodeIdemRecord(got)
+}
