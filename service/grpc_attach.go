@@ -26,12 +26,19 @@ func (s *Server) Attach(req *completionv1.AttachRequest, stream grpc.ServerStrea
 	if id == "" {
 		return invalidArgument(violations{{Field: "completion_id", Description: "must not be empty"}})
 	}
-	page, err := s.readFor(stream.Context(), id, after)
+	return s.attach(stream.Context(), id, after, stream.Send)
+}
+
+// attach is Attach's service of completion id after after to send, for
+// the caller of ctx: also a start whose idempotency key an identical
+// start holds (attachStart).
+func (s *Server) attach(ctx context.Context, id string, after uint64, send func(*completionv1.CompletionEvent) error) error {
+	page, err := s.readFor(ctx, id, after)
 	if err != nil {
 		return err
 	}
 	defer s.holds.join(id)()
-	return s.follow(stream.Context(), id, after, page, stream.Send)
+	return s.follow(ctx, id, after, page, send)
 }
 
 // readFor reads the log of id after after for the caller of ctx:

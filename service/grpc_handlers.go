@@ -42,6 +42,8 @@ type Server struct {
 	presence *fleet.Presence     // this process, to the fleet (Config.Leases); nil without leases
 	cancels  cancellers          // the completions that run here, which Cancel may end (grpc_cancel.go)
 	bus      *fleet.RedisCancels // a Cancel to the replica that runs the completion (Config.Redis); nil without Redis
+	idem     fleet.Idempotency   // the idempotency keys' records (idem.go): Redis's with Config.Redis, else idemMem
+	idemMem  *fleet.MemIdempotency
 	// cancelWait is how long Cancel waits for the end (cancelWaitFor).
 	cancelWait time.Duration
 
@@ -94,6 +96,13 @@ func New(cfg Config) (*Server, error) {
 		s.closers = append([]func(){s.bus.Close}, s.closers...)
 	}
 	s.cancelWait = cancelWaitFor(cfg.Leases)
+	// A record points at a log: more records than logs kept would point at
+	// logs gone.
+	s.idemMem = fleet.NewMemIdempotency(cfg.EventLog.MaxCompletions, cfg.Now)
+	s.idem = s.idemMem
+	if cfg.Redis != nil {
+		s.idem = fleet.NewRedisIdempotency(cfg.Redis)
+	}
 	return s, nil
 }
 
@@ -134,6 +143,9 @@ func (s *Server) Stream(req *completionv1.CompleteRequest, stream grpc.ServerStr
 		send = wire.send
 	}
 	sp, _, err := s.prepare(ctx, req, send)
+	if a, ok := errors.AsType[*errAttach](err); ok {
+		return s.attachStart(stream.Context(), a.id, stream.Send)
+	}
 	if err != nil {
 		return err
 	}
@@ -151,6 +163,9 @@ func (s *Server) Complete(ctx context.Context, req *completionv1.CompleteRequest
 	ctx, cancel := s.completionContext(ctx)
 	defer cancel()
 	sp, _, err := s.prepare(ctx, req, func(*completionv1.CompletionEvent) error { return nil })
+	if a, ok := errors.AsType[*errAttach](err); ok {
+		return s.completeAttached(ctx, a.id)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +203,9 @@ func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.
 		return nil
 	}
 	sp, lease, err := s.prepare(ctx, req, send)
+	if a, ok := errors.AsType[*errAttach](err); ok {
+		return s.attachStart(rpc, a.id, stream.Send)
+	}
 	if err != nil {
 		return err
 	}
@@ -266,13 +284,22 @@ func (s *Server) completionContextCause(ctx context.Context) (context.Context, c
 
 // prepare validates req and specifies the completion that will run it,
 // with the lease admit acquired for it. A bad request is refused here,
-// before any upstream call.
+// before any upstream call. A request whose idempotency key an identical
+// start holds is an *errAttach: the caller attaches to that completion.
 func (s *Server) prepare(ctx context.Context, req *completionv1.CompleteRequest, send func(*completionv1.CompletionEvent) error) (driver.Spec, acquired, error) {
 	v, schema := s.cfg.validateFor(ctx, req)
 	if len(v) > 0 {
 		return driver.Spec{}, acquired{}, invalidArgument(v)
 	}
-	return s.specify(ctx, "", req, schema, nil, send)
+	claim, err := s.claimKey(ctx, req, requestDigest(req, req))
+	if err != nil {
+		return driver.Spec{}, acquired{}, err
+	}
+	sp, lease, err := s.specify(withClaim(ctx, claim), "", req, schema, nil, send)
+	if err != nil {
+		claim.forget(ctx, s)
+	}
+	return sp, lease, err
 }
 
 // specify is the spec of a completion for a request that passed
@@ -306,6 +333,9 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 	takeover := id != ""
 	if !takeover {
 		id = newID()
+		if c := claimFrom(ctx); c != nil {
+			id = c.rec.ID // the id its idempotency key maps to
+		}
 	}
 	release, lease, err := s.admit(ctx, id, req, start, takeover)
 	if err != nil {
@@ -362,14 +392,39 @@ func (s *Server) admit(ctx context.Context, id string, req *completionv1.Complet
 			meta.Request, _ = proto.Marshal(req)
 		}
 	}
-	if err := s.log.Open(id, meta); err != nil && resumable {
+	err := s.log.Open(id, meta)
+	if err != nil && resumable {
 		if a.lease != nil {
 			_ = s.cfg.Leases.Release(context.WithoutCancel(ctx), *a.lease)
 		}
 		release()
-		return nil, acquired{}, logFullStatus()
+		return nil, acquired{}, logFullStatus() // specify's caller forgets the claim
+	}
+	if c := claimFrom(ctx); c != nil && c.rec.ID == id {
+		if err != nil { // unlogged: nobody could attach to it
+			c.forget(ctx, s)
+			return release, a, nil
+		}
+		c.opened(ctx, s)
+		return s.releaseClaim(ctx, c, resumable, release), a, nil
 	}
 	return release, a, nil
+}
+
+// releaseClaim is release, which also keeps the record of claim c as
+// long as the completion's log once it ends: or frees its key when the
+// completion, without a resume grace, was cancelled by its caller's
+// leaving, so that the caller's retry starts it afresh rather than
+// attaching to an aborted one.
+func (s *Server) releaseClaim(ctx context.Context, c *idemClaim, resumable bool, release func()) func() {
+	return func() {
+		if !resumable && errors.Is(context.Cause(ctx), context.Canceled) {
+			c.forget(ctx, s)
+		} else {
+			c.ended(ctx, s)
+		}
+		release()
+	}
 }
 
 // acquired is the lease admit acquired, at from (before it was asked).

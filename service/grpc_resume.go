@@ -38,6 +38,7 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 	sess := newSession(cancel, s.cfg.CallerWait, start.GetStopHook())
 	sp, lease, err := s.sessionSpec(ctx, start, schema, sess, func(*completionv1.CompletionEvent) error { return nil })
 	if err != nil {
+		claimFrom(ctx).forget(ctx, s)
 		cancel(context.Canceled)
 		return err
 	}

@@ -53,6 +53,14 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 	if len(v) > 0 {
 		return invalidArgument(v)
 	}
+	claim, err := s.claimKey(stream.Context(), start.GetRequest(), requestDigest(start, start.GetRequest()))
+	if a, ok := errors.AsType[*errAttach](err); ok {
+		return s.attachSession(stream, a.id)
+	}
+	if err != nil {
+		return err
+	}
+	stream = claimStream{stream, withClaim(stream.Context(), claim)} // for admit
 	if g := start.GetRequest().GetResumeGrace().AsDuration(); g > 0 {
 		return s.sessionResumable(stream, start, schema, g)
 	}
@@ -62,6 +70,7 @@ func (s *Server) Session(stream grpc.BidiStreamingServer[completionv1.SessionReq
 	sess.stream = stream
 	sp, _, err := s.sessionSpec(ctx, start, schema, sess, sess.send)
 	if err != nil {
+		claim.forget(ctx, s)
 		return err
 	}
 	c := driver.New(sp)

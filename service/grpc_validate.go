@@ -110,6 +110,7 @@ func (c *Config) validateAs(req *completionv1.CompleteRequest, may func(string) 
 		v.add("request", "not a valid completion.v1.CompleteRequest: %s", why)
 		return v, nil
 	}
+	checkIdempotencyKey(req.GetIdempotencyKey(), &v) // before the size, which a huge key would be blamed for
 	if n := proto.Size(req); n > c.Limits.MaxRequestBytes {
 		v.add("messages", "request is %d bytes, over the limit of %d", n, c.Limits.MaxRequestBytes)
 		return v, nil // do not walk an oversized request

@@ -1,0 +1,258 @@
+package service
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
+	"github.com/completiond/completiond/provider/sim"
+)
+
+// keyed is prompt's request with idempotency key key.
+func keyed(key, text string) *completionv1.CompleteRequest {
+	req := prompt(text, nil)
+	req.IdempotencyKey = key
+	return req
+}
+
+// sameEvents fails t unless a and b are the same events, from seq 1.
+func sameEvents(t *testing.T, what string, a, b []*completionv1.CompletionEvent) {
+	t.Helper()
+	if len(a) == 0 || a[0].GetSeq() != 1 || a[0].GetStarted() == nil {
+		t.Fatalf("%s: the first stream does not begin with started, seq 1", what)
+	}
+	if len(a) != len(b) {
+		t.Fatalf("%s: %d events and %d", what, len(a), len(b))
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			t.Fatalf("%s: event %d differs:\n%v\n%v", what, i, a[i], b[i])
+		}
+	}
+}
+
+// TestIdempotentStartAttaches: a start with the key of a running
+// completion and an identical request attaches to it: the same id, every
+// event from seq 1, one upstream call; Complete, after the end, answers
+// its result; the same key with another request is ALREADY_EXISTS.
+func TestIdempotentStartAttaches(t *testing.T) {
+	testkit.NoLeaks(t)
+	e, gate := gatedEnv(t)
+	ctx := t.Context()
+	first, err := e.client.Stream(ctx, keyed("k-1", "Tell me."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := recvUntilDelta(t, first) // running, upstream held
+	second, err := e.client.Stream(ctx, keyed("k-1", "Tell me."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := second.Recv() // replayed from the log while the first still runs
+	if err != nil || ev.GetSeq() != 1 || ev.GetStarted().GetCompletionId() != head[0].GetStarted().GetCompletionId() {
+		t.Fatalf("second start began with %v, %v; want started of the first's id, seq 1", ev, err)
+	}
+	close(gate.open)
+	rest, st := recvAll(first.Recv)
+	if st.Code() != codes.OK {
+		t.Fatalf("first: %v", st)
+	}
+	all := append(head, rest...)
+	seen, st2 := recvAll(second.Recv)
+	if st2.Code() != codes.OK {
+		t.Fatalf("second: %v", st2)
+	}
+	sameEvents(t, "stream", all, append([]*completionv1.CompletionEvent{ev}, seen...))
+
+	resp, err := e.client.Complete(ctx, keyed("k-1", "Tell me."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := all[len(all)-1].GetResult()
+	if resp.GetCompletionId() != ev.GetStarted().GetCompletionId() || !proto.Equal(resp.GetResult(), result) || len(resp.GetTransitions()) == 0 {
+		t.Errorf("Complete answered %v, want the first's id and result", resp)
+	}
+	if n := e.upstream.calls.Load(); n != 1 {
+		t.Errorf("upstream saw %d calls, want 1", n)
+	}
+
+	for name, start := range map[string]func() error{
+		"Stream": func() error {
+			st, err := e.client.Stream(ctx, keyed("k-1", "Something else."))
+			if err != nil {
+				return err
+			}
+			_, s := recvAll(st.Recv)
+			return s.Err()
+		},
+		"Complete": func() error {
+			_, err := e.client.Complete(ctx, keyed("k-1", "Something else."))
+			return err
+		},
+	} {
+		st := status.Convert(start())
+		if st.Code() != codes.AlreadyExists || errorInfo(st).GetReason() != reasonIdempotencyKeyReused || strings.Contains(st.Message(), "k-1") {
+			t.Errorf("%s with the key of another request: %v, want ALREADY_EXISTS %s without the key", name, st, reasonIdempotencyKeyReused)
+		}
+	}
+	if n := e.upstream.calls.Load(); n != 1 {
+		t.Errorf("upstream saw %d calls, want 1", n)
+	}
+}
+
+// TestIdempotencyKeyScopedToCaller: two API keys using one idempotency
+// key start a completion each.
+func TestIdempotencyKeyScopedToCaller(t *testing.T) {
+	e, _ := authEnv(t)
+	ids := map[string]bool{}
+	for _, key := range []string{"ops-secret-key", "narrow-secret-key"} {
+		resp, err := e.client.Complete(bearer(t.Context(), "Bearer "+key), keyed("shared", "hi"))
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		ids[resp.GetCompletionId()] = true
+	}
+	if len(ids) != 2 || e.upstream.calls.Load() != 2 {
+		t.Errorf("ids %v, upstream calls %d: want two completions", ids, e.upstream.calls.Load())
+	}
+}
+
+// TestIdempotencyKeyRefused: a key too long or not printable ASCII is
+// INVALID_ARGUMENT on idempotency_key, in a small status that does not
+// echo it; no upstream call is made.
+func TestIdempotencyKeyRefused(t *testing.T) {
+	e := newTestEnv(t)
+	for _, tc := range []struct {
+		name, key string
+	}{
+		{"1 MB", strings.Repeat("k", 1<<20)},
+		{"129 bytes", strings.Repeat("k", 129)},
+		{"control byte", "key\x00secret"},
+		{"newline", "key\nsecret"},
+		{"not ASCII", "clé-secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.client.Complete(t.Context(), keyed(tc.key, "hi"))
+			st := status.Convert(err)
+			b, _ := proto.Marshal(st.Proto())
+			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "idempotency_key") || len(b) > 1024 || strings.Contains(string(b), "secret") || strings.Contains(string(b), "kkkkkkkk") {
+				t.Errorf("got %v (%d bytes), want a small INVALID_ARGUMENT on idempotency_key without the key", st, len(b))
+			}
+		})
+	}
+	if e.upstream.calls.Load() != 0 {
+		t.Errorf("upstream called %d times", e.upstream.calls.Load())
+	}
+	if _, err := e.client.Complete(t.Context(), keyed(strings.Repeat("~", 128), "hi")); err != nil {
+		t.Errorf("a key of 128 printable bytes: %v", err)
+	}
+}
+
+// TestIdempotencyKeyFreeAfterRetention: once the completion's log has
+// expired, its key starts a new completion, with another request too.
+func TestIdempotencyKeyFreeAfterRetention(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1_000_000, 0)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	e := newTestEnv(t, func(c *Config) { c.Now = clock })
+	first, err := e.client.Complete(t.Context(), keyed("k", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(e.grpc.Completion.cfg.EventLog.Retention + time.Second)
+	mu.Unlock()
+	e.grpc.Completion.log.Expire(clock())
+	second, err := e.client.Complete(t.Context(), keyed("k", "something else"))
+	if err != nil {
+		t.Fatalf("the key after its log expired: %v", err)
+	}
+	if second.GetCompletionId() == first.GetCompletionId() || e.upstream.calls.Load() != 2 {
+		t.Errorf("ids %s, %s, upstream calls %d: want a new completion", first.GetCompletionId(), second.GetCompletionId(), e.upstream.calls.Load())
+	}
+}
+
+// raceStarts starts two identical Streams with key at once, through a
+// and b, and checks they got one completion: the same events.
+func raceStarts(t *testing.T, a, b completionv1.CompletionClient, key string) {
+	t.Helper()
+	var got [2][]*completionv1.CompletionEvent
+	var sts [2]*status.Status
+	var wg sync.WaitGroup
+	ready := make(chan struct{})
+	for i, c := range []completionv1.CompletionClient{a, b} {
+		wg.Go(func() {
+			<-ready
+			st, err := c.Stream(context.Background(), keyed(key, "Tell me."))
+			if err != nil {
+				sts[i] = status.Convert(err)
+				return
+			}
+			got[i], sts[i] = recvAll(st.Recv)
+		})
+	}
+	close(ready)
+	wg.Wait()
+	for i, st := range sts {
+		if st.Code() != codes.OK {
+			t.Fatalf("%s: start %d: %v", key, i, st)
+		}
+	}
+	sameEvents(t, key, got[0], got[1])
+}
+
+// TestIdempotentStartRace: two identical starts at once, 20 times: one
+// upstream completion each time.
+func TestIdempotentStartRace(t *testing.T) {
+	testkit.NoLeaks(t)
+	e := newTestEnv(t)
+	for i := range 20 {
+		raceStarts(t, e.client, e.client, "race-"+string(rune('a'+i)))
+		if n := e.upstream.calls.Load(); n != int64(i+1) {
+			t.Fatalf("round %d: upstream calls %d, want %d", i, n, i+1)
+		}
+	}
+}
+
+// TestFleetIdempotentStart: the same idempotency key through replicas A
+// and B sharing a Redis, at once or one after the other, is one upstream
+// call; B's caller gets A's completion through the shared log.
+func TestFleetIdempotentStart(t *testing.T) {
+	testkit.NoLeaks(t)
+	up := &countingProvider{Provider: sim.New(sim.Config{Words: 12})}
+	fleet := fleetEnvs(t, redistest.Start(t), 2, up, nil)
+	a, b := fleet[0].client, fleet[1].client
+	for i := range 20 {
+		raceStarts(t, a, b, "fleet-race-"+string(rune('a'+i)))
+		if n := up.calls.Load(); n != int64(i+1) {
+			t.Fatalf("round %d: upstream calls %d, want %d", i, n, i+1)
+		}
+	}
+	first, err := a.Complete(t.Context(), keyed("fleet-seq", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.Complete(t.Context(), keyed("fleet-seq", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.GetCompletionId() != second.GetCompletionId() || !proto.Equal(first.GetResult(), second.GetResult()) || up.calls.Load() != 21 {
+		t.Errorf("B answered %s, A %s, upstream calls %d: want A's completion", second.GetCompletionId(), first.GetCompletionId(), up.calls.Load())
+	}
+	if _, err := b.Complete(t.Context(), keyed("fleet-seq", "other")); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("B with A's key and another request: %v, want ALREADY_EXISTS", err)
+	}
+}
