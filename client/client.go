@@ -135,8 +135,13 @@ func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 // Complete runs one completion and returns its aggregated answer, or an
 // *Error.
+//
+// The request is sent with an idempotency key (a random one unless req
+// has its own): a Complete sent again with the same key and request, by
+// the caller, waits for the first one's result instead of starting
+// another completion.
 func (c *Client) Complete(ctx context.Context, req *completionv1.CompleteRequest, opts ...grpc.CallOption) (*completionv1.CompleteResponse, error) {
-	resp, err := c.rpc.Complete(ctx, req, opts...)
+	resp, err := c.rpc.Complete(ctx, withIdempotencyKey(req), opts...)
 	if err != nil {
 		e := AsError(err)
 		e.CompletionID = resp.GetCompletionId()
@@ -147,12 +152,19 @@ func (c *Client) Complete(ctx context.Context, req *completionv1.CompleteRequest
 
 // Stream starts a completion. Read its events with Recv (or Events) until
 // io.EOF; the stream's Fold holds the answer as it grows.
+//
+// The request is sent with an idempotency key (a random one unless req
+// has its own), so that a start whose connection dropped before its
+// started event is sent again, within Reconnect.Window, without starting
+// a second completion: the server attaches the retry to the first one
+// if it began.
 func (c *Client) Stream(ctx context.Context, req *completionv1.CompleteRequest, opts ...grpc.CallOption) (*Stream, error) {
+	req = withIdempotencyKey(req)
 	rpc, err := c.rpc.Stream(ctx, req, opts...)
 	if err != nil {
 		return nil, AsError(err)
 	}
-	s := &Stream{c: c, ctx: ctx, rpc: rpc, opts: opts, grace: req.GetResumeGrace().AsDuration()}
+	s := &Stream{c: c, ctx: ctx, rpc: rpc, opts: opts, grace: req.GetResumeGrace().AsDuration(), start: req}
 	return s, nil
 }
 

@@ -28,6 +28,7 @@ type reconnectCase struct {
 	Started    bool     `json:"started"`
 	Result     bool     `json:"result"`
 	Reconnect  bool     `json:"reconnect"`
+	Restart    bool     `json:"restart"`
 	MinWait    *float64 `json:"min_wait_seconds"`
 }
 
@@ -98,6 +99,9 @@ func TestReconnectRule(t *testing.T) {
 	zero := Reconnect{Backoff: 50 * time.Millisecond, MaxBackoff: time.Second, Rand: func() float64 { return 0 }}
 	for _, c := range readReconnectCases(t) {
 		err := c.end(t)
+		if got := restartable(context.Background(), err, c.fold()); got != c.Restart {
+			t.Errorf("%s: restart %v, want %v", c.Name, got, c.Restart)
+		}
 		if got := dropped(context.Background(), err, c.fold()); got != c.Reconnect {
 			t.Errorf("%s: reconnect %v, want %v", c.Name, got, c.Reconnect)
 			continue

@@ -1,9 +1,12 @@
 package client
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"maps"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -314,4 +317,26 @@ func WithPolicy(p *completionv1.Policy) RequestOption {
 // WithDelivery chooses when token deltas are sent (live or settled).
 func WithDelivery(m completionv1.DeliveryMode) RequestOption {
 	return func(r *completionv1.CompleteRequest) { r.Delivery = m }
+}
+
+// withIdempotencyKey is req with an idempotency key: req itself when it
+// has one, else a copy with a random one (16 bytes, hex), so that the
+// caller's request is not changed and each call gets its own key.
+func withIdempotencyKey(req *completionv1.CompleteRequest) *completionv1.CompleteRequest {
+	if req.GetIdempotencyKey() != "" {
+		return req
+	}
+	out := proto.CloneOf(req)
+	if out == nil {
+		out = &completionv1.CompleteRequest{}
+	}
+	out.IdempotencyKey = newIdempotencyKey()
+	return out
+}
+
+// newIdempotencyKey is a random idempotency key: 16 bytes, hex.
+func newIdempotencyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

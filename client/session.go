@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
@@ -60,7 +61,11 @@ func TextTool(run func(ctx context.Context, call *completionv1.ToolCall) (string
 // again the answers the server may not have received (it drops those it
 // has), so the handler sees every event once.
 func (c *Client) RunSession(ctx context.Context, start *completionv1.SessionStart, h SessionHandler, opts ...grpc.CallOption) (*Fold, error) {
-	s := &session{c: c, ctx: ctx, opts: opts, h: h, grace: start.GetRequest().GetResumeGrace().AsDuration()}
+	if start.GetRequest().GetIdempotencyKey() == "" {
+		start = proto.CloneOf(start)
+		start.Request = withIdempotencyKey(start.GetRequest())
+	}
+	s := &session{c: c, ctx: ctx, opts: opts, h: h, grace: start.GetRequest().GetResumeGrace().AsDuration(), start: start}
 	err := s.open(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: start}})
 	if err == nil {
 		err = s.run()
@@ -74,7 +79,8 @@ type session struct {
 	ctx    context.Context
 	opts   []grpc.CallOption
 	h      SessionHandler
-	grace  time.Duration // the request's resume_grace; 0: a drop ends the session
+	start  *completionv1.SessionStart // with its idempotency key: sent again after a drop before started
+	grace  time.Duration              // the request's resume_grace; 0: a drop ends the session
 	stream grpc.BidiStreamingClient[completionv1.SessionRequest, completionv1.CompletionEvent]
 	fold   Fold
 	// unconfirmed are the answers (and a cancel) sent since the last
@@ -105,10 +111,14 @@ func (s *session) run() error {
 		if errors.Is(err, io.EOF) && s.fold.Done() {
 			return nil
 		}
-		if s.grace <= 0 || !dropped(s.ctx, err, &s.fold) {
+		resume := s.resume
+		switch {
+		case restartable(s.ctx, err, &s.fold):
+			resume = s.restart
+		case s.grace <= 0 || !dropped(s.ctx, err, &s.fold):
 			return failure(err, &s.fold)
 		}
-		if rerr := s.resume(err); rerr != nil {
+		if rerr := resume(err); rerr != nil {
 			if errors.Is(rerr, errWindowOver) {
 				return failure(err, &s.fold)
 			}
@@ -156,6 +166,17 @@ func (s *session) resume(cause error) error {
 		_ = s.stream.Send(req)
 	}
 	return nil
+}
+
+// restart waits its backoff after the drop cause, before the started
+// event, then opens a stream that sends the start again, with the same
+// idempotency key: the server attaches it to the Session the first one
+// began, if it did.
+func (s *session) restart(cause error) error {
+	if err := s.c.reconnect.pause(s.ctx, &s.drop, s.c.reconnect.Window, cause); err != nil {
+		return err
+	}
+	return s.open(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: s.start}})
 }
 
 // handle shows ev to the Event callback, then sends what ev asks of the

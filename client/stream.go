@@ -70,13 +70,15 @@ type Stream struct {
 	ctx        context.Context
 	opts       []grpc.CallOption
 	rpc        grpc.ServerStreamingClient[completionv1.CompletionEvent]
-	grace      time.Duration // the request's resume_grace; 0: a drop ends the stream
-	attachOnly bool          // made by Client.Attach: may attach again within Reconnect.Window
+	grace      time.Duration                 // the request's resume_grace; 0: a drop ends the stream
+	attachOnly bool                          // made by Client.Attach: may attach again within Reconnect.Window
+	start      *completionv1.CompleteRequest // the start, with its idempotency key, sent again after a drop before started; nil for Attach
 
 	fold     Fold
 	err      error // the stream's end, once known: io.EOF or an *Error
 	drop     drop  // the drop being healed; zero while events flow
 	attaches int   // attaches in all
+	restarts int   // starts sent again in all
 }
 
 // drop is a dropped connection being healed.
@@ -132,6 +134,10 @@ func (s *Stream) Recv() (*completionv1.CompletionEvent, error) {
 			if err = s.reattach(err); err == nil {
 				continue
 			}
+		} else if s.start != nil && restartable(s.ctx, err, &s.fold) {
+			if err = s.restart(err); err == nil {
+				continue
+			}
 		}
 		s.err = s.end(err)
 		return nil, s.err
@@ -171,6 +177,10 @@ func (s *Stream) Fold() *Fold { return &s.fold }
 // Attaches counts the times the stream attached again after a drop.
 func (s *Stream) Attaches() int { return s.attaches }
 
+// Restarts counts the times the start was sent again after a drop before
+// its started event.
+func (s *Stream) Restarts() int { return s.restarts }
+
 func (s *Stream) end(err error) error {
 	if errors.Is(err, io.EOF) && s.fold.Done() {
 		return io.EOF
@@ -200,6 +210,50 @@ func dropped(ctx context.Context, err error, f *Fold) bool {
 		return false
 	}
 	return errors.Is(err, io.EOF) || status.Code(err) == codes.Unavailable
+}
+
+// restartable reports whether err, ending a start that f is the fold of,
+// is one to send the start again after (clients/testdata/reconnect.json,
+// restart): before the started event, a transport drop — the stream cut,
+// or UNAVAILABLE without ErrorInfo. A refusal (any ErrorInfo) is the
+// server's word and stands; so does the caller's own cancellation.
+func restartable(ctx context.Context, err error, f *Fold) bool {
+	if f.CompletionID() != "" || ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, io.EOF) {
+		return true
+	}
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.ErrorInfo); ok {
+			return false
+		}
+	}
+	return true
+}
+
+// restart waits its backoff and sends the start again, with the same
+// idempotency key: the server attaches it to the completion the first
+// one began, if it did. It gives up, returning cause, once
+// Reconnect.Window since the drop is over.
+func (s *Stream) restart(cause error) error {
+	if err := s.c.reconnect.pause(s.ctx, &s.drop, s.c.reconnect.Window, cause); err != nil {
+		if errors.Is(err, errWindowOver) {
+			return cause
+		}
+		return err
+	}
+	rpc, err := s.c.rpc.Stream(s.ctx, s.start, s.opts...)
+	if err != nil {
+		return err
+	}
+	s.rpc = rpc
+	s.restarts++
+	return nil
 }
 
 // retryDelay is the RetryInfo delay of err's status, 0 without one.
