@@ -15,7 +15,7 @@ import completiond
 from completiond import pb
 from completiond._rpc import error_details_pb2, status_pb2
 from completiond.fold import Fold
-from completiond.stream import dropped, retry_delay
+from completiond.stream import Stream, dropped, keyed_start, restartable, retry_delay, with_idempotency_key
 from tests.support import FakeRpcError
 
 RULE = pathlib.Path(__file__).resolve().parents[2] / "testdata" / "reconnect.json"
@@ -64,6 +64,11 @@ class ReconnectRuleTest(unittest.TestCase):
                 if case["reconnect"]:
                     self.assertAlmostEqual(zero.wait(1, retry_delay(err)), case["min_wait_seconds"])
 
+    def test_the_restart_column(self) -> None:
+        for case in cases():
+            with self.subTest(case["name"]):
+                self.assertEqual(restartable(end(case), fold(case)), case.get("restart", False))
+
     def test_full_jitter(self) -> None:
         fraction = [0.0]
         r = completiond.Reconnect(backoff=0.05, max_backoff=1.0, jitter=lambda: fraction[0])
@@ -75,6 +80,51 @@ class ReconnectRuleTest(unittest.TestCase):
         default = completiond.Reconnect()
         for _ in range(100):
             self.assertTrue(0 <= default.wait(3) < 0.2)
+
+
+class RestartTest(unittest.TestCase):
+    """A start that drops before its started event is sent again, with its idempotency_key."""
+
+    def run_stream(self, ends: List[Optional[grpc.RpcError]]) -> Stream:
+        remaining = list(ends)
+
+        def open_call(_: Optional[float]) -> Any:
+            end_with = remaining.pop(0)
+
+            def events() -> Any:
+                if end_with is not None:
+                    raise end_with
+                yield pb.CompletionEvent(seq=1, started=pb.Started(completion_id="cmpl_1"))
+                yield pb.CompletionEvent(seq=2, result=pb.Result())
+
+            return events()
+
+        s = Stream(open_call, lambda *_: None, reconnect=completiond.Reconnect(jitter=lambda: 0.0), restart=True,
+                   sleep=lambda _: None)
+        return s
+
+    def test_a_transport_drop_is_restarted(self) -> None:
+        s = self.run_stream([FakeRpcError(grpc.StatusCode.UNAVAILABLE, "drop"), None])
+        s.wait()
+        self.assertEqual((s.restarts, s.completion_id), (1, "cmpl_1"))
+
+    def test_a_refusal_is_not(self) -> None:
+        refused = end({"name": "overloaded", "code": "UNAVAILABLE", "reason": "OVERLOADED", "retry_delay_seconds": 1.0})
+        s = self.run_stream([refused, None])
+        with self.assertRaises(completiond.CompletionError) as caught:
+            s.wait()
+        self.assertEqual((caught.exception.reason, s.restarts), ("OVERLOADED", 0))
+
+    def test_keys(self) -> None:
+        request = pb.CompleteRequest(system="s")
+        a, b = with_idempotency_key(request), with_idempotency_key(request)
+        self.assertRegex(a.idempotency_key, "^[0-9a-f]{32}$")
+        self.assertNotEqual(a.idempotency_key, b.idempotency_key)
+        self.assertEqual((request.idempotency_key, a.system), ("", "s"))
+        mine = pb.CompleteRequest(idempotency_key="mine")
+        self.assertIs(with_idempotency_key(mine), mine)
+        start = keyed_start(pb.SessionStart(request=request, max_turns=3))
+        self.assertEqual((len(start.request.idempotency_key), start.max_turns, request.idempotency_key), (32, 3, ""))
 
 
 if __name__ == "__main__":

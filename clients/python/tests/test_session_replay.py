@@ -89,7 +89,11 @@ class SessionReplayTest(unittest.TestCase):
             error = err
         leftover = replay.requests.rest()
 
-        self.assertEqual(replay.start, pb.SessionRequest(start=start), "the first message is start")
+        sent = pb.SessionRequest()
+        sent.CopyFrom(replay.start)
+        self.assertRegex(sent.start.request.idempotency_key, "^[0-9a-f]{32}$", "the start carries a random key")
+        sent.start.request.ClearField("idempotency_key")
+        self.assertEqual(sent, pb.SessionRequest(start=start), "the first message is start")
         self.assertEqual(replay.received, replay.expected, "what the loop sent, after which event")
         self.assertEqual(leftover, [], "nothing sent beyond the transcript's")
         expect = transcript["expect"]

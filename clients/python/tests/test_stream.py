@@ -131,10 +131,18 @@ class StreamTest(unittest.TestCase):
         self.assertEqual(ctx.exception.code, grpc.StatusCode.NOT_FOUND)
 
     def test_no_reattach_before_started(self) -> None:
+        # Nothing to attach to before started: the start itself is sent
+        # again, with the same idempotency_key, until the window is over.
         stream = self.client(Stream=lambda req: drop([]), Attach=lambda req: iter(answer())).stream(grace_request())
         with self.assertRaises(completiond.CompletionError):
             stream.wait()
-        self.assertEqual(len(self.channel.calls), 1)
+        methods = {c.method for c in self.channel.calls}
+        keys = {c.request.idempotency_key for c in self.channel.calls}
+        self.assertEqual(len(methods), 1)
+        self.assertNotIn("Attach", next(iter(methods)))
+        self.assertEqual(len(keys), 1)
+        self.assertEqual(stream.restarts, len(self.channel.calls) - 1)
+        self.assertGreater(stream.restarts, 0)
 
     def test_reattached_stream_raises_the_status_attach_ended_with(self) -> None:
         # Attach ends with the completion's own status, so a stream that attached raises it as it came.

@@ -30,7 +30,7 @@ from completiond.client import Metadata, default_address, spread_options
 from completiond.errors import CompletionError, error_from_grpc
 from completiond.fold import Fold, tool_input
 from completiond.session import CancelSession, ToolOutput, judge
-from completiond.stream import Reconnect, _Drop, dropped, seconds
+from completiond.stream import Reconnect, _Drop, dropped, keyed_start, restartable, seconds, with_idempotency_key
 
 #: AsyncToolCallback runs one tool call; it may be a coroutine function.
 AsyncToolCallback = Callable[[pb.ToolCall], Union[ToolOutput, Awaitable[ToolOutput]]]
@@ -66,12 +66,16 @@ class AsyncStream(AsyncIterator[pb.CompletionEvent]):
         timeout: Optional[float] = None,
         fold: Optional[Fold] = None,
         attach_only: bool = False,
+        restart: bool = False,
     ) -> None:
         """Use :meth:`AsyncClient.stream` or :meth:`AsyncClient.attach`; this is their machinery."""
         #: fold is the fold of every event handed out so far.
         self.fold: Fold = fold if fold is not None else Fold()
         #: reconnects counts the Attach calls made after a drop.
         self.reconnects: int = 0
+        #: restarts counts the starts sent again after a drop before the started event.
+        self.restarts: int = 0
+        self._restart = restart
         self._open_call = open_call
         self._open_attach = open_attach
         self._window = reconnect.window if attach_only else min(reconnect.window, resume_grace)
@@ -149,7 +153,12 @@ class AsyncStream(AsyncIterator[pb.CompletionEvent]):
                 raise
             if err is None and self.fold.ended:
                 return
-            call = await self._reattach(drop, err) if self._resumable(err) else None
+            if self._resumable(err):
+                call = await self._reattach(drop, err)
+            elif self._restart and not self._cancelled and restartable(err, self.fold):
+                call = await self._restart_call(drop, err)
+            else:
+                call = None
             if call is None:
                 if err is None:  # the server never ends a stream OK without its result
                     raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
@@ -162,6 +171,16 @@ class AsyncStream(AsyncIterator[pb.CompletionEvent]):
         await asyncio.sleep(wait)
         call = self._start(lambda: self._open_attach(self.fold.completion_id, self.fold.last_seq, self._remaining()))
         self.reconnects += 1
+        return call
+
+    async def _restart_call(self, drop: _Drop, cause: Optional[grpc.RpcError]) -> Any:
+        """Waits the next backoff after cause and sends the start again (same idempotency_key)."""
+        wait = drop.next_wait(self._reconnect, self._reconnect.window, self._deadline, cause)
+        if wait is None:
+            return None
+        await asyncio.sleep(wait)
+        call = self._start(lambda: self._open_call(self._remaining()))
+        self.restarts += 1
         return call
 
     def _resumable(self, err: Optional[grpc.RpcError]) -> bool:
@@ -364,7 +383,13 @@ class AsyncClient:
     def stream(
         self, request: pb.CompleteRequest, *, timeout: Optional[float] = None, metadata: Optional[Metadata] = None
     ) -> AsyncStream:
-        """Starts a Stream RPC: ``async for`` the result's events (see :class:`AsyncStream`)."""
+        """Starts a Stream RPC: ``async for`` the result's events (see :class:`AsyncStream`).
+
+        As the sync client's :meth:`~completiond.Client.stream`, the request
+        carries an idempotency_key, and a start that dropped before its
+        started event is sent again with it.
+        """
+        request = with_idempotency_key(request)
         md = self._md(metadata)
         grace = seconds(request.resume_grace) if request.HasField("resume_grace") else 0.0
         return AsyncStream(
@@ -374,6 +399,7 @@ class AsyncClient:
             resume_grace=grace,
             reconnect=self.reconnect,
             timeout=timeout,
+            restart=True,
         )
 
     def attach(
@@ -408,7 +434,8 @@ class AsyncClient:
     ) -> pb.CompleteResponse:
         """Runs a Complete RPC: the aggregated result and every transition, or a CompletionError."""
         try:
-            response: pb.CompleteResponse = await self.stub.Complete(request, timeout=timeout,
+            response: pb.CompleteResponse = await self.stub.Complete(with_idempotency_key(request),
+                                                                     timeout=timeout,
                                                                      metadata=self._md(metadata))
         except grpc.RpcError as err:
             raise error_from_grpc(err) from None
@@ -446,8 +473,7 @@ class AsyncClient:
         metadata: Optional[Metadata] = None,
     ) -> AsyncSession:
         """Starts a Session RPC (a bare CompleteRequest is wrapped in a SessionStart)."""
-        if isinstance(start, pb.CompleteRequest):
-            start = pb.SessionStart(request=start)
+        start = keyed_start(start)  # an idempotency_key: a start sent again is not a second Session
         return AsyncSession(self.stub.Session(timeout=timeout, metadata=self._md(metadata)), start)
 
     async def run_session(

@@ -14,7 +14,7 @@ from completiond._proto.completion.v1 import completion_pb2_grpc as pb_grpc
 from completiond.errors import error_from_grpc
 from completiond.fold import Fold
 from completiond.session import EventCallback, Session, StopHookCallback, ToolCallback, ToolFunction, drive
-from completiond.stream import Reconnect, Stream, seconds
+from completiond.stream import Reconnect, Stream, keyed_start, seconds, with_idempotency_key
 
 #: DEFAULT_ADDRESS is where ``make run`` serves.
 DEFAULT_ADDRESS = "localhost:50051"
@@ -132,7 +132,14 @@ class Client:
 
         With ``request.resume_grace`` set, a dropped stream re-attaches and
         goes on. timeout (seconds) bounds the whole stream, reconnects included.
+
+        The request carries an idempotency_key (a random one unless it has
+        its own; the caller's request is not changed): a start that dropped
+        before its started event is sent again with it, within the reconnect
+        window, and the server attaches it to the completion the first one
+        began, if it did, rather than starting another.
         """
+        request = with_idempotency_key(request)
         md = self._md(metadata)
         grace = seconds(request.resume_grace) if request.HasField("resume_grace") else 0.0
         return Stream(
@@ -142,6 +149,7 @@ class Client:
             resume_grace=grace,
             reconnect=self.reconnect,
             timeout=timeout,
+            restart=True,
         )
 
     def attach(
@@ -180,9 +188,15 @@ class Client:
     def complete(
         self, request: pb.CompleteRequest, *, timeout: Optional[float] = None, metadata: Optional[Metadata] = None
     ) -> pb.CompleteResponse:
-        """Runs a Complete RPC: the aggregated result and every transition, or a CompletionError."""
+        """Runs a Complete RPC: the aggregated result and every transition, or a CompletionError.
+
+        The request carries an idempotency_key (random unless it has its
+        own): the same request sent again with that key waits for the first
+        one's result instead of starting another completion.
+        """
         try:
-            response: pb.CompleteResponse = self.stub.Complete(request, timeout=timeout, metadata=self._md(metadata))
+            response: pb.CompleteResponse = self.stub.Complete(with_idempotency_key(request), timeout=timeout,
+                                                               metadata=self._md(metadata))
         except grpc.RpcError as err:
             raise error_from_grpc(err) from None
         return response
@@ -238,8 +252,7 @@ class Client:
         Session and goes on (see :class:`Session`). timeout (seconds) bounds
         the whole session, resumes included.
         """
-        if isinstance(start, pb.CompleteRequest):
-            start = pb.SessionStart(request=start)
+        start = keyed_start(start)  # an idempotency_key: a start sent again is not a second Session
         md = self._md(metadata)
         return Session(lambda requests, t: self.stub.Session(requests, timeout=t, metadata=md), start,
                        reconnect=self.reconnect, timeout=timeout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import secrets
 import threading
 import time
 from typing import Any, Callable, Iterator, Optional
@@ -111,6 +112,48 @@ def dropped(err: Optional[grpc.RpcError], fold: Fold) -> bool:
     return bool(code == grpc.StatusCode.UNAVAILABLE)
 
 
+def restartable(err: Optional[grpc.RpcError], fold: Fold) -> bool:
+    """Whether err (None: the call ended OK), ending a start that fold is the fold of, is one to send the start again after.
+
+    The restart column of clients/testdata/reconnect.json: before the
+    started event, a transport drop — the stream cut, or UNAVAILABLE without
+    ErrorInfo. The start is sent again with the same idempotency_key, so the
+    server attaches it to the completion the first one began, if it did. A
+    refusal (any ErrorInfo) is the server's word and stands.
+    """
+    if fold.completion_id:
+        return False
+    if err is None:
+        return True
+    code = err.code() if callable(getattr(err, "code", None)) else None
+    return bool(code == grpc.StatusCode.UNAVAILABLE) and not error_from_grpc(err).reason
+
+
+def with_idempotency_key(request: pb.CompleteRequest) -> pb.CompleteRequest:
+    """request when it has an idempotency_key, else a copy with a random one (16 bytes, hex).
+
+    The caller's request is not changed, and each call gets its own key.
+    """
+    if request.idempotency_key:
+        return request
+    keyed = pb.CompleteRequest()
+    keyed.CopyFrom(request)
+    keyed.idempotency_key = secrets.token_hex(16)
+    return keyed
+
+
+def keyed_start(start: Any) -> pb.SessionStart:
+    """A SessionStart (a bare CompleteRequest wrapped in one) whose request has an idempotency_key."""
+    if isinstance(start, pb.CompleteRequest):
+        return pb.SessionStart(request=with_idempotency_key(start))
+    if start.request.idempotency_key:
+        return start
+    keyed = pb.SessionStart()
+    keyed.CopyFrom(start)
+    keyed.request.CopyFrom(with_idempotency_key(start.request))
+    return keyed
+
+
 def retry_delay(err: Optional[grpc.RpcError]) -> float:
     """The RetryInfo delay of err's status in seconds, 0 without one."""
     if err is None:
@@ -151,6 +194,7 @@ class Stream(Iterator[pb.CompletionEvent]):
         timeout: Optional[float] = None,
         fold: Optional[Fold] = None,
         attach_only: bool = False,
+        restart: bool = False,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """Use :meth:`Client.stream` or :meth:`Client.attach`; this is their machinery.
@@ -158,11 +202,16 @@ class Stream(Iterator[pb.CompletionEvent]):
         open_call(timeout) starts the RPC; open_attach(completion_id,
         after_seq, timeout) starts an Attach. attach_only says open_call is
         an Attach too: it may attach again within the reconnect window alone.
+        restart says open_call is a start with an idempotency_key: it is
+        called again after a drop before the started event (restartable).
         """
         #: fold is the fold of every event handed out so far.
         self.fold: Fold = fold if fold is not None else Fold()
         #: reconnects counts the Attach calls made after a drop.
         self.reconnects: int = 0
+        #: restarts counts the starts sent again after a drop before the started event.
+        self.restarts: int = 0
+        self._restart = restart
         self._open_attach = open_attach
         self._window = reconnect.window if attach_only else min(reconnect.window, resume_grace)
         self._reconnect = reconnect
@@ -243,7 +292,12 @@ class Stream(Iterator[pb.CompletionEvent]):
                 err = e
             if err is None and self.fold.ended:
                 return
-            call = self._reattach(drop, err) if self._resumable(err) else None
+            if self._resumable(err):
+                call = self._reattach(drop, err)
+            elif self._restart and not self._cancelled and restartable(err, self.fold):
+                call = self._restart_call(drop, err, open_call)
+            else:
+                call = None
             if call is None:
                 if err is None:  # the server never ends a stream OK without its result
                     raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
@@ -255,6 +309,15 @@ class Stream(Iterator[pb.CompletionEvent]):
             return None
         call = self._start(lambda: self._open_attach(self.fold.completion_id, self.fold.last_seq, self._remaining()))
         self.reconnects += 1
+        return call
+
+    def _restart_call(self, drop: _Drop, cause: Optional[grpc.RpcError],
+                      open_call: Callable[[Optional[float]], Any]) -> Any:
+        """Waits the next backoff after cause and sends the start again; None once the window is over."""
+        if not drop.pause(self._reconnect, self._reconnect.window, self._deadline, self._sleep, cause):
+            return None
+        call = self._start(lambda: open_call(self._remaining()))
+        self.restarts += 1
         return call
 
     def _resumable(self, err: Optional[grpc.RpcError]) -> bool:
