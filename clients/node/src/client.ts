@@ -27,6 +27,7 @@ import { onAbort } from "./abort";
 import { Fold } from "./fold";
 import { runSessionOver, type SessionHandlers } from "./session";
 import { CompletionStream, DEFAULT_RECONNECT, type ReconnectPolicy } from "./stream";
+import { newIdempotencyKey } from "./reconnect";
 
 /** DEFAULT_ADDRESS is where `make run` serves. */
 export const DEFAULT_ADDRESS = "localhost:50051";
@@ -119,7 +120,7 @@ export class Client {
    * sees every seq exactly once.
    */
   stream(request: CompleteRequestInit, options: CallOptions = {}): CompletionStream {
-    const req = CompleteRequest.fromPartial(request);
+    const req = withIdempotencyKey(request);
     const graceMs = durationMs(req.resumeGrace);
     return new CompletionStream({
       open: () => quiet(this.stub.stream(req, this.#metadata(options), this.#grpcOptions(options))),
@@ -128,6 +129,7 @@ export class Client {
       resumable: graceMs > 0,
       policy: this.#reconnect,
       signal: options.signal,
+      restart: true,
     });
   }
 
@@ -153,7 +155,7 @@ export class Client {
 
   /** complete runs one completion and resolves to its aggregated answer, or rejects with a CompletiondError. */
   complete(request: CompleteRequestInit, options: CallOptions = {}): Promise<CompleteResponse> {
-    const req = CompleteRequest.fromPartial(request);
+    const req = withIdempotencyKey(request);
     return new Promise((resolve, reject) => {
       const call = this.stub.complete(req, this.#metadata(options), this.#grpcOptions(options), (err, resp) =>
         err ? reject(errorFromGrpc(err)) : resolve(resp),
@@ -214,7 +216,9 @@ export class Client {
    */
   runSession(start: SessionStartInit, handlers: SessionHandlers, options: CallOptions = {}): Promise<Fold> {
     const open = () => quiet(this.stub.session(this.#metadata(options), this.#grpcOptions(options)));
-    return runSessionOver(open(), SessionStart.fromPartial(start), handlers, options.signal, {
+    const keyed = SessionStart.fromPartial(start);
+    keyed.request = withIdempotencyKey(keyed.request ?? {});
+    return runSessionOver(open(), keyed, handlers, options.signal, {
       open,
       policy: this.#reconnect,
     });
@@ -280,4 +284,16 @@ function durationMs(d: { seconds: number; nanos: number } | undefined): number {
 function quiet<T extends { on(event: "error", listener: (err: Error) => void): unknown }>(call: T): T {
   call.on("error", () => {});
   return call;
+}
+
+/**
+ * withIdempotencyKey is the request with an idempotencyKey: its own, else a
+ * random one (16 bytes, hex), so that a start sent again (after a drop
+ * before started, or by the caller with the same request) is not a second
+ * completion. fromPartial makes a new message: the caller's is not changed.
+ */
+export function withIdempotencyKey(request: CompleteRequestInit): CompleteRequest {
+  const req = CompleteRequest.fromPartial(request);
+  if (req.idempotencyKey === "") req.idempotencyKey = newIdempotencyKey();
+  return req;
 }

@@ -2,6 +2,7 @@
 // and the Session loop (which resumes): when a drop may be healed, and how
 // long to wait before each try.
 
+import { randomBytes } from "node:crypto";
 import { status as GrpcStatus } from "@grpc/grpc-js";
 import { errorFromGrpc } from "./errors";
 import type { Fold } from "./fold";
@@ -87,4 +88,25 @@ export function dropped(failure: unknown, fold: Fold): boolean {
   if (fold.done || fold.completionId === "") return false;
   if (failure === undefined) return true;
   return errorFromGrpc(failure).code === GrpcStatus.UNAVAILABLE;
+}
+
+/**
+ * restartable reports whether a start of fold's completion that ended with
+ * failure (undefined: it ended OK) is one to send again — the restart
+ * column of clients/testdata/reconnect.json: before the started event, a
+ * transport drop (the stream cut, or UNAVAILABLE without ErrorInfo). The
+ * start goes again with the same idempotencyKey, so that the server
+ * attaches it to the completion the first one began, if it did. A refusal
+ * (any ErrorInfo) is the server's word and stands.
+ */
+export function restartable(failure: unknown, fold: Fold): boolean {
+  if (fold.completionId !== "") return false;
+  if (failure === undefined) return true;
+  const e = errorFromGrpc(failure);
+  return e.code === GrpcStatus.UNAVAILABLE && e.reason === "";
+}
+
+/** newIdempotencyKey is a random idempotency key: 16 bytes, hex. */
+export function newIdempotencyKey(): string {
+  return randomBytes(16).toString("hex");
 }

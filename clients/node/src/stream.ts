@@ -7,7 +7,7 @@ import type { CompletionEvent } from "./gen/completion/v1/completion";
 import { CompletiondError, errorFromGrpc, errorFromStatus } from "./errors";
 import { Fold } from "./fold";
 import { onAbort } from "./abort";
-import { DEFAULT_RECONNECT, Drop, type ReconnectPolicy, dropped } from "./reconnect";
+import { DEFAULT_RECONNECT, Drop, type ReconnectPolicy, dropped, restartable } from "./reconnect";
 
 export { DEFAULT_RECONNECT, type ReconnectPolicy };
 
@@ -35,6 +35,8 @@ export interface StreamSource {
   fold?: Fold;
   /** attached says that open itself calls Attach (Client.attach). */
   attached?: boolean;
+  /** restart says that open is a start with an idempotencyKey, called again after a drop before started (restartable). */
+  restart?: boolean;
 }
 
 /**
@@ -55,6 +57,7 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
   #cancelled = false;
   #call: EventCall | undefined;
   #reconnects = 0;
+  #restarts = 0;
 
   /** Client.stream and Client.attach make CompletionStreams; tests may make their own. */
   constructor(src: StreamSource) {
@@ -65,6 +68,11 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
   /** reconnects counts the Attach calls that healed a dropped connection. */
   get reconnects(): number {
     return this.#reconnects;
+  }
+
+  /** restarts counts the starts sent again after a drop before the started event. */
+  get restarts(): number {
+    return this.#restarts;
   }
 
   /** cancel stops the stream; the iteration then throws a CANCELLED CompletiondError. */
@@ -106,6 +114,16 @@ export class CompletionStream implements AsyncIterable<CompletionEvent> {
           if (this.fold.done) return;
         } catch (err) {
           failure = err;
+        }
+        const restart = !this.#cancelled && this.#src.restart === true && restartable(failure, this.fold);
+        if (restart) {
+          if (!(await drop.pause(this.#src.policy, this.#src.policy.windowMs, failure))) {
+            throw this.#typed(failure ?? errorFromStatus(GrpcStatus.INTERNAL, "the stream ended without a result"));
+          }
+          if (this.#cancelled) throw this.#typed(failure);
+          this.#restarts++;
+          this.#call = this.#src.open();
+          continue;
         }
         if (!this.#resumable(failure) || !(await drop.pause(this.#src.policy, this.#window(), failure))) {
           // The server never ends OK before the result: a proxy or a

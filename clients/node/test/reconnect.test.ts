@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, test } from "node:test";
 import { CompletionEvent, Fold, GrpcStatus } from "../src/index";
-import { dropped, retryDelayMs, waitMs } from "../src/reconnect";
+import { dropped, restartable, retryDelayMs, waitMs } from "../src/reconnect";
 import { detailsBin } from "./build";
 import { serviceError } from "./fakes";
 
@@ -19,6 +19,7 @@ interface ReconnectCase {
   started: boolean;
   result: boolean;
   reconnect: boolean;
+  restart?: boolean;
   min_wait_seconds: number | null;
 }
 
@@ -59,6 +60,7 @@ describe("reconnect", () => {
     for (const c of rows) {
       const failure = end(c);
       assert.equal(dropped(failure, fold(c)), c.reconnect, c.name);
+      assert.equal(restartable(failure, fold(c)), c.restart ?? false, `${c.name}: restart`);
       if (c.reconnect) assert.equal(waitMs(zero, 1, retryDelayMs(failure)), (c.min_wait_seconds ?? NaN) * 1000, c.name);
     }
   });

@@ -15,6 +15,7 @@ import {
 } from "../src/index";
 import { Events, detailsBin } from "./build";
 import { FakeSource, type Leg } from "./fakes";
+import { withIdempotencyKey } from "../src/client";
 
 // The whole backoff every time (random 1): the pauses, and so the counts of
 // reconnects within a window, are then fixed.
@@ -27,6 +28,7 @@ interface Opts {
   signal?: AbortSignal;
   attached?: boolean;
   policy?: ReconnectPolicy;
+  restart?: boolean;
 }
 
 function stream(legs: Leg[], opts: Opts = {}) {
@@ -39,6 +41,7 @@ function stream(legs: Leg[], opts: Opts = {}) {
     policy: opts.policy ?? FAST,
     signal: opts.signal,
     attached: opts.attached,
+    restart: opts.restart,
   });
   return { s, src };
 }
@@ -186,6 +189,34 @@ describe("CompletionStream", { timeout: 10_000 }, () => {
       assert.ok(err !== undefined, name);
       assert.equal(src.attaches.length, 0, name);
     }
+  });
+
+  test("a start that drops before started is sent again (restart), a refusal is not", async () => {
+    const evs = whole(2);
+    for (const end of [DROP, { code: 0 }]) {
+      const { s, src } = stream([{ events: [], end }, { events: evs, end: { code: 0 } }], { restart: true, resumable: false });
+      const { seqs, err } = await drain(s);
+      assert.equal(err, undefined);
+      assert.deepEqual(seqs, [1, 2, 3, 4, 5]);
+      assert.equal(s.restarts, 1);
+      assert.equal(src.attaches.length, 0);
+    }
+    const overloaded = detailsBin(14, "overloaded", { reason: "OVERLOADED" });
+    const refused = stream([{ events: [], end: { code: GrpcStatus.UNAVAILABLE, message: "x", detailsBin: overloaded } }], { restart: true });
+    const { err } = await drain(refused.s);
+    assert.equal(err?.reason, "OVERLOADED");
+    assert.equal(refused.s.restarts, 0);
+  });
+
+  test("withIdempotencyKey: a random 16-byte hex key per call unless the request has one; the caller's request untouched", () => {
+    const request = { system: "s" };
+    const a = withIdempotencyKey(request);
+    const b = withIdempotencyKey(request);
+    assert.match(a.idempotencyKey, /^[0-9a-f]{32}$/);
+    assert.notEqual(a.idempotencyKey, b.idempotencyKey);
+    assert.equal(a.system, "s");
+    assert.deepEqual(request, { system: "s" });
+    assert.equal(withIdempotencyKey({ idempotencyKey: "mine" }).idempotencyKey, "mine");
   });
 
   test("a stream that ends OK without a result is an INTERNAL error, or attaches again when resumable", async () => {
