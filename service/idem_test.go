@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
@@ -254,5 +255,48 @@ func TestFleetIdempotentStart(t *testing.T) {
 	}
 	if _, err := b.Complete(t.Context(), keyed("fleet-seq", "other")); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("B with A's key and another request: %v, want ALREADY_EXISTS", err)
+	}
+}
+
+// sessionAll runs a Session of start to its end, sending nothing more.
+func sessionAll(t *testing.T, client completionv1.CompletionClient, start *completionv1.SessionStart) ([]*completionv1.CompletionEvent, *status.Status) {
+	t.Helper()
+	st, err := client.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: start}})
+	return recvAll(st.Recv)
+}
+
+// TestIdempotentSessionStart: a Session start with the key of an
+// identical one replays it from seq 1 — resumed when it has a resume
+// grace, followed otherwise — without an upstream call; one with another
+// SessionStart (max_turns) is ALREADY_EXISTS.
+func TestIdempotentSessionStart(t *testing.T) {
+	for _, grace := range []time.Duration{0, time.Minute} {
+		t.Run(grace.String(), func(t *testing.T) {
+			e := newTestEnv(t)
+			req := keyed("s-1", "hi")
+			if grace > 0 {
+				req.ResumeGrace = durationpb.New(grace)
+			}
+			first, st := sessionAll(t, e.client, &completionv1.SessionStart{Request: req})
+			if st.Code() != codes.OK {
+				t.Fatalf("first: %v", st)
+			}
+			again, st := sessionAll(t, e.client, &completionv1.SessionStart{Request: proto.CloneOf(req)})
+			if st.Code() != codes.OK {
+				t.Fatalf("again: %v", st)
+			}
+			sameEvents(t, "session", first, again)
+			if n := e.upstream.calls.Load(); n != 1 {
+				t.Errorf("upstream saw %d calls, want 1", n)
+			}
+			_, st = sessionAll(t, e.client, &completionv1.SessionStart{Request: proto.CloneOf(req), MaxTurns: 3})
+			if st.Code() != codes.AlreadyExists || errorInfo(st).GetReason() != reasonIdempotencyKeyReused {
+				t.Errorf("another SessionStart with the key: %v, want ALREADY_EXISTS", st)
+			}
+		})
 	}
 }
