@@ -10,7 +10,7 @@
 //
 // The generated messages and enums (ts-proto) are re-exported as they are.
 
-export { Client, DEFAULT_ADDRESS, defaultAddress } from "./client";
+export { Client, DEFAULT_ADDRESS, defaultAddress, withIdempotencyKey } from "./client";
 export type { CallOptions, ClientOptions, CompleteRequestInit, SessionStartInit, TlsOptions } from "./client";
 export { CompletionStream, DEFAULT_RECONNECT } from "./stream";
 export type { EventCall, ReconnectPolicy, StreamSource } from "./stream";
