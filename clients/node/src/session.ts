@@ -16,7 +16,7 @@ import {
 import { onAbort } from "./abort";
 import { errorFromGrpc, errorFromStatus, seconds } from "./errors";
 import { Fold } from "./fold";
-import { DEFAULT_RECONNECT, Drop, type ReconnectPolicy, dropped } from "./reconnect";
+import { DEFAULT_RECONNECT, Drop, type ReconnectPolicy, dropped, restartable } from "./reconnect";
 
 /** ToolReply is what a tool callback returns: the result's text, or the whole block (halt, is_error …). */
 export type ToolReply = string | DeepPartial<ToolResultBlock>;
@@ -170,6 +170,20 @@ export async function runSessionOver(
     for (;;) {
       const failure = await follow();
       if (failure === undefined && fold.done) break;
+      // A start with an idempotencyKey that dropped before started is sent
+      // again with it: the server attaches it to the Session the first one
+      // began, if it did (restartable; with or without a grace).
+      if (reconnect !== undefined && !closed && (start.request?.idempotencyKey ?? "") !== "" && restartable(failure, fold)) {
+        if (!(await drop.pause(policy, policy.windowMs, failure))) throw ended(failure, fold);
+        call.cancel();
+        try {
+          call = reconnect.open();
+        } catch (err) {
+          throw ended(err, fold);
+        }
+        write(SessionRequest.fromPartial({ start }));
+        continue;
+      }
       if (reconnect === undefined || windowMs <= 0 || !dropped(failure, fold) || !(await drop.pause(policy, windowMs, failure))) {
         throw ended(failure, fold);
       }

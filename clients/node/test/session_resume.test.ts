@@ -30,9 +30,9 @@ const FAST: ReconnectPolicy = { initialBackoffMs: 1, maxBackoffMs: 4, windowMs: 
 const DROP = { code: GrpcStatus.UNAVAILABLE, message: "Connection dropped" };
 const OK = { code: 0 };
 
-function start(graceSeconds = 60): SessionStart {
+function start(graceSeconds = 60, idempotencyKey = ""): SessionStart {
   return SessionStart.fromPartial({
-    request: { messages: [userText("weather?")], ...(graceSeconds > 0 ? { resumeGrace: { seconds: graceSeconds, nanos: 0 } } : {}) },
+    request: { messages: [userText("weather?")], idempotencyKey, ...(graceSeconds > 0 ? { resumeGrace: { seconds: graceSeconds, nanos: 0 } } : {}) },
     stopHook: true,
   });
 }
@@ -42,7 +42,7 @@ const result = (id: string) => SessionRequest.fromPartial({ toolResults: { resul
 const requests = (s: Sent[]) => s.map((x) => x.request);
 
 /** run drives the loop over legs; it records the seqs the handlers saw and the tools they ran. */
-async function run(legs: Leg[], opts: { grace?: number; policy?: ReconnectPolicy; handlers?: Partial<SessionHandlers>; signal?: AbortSignal; noReconnect?: boolean } = {}) {
+async function run(legs: Leg[], opts: { grace?: number; key?: string; policy?: ReconnectPolicy; handlers?: Partial<SessionHandlers>; signal?: AbortSignal; noReconnect?: boolean } = {}) {
   const src = new FakeSessions(legs);
   const seen: number[] = [];
   const ran: string[] = [];
@@ -61,7 +61,7 @@ async function run(legs: Leg[], opts: { grace?: number; policy?: ReconnectPolicy
   let fold;
   let err: CompletiondError | undefined;
   try {
-    fold = await runSessionOver(src.open(), start(opts.grace), handlers, opts.signal, reconnect);
+    fold = await runSessionOver(src.open(), start(opts.grace, opts.key), handlers, opts.signal, reconnect);
   } catch (e) {
     assert.ok(e instanceof CompletiondError, `not a CompletiondError: ${e}`);
     err = e;
@@ -86,6 +86,22 @@ describe("runSessionOver resumes a Session with resumeGrace after a drop", { tim
     assert.deepEqual(seen, [1, 2, 3, 4, 5, 6, 7]);
     assert.equal(fold?.text, "Let me check. Sunny.");
     assert.equal(src.calls[1]!.ended, true, "the resumed call is half-closed after the result");
+  });
+
+  test("a start with an idempotencyKey that drops before started is sent again with it; a refusal is not", async () => {
+    for (const grace of [0, 60]) {
+      const e = new Events();
+      const evs = [e.started("cmpl_s"), e.text(1, "Sunny."), e.completed(1, 1), e.result(1, "Sunny.", 1)];
+      const { src, fold, err } = await run([{ events: [], end: DROP }, { events: evs, end: OK }], { grace, key: "k1" });
+      assert.equal(err, undefined);
+      assert.equal(src.calls.length, 2);
+      assert.deepEqual(requests(src.calls[1]!.sent)[0], SessionRequest.fromPartial({ start: start(grace, "k1") }));
+      assert.equal(fold?.text, "Sunny.");
+    }
+    const overloaded = detailsBin(14, "overloaded", { reason: "OVERLOADED" });
+    const refused = await run([{ events: [], end: { code: GrpcStatus.UNAVAILABLE, message: "x", detailsBin: overloaded } }], { key: "k1" });
+    assert.equal(refused.err?.reason, "OVERLOADED");
+    assert.equal(refused.src.calls.length, 1);
   });
 
   test("a transition confirms the answers before it: after a drop in turn 2 nothing is sent again", async () => {
