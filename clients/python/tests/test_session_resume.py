@@ -238,9 +238,26 @@ class SessionResumeTest(unittest.TestCase):
         self.assertEqual(len(self.channel.calls), 1)
 
     def test_no_resume_before_started(self) -> None:
-        with self.assertRaises(completiond.CompletionError):
-            self.run_session(Server(Leg([], end=drop()), Leg([])))
-        self.assertEqual(len(self.channel.calls), 1)
+        # Nothing to resume before started: the start itself is sent again,
+        # with its idempotency_key, and the server attaches it.
+        for grace in (60, None):
+            with self.subTest(grace=grace):
+                server = Server(Leg([], end=drop()), Leg([STARTED] + answer_turn(2, attempt=1, turn=1)))
+                fold = self.run_session(server, grace=grace)
+                self.assertEqual(len(self.channel.calls), 2)
+                first, again = (leg.first for leg in server.played)
+                assert first is not None and again is not None
+                self.assertTrue(again.HasField("start"))
+                self.assertEqual(again, first)
+                self.assertRegex(first.start.request.idempotency_key, "^[0-9a-f]{32}$")
+                self.assertTrue(fold.ended)
+
+    def test_a_refused_start_is_not_sent_again(self) -> None:
+        overloaded = FakeRpcError(grpc.StatusCode.UNAVAILABLE, "overloaded", status_bin(
+            14, "overloaded", error_details.ErrorInfo(reason="OVERLOADED")))
+        with self.assertRaises(completiond.CompletionError) as ctx:
+            self.run_session(Server(Leg([], end=overloaded), Leg([])))
+        self.assertEqual((ctx.exception.reason, len(self.channel.calls)), ("OVERLOADED", 1))
 
     def test_a_refused_resume_ends_with_its_status(self) -> None:
         gone = FakeRpcError(grpc.StatusCode.NOT_FOUND, "no completion cmpl_s")

@@ -12,7 +12,7 @@ import grpc
 from completiond._proto.completion.v1 import completion_pb2 as pb
 from completiond.errors import CompletionError, error_from_grpc
 from completiond.fold import Fold, tool_input
-from completiond.stream import Reconnect, _Drop, dropped, seconds
+from completiond.stream import Reconnect, _Drop, dropped, restartable, seconds
 
 #: ToolOutput is what a tool returns: the result's text, or a whole ToolResultBlock.
 ToolOutput = Union[str, pb.ToolResultBlock]
@@ -79,6 +79,9 @@ class Session(Iterator[pb.CompletionEvent]):
         self.fold: Fold = Fold()
         #: reconnects counts the resumed Session streams opened after a drop.
         self.reconnects: int = 0
+        #: restarts counts the starts sent again after a drop before the started event.
+        self.restarts: int = 0
+        self._start = start
         grace = seconds(start.request.resume_grace) if start.request.HasField("resume_grace") else 0.0
         self._window = min(reconnect.window, grace)
         self._reconnect = reconnect
@@ -175,7 +178,13 @@ class Session(Iterator[pb.CompletionEvent]):
                     err = e
                 if err is None and self.fold.ended:
                     return
-                call = self._resume(drop, err) if self._resumable(err) else None
+                if self._resumable(err):
+                    call = self._resume(drop, err)
+                elif self._restartable(err):
+                    call = self._reopen(drop, err, pb.SessionRequest(start=self._start), self._reconnect.window)
+                    self.restarts += call is not None
+                else:
+                    call = None
                 if call is None:
                     if err is None:  # the server never ends a session OK without its result
                         raise self._error(CompletionError(grpc.StatusCode.INTERNAL, "the stream ended without a result"))
@@ -187,24 +196,35 @@ class Session(Iterator[pb.CompletionEvent]):
         """Whether the stream's end is a dropped connection of a Session that may be resumed."""
         return self._window > 0 and not self._cancelled and dropped(err, self.fold)
 
+    def _restartable(self, err: Optional[grpc.RpcError]) -> bool:
+        """Whether the start, with its idempotency_key, is to be sent again: a drop before started."""
+        return bool(self._start.request.idempotency_key) and not self._cancelled and restartable(err, self.fold)
+
     def _resume(self, drop: _Drop, cause: Optional[grpc.RpcError]) -> Any:
         """Waits the next backoff after cause, then opens a Session stream that resumes after the
         last seq and sends the unconfirmed messages again; None once the window is over."""
-        if not drop.pause(self._reconnect, self._window, self._deadline, self._sleep, cause):
+        resume = pb.SessionResume(completion_id=self.fold.completion_id, after_seq=self.fold.last_seq)
+        call = self._reopen(drop, cause, pb.SessionRequest(resume=resume), self._window)
+        self.reconnects += call is not None
+        return call
+
+    def _reopen(self, drop: _Drop, cause: Optional[grpc.RpcError], first: pb.SessionRequest, window: float) -> Any:
+        """Waits the next backoff after cause, then opens a Session stream whose first message is
+        first (a resume, or the start sent again), followed by the unconfirmed messages; None once
+        the window is over."""
+        if not drop.pause(self._reconnect, window, self._deadline, self._sleep, cause):
             return None
         with self._lock:
             if self._cancelled:
                 raise self._error(CompletionError(grpc.StatusCode.CANCELLED, "cancelled by the caller"))
             old, self._queue = self._queue, queue.Queue()
             old.put(_CLOSE)  # the broken call's request iterator ends
-            resume = pb.SessionResume(completion_id=self.fold.completion_id, after_seq=self.fold.last_seq)
-            self._queue.put(pb.SessionRequest(resume=resume))
+            self._queue.put(first)
             for request in self._unconfirmed:
                 self._queue.put(request)
             if self._closed:
                 self._queue.put(_CLOSE)
             self._call = self._open_call(self._requests(self._queue), self._remaining())
-            self.reconnects += 1
             return self._call
 
     def _error(self, err: CompletionError) -> CompletionError:
