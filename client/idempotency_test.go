@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 )
@@ -120,5 +121,42 @@ func TestCallsGetTheirOwnKeys(t *testing.T) {
 	}
 	if len(f.keys) != 2 || f.keys[0] == f.keys[1] || !hexKey.MatchString(f.keys[0]) || req.GetIdempotencyKey() != "" {
 		t.Errorf("keys %q, the caller's %q: want two random keys, the request untouched", f.keys, req.GetIdempotencyKey())
+	}
+}
+
+// sessionsClient serves each Session call the next of streams.
+type sessionsClient struct {
+	completionv1.CompletionClient
+	streams []*replayStream
+	opened  int
+}
+
+func (c *sessionsClient) Session(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[completionv1.SessionRequest, completionv1.CompletionEvent], error) {
+	s := c.streams[c.opened]
+	c.opened++
+	return s, nil
+}
+
+// TestRunSessionRestartsWithItsKey: a Session start that drops before
+// started is sent again, the same start with the same key.
+func TestRunSessionRestartsWithItsKey(t *testing.T) {
+	done := &replayStream{status: status.New(codes.OK, ""), events: []*completionv1.CompletionEvent{
+		{Seq: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{CompletionId: "cmpl_1"}}},
+		{Seq: 2, Event: &completionv1.CompletionEvent_Result{Result: &completionv1.Result{}}},
+	}}
+	cut := &replayStream{status: status.New(codes.Unavailable, "drop")}
+	f := &sessionsClient{streams: []*replayStream{cut, done}}
+	c := &Client{rpc: f, reconnect: Reconnect{Backoff: 1, MaxBackoff: 1, Window: time.Minute, Rand: func() float64 { return 0 }}}
+	start := &completionv1.SessionStart{Request: Text("hi")}
+	fold, err := c.RunSession(t.Context(), start, SessionHandler{})
+	if err != nil || !fold.Done() || f.opened != 2 {
+		t.Fatalf("RunSession: %v after %d calls", err, f.opened)
+	}
+	first, again := cut.sent[0].req.GetStart(), done.sent[0].req.GetStart()
+	if first == nil || !proto.Equal(first, again) || !hexKey.MatchString(first.GetRequest().GetIdempotencyKey()) {
+		t.Errorf("sent %v, then %v: want the same start, with a key", first, again)
+	}
+	if start.GetRequest().GetIdempotencyKey() != "" {
+		t.Error("the caller's start was changed")
 	}
 }
