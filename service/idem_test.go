@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider/sim"
@@ -234,8 +235,9 @@ func TestIdempotentStartRace(t *testing.T) {
 func TestFleetIdempotentStart(t *testing.T) {
 	testkit.NoLeaks(t)
 	up := &countingProvider{Provider: sim.New(sim.Config{Words: 12})}
-	fleet := fleetEnvs(t, redistest.Start(t), 2, up, nil)
-	a, b := fleet[0].client, fleet[1].client
+	addr := redistest.Start(t)
+	replicas := fleetEnvs(t, addr, 2, up, nil)
+	a, b := replicas[0].client, replicas[1].client
 	for i := range 20 {
 		raceStarts(t, a, b, "fleet-race-"+string(rune('a'+i)))
 		if n := up.calls.Load(); n != int64(i+1) {
@@ -255,6 +257,40 @@ func TestFleetIdempotentStart(t *testing.T) {
 	}
 	if _, err := b.Complete(t.Context(), keyed("fleet-seq", "other")); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("B with A's key and another request: %v, want ALREADY_EXISTS", err)
+	}
+	// The records' names are digests: no idempotency key is readable there.
+	keys, err := testkit.RedisClient(t, addr).Keys(t.Context(), "completiond:idem:*").Result()
+	if err != nil || len(keys) != 21 {
+		t.Fatalf("idempotency records %d, %v; want 21", len(keys), err)
+	}
+	for _, k := range keys {
+		if strings.Contains(k, "fleet") {
+			t.Errorf("record %s names its key", k)
+		}
+	}
+}
+
+// TestIdempotencyKeyFreedWhenTheCallerLeaves: a completion without a
+// resume grace that its caller's leaving cancelled frees its key, so
+// that the caller's retry starts afresh.
+func TestIdempotencyKeyFreedWhenTheCallerLeaves(t *testing.T) {
+	testkit.NoLeaks(t)
+	e, gate := gatedEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	st, err := e.client.Stream(ctx, keyed("leaving", "Tell me."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvUntilDelta(t, st)
+	cancel()
+	<-gate.cancelled
+	// Once none runs, the completion's release, which frees the key, has run.
+	<-e.grpc.Completion.running.drain()
+	s := e.grpc.Completion
+	probe := fleet.IdemRecord{ID: "cmpl_probe", Digest: "d"}
+	key := idemKey(context.Background(), "leaving")
+	if got, err := s.idem.Swap(context.Background(), key, fleet.IdemRecord{}, probe, time.Minute); err != nil || got != probe {
+		t.Errorf("the key is still held by %+v (%v)", got, err)
 	}
 }
 
