@@ -81,6 +81,8 @@ func idemKey(ctx context.Context, key string) string {
 // whose idempotency key is req's (cleared for the digest): two starts are
 // identical when their digests are.
 func requestDigest(m proto.Message, req *completionv1.CompleteRequest) string {
+	// Cleared in place and put back rather than cloned: the request is the
+	// handler's alone here, and may be as big as MaxRequestBytes.
 	key := req.GetIdempotencyKey()
 	req.IdempotencyKey = ""
 	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)
