@@ -470,3 +470,11 @@ func abortedBeforeStartStatus() error {
 func lostLeaseStatus(id string) error {
 	return status.Error(codes.Unavailable, "this replica lost completion "+quote(id)+" to another one: attach to follow it")
 }
+
+// idemReusedStatus refuses a start whose idempotency key its caller used
+// for another request: ALREADY_EXISTS, ErrorInfo IDEMPOTENCY_KEY_REUSED.
+// Neither the key nor the other completion's id is told.
+func idemReusedStatus() error {
+	return withDetails(codes.AlreadyExists, "idempotency_key was used for a different request",
+		&errdetails.ErrorInfo{Reason: reasonIdempotencyKeyReused, Domain: ErrorDomain}).Err()
+}

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -223,14 +221,6 @@ func (s *Server) logKept(id string) (bool, error) {
 		return false, nil
 	}
 	return false, err
-}
-
-// idemReusedStatus refuses a start whose idempotency key its caller used
-// for another request: ALREADY_EXISTS, ErrorInfo IDEMPOTENCY_KEY_REUSED.
-// Neither the key nor the other completion's id is told.
-func idemReusedStatus() error {
-	return withDetails(codes.AlreadyExists, "idempotency_key was used for a different request",
-		&errdetails.ErrorInfo{Reason: reasonIdempotencyKeyReused, Domain: ErrorDomain}).Err()
 }
 
 // attachStart serves a start that found its idempotency key claimed by an
