@@ -168,3 +168,30 @@ func TestFleetBudgetSpentOnOneReplicaRefusesOnAnother(t *testing.T) {
 		t.Errorf("another key refused: %v", err)
 	}
 }
+
+// TestBudgetExceededBeforeASessionsNextTurn: a Session's first turn spends
+// the key's token budget; the caller's tool results come back, and the
+// next turn's call is not sent: BUDGET_EXCEEDED, the first turn's answer
+// and its tool call kept in the transcript.
+func TestBudgetExceededBeforeASessionsNextTurn(t *testing.T) {
+	e, _ := authEnv(t, withBudget(&config.Budget{Tokens: 5, Period: config.BudgetPeriod{Calendar: "day"}}, config.Prices{}))
+	ctx, cancel := context.WithTimeout(opsCtx(t.Context()), 20*time.Second)
+	t.Cleanup(cancel)
+	s := openSession(t, ctx, e.client, startMsg(sessionStart("tool_use,tool_use")))
+	call := s.toolCall()
+	s.answer(call.GetId(), "42", false)
+	res, code := s.end()
+	if code != codes.ResourceExhausted || res.GetReason() != completionv1.TransitionReason_TRANSITION_REASON_BUDGET_EXCEEDED {
+		t.Fatalf("ended %v / %v, want BUDGET_EXCEEDED / RESOURCE_EXHAUSTED", res.GetReason(), code)
+	}
+	checkBudgetStatus(t, statusOf(s.status))
+	if got := transitions(s.events); len(got) != 2 || got[0] != "NEXT_TURN" || got[1] != "BUDGET_EXCEEDED" {
+		t.Errorf("transitions %v, want NEXT_TURN, BUDGET_EXCEEDED", got)
+	}
+	if n := e.upstream.calls.Load(); n != 1 {
+		t.Errorf("%d upstream calls, want 1: the next turn is not sent", n)
+	}
+	if len(res.GetTranscript()) != 3 {
+		t.Errorf("transcript of %d messages, want the prompt, the tool call and its result", len(res.GetTranscript()))
+	}
+}
