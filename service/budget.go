@@ -6,9 +6,13 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
 	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/driver"
 	"github.com/completiond/completiond/internal/guard"
+	"github.com/completiond/completiond/internal/telemetry"
 )
 
 // keyBudget is one completion's view of its caller's key's budget: the
@@ -36,15 +40,19 @@ func (s *Server) keyBudget(ctx context.Context) *keyBudget {
 // refuse is the status of a completion its key's budget refuses at its
 // start, before any upstream call: RESOURCE_EXHAUSTED, ErrorInfo
 // BUDGET_EXCEEDED with the period's end, RetryInfo until then; nil when
-// there is budget left.
-func (k *keyBudget) refuse() error {
+// there is budget left. refusals counts and logs it as every refusal.
+func (k *keyBudget) refuse(ctx context.Context, refusals *telemetry.Refusals) error {
 	if k == nil {
 		return nil
 	}
-	if err := k.budgets.Check(k.key, k.budget); err != nil {
-		return refusalStatus(err)
+	err := k.budgets.Check(k.key, k.budget)
+	if err == nil {
+		return nil
 	}
-	return nil
+	st := refusalStatus(err)
+	method, _ := grpc.Method(ctx)
+	refusals.Refused(ctx, method, guard.ReasonBudgetExceeded, k.key, status.Code(st), err.Error())
+	return st
 }
 
 // driver is k as the driver's Budget, nil (no budget) when k is nil.

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -12,6 +14,7 @@ import (
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/telemetry"
 	"github.com/completiond/completiond/internal/testkit"
 	"github.com/completiond/completiond/provider/sim"
 )
@@ -85,7 +88,10 @@ func TestBudgetRefusesAtStart(t *testing.T) {
 		{"tokens on a route without prices", &config.Budget{USD: 100, Tokens: 10, Period: day}, config.Prices{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, _ := authEnv(t, withBudget(tc.budget, tc.prices))
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+			e, _ := authEnv(t, withBudget(tc.budget, tc.prices), func(c *Config) { c.Telemetry = telemetry.Telemetry{MeterProvider: mp} })
 			if _, err := e.client.Complete(opsCtx(t.Context()), faults("")); err != nil {
 				t.Fatalf("the first completion, under budget: %v", err)
 			}
@@ -98,6 +104,14 @@ func TestBudgetRefusesAtStart(t *testing.T) {
 			// Another key's budget is its own.
 			if _, err := e.client.Complete(bearer(t.Context(), "Bearer narrow-secret-key"), faults("")); err != nil {
 				t.Errorf("another key refused: %v", err)
+			}
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(t.Context(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			const k = "completiond.refusals{completiond.auth.key=ops,completiond.refusal.reason=BUDGET_EXCEEDED}"
+			if n := counters(rm)[k]; n != 1 {
+				t.Errorf("%s = %d, want 1", k, n)
 			}
 		})
 	}

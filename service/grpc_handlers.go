@@ -34,6 +34,7 @@ type Server struct {
 	breakers *guard.Breakers
 	shared   *guard.RedisGate    // Config.Redis for the breakers and limits; nil without it
 	budgets  *guard.Budgets      // the keys' spend against their budgets (auth.keys[].budget)
+	refusals *telemetry.Refusals // counts and logs refusals; set by NewGRPC, nil before
 	log      fleet.Log           // every completion's events, for Attach
 	mem      *fleet.MemLog       // log when it is this process's memory alone, else nil
 	holds    holds               // the completions kept running for a resume grace
@@ -308,7 +309,7 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 	takeover := id != ""
 	budget := s.keyBudget(ctx)
 	if !takeover {
-		if err := budget.refuse(); err != nil {
+		if err := budget.refuse(ctx, s.refusals); err != nil {
 			return driver.Spec{}, acquired{}, err
 		}
 		id = newID()
