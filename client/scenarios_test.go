@@ -19,6 +19,10 @@ type scenario struct {
 	// answer is the Session caller: what it sends after receiving ev, if
 	// anything. The same answers in every language's replay test.
 	answer func(ev *completionv1.CompletionEvent, c *caller) *completionv1.SessionRequest
+	// budgeted runs the scenario with the key budgetKey, whose budget is
+	// budgetTokens tokens a day, on a server whose clock stands at
+	// budgetNow.
+	budgeted bool
 }
 
 // caller counts what a scripted Session caller has seen.
@@ -70,6 +74,8 @@ func scenarios() []scenario {
 			want: []string{"BLOCKING_LIMIT"}, stream: on("sim-small", prompt(strings.Repeat("huge prompt ", 2500), ""))},
 		{name: "image_error", about: "an image refused twice: IMAGE_ERROR",
 			want: []string{"REACTIVE_COMPACT_RETRY", "IMAGE_ERROR"}, stream: withImage(ask("media,media"))},
+		{name: "budget_exceeded", about: "the key's budget of 5 tokens a day is spent by the broken first attempt: the resume is not sent, BUDGET_EXCEEDED, RESOURCE_EXHAUSTED until the day's end",
+			want: []string{"STREAM_RESUME", "BUDGET_EXCEEDED"}, stream: ask("cut=4"), budgeted: true},
 		{name: "token_budget", about: "a token budget of 100: continued until it is spent",
 			want:   []string{"TOKEN_BUDGET_CONTINUATION", "TOKEN_BUDGET_CONTINUATION", "TOKEN_BUDGET_CONTINUATION", "COMPLETED"},
 			stream: budget(ask(""), 100)},

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -218,7 +219,11 @@ func TestTranscriptsCoverTheScenarios(t *testing.T) {
 func TestRecordTranscripts(t *testing.T) {
 	for _, s := range scenarios() {
 		t.Run(s.name, func(t *testing.T) {
-			tr := record(t, serve(t), s) // a server each: breakers and logs start afresh
+			conn := serve(t) // a server each: breakers and logs start afresh
+			if s.budgeted {
+				conn = dial(t, serveAddr(t, withBudgetKey))
+			}
+			tr := record(t, conn, s)
 			file := filepath.Join(transcriptDir, s.name+".json")
 			if *update {
 				writeTranscript(t, file, tr)
@@ -265,14 +270,34 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
-// serveAddr runs the server and returns its loopback address.
-func serveAddr(t *testing.T) string {
+// The key of the budgeted scenarios, its budget, and the server's clock.
+const (
+	budgetKey    = "budgeted-secret-key"
+	budgetTokens = 5
+)
+
+var budgetNow = time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+
+// withBudgetKey requires the key budgetKey, with a budget of budgetTokens
+// tokens a day, on a clock that stands at budgetNow.
+func withBudgetKey(c *service.Config) {
+	c.Now = func() time.Time { return budgetNow }
+	c.Auth = config.Auth{Keys: []config.APIKey{{Name: "budgeted", SHA256: config.HashKey(budgetKey),
+		Budget: &config.Budget{Tokens: budgetTokens, Period: config.BudgetPeriod{Calendar: "day"}}}}}
+}
+
+// serveAddr runs the server, changed by mutate, and returns its loopback
+// address.
+func serveAddr(t *testing.T, mutate ...func(*service.Config)) string {
 	t.Helper()
 	cfg := service.DefaultConfig()
 	cfg.Routes = config.SimRoutes(sim.New(sim.Config{}))
 	cfg.Policy.Retry.BackoffBase = 10 * time.Millisecond
 	cfg.Policy.Retry.BackoffMax = 80 * time.Millisecond
 	cfg.Rand = func() float64 { return 0.5 }
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	srv, err := service.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -299,6 +324,9 @@ func record(t *testing.T, conn *grpc.ClientConn, s scenario) transcript {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if s.budgeted {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+budgetKey)
+	}
 	rpc := completionv1.NewCompletionClient(conn)
 	tr := transcript{Name: s.name, About: s.about, RPC: "Stream", Events: []wireJSON{}}
 	var evs []*completionv1.CompletionEvent

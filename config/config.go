@@ -570,6 +570,8 @@ type APIKey struct {
 	SHA256 [sha256.Size]byte
 	// Routes are the routes the key may use; nil means every route.
 	Routes []string
+	// Budget bounds what the key spends per period; nil is no bound.
+	Budget *Budget
 }
 
 // HashKey returns the SHA-256 digest of key, as APIKey.SHA256 holds it.

@@ -534,6 +534,8 @@ type FileKey struct {
 	SHA256 string `yaml:"sha256"`
 	// Routes are the routes the key may use: a list of names, or all.
 	Routes FileRoutes `yaml:"routes"`
+	// Budget, when set, bounds what the key spends per period.
+	Budget *FileBudget `yaml:"budget"`
 }
 
 // FileRoutes is a key's routes: a list of route names, or the word all.
@@ -674,6 +676,13 @@ func (fk FileKey) build(field string, getenv func(string) string) (APIKey, error
 	}
 	if !fk.Routes.All {
 		k.Routes = append([]string{}, fk.Routes.Names...)
+	}
+	if fk.Budget != nil {
+		b, err := fk.Budget.build(field + ".budget")
+		if err != nil {
+			return k, err
+		}
+		k.Budget = b
 	}
 	switch {
 	case fk.Key != "" && fk.SHA256 != "":

@@ -39,8 +39,11 @@
 // EvWaitElapsed for ActWait, and so on); an event that cannot is a driver bug
 // and ends the completion with MODEL_ERROR. A call that never left (the
 // breaker refused it, the caller was gone) is reported with Event.NotSent:
-// it is no attempt, and its number is handed out again. After the finish, Start and Step return the
-// finish step again.
+// it is no attempt, and its number is handed out again. EvBudgetExceeded
+// answers an ActCall or ActSummarize in place of the call, when the
+// driver found the caller's key's budget spent before making it: always
+// not sent, it ends the completion with BUDGET_EXCEEDED and the answer so
+// far. After the finish, Start and Step return the finish step again.
 //
 // # The answer and the wire promise
 //

@@ -219,7 +219,10 @@ func (m *Machine) Step(ev Event) Step {
 	}
 	m.setOpen(ev.OpenRoutes)
 	inCall := m.phase == phaseCalling || m.phase == phaseSummarizing
-	if inCall && ev.NotSent && (ev.Kind == EvCancelled || ev.Kind == EvAttemptFailed) {
+	if inCall && ev.Kind == EvBudgetExceeded {
+		ev.NotSent = true // a call the budget refused never leaves
+	}
+	if inCall && ev.NotSent && (ev.Kind == EvCancelled || ev.Kind == EvAttemptFailed || ev.Kind == EvBudgetExceeded) {
 		m.attempt-- // the call never left: no attempt, and its number is handed out again
 	} else if inCall {
 		m.ended = m.attempt
@@ -229,6 +232,9 @@ func (m *Machine) Step(ev Event) Step {
 	}
 	if ev.Kind == EvCancelled {
 		return m.out(m.cancelled(ev))
+	}
+	if ev.Kind == EvBudgetExceeded && inCall {
+		return m.out(m.overBudget(ev))
 	}
 	if !m.expects(ev.Kind) {
 		if inCall { // the call in flight is abandoned with the completion
@@ -711,6 +717,17 @@ func (m *Machine) fail(r Reason, f *Failure, streamed, msg string, retryAfter ti
 func (m *Machine) complete(stop StopReason, calls []ToolCall, msg string) Action {
 	res := &Result{StopReason: stop, ToolCalls: calls, Truncated: stop.Truncating() || stop == StopPauseTurn}
 	return m.finishWith(Completed, nil, msg, res)
+}
+
+// overBudget ends the completion before the call of the current action,
+// which the key's budget refused: the answer kept so far stays, flagged
+// truncated if it was cut, and the caller may retry once the budget renews.
+func (m *Machine) overBudget(ev Event) Action {
+	why := "the key's budget is spent"
+	if ev.Reason != "" {
+		why = ev.Reason
+	}
+	return m.fail(BudgetExceeded, nil, "", why+": attempt "+fmt.Sprint(m.attempt+1)+" was not sent", ev.RetryAfter, true)
 }
 
 // cancelled ends the completion because the caller went away.

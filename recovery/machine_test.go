@@ -278,6 +278,9 @@ func (e *env) event(d *datadriven.TestData) (Event, bool) {
 		ev.Verdict = parseVerdict(t, d)
 	case "cancel":
 		ev.Kind, ev.Reason, ev.Text = EvCancelled, strArg(t, d, "reason", ""), text
+	case "over-budget":
+		ev.Kind, ev.Reason = EvBudgetExceeded, strArg(t, d, "reason", "")
+		ev.RetryAfter = durArg(t, d, "retry-after", 0)
 	default:
 		return Event{}, false
 	}

@@ -31,6 +31,7 @@ const (
 	StopHookPrevented
 	HookStopped
 	ModelError
+	BudgetExceeded
 )
 
 var reasonNames = [...]string{"UNSPECIFIED", "COMPLETED", "RETRY", "MODEL_FALLBACK", "STREAM_RESUME",
@@ -38,7 +39,7 @@ var reasonNames = [...]string{"UNSPECIFIED", "COMPLETED", "RETRY", "MODEL_FALLBA
 	"COLLAPSE_DRAIN_RETRY", "REACTIVE_COMPACT_RETRY", "AUTO_COMPACT", "PROMPT_TOO_LONG",
 	"BLOCKING_LIMIT", "IMAGE_ERROR", "TOKEN_BUDGET_CONTINUATION", "NEXT_TURN", "MAX_TURNS",
 	"ABORTED_TOOLS", "ABORTED_STREAMING", "STOP_HOOK_BLOCKING", "STOP_HOOK_PREVENTED",
-	"HOOK_STOPPED", "MODEL_ERROR"}
+	"HOOK_STOPPED", "MODEL_ERROR", "BUDGET_EXCEEDED"}
 
 // String returns the reason's wire name without the enum prefix, e.g. "RETRY".
 func (r Reason) String() string {
@@ -52,7 +53,7 @@ func (r Reason) String() string {
 func (r Reason) Terminal() bool {
 	switch r {
 	case Completed, PromptTooLong, BlockingLimit, ImageError, MaxTurns, AbortedTools,
-		AbortedStreaming, StopHookPrevented, HookStopped, ModelError:
+		AbortedStreaming, StopHookPrevented, HookStopped, ModelError, BudgetExceeded:
 		return true
 	}
 	return false
@@ -128,6 +129,13 @@ const (
 	EvStopHookVerdict
 	// EvCancelled: the caller cancelled or went away.
 	EvCancelled
+	// EvBudgetExceeded: the caller's key spent its budget, so the call of
+	// the ActCall or ActSummarize was not made (the driver checks the
+	// budget before each call: a retry, a continuation, a fallback, a next
+	// turn, a summary). It is always NotSent; RetryAfter says when the
+	// budget renews and Reason explains it, for people. The machine ends
+	// with BUDGET_EXCEEDED and the answer so far.
+	EvBudgetExceeded
 )
 
 // Verdict is a stop hook's decision.
@@ -186,8 +194,12 @@ type Event struct {
 	Verdict Verdict
 	// VerdictMessage is the stop hook's message (EvStopHookVerdict).
 	VerdictMessage string
-	// Reason is the cancel reason, for people (EvCancelled).
+	// Reason is the cancel reason, for people (EvCancelled), or why the
+	// budget refused the call (EvBudgetExceeded).
 	Reason string
+	// RetryAfter is how long until the key's budget renews
+	// (EvBudgetExceeded).
+	RetryAfter time.Duration
 	// OpenRoutes names the routes whose circuit breaker is open as the
 	// driver sees it now (every event replaces the previous set). The machine
 	// does not retry on an open route, and skips open routes when it falls

@@ -59,6 +59,9 @@ func (w *wire) feed(t testing.TB, ev Event) {
 			w.byAttempt[w.inflight] = ev.ToolCalls
 		}
 		w.inflight = 0
+	case EvBudgetExceeded: // in place of the call: never sent
+		w.attempt--
+		w.inflight = 0
 	}
 }
 

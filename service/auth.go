@@ -24,6 +24,8 @@ type Caller struct {
 	Name string
 	// Routes are the routes the caller may use; nil means every route.
 	Routes []string
+	// Budget bounds what the caller's key spends per period; nil is none.
+	Budget *config.Budget
 }
 
 // may reports whether the caller may use route.
@@ -99,7 +101,7 @@ func (a *authenticator) authenticate(ctx context.Context) (*Caller, error) {
 		if found == nil {
 			return nil, unknownKeyStatus()
 		}
-		return &Caller{Name: found.Name, Routes: found.Routes}, nil
+		return &Caller{Name: found.Name, Routes: found.Routes, Budget: found.Budget}, nil
 	}
 	if a.auth.ClientCertificates {
 		if cert := verifiedClientCert(ctx); cert != nil {
@@ -131,7 +133,7 @@ func (a *authenticator) certCaller(cert *x509.Certificate) *Caller {
 	names := append([]string{cert.Subject.CommonName}, cert.DNSNames...)
 	for _, k := range a.auth.Keys {
 		if slices.Contains(names, k.Name) {
-			return &Caller{Name: k.Name, Routes: k.Routes}
+			return &Caller{Name: k.Name, Routes: k.Routes, Budget: k.Budget}
 		}
 	}
 	name := cert.Subject.CommonName

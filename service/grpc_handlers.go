@@ -33,6 +33,8 @@ type Server struct {
 	obs      *telemetry.Observer
 	breakers *guard.Breakers
 	shared   *guard.RedisGate    // Config.Redis for the breakers and limits; nil without it
+	budgets  *guard.Budgets      // the keys' spend against their budgets (auth.keys[].budget)
+	refusals *telemetry.Refusals // counts and logs refusals; set by NewGRPC, nil before
 	log      fleet.Log           // every completion's events, for Attach
 	mem      *fleet.MemLog       // log when it is this process's memory alone, else nil
 	holds    holds               // the completions kept running for a resume grace
@@ -71,6 +73,7 @@ func New(cfg Config) (*Server, error) {
 		s.closers = append(s.closers, s.redis.Close)
 	}
 	s.breakers = guard.NewFleetBreakers(cfg.Breaker, s.shared)
+	s.budgets = guard.NewBudgets(cfg.Now, s.shared)
 	s.obs = telemetry.NewObserver(cfg.Logger, cfg.Telemetry, s.breakers.States)
 	mem := fleet.NewMemLog(cfg.EventLog, cfg.Now)
 	switch {
@@ -331,7 +334,11 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 		mc.Routes = append(mc.Routes, r.Spec)
 	}
 	takeover := id != ""
+	budget := s.keyBudget(ctx)
 	if !takeover {
+		if err := budget.refuse(ctx, s.refusals); err != nil {
+			return driver.Spec{}, acquired{}, err
+		}
 		id = newID()
 		if c := claimFrom(ctx); c != nil {
 			id = c.rec.ID // the id its idempotency key maps to
@@ -347,9 +354,14 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 	return driver.Spec{
 		ID: id, Request: req, Routes: routes, Machine: mc, Schema: schema,
 		Caller: driver.Stateless{}, Key: CallerName(ctx), Observer: s.obs, Breakers: s.breakers, Now: s.cfg.Now, Rand: s.cfg.Rand,
-		Conclude: func(r *recovery.Result) driver.Conclusion { return conclusion(endStatus(s.ending(ctx, r))) },
-		Release:  release,
-		Send:     send, Settled: req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED, Log: s.log,
+		Conclude: func(r *recovery.Result) driver.Conclusion {
+			e := s.ending(ctx, r)
+			e.budgetEnd = budget.end()
+			return conclusion(endStatus(e))
+		},
+		Budget:  budget.driver(),
+		Release: release,
+		Send:    send, Settled: req.GetDelivery() == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED, Log: s.log,
 	}, lease, nil
 }
 

@@ -54,6 +54,7 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	authn := &authenticator{auth: s.cfg.Auth}
 	identify, identifyStream, enforce, enforceStream := authn.interceptors()
 	refusals := telemetry.NewRefusals(log, s.cfg.Telemetry.MeterProvider, s.cfg.Now)
+	s.refusals = refusals // a budget's refusal at a completion's start (budget.go)
 	limiter := newLimiter(&s.cfg, guard.NewKeyLimits(s.cfg.Limits, s.cfg.Now, guard.NewSharedLimits(s.shared)), refusals)
 	limit, limitStream := limiter.interceptors()
 	entry := &door{authn: authn, limits: s.cfg.Limits, refusals: refusals}

@@ -100,6 +100,9 @@ func (s *Server) asSession(ctx context.Context, sp *driver.Spec, start *completi
 	sess.id = sp.ID
 	sp.Conclude = func(r *recovery.Result) driver.Conclusion {
 		e := s.ending(ctx, r)
+		if kb, ok := sp.Budget.(*keyBudget); ok {
+			e.budgetEnd = kb.end()
+		}
 		sess.mu.Lock()
 		e.violation, e.callerTimedOut = sess.violation, sess.timedOut
 		sess.mu.Unlock()

@@ -37,6 +37,9 @@ type ending struct {
 	violation string
 	// callerTimedOut: a Session caller did not answer within --caller-wait.
 	callerTimedOut bool
+	// budgetEnd is the end of the budget period that refused a call
+	// (BUDGET_EXCEEDED); zero when none did.
+	budgetEnd time.Time
 }
 
 // endStatus is the one mapping from a completion's end to its RPC status:
@@ -66,6 +69,10 @@ func endStatus(e ending) *status.Status {
 		return statusFor(codes.DeadlineExceeded, "deadline exceeded: completion ended "+r.Reason.String(), r)
 	case r.Reason == recovery.Completed:
 		return status.New(codes.OK, "")
+	case r.Reason == recovery.BudgetExceeded:
+		msg := "completion ended " + r.Reason.String() + ": the key's budget is spent"
+		info.Metadata = budgetMetadata(e.budgetEnd)
+		return withDetails(codes.ResourceExhausted, msg, info, &errdetails.RetryInfo{RetryDelay: durationpb.New(r.RetryAfter)})
 	}
 	return statusFor(reasonCode(r), "completion ended "+r.Reason.String(), r)
 }
@@ -97,7 +104,7 @@ func reasonCode(r *recovery.Result) codes.Code {
 		return codes.Canceled
 	case recovery.PromptTooLong, recovery.BlockingLimit, recovery.ImageError:
 		return codes.FailedPrecondition
-	case recovery.MaxTurns:
+	case recovery.MaxTurns, recovery.BudgetExceeded:
 		return codes.ResourceExhausted
 	case recovery.StopHookPrevented, recovery.HookStopped:
 		return codes.Aborted
@@ -339,8 +346,9 @@ const maxTakeoverError = 256
 
 // refusalStatus is the status of a call a limit refused: UNAVAILABLE when
 // the server is overloaded, RESOURCE_EXHAUSTED when the caller's key is
-// over its limits; ErrorInfo{reason, key} and RetryInfo{when}. err is a
-// *Refusal.
+// over its limits; ErrorInfo{reason, key} and RetryInfo{when}. A key over
+// its budget is told BUDGET_EXCEEDED with period_end instead of the key's
+// name. err is a *Refusal.
 func refusalStatus(err error) error {
 	var r *guard.Refusal
 	if !errors.As(err, &r) {
@@ -351,10 +359,22 @@ func refusalStatus(err error) error {
 		code = codes.Unavailable
 	}
 	info := &errdetails.ErrorInfo{Reason: r.Reason, Domain: ErrorDomain}
-	if r.Key != "" {
+	switch {
+	case r.Reason == guard.ReasonBudgetExceeded:
+		info.Metadata = budgetMetadata(r.Until) // never the key
+	case r.Key != "":
 		info.Metadata = map[string]string{"key": r.Key}
 	}
 	return withDetails(code, r.Message, info, &errdetails.RetryInfo{RetryDelay: durationpb.New(r.RetryAfter)}).Err()
+}
+
+// budgetMetadata is the ErrorInfo metadata of BUDGET_EXCEEDED: period_end,
+// when the key's budget renews (RFC 3339, UTC); nil when unknown.
+func budgetMetadata(end time.Time) map[string]string {
+	if end.IsZero() {
+		return nil
+	}
+	return map[string]string{"period_end": end.UTC().Format(time.RFC3339)}
 }
 
 // internalStatus is the status of a failure the server does not explain to

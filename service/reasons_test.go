@@ -162,6 +162,7 @@ var reasonsShownElsewhere = map[string]string{
 	"STOP_HOOK_BLOCKING":  "TestSessionStopHookVerdicts",
 	"STOP_HOOK_PREVENTED": "TestSessionStopHookVerdicts",
 	"HOOK_STOPPED":        "TestSessionHaltingToolResult",
+	"BUDGET_EXCEEDED":     "TestBudgetExceededWhileRunning",
 }
 
 // TestEveryReasonIsCovered keeps the end-to-end tests honest: every reason

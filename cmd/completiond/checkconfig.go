@@ -212,8 +212,24 @@ func printAuth(p func(string, ...any), a config.Auth) {
 				routes = "no route"
 			}
 		}
-		p("  key %s\t%s, %s", k.Name, how, routes)
+		p("  key %s\t%s, %s%s", k.Name, how, routes, budgetLine(k.Budget))
 	}
+}
+
+// budgetLine is a key's budget as check-config reports it, after its
+// routes; "" without one.
+func budgetLine(b *config.Budget) string {
+	if b == nil {
+		return ""
+	}
+	var limits []string
+	if b.USD > 0 {
+		limits = append(limits, fmt.Sprintf("%g USD", b.USD))
+	}
+	if b.Tokens > 0 {
+		limits = append(limits, fmt.Sprintf("%d tokens", b.Tokens))
+	}
+	return fmt.Sprintf(", budget %s per %s (UTC)", strings.Join(limits, " or "), b.Period)
 }
 
 // printTLS writes the certificate files, or that the server speaks

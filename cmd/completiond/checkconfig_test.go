@@ -71,7 +71,7 @@ circuit_breaker: {failures: 3, cooldown: 1m}
 auth:
   keys:
     - {name: ops, key: "${CALLER_KEY}", routes: all}
-    - {name: batch, sha256: "` + fileDigest + `", routes: [claude, gpt]}
+    - {name: batch, sha256: "` + fileDigest + `", routes: [claude, gpt], budget: {usd: 50, tokens: 2000000, period: month}}
     - {name: billing-svc, routes: [gpt]}
 limits: {max_in_flight: 100, key_rate: 2.5}
 `
@@ -115,7 +115,7 @@ func TestCheckConfigPrintsResolvedRoutes(t *testing.T) {
 		"circuit breaker 3 failures, cooldown 1m0s",
 		"auth 3 keys, client certificates off",
 		"key ops API key, all routes",
-		"key batch API key, routes claude, gpt",
+		"key batch API key, routes claude, gpt, budget 50 USD or 2000000 tokens per month (UTC)",
 		"key billing-svc client certificate only, routes gpt",
 		"tls off (plaintext)",
 		"max_in_flight 100\n",

@@ -103,6 +103,7 @@ func (c *Completion) Run(ctx context.Context) (*recovery.Result, error) {
 			return c.finish(a)
 		}
 		ev := c.perform(ctx, a)
+		c.charge(a, ev)
 		ev.Now, ev.Rand, ev.OpenRoutes = c.spec.Now(), c.spec.Rand(), c.spec.Breakers.Open(mc.Routes)
 		step = m.Step(ev)
 	}
@@ -186,6 +187,14 @@ func (c *Completion) perform(ctx context.Context, a recovery.Action) recovery.Ev
 	}
 	switch a.Kind {
 	case recovery.ActCall, recovery.ActSummarize:
+		if c.spec.Budget != nil {
+			// Before every call, the first included: a retry, a
+			// continuation, a fallback, a next turn, a summary. The
+			// attempt that crossed the budget has finished already.
+			if d, why, spent := c.spec.Budget.Spent(); spent {
+				return recovery.Event{Kind: recovery.EvBudgetExceeded, Reason: why, RetryAfter: d, NotSent: true}
+			}
+		}
 		return c.call(ctx, a)
 	case recovery.ActWait:
 		return c.wait(ctx, a.Delay)
@@ -195,6 +204,18 @@ func (c *Completion) perform(ctx context.Context, a recovery.Action) recovery.Ev
 		return c.stopHook(ctx, a)
 	}
 	return recovery.Event{Kind: recovery.EvCancelled, Reason: "unknown action"}
+}
+
+// charge charges the attempt of action a, which ev reports, to the key's
+// budget: its cost at its route's prices (0 USD on a route without) and
+// its input plus output tokens, whatever became of its output. A call that
+// was never sent is no attempt, and costs nothing.
+func (c *Completion) charge(a recovery.Action, ev recovery.Event) {
+	if c.spec.Budget == nil || (a.Kind != recovery.ActCall && a.Kind != recovery.ActSummarize) || ev.NotSent {
+		return
+	}
+	usd, _ := config.AttemptCost(c.spec.Routes, recovery.AttemptRecord{Route: a.Call.Route, Usage: ev.Usage})
+	c.spec.Budget.Charge(usd, ev.Usage.InputTokens+ev.Usage.OutputTokens)
 }
 
 func cancelReason(ctx context.Context, gone bool) string {

@@ -35,6 +35,10 @@ type Spec struct {
 	Caller Caller
 	// Key is the name of the caller's key ("" without auth), for telemetry.
 	Key string
+	// Budget, when set, is the caller's key's budget: every attempt is
+	// charged to it as it ends, and it is checked before every call, which
+	// it may refuse (EvBudgetExceeded).
+	Budget Budget
 	// Observer is the server's telemetry.
 	Observer *telemetry.Observer
 	// Breakers are the server's circuit breakers, one per route.
@@ -103,4 +107,15 @@ func (sp *Spec) Route(name string) *config.Route {
 		}
 	}
 	return nil
+}
+
+// Budget is the spend of a caller's key against its budget
+// (config.Budget), as the driver sees it.
+type Budget interface {
+	// Charge adds one attempt's cost in USD and its input plus output
+	// tokens to the key's spend.
+	Charge(usd float64, tokens int64)
+	// Spent reports whether the key's budget is spent, and if so how long
+	// until it renews and why, for people.
+	Spent() (retryAfter time.Duration, why string, spent bool)
 }

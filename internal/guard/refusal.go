@@ -31,6 +31,9 @@ type Refusal struct {
 	// back for both to succeed: the limit's time for one more call
 	// (Waiting.Spread spreads RetryAfter by it).
 	Spacing time.Duration
+	// Until, for ReasonBudgetExceeded, is the end of the budget's period:
+	// when the key may spend again.
+	Until time.Time
 }
 
 // Error is the refusal's message.

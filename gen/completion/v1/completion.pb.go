@@ -525,6 +525,11 @@ const (
 	// TRANSITION_REASON_MODEL_ERROR (terminal): an upstream error that no rule
 	// can recover from; the transition carries it.
 	TransitionReason_TRANSITION_REASON_MODEL_ERROR TransitionReason = 22
+	// TRANSITION_REASON_BUDGET_EXCEEDED (terminal): the caller's key spent its
+	// budget for the period (auth.keys[].budget) while the completion ran; the
+	// attempt that crossed it finished, and no further call was made. The
+	// answer so far is kept, flagged truncated if it was cut.
+	TransitionReason_TRANSITION_REASON_BUDGET_EXCEEDED TransitionReason = 23
 )
 
 // Enum value maps for TransitionReason.
@@ -553,6 +558,7 @@ var (
 		20: "TRANSITION_REASON_STOP_HOOK_PREVENTED",
 		21: "TRANSITION_REASON_HOOK_STOPPED",
 		22: "TRANSITION_REASON_MODEL_ERROR",
+		23: "TRANSITION_REASON_BUDGET_EXCEEDED",
 	}
 	TransitionReason_value = map[string]int32{
 		"TRANSITION_REASON_UNSPECIFIED":                0,
@@ -578,6 +584,7 @@ var (
 		"TRANSITION_REASON_STOP_HOOK_PREVENTED":        20,
 		"TRANSITION_REASON_HOOK_STOPPED":               21,
 		"TRANSITION_REASON_MODEL_ERROR":                22,
+		"TRANSITION_REASON_BUDGET_EXCEEDED":            23,
 	}
 )
 
@@ -4834,7 +4841,7 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"\tDeltaKind\x12\x1a\n" +
 	"\x16DELTA_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fDELTA_KIND_TEXT\x10\x01\x12\x17\n" +
-	"\x13DELTA_KIND_THINKING\x10\x02*\x99\a\n" +
+	"\x13DELTA_KIND_THINKING\x10\x02*\xc0\a\n" +
 	"\x10TransitionReason\x12!\n" +
 	"\x1dTRANSITION_REASON_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bTRANSITION_REASON_COMPLETED\x10\x01\x12\x1b\n" +
@@ -4859,7 +4866,8 @@ const file_completion_v1_completion_proto_rawDesc = "" +
 	"$TRANSITION_REASON_STOP_HOOK_BLOCKING\x10\x13\x12)\n" +
 	"%TRANSITION_REASON_STOP_HOOK_PREVENTED\x10\x14\x12\"\n" +
 	"\x1eTRANSITION_REASON_HOOK_STOPPED\x10\x15\x12!\n" +
-	"\x1dTRANSITION_REASON_MODEL_ERROR\x10\x16*\xf8\x03\n" +
+	"\x1dTRANSITION_REASON_MODEL_ERROR\x10\x16\x12%\n" +
+	"!TRANSITION_REASON_BUDGET_EXCEEDED\x10\x17*\xf8\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ERROR_KIND_CONNECTION\x10\x01\x12\x16\n" +

@@ -542,6 +542,13 @@ export enum TransitionReason {
    * can recover from; the transition carries it.
    */
   TRANSITION_REASON_MODEL_ERROR = 22,
+  /**
+   * TRANSITION_REASON_BUDGET_EXCEEDED - TRANSITION_REASON_BUDGET_EXCEEDED (terminal): the caller's key spent its
+   * budget for the period (auth.keys[].budget) while the completion ran; the
+   * attempt that crossed it finished, and no further call was made. The
+   * answer so far is kept, flagged truncated if it was cut.
+   */
+  TRANSITION_REASON_BUDGET_EXCEEDED = 23,
   UNRECOGNIZED = -1,
 }
 
@@ -616,6 +623,9 @@ export function transitionReasonFromJSON(object: any): TransitionReason {
     case 22:
     case "TRANSITION_REASON_MODEL_ERROR":
       return TransitionReason.TRANSITION_REASON_MODEL_ERROR;
+    case 23:
+    case "TRANSITION_REASON_BUDGET_EXCEEDED":
+      return TransitionReason.TRANSITION_REASON_BUDGET_EXCEEDED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -671,6 +681,8 @@ export function transitionReasonToJSON(object: TransitionReason): string {
       return "TRANSITION_REASON_HOOK_STOPPED";
     case TransitionReason.TRANSITION_REASON_MODEL_ERROR:
       return "TRANSITION_REASON_MODEL_ERROR";
+    case TransitionReason.TRANSITION_REASON_BUDGET_EXCEEDED:
+      return "TRANSITION_REASON_BUDGET_EXCEEDED";
     case TransitionReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
