@@ -55,8 +55,10 @@ type Capabilities struct {
 	// InterleavedThinking reports whether the route's model can think
 	// between tool calls.
 	InterleavedThinking bool
-	// StructuredOutput is how the kind asks for an answer that satisfies
-	// output_json_schema ("native", "native or tool", "stop hook").
+	// StructuredOutput is how the kind (StructuredNativeOrTool,
+	// StructuredNatively, StructuredByStopHook), or the route
+	// (StructuredNatively, StructuredByTool, StructuredByStopHook), asks for
+	// an answer that satisfies output_json_schema.
 	StructuredOutput string
 	// CacheBreakpoints reports whether the kind takes prompt cache
 	// breakpoints (Anthropic cache_control); OpenAI caches long prompts by
@@ -77,6 +79,15 @@ type Capabilities struct {
 // a request's own tools may not take its name there.
 const StructuredToolName = provider.StructuredToolName
 
+// The ways of Capabilities.StructuredOutput, as the capability table
+// shows them.
+const (
+	StructuredNatively     = "native"
+	StructuredNativeOrTool = "native or tool"
+	StructuredByTool       = "tool"
+	StructuredByStopHook   = "stop hook"
+)
+
 // Reasons reports whether the route can be asked to reason at all.
 func (c Capabilities) Reasons() bool { return c.MaxThinkingBudget > 0 || c.MaxReasoningEffort != "" }
 
@@ -92,16 +103,16 @@ func KindCapabilities(kind string) Capabilities {
 	case "anthropic":
 		return Capabilities{MaxTemperature: 1, TopP: true, TopK: true, MaxStopSequences: 16, NamesStopSequence: true,
 			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true,
-			ThinkingBudget: true, InterleavedThinking: true, StructuredOutput: "native or tool",
+			ThinkingBudget: true, InterleavedThinking: true, StructuredOutput: StructuredNativeOrTool,
 			CacheBreakpoints: true, ImageURL: true, Documents: true}
 	case "openai":
 		return Capabilities{MaxTemperature: 2, TopP: true, Seed: true, MaxStopSequences: 4,
 			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true,
-			ReasoningEffort: true, StructuredOutput: "native", CacheBreakpoints: true, CachesByItself: true, ImageURL: true}
+			ReasoningEffort: true, StructuredOutput: StructuredNatively, CacheBreakpoints: true, CachesByItself: true, ImageURL: true}
 	case "sim":
 		return Capabilities{MaxTemperature: 2, TopP: true, TopK: true, Seed: true, MaxStopSequences: 16, NamesStopSequence: true,
 			ToolChoiceAny: true, ToolChoiceNone: true, ToolChoiceTool: true, DisableParallelToolUse: true,
-			ThinkingBudget: true, ReasoningEffort: true, InterleavedThinking: true, StructuredOutput: "stop hook",
+			ThinkingBudget: true, ReasoningEffort: true, InterleavedThinking: true, StructuredOutput: StructuredByStopHook,
 			CacheBreakpoints: true, ImageURL: true, Documents: true}
 	}
 	return Capabilities{}
@@ -187,7 +198,7 @@ func CapabilityTable() string {
 		{"`reasoning`", reasoning},
 		{"`reasoning.interleaved`", func(c Capabilities) string { return yes(c.InterleavedThinking) }},
 		{"`output_json_schema`", func(c Capabilities) string {
-			if c.StructuredOutput == "stop hook" {
+			if c.StructuredOutput == StructuredByStopHook {
 				return "the stop hook"
 			}
 			return c.StructuredOutput + ", then the stop hook"

@@ -70,8 +70,15 @@ func (r *Route) Capabilities() Capabilities {
 	if r.Spec.Thinking {
 		c = c.WithThinking()
 	}
-	if r.StructuredOutput == provider.StructuredTool {
-		c.StructuredOutput = "tool"
+	switch r.StructuredOutput {
+	case provider.StructuredTool:
+		c.StructuredOutput = StructuredByTool
+	case provider.StructuredHook:
+		c.StructuredOutput = StructuredByStopHook
+	default: // native: one way, where the kind has two
+		if c.StructuredOutput == StructuredNativeOrTool {
+			c.StructuredOutput = StructuredNatively
+		}
 	}
 	return c
 }

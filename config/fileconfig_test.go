@@ -97,6 +97,12 @@ func TestLoadFileBuildsRoutes(t *testing.T) {
 	if c.StructuredOutput != provider.StructuredNative {
 		t.Errorf("claude route: structured output %v, want native by default", c.StructuredOutput)
 	}
+	// The capabilities say the route's one way, not its kind's choice.
+	for name, want := range map[string]string{"claude": StructuredNatively, "reasoner": StructuredByStopHook, "forced": StructuredByTool} {
+		if got := cfg.Routes[name].Capabilities().StructuredOutput; got != want {
+			t.Errorf("route %s: capabilities say structured output %q, want %q", name, got, want)
+		}
+	}
 	if cfg.Breaker.Failures != 3 || cfg.Breaker.Cooldown != 10*time.Second {
 		t.Errorf("breaker %+v", cfg.Breaker)
 	}

@@ -111,13 +111,13 @@ func effortOf(e string) completionv1.ReasoningEffort {
 // structuredOutputOf is config.Capabilities.StructuredOutput on the wire.
 func structuredOutputOf(mode string) completionv1.StructuredOutputMode {
 	switch mode {
-	case "native":
+	case config.StructuredNatively:
 		return completionv1.StructuredOutputMode_STRUCTURED_OUTPUT_MODE_NATIVE
-	case "native or tool":
+	case config.StructuredNativeOrTool:
 		return completionv1.StructuredOutputMode_STRUCTURED_OUTPUT_MODE_NATIVE_OR_TOOL
-	case "tool":
+	case config.StructuredByTool:
 		return completionv1.StructuredOutputMode_STRUCTURED_OUTPUT_MODE_TOOL
-	case "stop hook":
+	case config.StructuredByStopHook:
 		return completionv1.StructuredOutputMode_STRUCTURED_OUTPUT_MODE_STOP_HOOK
 	}
 	return completionv1.StructuredOutputMode_STRUCTURED_OUTPUT_MODE_UNSPECIFIED

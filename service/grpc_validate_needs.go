@@ -100,7 +100,7 @@ func checkRouteNeeds(req *completionv1.CompleteRequest, need needs, route string
 	if need.cacheMarks > 0 && !capa.CacheBreakpoints {
 		v.add("prompt_cache", "%s takes no cache breakpoints", on)
 	}
-	if req.GetOutputJsonSchema() != "" && capa.StructuredOutput == "tool" {
+	if req.GetOutputJsonSchema() != "" && capa.StructuredOutput == config.StructuredByTool {
 		checkStructuredTool(req, on, capa, v)
 	}
 }
