@@ -18,8 +18,10 @@ import (
 )
 
 // gatedProvider lets the first after chunks of each call through, then
-// holds the call until open is closed (or its context ends, which it
-// records by closing cancelled).
+// holds the call until open is closed. A call whose context ends — held
+// at the gate, or before it got there (the sim checks its context before
+// each chunk, so a cancel that comes between two chunks ends the call
+// without reaching the gate) — is recorded by closing cancelled.
 type gatedProvider struct {
 	provider.Provider
 	after     int
@@ -35,12 +37,14 @@ func (g *gatedProvider) Stream(ctx context.Context, req *provider.Request, emit 
 			select {
 			case <-g.open:
 			case <-ctx.Done():
-				g.once.Do(func() { close(g.cancelled) })
 				return ctx.Err()
 			}
 		}
 		return emit(ch)
 	})
+	if ctx.Err() != nil {
+		g.once.Do(func() { close(g.cancelled) })
+	}
 	return fin, err
 }
 
