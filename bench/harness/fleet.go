@@ -22,7 +22,13 @@ func RunFleet(ctx context.Context, cfg Config) (*Report, error) {
 			return err
 		}
 		r.report.redisVersion = v
-		return r.measureFleet(ctx)
+		if err := r.measureFleet(ctx); err != nil {
+			return err
+		}
+		if r.cfg.ProfileDir != "" {
+			return r.profileAll(ctx)
+		}
+		return nil
 	})
 }
 

@@ -13,14 +13,21 @@ import (
 // profileAll writes a CPU profile of each server under the top level's
 // streaming load and its short-answer load, and a heap profile with the top
 // level's streams held idle, after the measurements and apart from them:
-// profiling costs the profiled process a little.
+// profiling costs the profiled process a little. The fleet benchmark's are
+// of completiond alone and of the fleet's first replica, streaming.
 func (r *runner) profileAll(ctx context.Context) error {
 	if err := os.MkdirAll(r.cfg.ProfileDir, 0o755); err != nil {
 		return err
 	}
 	level := slices.Max(r.cfg.Levels)
-	for _, ph := range r.cfg.phases() {
-		for _, t := range []target{bareRelay, completiond} {
+	targets, phases := []target{bareRelay, completiond}, r.cfg.phases()
+	if r.cfg.fleet {
+		// The fleet benchmark measures the streaming phase only; a fleet's
+		// profile is its first replica's, which serves a third of the streams.
+		targets, phases = []target{completiond, fleetOf}, []phase{streaming}
+	}
+	for _, ph := range phases {
+		for _, t := range targets {
 			path := filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("%s-%s-%d.pprof", t, ph, level))
 			do := r.profile
 			if ph == idle {

@@ -64,11 +64,12 @@ func newBreakers(s config.BreakerSettings) *Breakers {
 // when g is nil).
 func NewFleetBreakers(s config.BreakerSettings, g *RedisGate) *Breakers {
 	b := newBreakers(s)
-	b.shared = newSharedBreakers(g, b.gobreakerSettings)
+	b.shared = newSharedBreakers(g, b.settings, func() time.Time { return b.now() })
 	return b
 }
 
-// gobreakerSettings are the settings of route's breaker, local or shared.
+// gobreakerSettings are the settings of route's local breaker (the
+// shared ones keep the same rule in Redis: breaker_shared.go).
 func (b *Breakers) gobreakerSettings(route string) gobreaker.Settings {
 	failures := uint32(b.settings.Failures)
 	return gobreaker.Settings{
@@ -78,9 +79,8 @@ func (b *Breakers) gobreakerSettings(route string) gobreaker.Settings {
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 		// An excluded outcome leaves the counts alone. In the half-open
 		// state gobreaker subtracts it from the requests in flight, so
-		// an excluded probe lets the next probe through. A shared
-		// breaker's admissions are excluded too (breaker_shared.go).
-		IsExcluded: func(err error) bool { return errors.Is(err, errNotTheRoute) || errors.Is(err, errAdmitted) },
+		// an excluded probe lets the next probe through.
+		IsExcluded: func(err error) bool { return errors.Is(err, errNotTheRoute) },
 	}
 }
 

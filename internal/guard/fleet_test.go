@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -304,5 +305,102 @@ func TestGateFollowsTheOneHealth(t *testing.T) {
 	var none *RedisGate
 	if none.usable() {
 		t.Fatal("a nil gate (no Redis) is usable")
+	}
+}
+
+// countingHook counts the commands (a pipeline's each) a client sends.
+type countingHook struct{ n atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestSharedBreakerRoundTrips: an attempt through a closed shared breaker
+// costs one Redis command (its admission; a success with no failure
+// counted reports nothing), and an outcome that changes the state one
+// more. The admissions of several replicas take no lock, so none waits
+// for another.
+func TestSharedBreakerRoundTrips(t *testing.T) {
+	testkit.NoLeaks(t)
+	addr := redistest.Start(t)
+	b := NewFleetBreakers(config.BreakerSettings{Failures: 3, Cooldown: time.Hour}, gate(t, addr))
+	use(b, "warm", failed(recovery.FailServer)) // loads both scripts: a first
+	use(b, "warm", breakerAnswered)             // call's NOSCRIPT is not counted
+	hook := &countingHook{}
+	b.shared.g.rdb.AddHook(hook)
+	cases := []struct {
+		name string
+		ev   recovery.Event
+		want int64
+	}{
+		{"answered, no failure counted", breakerAnswered, 1},
+		{"excluded", failed(recovery.FailRateLimit), 1},
+		{"failed: counted", failed(recovery.FailServer), 2},
+		{"answered after a failure: clears it", breakerAnswered, 2},
+		{"answered again", breakerAnswered, 1},
+	}
+	for _, c := range cases {
+		before := hook.n.Load()
+		if !use(b, "r", c.ev) {
+			t.Fatalf("%s: refused on a closed circuit", c.name)
+		}
+		if got := hook.n.Load() - before; got != c.want {
+			t.Errorf("%s: %d commands, want %d", c.name, got, c.want)
+		}
+	}
+	// The success cleared the failure: two more do not open the circuit.
+	use(b, "r", failed(recovery.FailServer))
+	use(b, "r", failed(recovery.FailServer))
+	if got := b.Open([]recovery.Route{{Name: "r"}}); len(got) != 0 {
+		t.Fatalf("open %v after a success and two failures (threshold 3)", got)
+	}
+}
+
+// TestSharedBreakerIgnoresAnOlderGeneration: the outcome of a call admitted
+// before the circuit opened (or before a probe closed it) changes nothing
+// when it ends.
+func TestSharedBreakerIgnoresAnOlderGeneration(t *testing.T) {
+	testkit.NoLeaks(t)
+	fleet := fleetBreakers(t, redistest.Start(t), 2, config.BreakerSettings{Failures: 2, Cooldown: 200 * time.Millisecond})
+	a, b := fleet[0], fleet[1]
+	routes := []recovery.Route{{Name: "r"}}
+	slow, ok := a.Allow("r") // admitted in the first generation, ends late
+	slower, ok2 := b.Allow("r")
+	if !ok || !ok2 {
+		t.Fatal("refused on a closed circuit")
+	}
+	use(b, "r", failed(recovery.FailServer))
+	use(b, "r", failed(recovery.FailServer))
+	if got := a.Open(routes); len(got) != 1 {
+		t.Fatalf("open %v after two failures, want [r]", got)
+	}
+	slow(breakerAnswered) // an older generation: must not close the circuit
+	if got := b.Open(routes); len(got) != 1 {
+		t.Fatalf("a success admitted before the circuit opened closed it: open %v", got)
+	}
+	time.Sleep(250 * time.Millisecond)
+	probe, ok := b.Allow("r")
+	if !ok {
+		t.Fatal("no probe after the cool-down")
+	}
+	probe(breakerAnswered)
+	slower(failed(recovery.FailServer)) // admitted before the circuit opened: not counted
+	use(a, "r", failed(recovery.FailServer))
+	if got := a.Open(routes); len(got) != 0 {
+		t.Fatalf("open %v after one failure of the closed circuit's generation (threshold 2)", got)
+	}
+	use(a, "r", failed(recovery.FailServer))
+	if got := b.Open(routes); len(got) != 1 {
+		t.Fatalf("open %v after two failures in a row, want [r]", got)
 	}
 }

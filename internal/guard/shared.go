@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,93 +77,6 @@ func randomToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// errLockHeld is what redisStore.Lock answers when another holds the lock.
-var errLockHeld = errors.New("lock held by another replica")
-
-// cbLockTTL bounds how long a route's breaker lock outlives a replica that
-// died holding it; a holder keeps it for a few round trips.
-const cbLockTTL = 2 * time.Second
-
-// redisStore is the gobreaker SharedDataStore of the routes' breakers on
-// Redis: the state of route's breaker is the JSON at completiond:cb:{route},
-// its lock is completiond:cb:{route}:lock, taken with SET NX PX and a random
-// token and released by a compare-and-delete script. The names gobreaker
-// passes ("gobreaker:state:{route}", "gobreaker:mutex:{route}") or a bare
-// route name map to those keys.
-type redisStore struct {
-	g *RedisGate
-
-	mu     sync.Mutex
-	tokens map[string]string // the token of each lock this process holds, by route
-}
-
-func newRedisStore(g *RedisGate) *redisStore {
-	return &redisStore{g: g, tokens: map[string]string{}}
-}
-
-// storeRoute is the route a gobreaker store name is about.
-func storeRoute(name string) string {
-	for _, p := range []string{"gobreaker:state:", "gobreaker:mutex:"} {
-		if r, ok := strings.CutPrefix(name, p); ok {
-			return r
-		}
-	}
-	return name
-}
-
-// Lock takes the lock of name's route, or answers errLockHeld at once when
-// another holds it; any other error is Redis's.
-func (s *redisStore) Lock(name string) error {
-	route := storeRoute(name)
-	token := randomToken()
-	ctx, cancel := s.g.ctx()
-	defer cancel()
-	ok, err := s.g.rdb.SetNX(ctx, cbLockKey(route), token, cbLockTTL).Result()
-	if s.g.observe("breaker lock", err) != nil {
-		return err
-	}
-	if !ok {
-		return errLockHeld
-	}
-	s.mu.Lock()
-	s.tokens[route] = token
-	s.mu.Unlock()
-	return nil
-}
-
-// Unlock releases the lock of name's route if this process still holds it.
-func (s *redisStore) Unlock(name string) error {
-	route := storeRoute(name)
-	s.mu.Lock()
-	token, ok := s.tokens[route]
-	delete(s.tokens, route)
-	s.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	ctx, cancel := s.g.ctx()
-	defer cancel()
-	return s.g.observe("breaker unlock", unlockScript.Run(ctx, s.g.rdb, route, token).Err())
-}
-
-// GetData returns the state of name's route's breaker, nil if there is none.
-func (s *redisStore) GetData(name string) ([]byte, error) {
-	ctx, cancel := s.g.ctx()
-	defer cancel()
-	b, err := s.g.rdb.Get(ctx, cbKey(storeRoute(name))).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, s.g.observe("breaker get", nil)
-	}
-	return b, s.g.observe("breaker get", err)
-}
-
-// SetData stores the state of name's route's breaker.
-func (s *redisStore) SetData(name string, data []byte) error {
-	ctx, cancel := s.g.ctx()
-	defer cancel()
-	return s.g.observe("breaker set", s.g.rdb.Set(ctx, cbKey(storeRoute(name)), data, 0).Err())
 }
 
 // renewLoop calls renew every period until stop is closed, then closes
