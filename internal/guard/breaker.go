@@ -267,6 +267,10 @@ func (b *Breakers) States() map[string]int {
 }
 
 // Open returns which of routes have an open circuit now, for the machine.
+// The shared breakers answer from what this replica last learnt of each
+// route's shared state, read again once it is defaultViewFor old: a
+// circuit another replica opened within that time is refused at the
+// admission (Allow) instead.
 func (b *Breakers) Open(routes []recovery.Route) []string {
 	if b.disabled() {
 		return nil
@@ -277,7 +281,7 @@ func (b *Breakers) Open(routes []recovery.Route) []string {
 		for i, r := range routes {
 			names[i] = r.Name
 		}
-		sts, err := b.shared.read(names...)
+		sts, err := b.shared.viewed(names)
 		if err == nil {
 			now := b.now()
 			for i, st := range sts {

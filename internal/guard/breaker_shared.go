@@ -44,6 +44,14 @@ const (
 	// its replica renews it (every third of it): a dead replica's probe is
 	// replaced after this long.
 	defaultProbeLease = 15 * time.Second
+	// defaultViewFor is how long Open answers from the states it last read
+	// (each route's) before it reads them again. Open runs before every
+	// attempt of every completion, and the admission that follows reads the
+	// state anyway: a circuit another replica opened within this long is
+	// refused at the admission (FailCircuitOpen, and the machine falls
+	// back) instead of being skipped. What this replica's own admissions and
+	// reports learn replaces the view at once.
+	defaultViewFor = 100 * time.Millisecond
 )
 
 // sharedBreakers are the routes' breakers in Redis.
@@ -53,9 +61,18 @@ type sharedBreakers struct {
 	now      func() time.Time
 	// probeLease is defaultProbeLease; tests shorten it.
 	probeLease time.Duration
+	// viewFor is defaultViewFor; tests set 0 to read at every Open.
+	viewFor time.Duration
 
 	mu     sync.Mutex
 	routes map[string]bool // the routes this process has asked about
+	view   map[string]seenState
+}
+
+// seenState is a route's state as this replica last learnt it, and when.
+type seenState struct {
+	st breakerState
+	at time.Time
 }
 
 // breakerState is a route's shared state, as breaker_admit.lua reads it.
@@ -70,7 +87,8 @@ func newSharedBreakers(g *RedisGate, s config.BreakerSettings, now func() time.T
 	if g == nil {
 		return nil
 	}
-	return &sharedBreakers{g: g, settings: s, now: now, probeLease: defaultProbeLease, routes: map[string]bool{}}
+	return &sharedBreakers{g: g, settings: s, now: now, probeLease: defaultProbeLease, viewFor: defaultViewFor,
+		routes: map[string]bool{}, view: map[string]seenState{}}
 }
 
 // parseBreakerState decodes a route's state key; "" is a closed circuit.
@@ -119,10 +137,11 @@ func (s *sharedBreakers) Allow(route string) (report func(recovery.Event), ok bo
 	if len(v) != 5 {
 		return nil, false, fmt.Errorf("shared breaker of route %q: admission answered %d values, want 5", route, len(v))
 	}
+	state, generation, failures := gobreaker.State(v[1]), v[2], v[3]
+	s.learn(route, breakerState{state: state, generation: generation, failures: failures, expiry: time.UnixMilli(v[4])})
 	if v[0] != 1 {
 		return nil, false, nil
 	}
-	state, generation, failures := gobreaker.State(v[1]), v[2], v[3]
 	var probe *probeLeaseHolder
 	if state == gobreaker.StateHalfOpen {
 		probe = s.holdProbe(route, token)
@@ -160,9 +179,64 @@ func (s *sharedBreakers) report(route string, generation int64, outcome error, p
 	// The cool-down starts at now rounded up to the millisecond: never
 	// shorter than configured.
 	now := (s.now().UnixMicro() + 999) / 1000
-	err := breakerReportScript.Run(ctx, s.g.rdb, route, generation, name, now,
-		s.settings.Failures, s.settings.Cooldown.Milliseconds(), token).Err()
-	return s.g.observe("breaker report", err)
+	after, err := breakerReportScript.Run(ctx, s.g.rdb, route, generation, name, now,
+		s.settings.Failures, s.settings.Cooldown.Milliseconds(), token).Int64()
+	if s.g.observe("breaker report", err) != nil {
+		return err
+	}
+	if gobreaker.State(after) == gobreaker.StateOpen {
+		s.learn(route, breakerState{state: gobreaker.StateOpen, expiry: time.UnixMilli(now).Add(s.settings.Cooldown)})
+	} else {
+		s.forget(route) // closed again, or moved on: Open reads it anew
+	}
+	return nil
+}
+
+// learn records st as route's state seen now.
+func (s *sharedBreakers) learn(route string, st breakerState) {
+	s.mu.Lock()
+	s.view[route] = seenState{st: st, at: s.now()}
+	s.mu.Unlock()
+}
+
+// forget drops route's state from the view.
+func (s *sharedBreakers) forget(route string) {
+	s.mu.Lock()
+	delete(s.view, route)
+	s.mu.Unlock()
+}
+
+// viewed returns the states of routes, from the view where it is fresher
+// than viewFor and read from Redis (in one round trip) for the rest.
+func (s *sharedBreakers) viewed(routes []string) ([]breakerState, error) {
+	out := make([]breakerState, len(routes))
+	var stale []int
+	now := s.now()
+	s.mu.Lock()
+	for i, r := range routes {
+		if v, ok := s.view[r]; ok && now.Sub(v.at) < s.viewFor {
+			out[i] = v.st
+		} else {
+			stale = append(stale, i)
+		}
+	}
+	s.mu.Unlock()
+	if len(stale) == 0 {
+		return out, nil
+	}
+	names := make([]string, len(stale))
+	for j, i := range stale {
+		names[j] = routes[i]
+	}
+	read, err := s.read(names...)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range stale {
+		out[i] = read[j]
+		s.learn(routes[i], read[j])
+	}
+	return out, nil
 }
 
 // probeLeaseHolder is this replica's lease on route's half-open probe,

@@ -31,12 +31,15 @@ func gate(t *testing.T, addr string) *RedisGate {
 	return NewRedisGate(rdb, h, log)
 }
 
-// fleetBreakers are n replicas' breakers sharing the Redis at addr.
+// fleetBreakers are n replicas' breakers sharing the Redis at addr, each
+// reading the shared states at every Open (TestSharedBreakerView tests the
+// view they keep otherwise).
 func fleetBreakers(t *testing.T, addr string, n int, s config.BreakerSettings) []*Breakers {
 	t.Helper()
 	out := make([]*Breakers, n)
 	for i := range out {
 		out[i] = NewFleetBreakers(s, gate(t, addr))
+		out[i].shared.viewFor = 0
 	}
 	return out
 }
@@ -402,5 +405,54 @@ func TestSharedBreakerIgnoresAnOlderGeneration(t *testing.T) {
 	use(a, "r", failed(recovery.FailServer))
 	if got := b.Open(routes); len(got) != 1 {
 		t.Fatalf("open %v after two failures in a row, want [r]", got)
+	}
+}
+
+// TestSharedBreakerView: Open answers from the states the replica last
+// learnt for defaultViewFor. A circuit another replica opened meanwhile is
+// refused at the admission; this replica's own admissions and reports
+// replace the view at once; past defaultViewFor, Open reads again.
+func TestSharedBreakerView(t *testing.T) {
+	testkit.NoLeaks(t)
+	addr := redistest.Start(t)
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	replica := func() *Breakers {
+		b := NewFleetBreakers(config.BreakerSettings{Failures: 1, Cooldown: time.Hour}, gate(t, addr))
+		b.now = now
+		return b
+	}
+	a, b := replica(), replica()
+	r, s := []recovery.Route{{Name: "r"}}, []recovery.Route{{Name: "s"}}
+	if got := b.Open(r); len(got) != 0 { // B's view of r: closed
+		t.Fatalf("open %v on a fresh breaker", got)
+	}
+	use(a, "r", failed(recovery.FailServer))
+	if got := a.Open(r); len(got) != 1 {
+		t.Fatalf("A opened the circuit and sees %v open, want [r] at once", got)
+	}
+	if got := replica().Open(r); len(got) != 1 {
+		t.Fatalf("a replica with no view sees %v open, want [r]", got)
+	}
+	advance(defaultViewFor / 2)
+	if got := b.Open(r); len(got) != 0 {
+		t.Fatalf("B read the state again within its view's time: open %v", got)
+	}
+	advance(defaultViewFor / 2)
+	if got := b.Open(r); len(got) != 1 {
+		t.Fatalf("B's view did not end after %v: open %v, want [r]", defaultViewFor, got)
+	}
+
+	if got := b.Open(s); len(got) != 0 { // B's view of s: closed
+		t.Fatalf("open %v on a fresh breaker", got)
+	}
+	use(a, "s", failed(recovery.FailServer))
+	if _, ok := b.Allow("s"); ok {
+		t.Fatal("B's admission let a call through the circuit A opened")
+	}
+	if got := b.Open(s); len(got) != 1 {
+		t.Fatalf("B's refused admission did not update its view: open %v, want [s]", got)
 	}
 }
