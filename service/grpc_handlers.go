@@ -395,20 +395,18 @@ func (s *Server) admit(ctx context.Context, id string, req *completionv1.Complet
 	resumable := req.GetResumeGrace().AsDuration() > 0
 	meta := fleet.Meta{Owner: CallerName(ctx), Resumable: resumable && start != nil, Replica: s.cfg.Replica, Instance: s.instance()}
 	var a acquired
+	var err error
 	if resumable && s.cfg.Leases != nil {
-		a = s.acquire(ctx, id)
-		switch {
-		case a.lease != nil && start != nil:
+		if start != nil {
 			meta.Request, _ = proto.Marshal(start) // what a takeover runs again
-		case a.lease != nil:
+		} else {
 			meta.Request, _ = proto.Marshal(req)
 		}
+		a, err = s.openLeased(ctx, id, meta)
+	} else {
+		err = s.log.Open(id, meta)
 	}
-	err := s.log.Open(id, meta)
 	if err != nil && resumable {
-		if a.lease != nil {
-			_ = s.cfg.Leases.Release(context.WithoutCancel(ctx), *a.lease)
-		}
 		release()
 		return nil, acquired{}, logFullStatus() // specify's caller forgets the claim
 	}
@@ -445,20 +443,25 @@ type acquired struct {
 	from  time.Time
 }
 
-// acquire takes the lease of a new completion id, bounded as every call to
-// the store for a lease is; it logs and returns none when that fails.
-func (s *Server) acquire(ctx context.Context, id string) acquired {
+// openLeased opens the log of a new completion id under its lease
+// (fleet.OpenLeased: one round trip where the log and the leases share a
+// Redis), bounded as every call to the store for a lease is. Without a
+// lease (logged), the completion runs on this replica alone; the error is
+// the log's refusal, with no lease held.
+func (s *Server) openLeased(ctx context.Context, id string, meta fleet.Meta) (acquired, error) {
 	ls := s.cfg.Leases
 	from := time.Now() // the clock of fleet.Ownership, which synctest fakes in tests
 	actx, cancel := context.WithTimeout(ctx, fleet.TimingOf(ls).StoreCall())
 	defer cancel()
-	l, err := ls.Acquire(actx, id, s.cfg.Replica)
-	if err != nil {
-		s.cfg.Logger.WarnContext(ctx, "no lease for a resumable completion (redis unreachable?): it runs on this replica alone, and no other replica can take it over if this one dies",
-			"completion_id", id, "error", err.Error())
-		return acquired{}
+	l, leaseErr, err := fleet.OpenLeased(actx, s.log, ls, id, s.cfg.Replica, meta)
+	if l == nil && err == nil {
+		s.cfg.Logger.WarnContext(ctx, "no lease for a resumable completion (redis unreachable or its log full?): it runs on this replica alone, and no other replica can take it over if this one dies",
+			"completion_id", id, "error", leaseErr.Error())
 	}
-	return acquired{lease: &l, from: from}
+	if l == nil {
+		return acquired{}, err
+	}
+	return acquired{lease: l, from: from}, nil
 }
 
 // Running counts the completions that run, so that a drain can refuse new

@@ -470,3 +470,32 @@ func (o *Ownership) Halt() {
 	o.gone = true
 	o.mu.Unlock()
 }
+
+// OpenLeased opens the log of a new completion id in lg with meta, under
+// the lease of id for replica from leases: where lg is a PairLog and
+// leases are in its Redis, in one script and one round trip (open.lua);
+// otherwise the lease is acquired, then the log opened. Only a completion
+// with a lease keeps meta.Request in its log (what a takeover runs again):
+// without one it runs on this replica alone and is never taken over.
+//
+// It returns the lease, or nil and leaseErr, why none could be had (the
+// log is opened without the request then); and openErr, the log's
+// refusal (errLogFull: a resumable completion cannot run), with no lease
+// held.
+func OpenLeased(ctx context.Context, lg Log, leases Leases, id, replica string, meta Meta) (lease *Lease, leaseErr, openErr error) {
+	if p, ok := lg.(*PairLog); ok {
+		if rl, ok := leases.(*redisLeases); ok && rl.rdb == p.redis.rdb {
+			return p.openLeased(id, replica, rl.ttl, meta)
+		}
+	}
+	l, err := leases.Acquire(ctx, id, replica)
+	if err != nil {
+		meta.Request = nil
+		return nil, err, lg.Open(id, meta)
+	}
+	if err := lg.Open(id, meta); err != nil {
+		_ = leases.Release(context.WithoutCancel(ctx), l)
+		return nil, nil, err
+	}
+	return &l, nil, nil
+}

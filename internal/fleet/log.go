@@ -434,3 +434,13 @@ func (m *MemLog) drop(l *completionLog) {
 		close(l.more)
 	}
 }
+
+// clearRequest forgets the request in the meta of id's log: a completion
+// that runs without a lease is never taken over (OpenLeased).
+func (m *MemLog) clearRequest(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.logs[id]; ok {
+		c.meta.Request = nil
+	}
+}

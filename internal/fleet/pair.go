@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -120,6 +121,13 @@ func (f *PairLog) Open(id string, meta Meta) error {
 		f.setApart(id, "redis unreachable", nil)
 		return nil
 	}
+	f.openShared(id, meta)
+	return nil
+}
+
+// openShared opens the Redis log of id, opened here already: shared from
+// now on, or apart when Redis has no room or fails.
+func (f *PairLog) openShared(id string, meta Meta) {
 	switch err := f.redis.open(id, meta); {
 	case err == nil:
 		f.mu.Lock()
@@ -130,7 +138,6 @@ func (f *PairLog) Open(id string, meta Meta) error {
 	default:
 		f.degrade(id, err)
 	}
-	return nil
 }
 
 // Append implements Log. A completion shared in Redis is written there
@@ -388,4 +395,35 @@ func RedisInstruments(mp metric.MeterProvider, up func() bool) metric.Int64Count
 			return nil
 		}))
 	return local
+}
+
+// openLeased is OpenLeased where the leases are in the same Redis as the
+// log: one script opens the log and takes the lease (RedisLog.openLeased).
+func (f *PairLog) openLeased(id, replica string, ttl time.Duration, meta Meta) (lease *Lease, leaseErr, openErr error) {
+	if err := f.mem.Open(id, meta); err != nil {
+		return nil, nil, err
+	}
+	if !f.watch.Up() {
+		f.mem.clearRequest(id)
+		f.setApart(id, "redis unreachable", nil)
+		return nil, fmt.Errorf("%w: redis is down", ErrUnavailable), nil
+	}
+	token, err := f.redis.openLeased(id, meta, replica, ttl)
+	if err == nil {
+		f.mu.Lock()
+		f.shared[id] = true
+		f.mu.Unlock()
+		return &Lease{ID: id, Token: token, Replica: replica}, nil, nil
+	}
+	f.mem.clearRequest(id)
+	meta.Request = nil
+	switch {
+	case errors.Is(err, ErrLeaseHeld):
+		f.openShared(id, meta)
+	case errors.Is(err, errLogFull):
+		f.setApart(id, "the Redis log is full of running completions", nil)
+	default:
+		f.degrade(id, err)
+	}
+	return nil, err, nil
 }

@@ -186,20 +186,38 @@ func (l *RedisLog) Open(id string, meta Meta) error { return l.open(id, meta) }
 
 // open is Open, with errLogFull or the error of a Redis that did not answer.
 func (l *RedisLog) open(id string, meta Meta) error {
+	_, err := l.openLeased(id, meta, "", 0)
+	return err
+}
+
+// openLeased is open, which also takes the lease of id for replica (for
+// ttl) in the same script unless replica is empty, and answers its token:
+// ErrLeaseHeld when another holds it (nothing is done then), errLogFull
+// when the log has no room (no lease is taken then).
+func (l *RedisLog) openLeased(id string, meta Meta, replica string, ttl time.Duration) (uint64, error) {
 	m, err := encodeLogMeta(meta)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ctx, cancel := l.ctx()
 	defer cancel()
-	res, err := openScript.Run(ctx, l.rdb, id, id, m, ms(l.now()), l.limits.MaxCompletions, l.LiveTTL.Milliseconds()).StringSlice()
+	res, err := openScript.Run(ctx, l.rdb, id, id, m, ms(l.now()), l.limits.MaxCompletions, l.LiveTTL.Milliseconds(),
+		replica, ttl.Milliseconds(), leaseTokenTTL.Milliseconds()).StringSlice()
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case res[0] == "full":
+		return 0, errLogFull
+	case res[0] == "held":
+		return 0, ErrLeaseHeld
+	case len(res) < 2:
+		return 0, fmt.Errorf("%w: open.lua answered %q", ErrUnavailable, res)
+	}
+	token, err := strconv.ParseUint(res[1], 10, 64)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return 0, fmt.Errorf("%w: open.lua answered the token %q", ErrUnavailable, res[1])
 	}
-	if res[0] == "full" {
-		return errLogFull
-	}
-	return l.dropAll(ctx, res[1:])
+	return token, l.dropAll(ctx, res[2:])
 }
 
 // Append implements Log: ErrFenced when the lease refused the write;

@@ -1,12 +1,26 @@
--- KEYS: LIVE ENDED META
--- ARGV: id meta now maxc ttl
+-- KEYS: LIVE ENDED META LEASE TOKEN
+-- ARGV: id meta now maxc ttl replica leasettl tokenttl
 -- Opens the log of id (its meta hash, and its place among the live logs
--- until now + ttl), within the bound of maxc logs kept. Answers {'ok'} or
--- {'full'} when every log kept is live, then the ids of the oldest ended
--- logs that the bound evicts: the caller drops each (drop.lua), since a
--- script declares the keys of its own completion only.
+-- until now + ttl), within the bound of maxc logs kept; with a replica
+-- (not empty), takes the completion's lease for it in the same step, as
+-- acquire.lua does (for leasettl ms, a token from TOKEN, which lives
+-- tokenttl ms), so that a new resumable completion costs one round trip
+-- and its log is never in Redis with its request but without its lease.
+-- Answers {'ok', token (0 without a replica)} then the ids of the oldest
+-- ended logs that the bound evicts (the caller drops each, drop.lua,
+-- since a script declares the keys of its own completion only); {'full'}
+-- when every log kept is live (no lease taken then); {'held'} when
+-- another holds the lease (nothing done).
 now, maxc, ttl = tonumber(now), tonumber(maxc), tonumber(ttl)
-if redis.call('EXISTS', META) == 1 then return {'ok'} end
+if replica ~= '' and redis.call('EXISTS', LEASE) == 1 then return {'held'} end
+local function lease()
+  if replica == '' then return 0 end
+  local t = redis.call('INCR', TOKEN)
+  redis.call('PEXPIRE', TOKEN, tokenttl)
+  redis.call('SET', LEASE, t .. ' ' .. replica, 'PX', leasettl)
+  return t
+end
+if redis.call('EXISTS', META) == 1 then return {'ok', tostring(lease())} end
 local over = redis.call('ZCARD', LIVE) + redis.call('ZCARD', ENDED) - maxc
 local evict = {}
 if over >= 0 then
@@ -16,4 +30,4 @@ end
 redis.call('HSET', META, 'm', meta)
 redis.call('PEXPIRE', META, ttl)
 redis.call('ZADD', LIVE, now + ttl, id)
-return {'ok', unpack(evict)}
+return {'ok', tostring(lease()), unpack(evict)}

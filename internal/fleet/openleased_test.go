@@ -1,0 +1,75 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
+)
+
+// commandCount counts the commands a client sends (a pipeline's each).
+type commandCount struct{ n atomic.Int64 }
+
+func (c *commandCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commandCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *commandCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+// TestOpenLeasedInOneRoundTrip: a new resumable completion's log and lease
+// cost one script call where they share a Redis; the lease is the one
+// Holder reads, and the log holds the request a takeover runs again.
+// Where the lease is held, the log is opened without the request.
+func TestOpenLeasedInOneRoundTrip(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	f := newPair(t, rdb)
+	leases := NewRedisLeases(rdb, 2*time.Second)
+	open := func(id string) (*Lease, error, error) {
+		return OpenLeased(t.Context(), f, leases, id, "A", Meta{Replica: "A", Request: []byte("request")})
+	}
+	if _, _, err := open("warm"); err != nil { // loads the script: a first NOSCRIPT is not counted
+		t.Fatal(err)
+	}
+	count := &commandCount{}
+	rdb.AddHook(count)
+	l, leaseErr, err := open("c1")
+	if err != nil || leaseErr != nil || l == nil {
+		t.Fatalf("OpenLeased: lease %v, lease error %v, error %v", l, leaseErr, err)
+	}
+	if n := count.n.Load(); n != 1 {
+		t.Errorf("%d Redis commands to open a leased log, want 1", n)
+	}
+	held, ok, err := leases.Holder(t.Context(), "c1")
+	if err != nil || !ok || held != *l {
+		t.Errorf("Holder: %+v %t %v, want %+v", held, ok, err, *l)
+	}
+	page, err := f.redis.Read("c1", 0)
+	if err != nil || string(page.Meta.Request) != "request" {
+		t.Errorf("Redis log's request %q (%v), want the request", page.Meta.Request, err)
+	}
+	if err := leases.Renew(t.Context(), *l); err != nil {
+		t.Errorf("the lease does not renew as any other: %v", err)
+	}
+
+	if _, err := leases.Acquire(t.Context(), "c2", "B"); err != nil {
+		t.Fatal(err)
+	}
+	l, leaseErr, err = open("c2")
+	if l != nil || !errors.Is(leaseErr, ErrLeaseHeld) || err != nil {
+		t.Fatalf("OpenLeased of a held lease: %v, %v, %v; want no lease, ErrLeaseHeld, no error", l, leaseErr, err)
+	}
+	for name, read := range map[string]func(string, uint64) (Page, error){"Redis": f.redis.Read, "memory": f.mem.Read} {
+		page, err := read("c2", 0)
+		if err != nil || len(page.Meta.Request) != 0 {
+			t.Errorf("%s log without the lease keeps the request %q (%v)", name, page.Meta.Request, err)
+		}
+	}
+}
