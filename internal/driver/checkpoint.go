@@ -33,6 +33,7 @@ type Checkpoint struct {
 // saveCheckpoint saves the checkpoint snap of c's machine, if c may be
 // taken over and still holds its lease.
 func (c *Completion) saveCheckpoint(snap *recovery.Snapshot) {
+	c.out.await() // the checkpoint is taken after the last event written
 	if c.out.log == nil || c.out.stopped() {
 		return
 	}

@@ -58,7 +58,7 @@ func (c *Completion) Conclusion() Conclusion { return c.conclusion }
 
 // Fenced reports whether the replica lost the completion's lease while it
 // ran: it stopped writing, and its caller attaches elsewhere.
-func (c *Completion) Fenced() bool { return c.out.fenced }
+func (c *Completion) Fenced() bool { c.out.await(); return c.out.fenced }
 
 // Abort ends the completion's log with an empty result and status, for a
 // run that cannot go on (it panicked), so that its followers end too.
@@ -90,7 +90,7 @@ func (c *Completion) Run(ctx context.Context) (*recovery.Result, error) {
 		started.TraceId = traceID
 	}
 	if c.spec.Prior == nil {
-		c.out.event(0, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Started{Started: started}})
+		c.out.ahead(&completionv1.CompletionEvent{Attempt: 0, Turn: 1, Event: &completionv1.CompletionEvent_Started{Started: started}})
 	}
 	step := m.Start(c.spec.Now())
 	for {

@@ -39,6 +39,64 @@ type outbox struct {
 	// before them): what a checkpoint records, so that the replica that
 	// takes a Session over names its next hook request anew.
 	hooks int
+	// pending, while not nil, is the first event's log write and send
+	// (ahead), which overlap with what the driver does next; every
+	// operation that numbers, logs or reads the send's outcome awaits it.
+	pending *aheadWrite
+}
+
+// aheadWrite is an event written and sent on a goroutine of its own
+// (ahead): done is closed once it is, refused and sendFailed say how it
+// went. The outbox's own fields are the driver goroutine's alone; await
+// applies these to them.
+type aheadWrite struct {
+	done                chan struct{}
+	refused, sendFailed bool
+}
+
+// ahead numbers ev and writes it to a shared log (Fenced: Redis), then
+// sends it, on a goroutine of its own, so that the log's round trip overlaps with the driver's
+// next steps (the breaker's admission, the upstream call) instead of
+// delaying the first token by one more. Only the started event goes
+// ahead: nothing is numbered after it before the write ends (await), so
+// the log and the caller still get every event in seq order, and none
+// before the log holds it.
+func (o *outbox) ahead(ev *completionv1.CompletionEvent) {
+	if o.log == nil || !o.log.Fenced() { // a log in memory: no round trip to overlap
+		o.sendNumbered(ev)
+		return
+	}
+	if o.stopped() {
+		return
+	}
+	o.number(ev)
+	w := &aheadWrite{done: make(chan struct{})}
+	o.pending = w
+	log, id, send := o.log, o.id, o.send
+	go func() {
+		defer close(w.done)
+		if err := log.Append(id, ev); errors.Is(err, fleet.ErrFenced) {
+			w.refused = true
+			return
+		}
+		w.sendFailed = send(ev) != nil
+	}()
+}
+
+// await waits for the write ahead, if any, and takes in its outcome.
+func (o *outbox) await() {
+	w := o.pending
+	if w == nil {
+		return
+	}
+	<-w.done
+	o.pending = nil
+	if w.refused {
+		o.fenced, o.unreachable = true, true
+	}
+	if w.sendFailed {
+		o.unreachable = true
+	}
 }
 
 // output takes one delta of an attempt (its number and turn, as the
@@ -98,6 +156,7 @@ func (o *outbox) hookRequest(attempt, turn int, ev *completionv1.CompletionEvent
 // unless the caller is gone. The log keeps the events a caller that left
 // did not receive, so that an attacher sees the completion to its end.
 func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
+	o.await()
 	if o.stopped() {
 		return
 	}
@@ -112,6 +171,7 @@ func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
 // status the completion ends with, and sends it.
 func (o *outbox) end(attempt, turn int, result *completionv1.CompletionEvent, status []byte) {
 	result.Attempt, result.Turn = int32(attempt), int32(turn)
+	o.await()
 	if o.stopped() {
 		return
 	}
@@ -162,5 +222,6 @@ func (o *outbox) deliver(ev *completionv1.CompletionEvent) {
 	}
 }
 
-// callerGone reports whether a send failed.
+// callerGone reports whether a send failed (as far as is known: a write
+// ahead's own send is known once awaited).
 func (o *outbox) callerGone() bool { return o.unreachable }

@@ -1,7 +1,10 @@
 package driver
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +12,8 @@ import (
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/testkit"
+	"github.com/completiond/completiond/provider"
+	"github.com/completiond/completiond/recovery"
 )
 
 // refusingLog refuses every write from seq from on, as a fenced log does
@@ -67,6 +72,121 @@ func TestOutboxSendsNothingTheLogRefused(t *testing.T) {
 			}
 			if fenced := tc.from <= 4; o.fenced != fenced || o.callerGone() != fenced {
 				t.Errorf("fenced %t, caller gone %t; want %t", o.fenced, o.callerGone(), fenced)
+			}
+		})
+	}
+}
+
+// sharedLog is a MemLog that answers Fenced as a shared (Redis) log does,
+// and holds the write of seq 1 until its gate opens.
+type sharedLog struct {
+	*fleet.MemLog
+	gate    chan struct{}
+	refuse1 bool
+	mu      sync.Mutex
+	order   []uint64 // seqs, as Append and End took them
+}
+
+func (s *sharedLog) Fenced() bool { return true }
+
+func (s *sharedLog) Append(id string, ev *completionv1.CompletionEvent) error {
+	if ev.GetSeq() == 1 {
+		<-s.gate
+		if s.refuse1 {
+			return fleet.ErrFenced
+		}
+	}
+	s.mu.Lock()
+	s.order = append(s.order, ev.GetSeq())
+	s.mu.Unlock()
+	return s.MemLog.Append(id, ev)
+}
+
+func (s *sharedLog) End(id string, ev *completionv1.CompletionEvent, status []byte) error {
+	s.mu.Lock()
+	s.order = append(s.order, ev.GetSeq())
+	s.mu.Unlock()
+	return s.MemLog.End(id, ev, status)
+}
+
+// gatedScript is a provider that says when it is called, then answers one
+// word.
+type gatedScript struct{ called chan struct{} }
+
+func (g *gatedScript) Kind() string { return "script" }
+
+func (g *gatedScript) Stream(_ context.Context, _ *provider.Request, emit func(provider.Chunk) error) (provider.Finish, error) {
+	close(g.called)
+	if err := emit(provider.Chunk{Kind: provider.ChunkText, Text: "hello"}); err != nil {
+		return provider.Finish{}, err
+	}
+	return provider.Finish{StopReason: recovery.StopEndTurn, Model: "scripted-1"}, nil
+}
+
+// TestStartedIsWrittenAheadOfTheCall: on a shared log, the upstream call
+// starts while the started event's write is still in flight (one round
+// trip fewer before the first token), yet nothing is logged or sent out
+// of seq order, and no event before the log holds it. A started event the
+// log refuses reaches no caller, nor does anything after it.
+func TestStartedIsWrittenAheadOfTheCall(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refused=%t", refuse), func(t *testing.T) {
+			testkit.NoLeaks(t)
+			mem := fleet.NewMemLog(config.EventLogLimits{}, time.Now)
+			if err := mem.Open("cmpl_test", fleet.Meta{}); err != nil {
+				t.Fatal(err)
+			}
+			log := &sharedLog{MemLog: mem, gate: make(chan struct{}), refuse1: refuse}
+			up := &gatedScript{called: make(chan struct{})}
+			var mu sync.Mutex
+			var sent []*completionv1.CompletionEvent
+			sp := spec(up, nil)
+			sp.Log = log
+			sp.Send = func(ev *completionv1.CompletionEvent) error {
+				mu.Lock()
+				defer mu.Unlock()
+				sent = append(sent, ev)
+				return nil
+			}
+			c := New(sp)
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.Run(context.Background())
+				done <- err
+			}()
+			select {
+			case <-up.called:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the upstream call waited for the started event's write")
+			}
+			mu.Lock()
+			early := len(sent)
+			mu.Unlock()
+			if early != 0 {
+				t.Errorf("%d events sent before the log held the first", early)
+			}
+			close(log.gate)
+			if err := <-done; err != nil && !refuse {
+				t.Fatal(err)
+			}
+			got := testkit.Seqs(sent)
+			switch {
+			case refuse && len(got) != 0:
+				t.Errorf("sent seqs %v after the log refused the started event, want none", got)
+			case !refuse && (len(got) < 3 || sent[0].GetStarted() == nil || sent[1].GetDelta().GetText() != "hello"):
+				t.Errorf("sent %v, want started, the word, … the result", sent)
+			case !refuse:
+				for i, seq := range got {
+					if seq != uint64(i+1) {
+						t.Fatalf("sent seqs %v, want 1, 2, 3 …", got)
+					}
+				}
+				if !slices.Equal(log.order, got) {
+					t.Errorf("logged seqs %v, sent %v: want the same, in order", log.order, got)
+				}
+			}
+			if refuse != c.Fenced() {
+				t.Errorf("fenced %t, want %t", c.Fenced(), refuse)
 			}
 		})
 	}
