@@ -111,7 +111,7 @@ func (r *Report) fleetNotes(b *strings.Builder) {
 		"more are logged in memory only) or Redis fails. The XADD row checks it: one XADD per event, so at least 1 000 per 1 000 tokens (each token's delta, then the transitions and the result).\n")
 	b.WriteString("- Redis counts every command a script runs in INFO commandstats and total_commands_processed as if a client had sent it " +
 		"(TestRedisCountsScriptCalls checks it on the installed redis-server). *All it counted*: every command of the measurement, from the replicas' connections only " +
-		"(the harness's own INFO and MONITOR left out) — script calls, direct commands (health PINGs, the shared breakers' GET, SET and SETNX, Pub/Sub) and what the scripts ran. ")
+		"(the harness's own INFO and MONITOR left out) — script calls, direct commands (health PINGs, the shared breakers' GETs, Pub/Sub) and what the scripts ran. ")
 	if r.cfg.Fleet.AttributeFor < 0 {
 		b.WriteString("With no attribution pass (-attribute-for < 0), only the script calls (EVALSHA, EVAL) are known to be sent by the replicas.\n")
 	} else {

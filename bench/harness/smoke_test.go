@@ -86,8 +86,10 @@ func checkRow(t *testing.T, mt metric, cells []string) {
 	direct, relay, completiond := cellValue(t, mt.Name, cells[0], mt.direct != nil || mt.pooled > 0),
 		cellValue(t, mt.Name, cells[1], true), cellValue(t, mt.Name, cells[2], true)
 	// A ratio is shown over a positive relay value only (an added TTFT
-	// may be negative under the noise); it has the sign of completiond's.
-	if r := cellValue(t, mt.Name, strings.TrimSuffix(cells[3], "×"), relay > 0); relay > 0 && (r > 0) != (completiond > 0) {
+	// may be negative under the noise); it has the sign of completiond's,
+	// unless it rounds to 0 (an added TTFT of 0.001 ms over the relay's
+	// 2 ms shows as 0.000×).
+	if r := cellValue(t, mt.Name, strings.TrimSuffix(cells[3], "×"), relay > 0); relay > 0 && r != 0 && (r > 0) != (completiond > 0) {
 		t.Errorf("%s: ratio %v of %v over %v", mt.Name, r, completiond, relay)
 	}
 	switch {
