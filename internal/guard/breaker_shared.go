@@ -15,7 +15,7 @@ import (
 	"github.com/completiond/completiond/recovery"
 )
 
-// The shared breakers are the local ones' rule (breakers.go: the
+// The shared breakers are the local ones' rule (breaker.go: the
 // Failures-th consecutive upstream failure opens the circuit for the
 // cool-down, then one probe closes or reopens it, excluded outcomes change
 // nothing) kept in Redis, one route's state in one string key
