@@ -68,6 +68,10 @@ type commitWrite struct {
 	status []byte
 	end    bool
 	fence  string
+	// renew: the log must be there and not ended, and is renewed
+	// (RedisLog.renewal); otherwise the event goes only to a log that
+	// exists.
+	renew bool
 }
 
 // commitBatch is the writes of one flush, and once done is closed, its
@@ -215,11 +219,14 @@ func (c *committer) commit(b *commitBatch) {
 func commitGroups(writes []commitWrite) []redisscript.Group {
 	groups := make([]redisscript.Group, len(writes))
 	for i, w := range writes {
-		fin := "0"
+		fin, renew := "0", "0"
 		if w.end {
 			fin = "1"
 		}
-		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, fin}}
+		if w.renew {
+			renew = "1"
+		}
+		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, fin, renew}}
 	}
 	return groups
 }

@@ -320,13 +320,17 @@ func TestRedisLogGroupCommitFencesEachCompletion(t *testing.T) {
 	}
 	ev := func(seq uint64) []byte { return []byte(fmt.Sprint("event ", seq)) }
 	replies, _, err := l.commitWrites(ctx, []commitWrite{
-		{id: "mine", seq: 1, event: ev(1), fence: "3 A"},
-		{id: "theirs", seq: 1, event: ev(1), fence: "3 A"},
-		{id: "absent", seq: 1, event: ev(1)},
-		{id: "done", seq: 5, event: ev(5)},
+		{id: "mine", seq: 1, event: ev(1), fence: "3 A", renew: true},
+		{id: "theirs", seq: 1, event: ev(1), fence: "3 A", renew: true},
+		{id: "absent", seq: 1, event: ev(1), renew: true},
+		{id: "done", seq: 5, event: ev(5), renew: true},
 		{id: "mine", seq: 2, event: ev(2), fence: "3 A"},
+		// Without renew: a log that is not there is missing all the same,
+		// and a fenced write whose lease is gone finds the log ended.
+		{id: "absent", seq: 2, event: ev(2)},
+		{id: "done", seq: 6, event: ev(6), fence: "3 A"},
 	})
-	if want := []string{"ok", "fenced", "missing", "ended", "ok"}; err != nil || !slices.Equal(replies, want) {
+	if want := []string{"ok", "fenced", "missing", "ended", "ok", "missing", "ended"}; err != nil || !slices.Equal(replies, want) {
 		t.Fatalf("replies %v %v, want %v", replies, err, want)
 	}
 	if n := rdb.XLen(ctx, redisLogKey("theirs")).Val(); n != 0 {

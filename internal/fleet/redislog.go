@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -89,7 +90,13 @@ type RedisLog struct {
 	LeaseTTL time.Duration
 
 	fences sync.Map // id → the lease value its writes need (Fence)
-	m      *metrics // rdb's (Instrument)
+	// renewed is when this writer last renewed each log it writes (Unix
+	// ms): lua/commit.lua renews a log (and checks that it is there and
+	// has not ended) at a writer's first write and then once LiveTTL/16
+	// has passed, not at every event (renewal).
+	renewed sync.Map
+	pruned  atomic.Int64 // when forgetStale last ran (Unix ms)
+	m       *metrics     // rdb's (Instrument)
 
 	commit *committer
 	wake   *wakeRegistry
@@ -271,11 +278,49 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	if testHookRedisAdd != nil {
 		testHookRedisAdd(id, ev.GetSeq())
 	}
-	res, err := l.commit.write(commitWrite{id: id, seq: ev.GetSeq(), event: b, status: status, end: end, fence: l.fence(id)})
+	res, err := l.commit.write(commitWrite{id: id, seq: ev.GetSeq(), event: b, status: status, end: end, fence: l.fence(id),
+		renew: l.renewal(id, end)})
+	if err != nil || res != "ok" {
+		l.renewed.Delete(id) // the next write checks the log again
+	}
 	if err == nil && res == "fenced" {
 		l.refused()
 	}
 	return res, err
+}
+
+// renewal reports whether a write of id is to renew its log: the first
+// this writer makes, and then once LiveTTL/16 has passed since it last
+// renewed it. It forgets the log at its end, and the logs it has not
+// renewed for LiveTTL (lapsed, or written by another replica since).
+func (l *RedisLog) renewal(id string, end bool) bool {
+	now := ms(l.now())
+	last, ok := l.renewed.Load(id)
+	renew := !ok || now-last.(int64) >= l.LiveTTL.Milliseconds()/16
+	switch {
+	case end:
+		l.renewed.Delete(id)
+	case renew:
+		l.renewed.Store(id, now)
+		l.forgetStale(now)
+	}
+	return renew
+}
+
+// forgetStale drops the renewals older than LiveTTL, at most once per
+// LiveTTL/16: the logs of completions that neither ended nor wrote here
+// since (fenced out, or abandoned) lapse in Redis by then.
+func (l *RedisLog) forgetStale(now int64) {
+	ttl := l.LiveTTL.Milliseconds()
+	if last := l.pruned.Load(); now-last < ttl/16 || !l.pruned.CompareAndSwap(last, now) {
+		return
+	}
+	l.renewed.Range(func(id, at any) bool {
+		if now-at.(int64) >= ttl {
+			l.renewed.Delete(id)
+		}
+		return true
+	})
 }
 
 // flush is one flush of the group commit (committer): lua/commit.lua on
@@ -462,7 +507,7 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 			continue
 		}
 		end := c.ended && i == len(c.events)-1
-		w := commitWrite{id: id, seq: seq, event: c.events[i], end: end, fence: fence}
+		w := commitWrite{id: id, seq: seq, event: c.events[i], end: end, fence: fence, renew: len(writes) == 0}
 		if end {
 			w.status = c.status
 		}

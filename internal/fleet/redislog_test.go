@@ -84,3 +84,54 @@ func TestRedisLogAccountingAfterDrops(t *testing.T) {
 		t.Errorf("meta keys left %v, want the live log's only", left)
 	}
 }
+
+// TestRedisLogRenewsAtItsFirstWriteThenEverySixteenth: a writer renews a
+// live log (its place in the live set, and the keys' TTL) at its first
+// write and then once LiveTTL/16 has passed, not at every event; between
+// renewals an event goes only to a log that is there, so a log dropped
+// meanwhile is missing, and the next write checks it again.
+func TestRedisLogRenewsAtItsFirstWriteThenEverySixteenth(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx := context.Background()
+	clk := &clock{t: time.Unix(1000, 0)}
+	l := NewRedisLog(rdb, config.EventLogLimits{}, clk.now)
+	t.Cleanup(l.Close)
+	l.LiveTTL = 16 * time.Second
+	open(t, l, "c", "k")
+	lapse := func() float64 { return rdb.ZScore(ctx, redisLogsLive, "c").Val() }
+	add := func(seq uint64) string {
+		t.Helper()
+		res, err := l.add("c", logEvent(seq, false), nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := add(1); res != "ok" {
+		t.Fatalf("first append: %s", res)
+	}
+	first := lapse()
+	if want := float64(ms(clk.now()) + 16_000); first != want {
+		t.Fatalf("lapse %v after the first write, want %v", first, want)
+	}
+	clk.add(999 * time.Millisecond)
+	if res := add(2); res != "ok" || lapse() != first {
+		t.Fatalf("append within LiveTTL/16: %s, lapse %v; want ok and no renewal (%v)", res, lapse(), first)
+	}
+	clk.add(time.Millisecond)
+	if res := add(3); res != "ok" || lapse() != first+1000 {
+		t.Fatalf("append at LiveTTL/16: %s, lapse %v; want ok and renewed to %v", res, lapse(), first+1000)
+	}
+	if err := dropScript.Run(ctx, rdb, "c", "", "c", redisLogChanged).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res := add(4); res != "missing" {
+		t.Fatalf("append to a dropped log between renewals: %s, want missing", res)
+	}
+	if n := rdb.Exists(ctx, redisLogKey("c")).Val(); n != 0 {
+		t.Fatal("the append made a stream for a dropped log")
+	}
+	if _, ok := l.renewed.Load("c"); ok {
+		t.Error("a missing log is still counted as renewed: its next write would not check it")
+	}
+}

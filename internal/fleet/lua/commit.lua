@@ -1,20 +1,27 @@
 -- KEYS: LIVE ENDED SIZES BYTES ENDSEQ | META LOG LEASE FOLLOWED
--- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin
+-- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew
 -- Group commit: appends one event per group, in order, each as entry
 -- 0-seq of the log of its id, and with fin = 1 ends that log with status;
 -- a log may have several groups. Fenced (fence is the writer's lease
 -- value, not empty), a group writes only while LEASE is not another's,
--- atomically with the check: a lease that is gone refuses nothing, since
--- nobody can have written without taking it. Then the bound of maxb bytes
--- drops the oldest ended logs first (their ids are answered: the writer
--- drops each, drop.lua, since a script declares the keys of the logs it
--- writes only), then the oldest entries of the logs written, the last of
--- each kept; and one notice names every log appended that a replica
--- follows (FOLLOWED, set by its reads: "id seq" lines), so that the
--- replicas hear only of the logs they wait for.
--- A live log lapses ttl after its last event, give or take ttl/16: its
--- place in LIVE and its keys' TTL are renewed once ttl/16 has passed,
--- not at every event.
+-- atomically with the check; a lease that is gone refuses nothing, since
+-- nobody can have written without taking it, but then an ended log is
+-- refused (a superseded owner that wakes after the new one ended it and
+-- gave the lease up). Then the bound of maxb bytes drops the oldest ended
+-- logs first (their ids are answered: the writer drops each, drop.lua,
+-- since a script declares the keys of the logs it writes only), then the
+-- oldest entries of the logs written, the last of each kept; and one
+-- notice names every log appended that a replica follows (FOLLOWED, set by
+-- its reads: "id seq" lines), so that the replicas hear only of the logs
+-- they wait for.
+-- With renew = 1 (the writer's first write of the log, and then once
+-- ttl/16 has passed since it last renewed it: the writer keeps the time),
+-- the log must exist and not have ended, and its place in LIVE and its
+-- keys' TTL are renewed: a live log lapses ttl after its last event, give
+-- or take ttl/16. Otherwise the event is added only to a stream that
+-- exists (XADD NOMKSTREAM): a log dropped or lapsed since is missing.
+-- So an event costs the fence's GET, the XADD, the size and the follow
+-- check, and no lookup of its own.
 -- Answers {replies, evicted}: per group, in order, 'ok', 'fenced',
 -- 'missing' (the log is not in Redis), 'ended', or 'order' (a seq not
 -- above the log's last).
@@ -23,20 +30,21 @@ local replies, notices, written = {}, {}, {}
 -- added is what the writes add to BYTES (one INCRBY, at the end of the
 -- writes); kept, what is kept once the logs evicted are dropped.
 local added = 0
-local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin)
+local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew)
   if fence ~= '' then
     local v = redis.call('GET', LEASE)
     if v and v ~= fence then return 'fenced' end
+    if not v and redis.call('HEXISTS', META, 'ended') == 1 then return 'ended' end
   end
-  -- A log in LIVE that has not lapsed exists and has not ended (open.lua
-  -- puts it there, an end or a drop takes it out): one lookup, in the
-  -- common case, for what EXISTS and HEXISTS tell otherwise.
-  local lapse = tonumber(redis.call('ZSCORE', LIVE, id) or '0')
-  if lapse < now then
+  local entry
+  if renew == '1' then
     if redis.call('EXISTS', META) == 0 then return 'missing' end
     if redis.call('HEXISTS', META, 'ended') == 1 then return 'ended' end
+    entry = redis.pcall('XADD', LOG, '0-' .. seq, 'e', event)
+  else
+    entry = redis.pcall('XADD', LOG, 'NOMKSTREAM', '0-' .. seq, 'e', event)
+    if not entry then return 'missing' end
   end
-  local entry = redis.pcall('XADD', LOG, '0-' .. seq, 'e', event)
   if type(entry) == 'table' and entry.err then return 'order' end
   local size = #event + #status
   redis.call('HINCRBY', SIZES, id, size)
@@ -55,7 +63,7 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
     redis.call('ZADD', ENDED, now * 1000 + redis.call('INCR', ENDSEQ) % 1000, id)
     redis.call('PEXPIRE', META, retention)
     redis.call('PEXPIRE', LOG, retention)
-  elseif seq == '1' or lapse - now < ttl - ttl / 16 then
+  elseif renew == '1' then
     redis.call('ZADD', LIVE, now + ttl, id)
     redis.call('PEXPIRE', META, ttl)
     redis.call('PEXPIRE', LOG, ttl)
@@ -66,8 +74,8 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
 end
 for i = 1, GROUPS do
   local META, LOG, LEASE, FOLLOWED = KEYS_OF(i)
-  local fence, id, seq, event, status, fin = ARGV_OF(i)
-  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin)
+  local fence, id, seq, event, status, fin, renew = ARGV_OF(i)
+  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew)
 end
 -- The oldest ended logs go first, up to 100 at a time.
 local kept, evict, evicted = redis.call('INCRBY', BYTES, added), {}, {}
