@@ -29,8 +29,13 @@ var budgetDayEnd = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
 // withBudget gives the test key ops budget b and every route prices p, on
 // the fixed clock budgetNow.
 func withBudget(b *config.Budget, p config.Prices) func(*Config) {
+	return withBudgetAt(b, p, budgetNow)
+}
+
+// withBudgetAt is withBudget on a clock that stands at now.
+func withBudgetAt(b *config.Budget, p config.Prices, now time.Time) func(*Config) {
 	return func(c *Config) {
-		c.Now = func() time.Time { return budgetNow }
+		c.Now = func() time.Time { return now }
 		c.Auth = testKeys()
 		c.Auth.Keys[0].Budget = b
 		for name, r := range c.Routes {
@@ -48,6 +53,13 @@ func opsCtx(ctx context.Context) context.Context { return bearer(ctx, "Bearer op
 // RESOURCE_EXHAUSTED, ErrorInfo with the period's end and not the key,
 // RetryInfo until the period's end.
 func checkBudgetStatus(t *testing.T, st *status.Status) {
+	t.Helper()
+	checkBudgetStatusAt(t, st, budgetNow, budgetDayEnd)
+}
+
+// checkBudgetStatusAt is checkBudgetStatus on a clock at now, in a UTC
+// day that ends at dayEnd.
+func checkBudgetStatusAt(t *testing.T, st *status.Status, budgetNow, budgetDayEnd time.Time) {
 	t.Helper()
 	if st.Code() != codes.ResourceExhausted {
 		t.Fatalf("status %v, want RESOURCE_EXHAUSTED", st)
@@ -171,13 +183,17 @@ func TestFleetBudgetSpentOnOneReplicaRefusesOnAnother(t *testing.T) {
 	addr := redistest.Start(t)
 	up := sim.New(sim.Config{Words: 12, StallLimit: 200 * time.Millisecond})
 	budget := &config.Budget{USD: 1e-9, Period: config.BudgetPeriod{Calendar: "day"}}
-	replicas := fleetEnvs(t, addr, 2, up, withBudget(budget, config.Prices{Known: true, Input: 3, Output: 15}))
+	// Redis expires the day's counters at an absolute time on its own
+	// clock: the replicas' clock stands in the real day.
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	now, dayEnd := day.Add(8*time.Hour), day.Add(24*time.Hour)
+	replicas := fleetEnvs(t, addr, 2, up, withBudgetAt(budget, config.Prices{Known: true, Input: 3, Output: 15}, now))
 	a, b := replicas[0], replicas[1]
 	if _, err := b.client.Complete(opsCtx(t.Context()), faults("")); err != nil {
 		t.Fatalf("B, under budget: %v", err)
 	}
 	_, err := a.client.Complete(opsCtx(t.Context()), faults(""))
-	checkBudgetStatus(t, status.Convert(err))
+	checkBudgetStatusAt(t, status.Convert(err), now, dayEnd)
 	if _, err := b.client.Complete(bearer(t.Context(), "Bearer narrow-secret-key"), faults("")); err != nil {
 		t.Errorf("another key refused: %v", err)
 	}

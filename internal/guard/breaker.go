@@ -268,9 +268,7 @@ func (b *Breakers) States() map[string]int {
 
 // Open returns which of routes have an open circuit now, for the machine.
 // The shared breakers answer from what this replica last learnt of each
-// route's shared state, read again once it is defaultViewFor old: a
-// circuit another replica opened within that time is refused at the
-// admission (Allow) instead.
+// route's shared state, read again once it is defaultViewFor old.
 func (b *Breakers) Open(routes []recovery.Route) []string {
 	if b.disabled() {
 		return nil

@@ -22,8 +22,10 @@ import (
 // (breakerKey) moved by two scripts, each one round trip and atomic, with
 // no lock: breaker_admit.lua admits a call (a closed circuit writes
 // nothing), breaker_report.lua records its outcome. So the replicas'
-// admissions never wait for one another, and a route's breaker costs one
-// round trip per attempt, plus one for an outcome that changes the state.
+// admissions never wait for one another. A replica reads a route's state
+// at most every defaultViewFor while the circuit is closed, and admits
+// from what it read: an attempt costs no round trip of its own, and one
+// for an outcome that changes the state.
 //
 // The one probe of a half-open circuit is a lease, probeKey, that its
 // replica renews while the probe runs: a replica that died during its
@@ -44,13 +46,13 @@ const (
 	// its replica renews it (every third of it): a dead replica's probe is
 	// replaced after this long.
 	defaultProbeLease = 15 * time.Second
-	// defaultViewFor is how long Open answers from the states it last read
-	// (each route's) before it reads them again. Open runs before every
-	// attempt of every completion, and the admission that follows reads the
-	// state anyway: a circuit another replica opened within this long is
-	// refused at the admission (FailCircuitOpen, and the machine falls
-	// back) instead of being skipped. What this replica's own admissions and
-	// reports learn replaces the view at once.
+	// defaultViewFor is how long a replica goes by the states it last
+	// learnt of (each route's) before it reads them again: Open answers from
+	// them, and Allow admits a call through a circuit seen closed without a
+	// round trip (breaker_admit.lua would write nothing either). Both run
+	// before every attempt of every completion; a circuit another replica
+	// opened is seen by every replica within this long. What this replica's
+	// own admissions and reports learn replaces the view at once.
 	defaultViewFor = 100 * time.Millisecond
 )
 
@@ -126,7 +128,13 @@ func effective(st breakerState, now time.Time) gobreaker.State {
 func (s *sharedBreakers) Allow(route string) (report func(recovery.Event), ok bool, err error) {
 	s.mu.Lock()
 	s.routes[route] = true
+	seen, known := s.view[route]
 	s.mu.Unlock()
+	if known && seen.st.state == gobreaker.StateClosed && s.now().Sub(seen.at) < s.viewFor {
+		// Closed as read within viewFor: admitted as the script would,
+		// which writes nothing for a closed circuit.
+		return s.reporter(route, seen.st.generation, seen.st.failures, nil), true, nil
+	}
 	token := randomToken()
 	ctx, cancel := s.g.ctx()
 	defer cancel()
@@ -146,6 +154,12 @@ func (s *sharedBreakers) Allow(route string) (report func(recovery.Event), ok bo
 	if state == gobreaker.StateHalfOpen {
 		probe = s.holdProbe(route, token)
 	}
+	return s.reporter(route, generation, failures, probe), true, nil
+}
+
+// reporter is the report of a call of route admitted in generation, with
+// failures counted then; probe is its probe lease if it probes.
+func (s *sharedBreakers) reporter(route string, generation, failures int64, probe *probeLeaseHolder) func(recovery.Event) {
 	return func(ev recovery.Event) {
 		probe.stop()
 		outcome := breakerOutcome(ev)
@@ -156,7 +170,7 @@ func (s *sharedBreakers) Allow(route string) (report func(recovery.Event), ok bo
 			s.g.log.Warn("the outcome of an attempt was not recorded in the shared circuit breaker",
 				"route", route, "error", err)
 		}
-	}, true, nil
+	}
 }
 
 // report runs breaker_report.lua for a call of route admitted in

@@ -329,10 +329,11 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 // TestSharedBreakerRoundTrips: an attempt through a closed shared breaker
-// costs one Redis command (its admission; a success with no failure
-// counted reports nothing), and an outcome that changes the state one
-// more. The admissions of several replicas take no lock, so none waits
-// for another.
+// costs no Redis command while the replica's view of it is fresh (Open
+// read it within defaultViewFor), one (its admission) once the view is
+// stale; a success with no failure counted reports nothing, and an
+// outcome that changes the state costs one more. The admissions of
+// several replicas take no lock, so none waits for another.
 func TestSharedBreakerRoundTrips(t *testing.T) {
 	testkit.NoLeaks(t)
 	addr := redistest.Start(t)
@@ -341,18 +342,27 @@ func TestSharedBreakerRoundTrips(t *testing.T) {
 	use(b, "warm", breakerAnswered)             // call's NOSCRIPT is not counted
 	hook := &countingHook{}
 	b.shared.g.rdb.AddHook(hook)
+	routes := []recovery.Route{{Name: "r"}}
 	cases := []struct {
-		name string
-		ev   recovery.Event
-		want int64
+		name  string
+		fresh bool // the view is fresh: Open just read it
+		ev    recovery.Event
+		want  int64
 	}{
-		{"answered, no failure counted", breakerAnswered, 1},
-		{"excluded", failed(recovery.FailRateLimit), 1},
-		{"failed: counted", failed(recovery.FailServer), 2},
-		{"answered after a failure: clears it", breakerAnswered, 2},
-		{"answered again", breakerAnswered, 1},
+		{"stale view, answered, no failure counted", false, breakerAnswered, 1},
+		{"stale view, excluded", false, failed(recovery.FailRateLimit), 1},
+		{"stale view, failed: counted", false, failed(recovery.FailServer), 2},
+		{"stale view, answered after a failure: clears it", false, breakerAnswered, 2},
+		{"fresh view, answered", true, breakerAnswered, 0},
+		{"fresh view, failed: counted", true, failed(recovery.FailServer), 1},
+		{"fresh view, answered after a failure: clears it", true, breakerAnswered, 1},
 	}
 	for _, c := range cases {
+		b.shared.viewFor = 0
+		if c.fresh {
+			b.shared.viewFor = time.Hour
+			b.Open(routes)
+		}
 		before := hook.n.Load()
 		if !use(b, "r", c.ev) {
 			t.Fatalf("%s: refused on a closed circuit", c.name)
@@ -361,10 +371,11 @@ func TestSharedBreakerRoundTrips(t *testing.T) {
 			t.Errorf("%s: %d commands, want %d", c.name, got, c.want)
 		}
 	}
-	// The success cleared the failure: two more do not open the circuit.
+	// The successes cleared the failures: two more do not open the circuit.
+	b.shared.viewFor = 0
 	use(b, "r", failed(recovery.FailServer))
 	use(b, "r", failed(recovery.FailServer))
-	if got := b.Open([]recovery.Route{{Name: "r"}}); len(got) != 0 {
+	if got := b.Open(routes); len(got) != 0 {
 		t.Fatalf("open %v after a success and two failures (threshold 3)", got)
 	}
 }
@@ -408,10 +419,11 @@ func TestSharedBreakerIgnoresAnOlderGeneration(t *testing.T) {
 	}
 }
 
-// TestSharedBreakerView: Open answers from the states the replica last
-// learnt for defaultViewFor. A circuit another replica opened meanwhile is
-// refused at the admission; this replica's own admissions and reports
-// replace the view at once; past defaultViewFor, Open reads again.
+// TestSharedBreakerView: a replica goes by the states it last learnt for
+// defaultViewFor: Open answers from them, and Allow admits through a
+// circuit seen closed. A circuit another replica opened is seen once the
+// view is that old; this replica's own admissions and reports replace the
+// view at once.
 func TestSharedBreakerView(t *testing.T) {
 	testkit.NoLeaks(t)
 	addr := redistest.Start(t)
@@ -425,13 +437,16 @@ func TestSharedBreakerView(t *testing.T) {
 		return b
 	}
 	a, b := replica(), replica()
-	r, s := []recovery.Route{{Name: "r"}}, []recovery.Route{{Name: "s"}}
+	r := []recovery.Route{{Name: "r"}}
 	if got := b.Open(r); len(got) != 0 { // B's view of r: closed
 		t.Fatalf("open %v on a fresh breaker", got)
 	}
 	use(a, "r", failed(recovery.FailServer))
 	if got := a.Open(r); len(got) != 1 {
 		t.Fatalf("A opened the circuit and sees %v open, want [r] at once", got)
+	}
+	if _, ok := a.Allow("r"); ok {
+		t.Fatal("A let a call through the circuit it opened")
 	}
 	if got := replica().Open(r); len(got) != 1 {
 		t.Fatalf("a replica with no view sees %v open, want [r]", got)
@@ -440,19 +455,19 @@ func TestSharedBreakerView(t *testing.T) {
 	if got := b.Open(r); len(got) != 0 {
 		t.Fatalf("B read the state again within its view's time: open %v", got)
 	}
+	if report, ok := b.Allow("r"); !ok {
+		t.Fatal("B's admission read the state within its view's time")
+	} else {
+		report(failed(recovery.FailServer)) // of the closed generation: ignored
+	}
 	advance(defaultViewFor / 2)
 	if got := b.Open(r); len(got) != 1 {
 		t.Fatalf("B's view did not end after %v: open %v, want [r]", defaultViewFor, got)
 	}
-
-	if got := b.Open(s); len(got) != 0 { // B's view of s: closed
-		t.Fatalf("open %v on a fresh breaker", got)
+	if _, ok := b.Allow("r"); ok {
+		t.Fatal("B let a call through an open circuit it has seen")
 	}
-	use(a, "s", failed(recovery.FailServer))
-	if _, ok := b.Allow("s"); ok {
-		t.Fatal("B's admission let a call through the circuit A opened")
-	}
-	if got := b.Open(s); len(got) != 1 {
-		t.Fatalf("B's refused admission did not update its view: open %v, want [s]", got)
+	if d := b.RetryAfter("r"); d <= 0 || d > time.Hour {
+		t.Errorf("B: retry after %v, want the rest of the hour's cool-down", d)
 	}
 }
