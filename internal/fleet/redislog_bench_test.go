@@ -112,9 +112,28 @@ func BenchmarkGroupCommit(b *testing.B) {
 	}
 }
 
-func benchGroupCommit(b *testing.B, writers int) {
-	addr := redistest.Start(b)
-	rdb := testkit.ServerRedisClient(b, addr)
+func benchGroupCommit(b *testing.B, writers int) { benchGroupCommitEvery(b, writers, 0) }
+
+// BenchmarkGroupCommitPaced is the load of a fleet's busy replica: 100 or
+// 1 000 completions each appending one event every 20 ms (50 tokens a
+// second, a fast model's pace), their phases spread over the period, on
+// one RedisLog against a redis-server on loopback. It reports what the
+// group commit costs there: the added latency of an event (its Append's
+// wait, p50 and p99), the script calls and the Redis CPU per 1 000 events,
+// and the CPU this process spent per 1 000 events (the writers' pacing
+// included). b.N is the events in all: -benchtime 250000x paces 1 000
+// writers for 5 s.
+func BenchmarkGroupCommitPaced(b *testing.B) {
+	for _, writers := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchGroupCommitEvery(b, writers, 20*time.Millisecond) })
+	}
+}
+
+// benchGroupCommitEvery runs writers completions on one RedisLog, each
+// appending b.N/writers events: every this long (their phases spread over
+// it), or each as soon as the last is acknowledged when every is 0.
+func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration) {
+	rdb := testkit.ServerRedisClient(b, redistest.Start(b))
 	l := NewRedisLog(rdb, config.EventLogLimits{MaxCompletions: writers + 10}, nil)
 	defer l.Close()
 	for w := range writers {
@@ -127,25 +146,28 @@ func benchGroupCommit(b *testing.B, writers int) {
 	waits := make([][]time.Duration, writers)
 	var wg sync.WaitGroup
 	b.ResetTimer()
+	self0 := processCPU(b)
 	start := time.Now()
 	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			id := fmt.Sprint("w", w)
 			waits[w] = make([]time.Duration, 0, perWriter)
+			next := start.Add(every * time.Duration(w) / time.Duration(writers))
 			for seq := range uint64(perWriter) {
+				time.Sleep(time.Until(next)) // at once when every is 0
 				t := time.Now()
 				if err := l.Append(id, logEvent(seq+1, false)); err != nil {
 					b.Error(err)
 					return
 				}
 				waits[w] = append(waits[w], time.Since(t))
+				next = next.Add(every)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	self1 := processCPU(b)
 	b.StopTimer()
 	calls1, cpu1 := redisStats(b, rdb)
 	events := float64(perWriter * writers)
@@ -153,10 +175,20 @@ func benchGroupCommit(b *testing.B, writers int) {
 	slices.Sort(all)
 	b.ReportMetric(events/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(calls1-calls0)*1000/events, "redis-calls/1k-events")
-	b.ReportMetric(float64((cpu1-cpu0).Microseconds())*1000/events/1000, "redis-cpu-ms/1k-events")
+	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/events, "redis-cpu-ms/1k-events")
+	b.ReportMetric(float64((self1-self0).Microseconds())/events, "process-cpu-ms/1k-events")
 	b.ReportMetric(events/float64(calls1-calls0), "events/flush")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "append-p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "append-p99-µs")
+}
+
+// processCPU is the CPU this process has used (user and system).
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // redisStats are the script calls (EVALSHA and EVAL) Redis has served
@@ -192,82 +224,4 @@ func parseRedisStats(info string) (calls int, cpu time.Duration) {
 		}
 	}
 	return calls, time.Duration(secs * float64(time.Second))
-}
-
-// BenchmarkGroupCommitPaced is the load of a fleet's busy replica: 100 or
-// 1 000 completions each appending one event every 20 ms (50 tokens a
-// second, a fast model's pace), their phases spread over the period, on
-// one RedisLog against a redis-server on loopback. It reports what the
-// group commit costs there: the added latency of an event (its Append's
-// wait, p50 and p99), the script calls and the Redis CPU per 1 000 events,
-// and the CPU this process spent per 1 000 events (the writers' pacing
-// included). b.N is the events in all: -benchtime 250000x paces 1 000
-// writers for 5 s.
-func BenchmarkGroupCommitPaced(b *testing.B) {
-	for _, writers := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchGroupCommitPaced(b, writers, 20*time.Millisecond) })
-	}
-}
-
-func benchGroupCommitPaced(b *testing.B, writers int, every time.Duration) {
-	benchGroupCommitPacedOn(b, redistest.Start(b), writers, every)
-}
-
-func benchGroupCommitPacedOn(b *testing.B, addr string, writers int, every time.Duration) {
-	rdb := testkit.ServerRedisClient(b, addr)
-	l := NewRedisLog(rdb, config.EventLogLimits{MaxCompletions: writers + 10}, nil)
-	defer l.Close()
-	for w := range writers {
-		if err := l.Open(fmt.Sprint("w", w), Meta{Owner: "bench"}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	calls0, cpu0 := redisStats(b, rdb)
-	perWriter := max(1, b.N/writers)
-	waits := make([][]time.Duration, writers)
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	self0 := processCPU(b)
-	start := time.Now()
-	for w := range writers {
-		wg.Go(func() {
-			id := fmt.Sprint("w", w)
-			waits[w] = make([]time.Duration, 0, perWriter)
-			next := start.Add(every * time.Duration(w) / time.Duration(writers))
-			for seq := range uint64(perWriter) {
-				time.Sleep(time.Until(next))
-				t := time.Now()
-				if err := l.Append(id, logEvent(seq+1, false)); err != nil {
-					b.Error(err)
-					return
-				}
-				waits[w] = append(waits[w], time.Since(t))
-				next = next.Add(every)
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	self1 := processCPU(b)
-	b.StopTimer()
-	calls1, cpu1 := redisStats(b, rdb)
-	events := float64(perWriter * writers)
-	all := slices.Concat(waits...)
-	slices.Sort(all)
-	b.ReportMetric(events/elapsed.Seconds(), "events/s")
-	b.ReportMetric(float64(calls1-calls0)*1000/events, "redis-calls/1k-events")
-	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/events, "redis-cpu-ms/1k-events")
-	b.ReportMetric(float64((self1-self0).Microseconds())/events, "process-cpu-ms/1k-events")
-	b.ReportMetric(events/float64(calls1-calls0), "events/flush")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "append-p50-µs")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "append-p99-µs")
-}
-
-// processCPU is the CPU this process has used (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
