@@ -55,12 +55,13 @@ type aheadWrite struct {
 }
 
 // ahead numbers ev and writes it to a shared log (Fenced: Redis), then
-// sends it, on a goroutine of its own, so that the log's round trip overlaps with the driver's
-// next steps (the breaker's admission, the upstream call) instead of
-// delaying the first token by one more. Only the started event goes
-// ahead: nothing is numbered after it before the write ends (await), so
-// the log and the caller still get every event in seq order, and none
-// before the log holds it.
+// sends it, on a goroutine of its own, so that the log's round trip
+// overlaps with the driver's next steps (the breaker's admission, the
+// upstream call) instead of delaying the first token by one more. Only the
+// started event goes ahead: nothing is numbered after it before the write
+// ends (await), so the log and the caller still get every event in seq
+// order, and none before the log holds it. The goroutine ends by itself
+// (a log write is bounded); every way out of Run awaits it (end).
 func (o *outbox) ahead(ev *completionv1.CompletionEvent) {
 	if o.log == nil || !o.log.Fenced() { // a log in memory: no round trip to overlap
 		o.sendNumbered(ev)
