@@ -72,6 +72,9 @@ type commitWrite struct {
 	// (RedisLog.renewal); otherwise the event goes only to a log that
 	// exists.
 	renew bool
+	// meta, when not empty, replaces the log's meta once the write passed
+	// its fence (RedisLog.openLeased: the request joins the log then).
+	meta string
 }
 
 // commitBatch is the writes of one flush, and once done is closed, its
@@ -226,7 +229,7 @@ func commitGroups(writes []commitWrite) []redisscript.Group {
 		if w.renew {
 			renew = "1"
 		}
-		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, fin, renew}}
+		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, fin, renew, w.meta}}
 	}
 	return groups
 }

@@ -475,8 +475,10 @@ func (o *Ownership) Halt() {
 // the lease of id for replica from leases: where lg is a PairLog and
 // leases are in its Redis, in one script and one round trip (open.lua);
 // otherwise the lease is acquired, then the log opened. Only a completion
-// with a lease keeps meta.Request in its log (what a takeover runs again):
-// without one it runs on this replica alone and is never taken over.
+// whose replica knows its lease keeps meta.Request in its shared log (what
+// a takeover runs again; in one script, it joins the log with the first
+// fenced write, RedisLog.openLeased): without one it runs on this replica
+// alone and is never taken over.
 //
 // It returns the lease, or nil and leaseErr, why none could be had (the
 // log is opened without the request then); and openErr, the log's

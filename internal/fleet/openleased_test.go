@@ -51,12 +51,41 @@ func TestOpenLeasedInOneRoundTrip(t *testing.T) {
 	if err != nil || !ok || held != *l {
 		t.Errorf("Holder: %+v %t %v, want %+v", held, ok, err, *l)
 	}
-	page, err := f.redis.Read("c1", 0)
-	if err != nil || string(page.Meta.Request) != "request" {
-		t.Errorf("Redis log's request %q (%v), want the request", page.Meta.Request, err)
-	}
 	if err := leases.Renew(t.Context(), *l); err != nil {
 		t.Errorf("the lease does not renew as any other: %v", err)
+	}
+	// The request joins the shared log with the first write fenced by the
+	// lease: only a writer that learnt its token makes the completion one
+	// another replica may take over.
+	request := func(id string) string {
+		t.Helper()
+		page, err := f.redis.Read(id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(page.Meta.Request)
+	}
+	if got := request("c1"); got != "" {
+		t.Errorf("Redis log's request %q before the lease holder wrote, want none", got)
+	}
+	f.Fence("c1", *l)
+	if err := f.Append("c1", logEvent(1, false)); err != nil {
+		t.Fatal(err)
+	}
+	if got := request("c1"); got != "request" {
+		t.Errorf("Redis log's request %q after the lease holder's first write, want the request", got)
+	}
+	// A reply lost on the way (Redis slow past the timeout): the lease is
+	// in Redis, its replica does not know it, and the log keeps no request.
+	if _, err := f.redis.openLeased("lost", Meta{Replica: "A", Request: []byte("request")}, "A", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f.redis.pendingMeta.Delete("lost") // what a replica that never got the reply has
+	if err := f.redis.Append("lost", logEvent(1, false)); err != nil {
+		t.Fatal(err)
+	}
+	if got := request("lost"); got != "" {
+		t.Errorf("a log whose lease nobody knows has the request %q: another replica could run it again", got)
 	}
 
 	if _, err := leases.Acquire(t.Context(), "c2", "B"); err != nil {

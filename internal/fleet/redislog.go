@@ -96,7 +96,11 @@ type RedisLog struct {
 	// has passed, not at every event (renewal).
 	renewed sync.Map
 	pruned  atomic.Int64 // when forgetStale last ran (Unix ms)
-	m       *metrics     // rdb's (Instrument)
+	// pendingMeta is the encoded meta, with its request, of each log
+	// openLeased opened: it replaces the log's meta with the first write
+	// fenced by the lease.
+	pendingMeta sync.Map
+	m           *metrics // rdb's (Instrument)
 
 	commit *committer
 	wake   *wakeRegistry
@@ -201,7 +205,22 @@ func (l *RedisLog) open(id string, meta Meta) error {
 // ttl) in the same script unless replica is empty, and answers its token:
 // ErrLeaseHeld when another holds it (nothing is done then), errLogFull
 // when the log has no room (no lease is taken then).
+//
+// Under a lease, the log is opened without meta.Request (what a takeover
+// runs again): the request goes to Redis with the writer's first write
+// fenced by the lease (add), so only a writer that learnt its token can
+// make the completion one another replica may take over. A reply lost on
+// the way (Redis slow past the timeout) leaves a lease nobody renews on a
+// log no replica would run a second time.
 func (l *RedisLog) openLeased(id string, meta Meta, replica string, ttl time.Duration) (uint64, error) {
+	full := ""
+	if replica != "" && len(meta.Request) > 0 {
+		var err error
+		if full, err = encodeLogMeta(meta); err != nil {
+			return 0, err
+		}
+		meta.Request = nil
+	}
 	m, err := encodeLogMeta(meta)
 	if err != nil {
 		return 0, err
@@ -223,6 +242,9 @@ func (l *RedisLog) openLeased(id string, meta Meta, replica string, ttl time.Dur
 	token, err := strconv.ParseUint(res[1], 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%w: open.lua answered the token %q", ErrUnavailable, res[1])
+	}
+	if full != "" {
+		l.pendingMeta.Store(id, full)
 	}
 	return token, l.dropAll(ctx, res[2:])
 }
@@ -278,8 +300,14 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	if testHookRedisAdd != nil {
 		testHookRedisAdd(id, ev.GetSeq())
 	}
-	res, err := l.commit.write(commitWrite{id: id, seq: ev.GetSeq(), event: b, status: status, end: end, fence: l.fence(id),
-		renew: l.renewal(id, end)})
+	w := commitWrite{id: id, seq: ev.GetSeq(), event: b, status: status, end: end, fence: l.fence(id)}
+	if w.fence != "" {
+		if m, ok := l.pendingMeta.LoadAndDelete(id); ok {
+			w.meta = m.(string)
+		}
+	}
+	w.renew = l.renewal(id, end)
+	res, err := l.commit.write(w)
 	if err != nil || res != "ok" {
 		l.renewed.Delete(id) // the next write checks the log again
 	}
@@ -300,6 +328,7 @@ func (l *RedisLog) renewal(id string, end bool) bool {
 	switch {
 	case end:
 		l.renewed.Delete(id)
+		l.pendingMeta.Delete(id)
 	case renew:
 		l.renewed.Store(id, now)
 		l.forgetStale(now)

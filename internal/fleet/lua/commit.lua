@@ -1,5 +1,5 @@
 -- KEYS: LIVE ENDED SIZES BYTES ENDSEQ | META LOG LEASE FOLLOWED
--- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew
+-- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew meta
 -- Group commit: appends one event per group, in order, each as entry
 -- 0-seq of the log of its id, and with fin = 1 ends that log with status;
 -- a log may have several groups. Fenced (fence is the writer's lease
@@ -21,7 +21,9 @@
 -- or take ttl/16. Otherwise the event is added only to a stream that
 -- exists (XADD NOMKSTREAM): a log dropped or lapsed since is missing.
 -- So an event costs the fence's GET, the XADD, the size and the follow
--- check, and no lookup of its own.
+-- check, and no lookup of its own. A fenced group's meta (not empty)
+-- replaces the log's meta once the event is in: the request a takeover
+-- runs again joins the log with the lease holder's first write.
 -- Answers {replies, evicted}: per group, in order, 'ok', 'fenced',
 -- 'missing' (the log is not in Redis), 'ended', or 'order' (a seq not
 -- above the log's last).
@@ -30,7 +32,7 @@ local replies, notices, written = {}, {}, {}
 -- added is what the writes add to BYTES (one INCRBY, at the end of the
 -- writes); kept, what is kept once the logs evicted are dropped.
 local added = 0
-local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew)
+local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta)
   if fence ~= '' then
     local v = redis.call('GET', LEASE)
     if v and v ~= fence then return 'fenced' end
@@ -46,6 +48,7 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
     if not entry then return 'missing' end
   end
   if type(entry) == 'table' and entry.err then return 'order' end
+  if meta ~= '' and fence ~= '' then redis.call('HSET', META, 'm', meta) end
   local size = #event + #status
   redis.call('HINCRBY', SIZES, id, size)
   added = added + size
@@ -74,8 +77,8 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
 end
 for i = 1, GROUPS do
   local META, LOG, LEASE, FOLLOWED = KEYS_OF(i)
-  local fence, id, seq, event, status, fin, renew = ARGV_OF(i)
-  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew)
+  local fence, id, seq, event, status, fin, renew, meta = ARGV_OF(i)
+  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta)
 end
 -- The oldest ended logs go first, up to 100 at a time.
 local kept, evict, evicted = redis.call('INCRBY', BYTES, added), {}, {}

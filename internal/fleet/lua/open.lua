@@ -4,8 +4,10 @@
 -- until now + ttl), within the bound of maxc logs kept; with a replica
 -- (not empty), takes the completion's lease for it in the same step, as
 -- acquire.lua does (for leasettl ms, a token from TOKEN, which lives
--- tokenttl ms), so that a new resumable completion costs one round trip
--- and its log is never in Redis with its request but without its lease.
+-- tokenttl ms), so that a new resumable completion costs one round trip.
+-- (Its meta comes without the request: the request joins it with the
+-- first write fenced by the lease, commit.lua, once the writer knows its
+-- token.)
 -- Answers {'ok', token (0 without a replica)} then the ids of the oldest
 -- ended logs that the bound evicts (the caller drops each, drop.lua,
 -- since a script declares the keys of its own completion only); {'full'}
