@@ -113,6 +113,11 @@ type Fleet struct {
 	ResumeGrace time.Duration
 	// RedisServer is the redis-server command.
 	RedisServer string
+	// SkipUnshared leaves out the replicas without Redis: by default
+	// each repetition also measures the fleet's replicas alone, each on
+	// its memory, so that the report tells what three processes cost
+	// from what sharing Redis costs.
+	SkipUnshared bool
 	// AttributeFor is the length of the attribution pass at each level:
 	// the fleet again under the same load, unmeasured, with Redis's
 	// MONITOR on, which tells the commands scripts run from those the

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
@@ -11,9 +12,10 @@ import (
 // RunFleet runs the fleet benchmark cfg describes (Config.Fleet, the rest
 // as for Run, in the streaming phase only) and returns its report: at each
 // level and in each repetition the direct calls, one completiond process
-// without Redis and a fleet of Fleet.Replicas completiond processes
-// sharing a fresh redis-server, the two interleaved; then, at each level,
-// the attribution pass (Fleet.AttributeFor).
+// without Redis, the same Fleet.Replicas completiond processes as the
+// fleet without Redis (unless Fleet.SkipUnshared) and a fleet of them
+// sharing a fresh redis-server, interleaved; then, at each level, the
+// attribution pass (Fleet.AttributeFor).
 func RunFleet(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.fleet = true
 	return run(ctx, cfg, func(r *runner) error {
@@ -32,14 +34,18 @@ func RunFleet(ctx context.Context, cfg Config) (*Report, error) {
 	})
 }
 
-// measureFleet measures every level and repetition: completiond alone then
-// the fleet in odd repetitions, the other way round in even ones.
+// measureFleet measures every level and repetition: completiond alone,
+// the replicas without Redis, then the fleet in odd repetitions, the other
+// way round in even ones.
 func (r *runner) measureFleet(ctx context.Context) error {
 	for _, level := range r.cfg.Levels {
 		for rep := 1; rep <= r.cfg.Reps; rep++ {
-			order := []target{direct, completiond, fleetOf}
+			order := []target{direct, completiond, unshared, fleetOf}
 			if rep%2 == 0 {
-				order = []target{direct, fleetOf, completiond}
+				order = []target{direct, fleetOf, unshared, completiond}
+			}
+			if r.cfg.Fleet.SkipUnshared {
+				order = slices.DeleteFunc(order, func(t target) bool { return t == unshared })
 			}
 			if err := r.waitQuiet(ctx, fmt.Sprintf("level %d, rep %d", level, rep)); err != nil {
 				return err
@@ -66,18 +72,23 @@ func (r *runner) request() *completionv1.CompleteRequest {
 	return request("", r.cfg.Fleet.ResumeGrace)
 }
 
-// tryFleet starts a fresh redis-server and the fleet's replicas, each
-// with it as redis.url, and a client with a channel to each replica, the
-// streams taking them in turn; each replica answers one request first.
-func (r *runner) tryFleet(ctx context.Context, model string) (*server, error) {
-	rd, err := r.startRedis(ctx)
-	if err != nil {
-		return nil, err
+// tryFleet starts the fleet's replicas and a client with a channel to
+// each replica, the streams taking them in turn; each replica answers one
+// request first. Shared, they have a fresh redis-server as redis.url;
+// otherwise none (the replicas without Redis, target unshared).
+func (r *runner) tryFleet(ctx context.Context, model string, shared bool) (*server, error) {
+	s := &server{}
+	redisURL := ""
+	if shared {
+		rd, err := r.startRedis(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.redis, redisURL = rd, "redis://"+rd.addr+"/0"
 	}
-	s := &server{redis: rd}
 	addrs := make([]string, r.cfg.Fleet.Replicas)
 	for i := range addrs {
-		p, err := r.startCompletiond(ctx, model, "redis://"+rd.addr+"/0")
+		p, err := r.startCompletiond(ctx, model, redisURL)
 		if err != nil {
 			s.stop()
 			return nil, err
@@ -85,6 +96,7 @@ func (r *runner) tryFleet(ctx context.Context, model string) (*server, error) {
 		s.add(p)
 		addrs[i] = p.addr
 	}
+	var err error
 	if s.client, err = dial(addrs, r.request()); err == nil {
 		err = s.ready(ctx, warmRoute)
 	}

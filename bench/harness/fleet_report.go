@@ -70,9 +70,35 @@ func (r *Report) fleetMarkdown() string {
 	var b strings.Builder
 	r.fleetHeader(&b)
 	r.table(&b, FleetMetrics, fmt.Sprintf("| streams | metric | direct | completiond alone | fleet of %d | fleet ÷ alone |", r.cfg.Fleet.Replicas))
+	r.unsharedTable(&b)
 	r.fleetNotes(&b)
 	r.footer(&b)
 	return b.String()
+}
+
+// unsharedMetrics are the rows of the second table (unsharedTable).
+var unsharedMetrics = []metric{Metrics[0], Metrics[1], FleetMetrics[2]}
+
+// unsharedTable compares the fleet with its replicas without Redis
+// (target unshared), and those with completiond alone: what the fleet's
+// numbers owe to running several processes on the machine, and what to
+// sharing Redis.
+func (r *Report) unsharedTable(b *strings.Builder) {
+	if r.cfg.Fleet.SkipUnshared {
+		return
+	}
+	n := r.cfg.Fleet.Replicas
+	fmt.Fprintf(b, "\nThe same %d replicas without Redis (each keeps its completions in its memory), against completiond alone and against the fleet (ratios within each repetition):\n\n", n)
+	fmt.Fprintf(b, "| streams | metric | completiond alone | %d replicas without Redis | fleet of %d | replicas ÷ alone | fleet ÷ replicas |\n", n, n)
+	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, level := range r.cfg.Levels {
+		for _, mt := range unsharedMetrics {
+			split := r.cellsOfPair(mt, level, completiond, unshared)
+			shared := r.cellsOfPair(mt, level, unshared, fleetOf)
+			fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %s | %s |\n", level, mt.Name, cell(split.base, ""), cell(split.other, ""),
+				cell(shared.other, ""), cell(split.ratio, "×"), cell(shared.ratio, "×"))
+		}
+	}
 }
 
 func (r *Report) fleetHeader(b *strings.Builder) {
@@ -81,15 +107,24 @@ func (r *Report) fleetHeader(b *strings.Builder) {
 	b.WriteString(c.streamingLine())
 	fmt.Fprintf(b, "- servers, each a fresh process per measurement, completiond built from this checkout on its shipped defaults at --log-level %s: "+
 		"*completiond alone*, one process without Redis; *the fleet*, %d completiond replicas with `redis.url` in their config file, sharing one redis-server (%s), "+
-		"a fresh one per measurement on loopback (`--save '' --appendonly no`); upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness\n",
-		c.LogLevel, c.Fleet.Replicas, r.redisVersion)
+		"a fresh one per measurement on loopback (`--save '' --appendonly no`)%s; upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness\n",
+		c.LogLevel, c.Fleet.Replicas, r.redisVersion, c.unsharedText())
 	fmt.Fprintf(b, "- requests: %s\n", c.graceText())
-	fmt.Fprintf(b, "- clients: to completiond alone, one gRPC channel for all the streams; to the fleet, one channel per replica, stream i through replica i mod %d (spread evenly, as a round-robin balancer would)\n",
+	fmt.Fprintf(b, "- clients: to completiond alone, one gRPC channel for all the streams; to the fleet (and its replicas without Redis), one channel per replica, stream i through replica i mod %d (spread evenly, as a round-robin balancer would)\n",
 		c.Fleet.Replicas)
 	b.WriteString("- cells: median of the repetitions (min–max); the ratio is taken within each repetition, over a positive value of completiond alone; " +
 		"server CPU from /proc/<pid>/stat (the fleet: its replicas' summed), Redis's from INFO cpu (used_cpu_sys + used_cpu_user), its commands from INFO commandstats, " +
 		"each a difference from before the first stream of a measurement to after its last one ended\n")
 	r.machineLine(b)
+}
+
+// unsharedText says what the replicas without Redis are, when measured.
+func (c Config) unsharedText() string {
+	if c.Fleet.SkipUnshared {
+		return ""
+	}
+	return fmt.Sprintf("; *replicas without Redis*, the same %d processes and channels as the fleet, each keeping its completions in its memory alone, "+
+		"to tell what running %d processes on this machine costs from what sharing Redis costs (the second table)", c.Fleet.Replicas, c.Fleet.Replicas)
 }
 
 // graceText says what the requests ask for.

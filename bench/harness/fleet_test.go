@@ -64,6 +64,23 @@ func TestFleetSmoke(t *testing.T) {
 	if strings.Contains(md, "not every event reached Redis") {
 		t.Error("the fleet logged some events in memory only")
 	}
+	head := "| streams | metric | completiond alone | 3 replicas without Redis | fleet of 3 | replicas ÷ alone | fleet ÷ replicas |"
+	wantIn(t, md, head, "*replicas without Redis*")
+	_, second, _ := strings.Cut(md, head)
+	rows := rowsAt(second, 3)
+	for _, mt := range unsharedMetrics {
+		cells, ok := rows[mt.Name]
+		if !ok || len(cells) != 5 {
+			t.Errorf("the replicas' table: row %q is %q, want 5 cells", mt.Name, cells)
+			continue
+		}
+		for i, c := range cells[:3] { // each target measured
+			cellValue(t, mt.Name, c, true)
+			if strings.HasPrefix(mt.Name, "server CPU") && cellValue(t, mt.Name, c, true) <= 0 {
+				t.Errorf("%s: column %d is %s", mt.Name, i+1, c)
+			}
+		}
+	}
 }
 
 // checkFleetRow checks the cells of one row: a number for the fleet and,
@@ -180,6 +197,7 @@ func TestFleetTable(t *testing.T) {
 	for rep, cpu := range []time.Duration{100, 300} {
 		r.add(key{10, rep + 1, direct, streaming}, &measurement{load: load{calls: 2, tokens: 2000}})
 		r.add(key{10, rep + 1, completiond, streaming}, &measurement{load: load{calls: 2, tokens: 2000}, serverCPU: cpu * time.Millisecond})
+		r.add(key{10, rep + 1, unshared, streaming}, &measurement{load: load{calls: 2, tokens: 2000}, serverCPU: 3 * cpu / 2 * time.Millisecond})
 		r.add(key{10, rep + 1, fleetOf, streaming}, &measurement{load: load{calls: 2, tokens: 2000}, serverCPU: 2 * cpu * time.Millisecond,
 			redis:       &redisStats{cpu: cpu * time.Millisecond, calls: map[string]int64{"evalsha": 2000, "xadd": 2000, "get": 1000, "ping": 10}},
 			scriptShare: share})
@@ -196,6 +214,8 @@ func TestFleetTable(t *testing.T) {
 		"| 10 | XADD per 1 000 tokens (events appended to the Redis log) | — | — | 1000 | — |",
 		"| 10 | failed streams | 0 | 0 | 0 | — |",
 		"`evalsha` 1000 (sent) · `xadd` 1000 (by scripts) · `get` 500 (50 % by scripts) · `ping` 5.00 (not in the attribution pass: counted as sent)",
+		"| streams | metric | completiond alone | 3 replicas without Redis | fleet of 3 | replicas ÷ alone | fleet ÷ replicas |",
+		"| 10 | server CPU per 1 000 tokens, ms (fleet: its replicas together) | 100 (50.0–150) | 150 (75.0–225) | 200 (100–300) | 1.50× | 1.33× |",
 	)
 	if strings.Contains(md, "not every event reached Redis") {
 		t.Errorf("a warning of missed events with an XADD per token:\n%s", md)

@@ -145,8 +145,16 @@ type cells struct {
 	direct, base, other, ratio []float64
 }
 
-// cellsOf gathers metric mt at level over the repetitions.
+// cellsOf gathers metric mt at level over the repetitions, for the
+// table's pair of targets.
 func (r *Report) cellsOf(mt metric, level int) cells {
+	base, other := r.pair()
+	return r.cellsOfPair(mt, level, base, other)
+}
+
+// cellsOfPair gathers metric mt at level over the repetitions, for the
+// targets base and other, the ratio other's over base's.
+func (r *Report) cellsOfPair(mt metric, level int, base, other target) cells {
 	var c cells
 	for rep := 1; rep <= r.cfg.Reps; rep++ {
 		d := r.results[key{level, rep, direct, mt.phase}]
@@ -155,7 +163,6 @@ func (r *Report) cellsOf(mt metric, level int) cells {
 				c.direct = append(c.direct, v)
 			}
 		}
-		base, other := r.pair()
 		rv, rok := r.value(mt, key{level, rep, base, mt.phase}, d)
 		cv, cok := r.value(mt, key{level, rep, other, mt.phase}, d)
 		if rok {

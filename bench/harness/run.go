@@ -24,6 +24,11 @@ const (
 	// fleetOf is Config.Fleet.Replicas completiond replicas sharing one
 	// redis-server (RunFleet), against completiond alone.
 	fleetOf target = "fleet"
+	// unshared is the fleet's replicas again without Redis (RunFleet,
+	// unless Fleet.SkipUnshared): what splitting the load over
+	// Config.Fleet.Replicas processes costs on the machine, apart from
+	// what sharing Redis costs (the report's second table).
+	unshared target = "replicas"
 )
 
 // phase is one kind of load.

@@ -138,8 +138,8 @@ func (r *runner) startServer(ctx context.Context, t target, model string, stream
 }
 
 func (r *runner) tryServer(ctx context.Context, t target, model string, streams, perChannel int) (*server, error) {
-	if t == fleetOf {
-		return r.tryFleet(ctx, model)
+	if t == fleetOf || t == unshared {
+		return r.tryFleet(ctx, model, t == fleetOf)
 	}
 	var (
 		p     *proc

@@ -60,16 +60,25 @@ func checkTable(t *testing.T, report *Report, err error, progress string, level 
 	return md
 }
 
-// tableRows are the table's rows at level, by metric name: the cells after
-// the name.
+// tableRows are the first table's rows at level, by metric name: the
+// cells after the name.
 func tableRows(t *testing.T, md string, level int) map[string][]string {
 	t.Helper()
+	return rowsAt(md, level)
+}
+
+// rowsAt are the rows at level of the first table in md, by metric name:
+// the cells after the name (a later table's row of the same name is left
+// out).
+func rowsAt(md string, level int) map[string][]string {
 	rows := map[string][]string{}
 	prefix := "| " + strconv.Itoa(level) + " | "
 	for line := range strings.Lines(md) {
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
 			f := strings.Split(strings.TrimSuffix(rest, " |"), " | ")
-			rows[f[0]] = f[1:]
+			if _, seen := rows[f[0]]; !seen {
+				rows[f[0]] = f[1:]
+			}
 		}
 	}
 	return rows

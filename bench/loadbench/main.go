@@ -104,8 +104,10 @@ func parseFleet(args []string, stderr io.Writer) (harness.Config, string, error)
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "after measuring, write CPU profiles of completiond alone and of the fleet's first replica, streaming at the top level, here")
 	fs.DurationVar(&cfg.ProfileFor, "profile-for", cfg.ProfileFor, "length of each profile's load (with -profile-dir)")
 	fs.BoolVar(&cfg.Trace, "trace", false, "with -profile-dir: also write a runtime execution trace of each (go tool trace)")
+	unshared := fs.Bool("unshared", true, "in each repetition, also measure the fleet's replicas without Redis (each on its memory): what running several processes costs, apart from what sharing Redis costs")
 	fs.DurationVar(&cfg.Fleet.AttributeFor, "attribute-for", cfg.Fleet.AttributeFor, "at each level, the fleet again under the same load for this long with Redis's MONITOR on, unmeasured, to tell the commands scripts run from those the replicas send (negative: none)")
 	out, err := finish(args)
+	cfg.Fleet.SkipUnshared = !*unshared
 	return cfg, out, err
 }
 

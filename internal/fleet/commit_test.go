@@ -375,8 +375,7 @@ func scriptCalls(t *testing.T, rdb redis.UniversalClient) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, _ := parseRedisStats(info)
-	return calls
+	return parseRedisStats(info).calls
 }
 
 // pending is the number of writes waiting for the next flush.
