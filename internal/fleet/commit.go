@@ -75,6 +75,10 @@ type commitWrite struct {
 	// meta, when not empty, replaces the log's meta once the write passed
 	// its fence (RedisLog.openLeased: the request joins the log then).
 	meta string
+	// size is what the write adds to the log's size and to the bound of
+	// bytes, once it is in: the bytes of this event and of the writer's
+	// earlier ones not counted yet, or 0 (RedisLog.sizeOf).
+	size int64
 }
 
 // commitBatch is the writes of one flush, and once done is closed, its
@@ -229,7 +233,7 @@ func commitGroups(writes []commitWrite) []redisscript.Group {
 		if w.renew {
 			renew = "1"
 		}
-		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, fin, renew, w.meta}}
+		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, fin, renew, w.meta, w.size}}
 	}
 	return groups
 }

@@ -90,11 +90,9 @@ type RedisLog struct {
 	LeaseTTL time.Duration
 
 	fences sync.Map // id → the lease value its writes need (Fence)
-	// renewed is when this writer last renewed each log it writes (Unix
-	// ms): lua/commit.lua renews a log (and checks that it is there and
-	// has not ended) at a writer's first write and then once LiveTTL/16
-	// has passed, not at every event (renewal).
-	renewed sync.Map
+	// writing is the logWriter of each log this replica writes: when it
+	// last renewed the log, and the bytes of its events not counted yet.
+	writing sync.Map
 	pruned  atomic.Int64 // when forgetStale last ran (Unix ms)
 	// pendingMeta is the encoded meta, with its request, of each log
 	// openLeased opened: it replaces the log's meta with the first write
@@ -287,6 +285,21 @@ func (l *RedisLog) KeptHere(string) bool { return false }
 // already.
 func (l *RedisLog) Adopt(string, Meta, []*completionv1.CompletionEvent, uint64, []byte) {}
 
+// logWriter is what a replica keeps of a log it writes (RedisLog.add):
+// the events of one completion come from one goroutine, its driver's, but
+// forgetStale reads every writer's renewal.
+type logWriter struct {
+	// renewed is when this writer last renewed the log (Unix ms):
+	// lua/commit.lua renews a log (and checks that it is there and has not
+	// ended) at a writer's first write and then once LiveTTL/16 has
+	// passed, not at every event (renewal).
+	renewed atomic.Int64
+	// unsized is the bytes of the events Redis acknowledged that its
+	// bound does not count yet: lua/commit.lua counts an event's size
+	// only when the write carries it (sizeOf), not at every event.
+	unsized atomic.Int64
+}
+
 // add appends ev to the log of id, and with end ends it with status,
 // with the next flush of the group commit (committer). It answers what
 // lua/commit.lua did (ok, missing, ended, order, or fenced when id is
@@ -306,10 +319,21 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 			w.meta = m.(string)
 		}
 	}
-	w.renew = l.renewal(id, end)
+	lw := l.writer(id)
+	w.renew = l.renewal(lw)
+	unsized := lw.unsized.Load()
+	w.size = l.sizeOf(w, unsized)
 	res, err := l.commit.write(w)
-	if err != nil || res != "ok" {
-		l.renewed.Delete(id) // the next write checks the log again
+	switch {
+	case err != nil || res != "ok":
+		l.writing.Delete(id) // the next write checks the log again
+	case end:
+		l.writing.Delete(id)
+		l.pendingMeta.Delete(id)
+	case w.size > 0:
+		lw.unsized.Add(-unsized)
+	default:
+		lw.unsized.Add(int64(len(b) + len(status)))
 	}
 	if err == nil && res == "fenced" {
 		l.refused()
@@ -317,36 +341,65 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	return res, err
 }
 
-// renewal reports whether a write of id is to renew its log: the first
-// this writer makes, and then once LiveTTL/16 has passed since it last
-// renewed it. It forgets the log at its end, and the logs it has not
-// renewed for LiveTTL (lapsed, or written by another replica since).
-func (l *RedisLog) renewal(id string, end bool) bool {
-	now := ms(l.now())
-	last, ok := l.renewed.Load(id)
-	renew := !ok || now-last.(int64) >= l.LiveTTL.Milliseconds()/16
-	switch {
-	case end:
-		l.renewed.Delete(id)
-		l.pendingMeta.Delete(id)
-	case renew:
-		l.renewed.Store(id, now)
-		l.forgetStale(now)
+// writer is the logWriter of id, new at this replica's first write of it
+// (or its first since the writer was forgotten).
+func (l *RedisLog) writer(id string) *logWriter {
+	if lw, ok := l.writing.Load(id); ok {
+		return lw.(*logWriter)
 	}
-	return renew
+	lw, _ := l.writing.LoadOrStore(id, &logWriter{})
+	return lw.(*logWriter)
 }
 
-// forgetStale drops the renewals older than LiveTTL, at most once per
-// LiveTTL/16: the logs of completions that neither ended nor wrote here
-// since (fenced out, or abandoned) lapse in Redis by then.
+// renewal reports whether a write through lw is to renew its log: the
+// first this writer makes, and then once LiveTTL/16 has passed since it
+// last renewed it.
+func (l *RedisLog) renewal(lw *logWriter) bool {
+	now := ms(l.now())
+	last := lw.renewed.Load()
+	if last != 0 && now-last < l.LiveTTL.Milliseconds()/16 {
+		return false
+	}
+	lw.renewed.Store(now)
+	l.forgetStale(now)
+	return true
+}
+
+// sizeOf is the size w is to count in the bound of bytes (0: none), with
+// unsized, the bytes of the writer's earlier events not counted yet: all of
+// them and w's own at a renewal, at the end, or once they reach
+// sizeEvery; otherwise nothing, and w's own are added to unsized once Redis
+// has it. So a running completion's last events, up to sizeEvery bytes,
+// are missing from the total, which is a sixteenth of MaxBytes at most over
+// MaxCompletions logs; an ended log is counted exactly. A writer that
+// stops (its replica died, the log was taken over) leaves its log counted
+// short by as much: the total and the logs' sizes always agree, so that
+// dropping the log takes off what was counted, no more.
+func (l *RedisLog) sizeOf(w commitWrite, unsized int64) int64 {
+	own := int64(len(w.event) + len(w.status))
+	if w.renew || w.end || unsized+own >= l.sizeEvery() {
+		return unsized + own
+	}
+	return 0
+}
+
+// sizeEvery is how many bytes of a log's events may wait to be counted:
+// MaxBytes / MaxCompletions / 16.
+func (l *RedisLog) sizeEvery() int64 {
+	return max(1, l.limits.MaxBytes/int64(l.limits.MaxCompletions)/16)
+}
+
+// forgetStale drops the writers whose renewal is older than LiveTTL, at
+// most once per LiveTTL/16: the logs of completions that neither ended nor
+// wrote here since (fenced out, or abandoned) lapse in Redis by then.
 func (l *RedisLog) forgetStale(now int64) {
 	ttl := l.LiveTTL.Milliseconds()
 	if last := l.pruned.Load(); now-last < ttl/16 || !l.pruned.CompareAndSwap(last, now) {
 		return
 	}
-	l.renewed.Range(func(id, at any) bool {
-		if now-at.(int64) >= ttl {
-			l.renewed.Delete(id)
+	l.writing.Range(func(id, lw any) bool {
+		if now-lw.(*logWriter).renewed.Load() >= ttl {
+			l.writing.Delete(id)
 		}
 		return true
 	})
@@ -540,6 +593,7 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 		if end {
 			w.status = c.status
 		}
+		w.size = int64(len(w.event) + len(w.status)) // each counted: a reshare is rare
 		writes = append(writes, w)
 	}
 	for len(writes) > 0 {

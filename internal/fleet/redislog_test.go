@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
@@ -131,7 +133,70 @@ func TestRedisLogRenewsAtItsFirstWriteThenEverySixteenth(t *testing.T) {
 	if n := rdb.Exists(ctx, redisLogKey("c")).Val(); n != 0 {
 		t.Fatal("the append made a stream for a dropped log")
 	}
-	if _, ok := l.renewed.Load("c"); ok {
+	if _, ok := l.writing.Load("c"); ok {
 		t.Error("a missing log is still counted as renewed: its next write would not check it")
+	}
+}
+
+// TestRedisLogCountsSizesLate: a writer passes its events' bytes to the
+// bound at its log's renewals, at its end, and once sizeEvery of them
+// wait, not at every event; the total always equals the sum of the logs'
+// sizes, and an ended log is counted exactly.
+func TestRedisLogCountsSizesLate(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx := context.Background()
+	clk := &clock{t: time.Unix(1000, 0)}
+	each := int64(proto.Size(logEvent(2, false))) // one digit of seq: every delta here is this long
+	const completions = 10
+	l := NewRedisLog(rdb, config.EventLogLimits{MaxCompletions: completions, MaxBytes: 3 * each * 16 * completions}, clk.now)
+	t.Cleanup(l.Close)
+	l.LiveTTL = 16 * time.Second
+	if l.sizeEvery() != 3*each {
+		t.Fatalf("sizeEvery %d, want %d", l.sizeEvery(), 3*each)
+	}
+	open(t, l, "c", "k")
+	counted := func() int64 {
+		t.Helper()
+		size, _ := rdb.HGet(ctx, redisLogSizes, "c").Int64()
+		total, _ := rdb.Get(ctx, redisLogBytes).Int64()
+		if total != size {
+			t.Fatalf("the total is %d, the only log's size %d", total, size)
+		}
+		return size
+	}
+	for _, step := range []struct {
+		seq     uint64
+		advance time.Duration
+		want    int64 // events counted
+	}{
+		{1, 0, 1},                      // the first write renews: counted
+		{2, 0, 1},                      // one waits
+		{3, 0, 1},                      // two wait
+		{4, 0, 4},                      // three: sizeEvery
+		{5, 0, 4},                      // one waits
+		{6, time.Second, 6},            // a renewal (LiveTTL/16) counts what waits
+		{7, 500 * time.Millisecond, 6}, // no renewal
+	} {
+		clk.add(step.advance)
+		if res, err := l.add("c", logEvent(step.seq, false), nil, false); res != "ok" || err != nil {
+			t.Fatalf("append %d: %s %v", step.seq, res, err)
+		}
+		if got := counted(); got != step.want*each {
+			t.Fatalf("after append %d: %d bytes counted, want %d events' (%d)", step.seq, got, step.want, step.want*each)
+		}
+	}
+	status := []byte("a status")
+	if res, err := l.add("c", logEvent(8, true), status, true); res != "ok" || err != nil {
+		t.Fatalf("end: %s %v", res, err)
+	}
+	var exact int64
+	for _, e := range rdb.XRange(ctx, redisLogKey("c"), "-", "+").Val() {
+		exact += int64(len(e.Values["e"].(string)))
+	}
+	if got := counted(); got != exact+int64(len(status)) {
+		t.Fatalf("the ended log is counted %d bytes, want its events' and status's %d", got, exact+int64(len(status)))
+	}
+	if _, ok := l.writing.Load("c"); ok {
+		t.Error("the writer of an ended log is kept")
 	}
 }

@@ -1,5 +1,5 @@
 -- KEYS: LIVE ENDED SIZES BYTES ENDSEQ | META LOG LEASE FOLLOWED
--- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew meta
+-- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew meta size
 -- Group commit: appends one event per group, in order, each as entry
 -- 0-seq of the log of its id, and with fin = 1 ends that log with status;
 -- a log may have several groups. Fenced (fence is the writer's lease
@@ -20,8 +20,13 @@
 -- keys' TTL are renewed: a live log lapses ttl after its last event, give
 -- or take ttl/16. Otherwise the event is added only to a stream that
 -- exists (XADD NOMKSTREAM): a log dropped or lapsed since is missing.
--- So an event costs the fence's GET, the XADD, the size and the follow
--- check, and no lookup of its own. A fenced group's meta (not empty)
+-- Sizes: a group adds size (not 0) to its log's size in SIZES and to
+-- BYTES, once its event is in: the writer counts its events' bytes itself
+-- and passes them at a renewal, at the end, and whenever enough of them
+-- wait (RedisLog.sizeOf), so that BYTES is always the sum of SIZES, a
+-- running log's last events counted late rather than at every event.
+-- So an event costs the fence's GET, the XADD and the follow check, and
+-- no lookup of its own. A fenced group's meta (not empty)
 -- replaces the log's meta once the event is in: the request a takeover
 -- runs again joins the log with the lease holder's first write.
 -- Answers {replies, evicted}: per group, in order, 'ok', 'fenced',
@@ -32,7 +37,7 @@ local replies, notices, written = {}, {}, {}
 -- added is what the writes add to BYTES (one INCRBY, at the end of the
 -- writes); kept, what is kept once the logs evicted are dropped.
 local added = 0
-local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta)
+local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size)
   if fence ~= '' then
     local v = redis.call('GET', LEASE)
     if v and v ~= fence then return 'fenced' end
@@ -49,9 +54,11 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
   end
   if type(entry) == 'table' and entry.err then return 'order' end
   if meta ~= '' and fence ~= '' then redis.call('HSET', META, 'm', meta) end
-  local size = #event + #status
-  redis.call('HINCRBY', SIZES, id, size)
-  added = added + size
+  size = tonumber(size)
+  if size ~= 0 then
+    redis.call('HINCRBY', SIZES, id, size)
+    added = added + size
+  end
   if fin == '1' then
     local ck = redis.call('HSTRLEN', META, 'ck')
     if ck > 0 then
@@ -77,8 +84,8 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
 end
 for i = 1, GROUPS do
   local META, LOG, LEASE, FOLLOWED = KEYS_OF(i)
-  local fence, id, seq, event, status, fin, renew, meta = ARGV_OF(i)
-  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta)
+  local fence, id, seq, event, status, fin, renew, meta, size = ARGV_OF(i)
+  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size)
 end
 -- The oldest ended logs go first, up to 100 at a time.
 local kept, evict, evicted = redis.call('INCRBY', BYTES, added), {}, {}
