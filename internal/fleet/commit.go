@@ -24,6 +24,9 @@ const (
 	commitMaxBytes  = 1 << 20
 )
 
+// commitFlights is the most flushes in flight at once (committer).
+const commitFlights = 2
+
 // errCommitClosed: the RedisLog was closed before the write.
 var errCommitClosed = errors.New("event log closed")
 
@@ -35,14 +38,21 @@ var errCommitClosed = errors.New("event log closed")
 // completion, at the cost of one Redis command per flush rather than per
 // event.
 //
-// One flush is in flight at a time. The appends that arrive meanwhile make
-// the next one, so that a batch grows with the load by itself. When the
-// last flush carried more than one append (other completions are
-// writing), the next one also waits up to wait after its first append
-// arrived, or until it is full, to carry more: an append waits at most
-// wait plus one flush in flight for its own flush to start. When the last
-// flush carried one (a replica that is idle, or runs one completion), the
-// next starts at once.
+// The appends that arrive while a flush is in flight make the next one,
+// so that a batch grows with the load by itself. When the last flush
+// carried more than one append (other completions are writing), the next
+// one also waits up to wait after its first append arrived, or until it is
+// full, to carry more. When the last flush carried one (a replica that is
+// idle, or runs one completion), the next starts at once.
+//
+// The next flush starts as soon as none is in flight, or beside the one in
+// flight (commitFlights at most) once its first append has waited wait or
+// it is full: so a flush that Redis takes long to answer (a large batch,
+// a busy Redis) does not hold the next one, and while the replica works
+// on one flush's answers Redis runs the next. An append thus waits at most
+// wait for its flush to start, unless commitFlights are in flight. Two
+// flushes in flight never write the same log (the next waits for the one
+// that does): a log's events are appended in order.
 type committer struct {
 	flush func([]commitWrite) (replies, evicted []string, err error)
 	evict func(ids []string)
@@ -52,11 +62,16 @@ type committer struct {
 	mu     sync.Mutex
 	next   *commitBatch
 	closed bool
+	// flights is the flushes in flight, and writing the logs they write
+	// (how many of them write each).
+	flights int
+	writing map[string]int
 
-	kick chan struct{} // a batch got its first write
-	full chan struct{} // the batch reached commitMaxEvents
-	stop chan struct{}
-	done chan struct{}
+	kick   chan struct{} // a batch got its first write
+	full   chan struct{} // the batch reached commitMaxEvents
+	landed chan struct{} // a flush in flight landed
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // commitWrite is one event to append (and with end, the log to end with
@@ -97,8 +112,8 @@ type commitBatch struct {
 // longest a flush waits for more writes under load; sizes sees the number
 // of writes of each flush.
 func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict func([]string), wait func() time.Duration, sizes func(int)) *committer {
-	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, next: newCommitBatch(),
-		kick: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, next: newCommitBatch(), writing: map[string]int{},
+		kick: make(chan struct{}, 1), full: make(chan struct{}, 1), landed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c
 }
@@ -140,7 +155,8 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// close flushes what is pending, and fails the writes that come after.
+// close flushes what is pending, waits for the flushes in flight, and
+// fails the writes that come after.
 func (c *committer) close() {
 	c.mu.Lock()
 	c.closed = true
@@ -149,7 +165,7 @@ func (c *committer) close() {
 	<-c.done
 }
 
-// run flushes batch after batch, one at a time.
+// run starts flush after batch, commitFlights at most in flight.
 func (c *committer) run() {
 	defer close(c.done)
 	last := 0
@@ -158,18 +174,97 @@ func (c *committer) run() {
 		case <-c.kick:
 		case <-c.stop:
 			if b := c.take(); b != nil {
-				c.commit(b)
+				c.launch(b)
 			}
+			c.await(func() bool { return c.flights == 0 })
 			return
 		}
 		if last > 1 {
 			c.linger()
 		}
+		c.awaitFlight()
 		if b := c.take(); b != nil {
-			c.commit(b)
+			c.launch(b)
 			last = len(b.writes)
 		}
 	}
+}
+
+// awaitFlight waits until the pending batch may start: no flush is in
+// flight, or fewer than commitFlights are and the batch's first write has
+// waited wait, or it is full; or the committer closes.
+func (c *committer) awaitFlight() {
+	for {
+		c.mu.Lock()
+		n, d := c.flights, c.wait()-time.Since(c.next.first)
+		if len(c.next.writes) >= commitMaxEvents {
+			d = 0
+		}
+		c.mu.Unlock()
+		switch {
+		case n == 0 || n < commitFlights && d <= 0:
+			return
+		case n >= commitFlights:
+			d = time.Hour // only a landing frees a flight
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-c.landed:
+		case <-t.C:
+		case <-c.full:
+		case <-c.stop:
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// await waits until cond, read under mu, holds: each flush that lands
+// checks it again.
+func (c *committer) await(cond func() bool) {
+	for {
+		c.mu.Lock()
+		ok := cond()
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		<-c.landed
+	}
+}
+
+// launch flushes b beside the flushes in flight, once none of them writes
+// a log b writes.
+func (c *committer) launch(b *commitBatch) {
+	c.await(func() bool {
+		for _, w := range b.writes {
+			if c.writing[w.id] > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	c.mu.Lock()
+	c.flights++
+	for _, w := range b.writes {
+		c.writing[w.id]++
+	}
+	c.mu.Unlock()
+	go c.commit(b)
+}
+
+// land counts b's flush out of the flights, and wakes run.
+func (c *committer) land(b *commitBatch) {
+	c.mu.Lock()
+	c.flights--
+	for _, w := range b.writes {
+		if c.writing[w.id]--; c.writing[w.id] == 0 {
+			delete(c.writing, w.id)
+		}
+	}
+	c.mu.Unlock()
+	signal(c.landed)
 }
 
 // linger waits until wait has passed since the pending batch's first
@@ -207,8 +302,8 @@ func (c *committer) take() *commitBatch {
 	return b
 }
 
-// commit flushes b, releases its writers, then drops the logs its bound
-// evicted: their writers need not wait for that.
+// commit flushes b, lands, releases its writers, then drops the logs its
+// bound evicted: their writers need not wait for that.
 func (c *committer) commit(b *commitBatch) {
 	c.sizes(len(b.writes))
 	var evicted []string
@@ -216,6 +311,7 @@ func (c *committer) commit(b *commitBatch) {
 	if b.err == nil && len(b.replies) != len(b.writes) {
 		b.err = fmt.Errorf("%w: %d replies to %d appends", ErrUnavailable, len(b.replies), len(b.writes))
 	}
+	c.land(b)
 	close(b.done)
 	if len(evicted) > 0 {
 		c.evict(evicted)

@@ -19,13 +19,16 @@ import (
 
 // fakeFlush is a committer's flush that records each batch and answers
 // "ok" to every write; gate, when set, holds each flush until it is
-// closed.
+// closed or gives a token, and hold holds a flush that writes holdID
+// likewise.
 type fakeFlush struct {
 	mu      sync.Mutex
 	batches [][]commitWrite
 	started int
 	gate    chan struct{}
 	once    sync.Once
+	holdID  string
+	hold    chan struct{}
 }
 
 // open lets every flush through from now on.
@@ -48,6 +51,9 @@ func (f *fakeFlush) flush(ws []commitWrite) ([]string, []string, error) {
 	f.mu.Unlock()
 	if f.gate != nil {
 		<-f.gate
+	}
+	if f.hold != nil && slices.ContainsFunc(ws, func(w commitWrite) bool { return w.id == f.holdID }) {
+		<-f.hold
 	}
 	f.mu.Lock()
 	f.batches = append(f.batches, slices.Clone(ws))
@@ -97,10 +103,11 @@ func TestCommitterIdleAddsNoWait(t *testing.T) {
 
 // TestCommitterGroupsWhatArrivesDuringAFlush: the writes that arrive
 // while a flush is in flight go together in the next one, each released
-// with its own reply, in arrival order.
+// with its own reply, in arrival order. (The flush in flight lands within
+// the committer's wait, an hour here: no second flight.)
 func TestCommitterGroupsWhatArrivesDuringAFlush(t *testing.T) {
 	f := &fakeFlush{gate: make(chan struct{})}
-	c := newTestCommitter(t, f, 0)
+	c := newTestCommitter(t, f, time.Hour)
 	var wg sync.WaitGroup
 	first := make(chan error, 1)
 	go func() { _, err := c.write(commitWrite{id: "first"}); first <- err }()
@@ -133,10 +140,11 @@ func TestCommitterGroupsWhatArrivesDuringAFlush(t *testing.T) {
 // TestCommitterWaitsUnderLoadAtMostItsWait: after a flush of several
 // writes, the next waits for more, up to the committer's wait after its
 // first write; a full batch does not wait. Each flush here waits for a
-// token on the gate.
+// token on the gate; past its wait, or full, a batch goes beside the one
+// in flight, so the two may take their tokens in either order.
 func TestCommitterWaitsUnderLoadAtMostItsWait(t *testing.T) {
 	f := &fakeFlush{gate: make(chan struct{})}
-	c := newTestCommitter(t, f, 50*time.Millisecond)
+	c := newTestCommitter(t, f, time.Hour) // until [b c] is in flight: nothing goes beside [a]
 	var wg sync.WaitGroup
 	write := func(id string) {
 		wg.Add(1)
@@ -149,10 +157,12 @@ func TestCommitterWaitsUnderLoadAtMostItsWait(t *testing.T) {
 	waitFor(t, func() bool { return c.pending() == 2 })
 	f.gate <- struct{}{} // [a] flushed; [b c] goes at once (the last had one), to the gate
 	waitFor(t, func() bool { return f.flushing() == 2 })
+	c.wait = func() time.Duration { return 50 * time.Millisecond } // read under mu, after the next write's
 	start := time.Now()
 	write("d")
-	waitFor(t, func() bool { return c.pending() == 1 })
-	f.gate <- struct{}{} // [b c] flushed: the last had two, [d] waits for more
+	// The last had two: [d] waits 50ms for more, then goes beside [b c].
+	waitFor(t, func() bool { return f.flushing() == 3 })
+	f.gate <- struct{}{}
 	f.gate <- struct{}{}
 	waitGroup(t, &wg)
 	if waited := time.Since(start); waited < 50*time.Millisecond {
@@ -171,13 +181,93 @@ func TestCommitterWaitsUnderLoadAtMostItsWait(t *testing.T) {
 	for i := range commitMaxEvents {
 		write(fmt.Sprint("full", i))
 	}
-	waitFor(t, func() bool { return c.pending() == commitMaxEvents })
-	f.gate <- struct{}{} // [y1 y2] flushed: the next would wait an hour, but it is full
+	// The next would wait an hour, but it is full: it goes at once,
+	// beside [y1 y2] at the gate.
+	waitFor(t, func() bool { return f.flushing() == 6 })
+	f.gate <- struct{}{}
 	f.gate <- struct{}{}
 	waitGroup(t, &wg)
-	if got := f.sizes(); !slices.Equal(got, []int{1, 2, 1, 1, 2, commitMaxEvents}) {
-		t.Fatalf("batches %v, want [1 2 1 1 2 %d]", got, commitMaxEvents)
+	if got := f.sizes(); !slices.Equal(slices.Sorted(slices.Values(got)), []int{1, 1, 1, 2, 2, commitMaxEvents}) {
+		t.Fatalf("batches %v, want 1, 2, 1, 1, 2 and %d in some order", got, commitMaxEvents)
 	}
+}
+
+// TestCommitterSecondFlight: while a flush is in flight, the next batch
+// goes beside it once its first write has waited the committer's wait,
+// not before; with two in flight, a third waits for one to land; and a
+// batch that writes a log a flush in flight writes waits for that one,
+// so that a log's events are appended in order.
+func TestCommitterSecondFlight(t *testing.T) {
+	const wait = 30 * time.Millisecond
+	f := &fakeFlush{holdID: "slow", hold: make(chan struct{})}
+	c := newTestCommitter(t, f, wait)
+	t.Cleanup(func() { close(f.hold) })
+	slow := make(chan error, 2)
+	go func() { _, err := c.write(commitWrite{id: "slow", seq: 1}); slow <- err }()
+	waitFor(t, func() bool { return f.flushing() == 1 }) // held
+	start := time.Now()
+	beside := make(chan error, 1)
+	go func() {
+		res, err := c.write(commitWrite{id: "b"})
+		if err == nil && res != "ok" {
+			err = fmt.Errorf("reply %q", res)
+		}
+		beside <- err
+	}()
+	select {
+	case err := <-beside:
+		if err != nil {
+			t.Fatalf("a write beside a held flush: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write of another log waits for the held flush: no second flight")
+	}
+	if waited := time.Since(start); waited < wait {
+		t.Errorf("the second flight started after %v, want it to wait %v for the first to land", waited, wait)
+	}
+
+	// The same log as the held flush: it waits for it, however long.
+	again := make(chan error, 1)
+	go func() { _, err := c.write(commitWrite{id: "slow", seq: 2}); again <- err }()
+	waitFor(t, func() bool { return c.pending() == 0 }) // taken, waiting to launch
+	time.Sleep(3 * wait)
+	if n := f.flushing(); n != 2 {
+		t.Fatalf("%d flushes started, want 2: the second write of the held log must wait for the first", n)
+	}
+	// Meanwhile, the other logs' writes wait too: launches go in order.
+	other := make(chan error, 1)
+	go func() { _, err := c.write(commitWrite{id: "c"}); other <- err }()
+	f.hold <- struct{}{} // the first write of slow lands
+	for _, ch := range []chan error{slow, again, other} {
+		if ch == again {
+			f.hold <- struct{}{} // its own flush holds it too
+		}
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a write still waits")
+		}
+	}
+	var slowSeqs []uint64
+	for _, b := range f.batchesCopy() {
+		for _, w := range b {
+			if w.id == "slow" {
+				slowSeqs = append(slowSeqs, w.seq)
+			}
+		}
+	}
+	if !slices.Equal(slowSeqs, []uint64{1, 2}) {
+		t.Fatalf("the held log's writes flushed as %v, want [1 2]", slowSeqs)
+	}
+}
+
+func (f *fakeFlush) batchesCopy() [][]commitWrite {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.batches)
 }
 
 // waitGroup waits for wg, for at most 30 s.
@@ -196,7 +286,7 @@ func waitGroup(t *testing.T, wg *sync.WaitGroup) {
 // fails as a Redis that does not answer.
 func TestCommitterClose(t *testing.T) {
 	f := &fakeFlush{gate: make(chan struct{})}
-	c := newCommitter(f.flush, func([]string) {}, func() time.Duration { return 0 }, func(int) {})
+	c := newCommitter(f.flush, func([]string) {}, func() time.Duration { return time.Hour }, func(int) {}) // b waits for a
 	done := make(chan error, 2)
 	go func() { _, err := c.write(commitWrite{id: "a"}); done <- err }()
 	waitFor(t, func() bool { return f.flushing() == 1 })

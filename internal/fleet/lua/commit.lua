@@ -87,8 +87,11 @@ for i = 1, GROUPS do
   local fence, id, seq, event, status, fin, renew, meta, size = ARGV_OF(i)
   replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size)
 end
--- The oldest ended logs go first, up to 100 at a time.
-local kept, evict, evicted = redis.call('INCRBY', BYTES, added), {}, {}
+-- The oldest ended logs go first, up to 100 at a time. A call that
+-- counted no bytes (most: sizes are counted late) leaves BYTES and the
+-- bound of bytes alone: it cannot have passed it.
+local kept, evict, evicted = 0, {}, {}
+if added ~= 0 then kept = redis.call('INCRBY', BYTES, added) end
 if kept > maxb then
   for _, old in ipairs(redis.call('ZRANGE', ENDED, 0, 99)) do
     if kept <= maxb then break end
