@@ -94,7 +94,16 @@ type commitWrite struct {
 	// bytes, once it is in: the bytes of this event and of the writer's
 	// earlier ones not counted yet, or 0 (RedisLog.sizeOf).
 	size int64
+	// notify publishes the event's notice to the log's followers; without
+	// it, only a renewal or an end looks for followers itself (and answers
+	// commitOKFollowed when it finds some).
+	notify bool
 }
+
+// commitOKFollowed is lua/commit.lua's reply to a write that renewed or
+// ended a log a replica follows: ok, and the writer notifies its next
+// events (logWriter.followed).
+const commitOKFollowed = "okf"
 
 // commitBatch is the writes of one flush, and once done is closed, its
 // replies (one per write, as lua/commit.lua answers) or its error.
@@ -322,16 +331,17 @@ func (c *committer) commit(b *commitBatch) {
 func commitGroups(writes []commitWrite) []redisscript.Group {
 	groups := make([]redisscript.Group, len(writes))
 	for i, w := range writes {
-		fin, renew := "0", "0"
-		if w.end {
-			fin = "1"
-		}
-		if w.renew {
-			renew = "1"
-		}
-		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, fin, renew, w.meta, w.size}}
+		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, flag(w.end), flag(w.renew), w.meta, w.size, flag(w.notify)}}
 	}
 	return groups
+}
+
+// flag is a boolean argument of a script: "1" or "0".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // commitChunks splits writes into the calls of one flush: commitMaxEvents

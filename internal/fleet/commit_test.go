@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -420,7 +422,8 @@ func TestRedisLogGroupCommitFencesEachCompletion(t *testing.T) {
 		{id: "absent", seq: 2, event: ev(2)},
 		{id: "done", seq: 6, event: ev(6), fence: "3 A"},
 	})
-	if want := []string{"ok", "fenced", "missing", "ended", "ok", "missing", "ended"}; err != nil || !slices.Equal(replies, want) {
+	// The renewal of mine, which a replica follows, answers okf.
+	if want := []string{commitOKFollowed, "fenced", "missing", "ended", "ok", "missing", "ended"}; err != nil || !slices.Equal(replies, want) {
 		t.Fatalf("replies %v %v, want %v", replies, err, want)
 	}
 	if n := rdb.XLen(ctx, redisLogKey("theirs")).Val(); n != 0 {
@@ -510,5 +513,83 @@ func TestRedisLogNotifiesFollowedLogsOnly(t *testing.T) {
 	msg, err := ps.ReceiveMessage(ctx)
 	if err != nil || msg.Payload != "watched 1" {
 		t.Fatalf("first notice %v %v, want watched 1 alone", msg, err)
+	}
+}
+
+// TestRedisLogNotifiesAnnouncedFollowers: a writer looks for followers
+// only at a log's renewals and end; a follower that comes in between
+// announces itself, and the writer then publishes a notice of each event
+// without looking the mark up.
+func TestRedisLogNotifiesAnnouncedFollowers(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(w.Close)
+	f := NewRedisLog(rdb, config.EventLogLimits{}, nil) // another replica's follower
+	t.Cleanup(f.Close)
+	for _, id := range []string{"quiet", "c", "e"} {
+		open(t, w, id, "k")
+		appendRun(w, id, 1, false) // the first write renews: nobody follows yet
+	}
+	exists := func() int64 {
+		t.Helper()
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_exists:calls="); ok {
+				n, _ := strconv.ParseInt(strings.Split(v, ",")[0], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	before := exists()
+	appendOne(t, w, "quiet", 2)
+	if n := exists() - before; n != 0 {
+		t.Fatalf("an append between renewals looked %d keys up, want none", n)
+	}
+
+	ps := rdb.Subscribe(ctx, redisLogChanged)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Read("c", 1); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := ps.ReceiveMessage(ctx); err != nil || msg.Payload != redisFollowedNotice+"c" {
+		t.Fatalf("after the follower's first read: %v %v, want its announce", msg, err)
+	}
+	waitFor(t, func() bool {
+		lw, ok := w.writing.Load("c")
+		return ok && lw.(*logWriter).followed.Load()
+	})
+	appendOne(t, w, "c", 2)
+	if msg, err := ps.ReceiveMessage(ctx); err != nil || msg.Payload != "c 2" {
+		t.Fatalf("the next event of the announced log: %v %v, want its notice", msg, err)
+	}
+
+	// An end looks the mark up itself: noticed even if the writer has not
+	// heard the announce yet.
+	w.followedNow("nobody") // (a log this replica does not write: nothing)
+	if _, err := rdb.Set(ctx, redisFollowedKey("e"), 1, time.Minute).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.End("e", logEvent(2, true), nil); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := ps.ReceiveMessage(ctx); err != nil || msg.Payload != "e 2" {
+		t.Fatalf("the end of a marked log: %v %v, want its notice", msg, err)
+	}
+}
+
+// appendOne appends event seq to id, failing the test unless Redis took it.
+func appendOne(t *testing.T, l *RedisLog, id string, seq uint64) {
+	t.Helper()
+	if res, err := l.add(id, logEvent(seq, false), nil, false); res != "ok" || err != nil {
+		t.Fatalf("append %d to %s: %q %v", seq, id, res, err)
 	}
 }

@@ -154,6 +154,10 @@ func (l *RedisLog) listen(ctx context.Context, ps *redis.PubSub) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			for _, line := range strings.Split(m.Payload, "\n") {
+				if id, ok := strings.CutPrefix(line, redisFollowedNotice); ok {
+					l.followedNow(id)
+					continue
+				}
 				l.wake.notice(parseNotice(line))
 			}
 		case *redis.Subscription:
@@ -298,6 +302,12 @@ type logWriter struct {
 	// bound does not count yet: lua/commit.lua counts an event's size
 	// only when the write carries it (sizeOf), not at every event.
 	unsized atomic.Int64
+	// followed: a replica follows the log, so each event's write asks for
+	// its notice (commitWrite.notify). Set when a follower announces
+	// itself (announce), or when lua/commit.lua found the log marked at a
+	// renewal or the end, where it looks; never cleared: a log followed
+	// once is usually followed to its end.
+	followed atomic.Bool
 }
 
 // add appends ev to the log of id, and with end ends it with status,
@@ -323,7 +333,12 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	w.renew = l.renewal(lw)
 	unsized := lw.unsized.Load()
 	w.size = l.sizeOf(w, unsized)
+	w.notify = lw.followed.Load()
 	res, err := l.commit.write(w)
+	if res == commitOKFollowed {
+		lw.followed.Store(true)
+		res = "ok"
+	}
 	switch {
 	case err != nil || res != "ok":
 		l.writing.Delete(id) // the next write checks the log again
@@ -339,6 +354,13 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 		l.refused()
 	}
 	return res, err
+}
+
+// followedNow marks the log of id followed, if this replica writes it.
+func (l *RedisLog) followedNow(id string) {
+	if lw, ok := l.writing.Load(id); ok {
+		lw.(*logWriter).followed.Store(true)
+	}
 }
 
 // writer is the logWriter of id, new at this replica's first write of it
@@ -468,18 +490,23 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 	defer cancel()
 	var meta *redis.SliceCmd
 	var page, first, last *redis.XMessageSliceCmd
+	var mark *redis.StatusCmd
 	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		// Marked followed before the reads, in one transaction: an append
-		// the reads miss publishes its notice.
-		p.Set(ctx, redisFollowedKey(id), 1, redisFollowedFor)
+		// the reads miss publishes its notice, once its writer knows
+		// (announce).
+		mark = p.SetArgs(ctx, redisFollowedKey(id), 1, redis.SetArgs{TTL: redisFollowedFor, Get: true})
 		meta = p.HMGet(ctx, redisMetaKey(id), "m", "ended", "status")
 		page = p.XRangeN(ctx, redisLogKey(id), "0-"+strconv.FormatUint(after+1, 10), "+", logPageSize+1)
 		first = p.XRangeN(ctx, redisLogKey(id), "-", "+", 1)
 		last = p.XRevRangeN(ctx, redisLogKey(id), "+", "-", 1)
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) { // Nil: the mark is new
 		return Page{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if errors.Is(mark.Err(), redis.Nil) {
+		l.announce(ctx, id)
 	}
 	f := meta.Val()
 	m, ok := f[0].(string)
@@ -525,6 +552,20 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 	}
 	return p, nil
 }
+
+// announce tells the writer of id, whichever replica it is, that the log
+// is followed from now on, so that it publishes a notice of each event it
+// appends (logWriter.followed) without looking the mark up at every event.
+// The events it appends before it hears this are noticed with its next
+// one (an end is always: the writer checks the mark then), or by the
+// wake of every follower each redisWakeAll.
+func (l *RedisLog) announce(ctx context.Context, id string) {
+	_ = l.rdb.Publish(ctx, redisLogChanged, redisFollowedNotice+id).Err()
+}
+
+// redisFollowedNotice starts the line of redisLogChanged that announces a
+// log followed (announce).
+const redisFollowedNotice = "+"
 
 // reshare publishes again to Redis the log of id that this replica kept
 // in its memory alone for a while (Redis did not answer, or lost it),

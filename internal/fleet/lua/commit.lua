@@ -1,5 +1,5 @@
 -- KEYS: LIVE ENDED SIZES BYTES ENDSEQ | META LOG LEASE FOLLOWED
--- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew meta size
+-- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew meta size notify
 -- Group commit: appends one event per group, in order, each as entry
 -- 0-seq of the log of its id, and with fin = 1 ends that log with status;
 -- a log may have several groups. Fenced (fence is the writer's lease
@@ -11,9 +11,13 @@
 -- logs first (their ids are answered: the writer drops each, drop.lua,
 -- since a script declares the keys of the logs it writes only), then the
 -- oldest entries of the logs written, the last of each kept; and one
--- notice names every log appended that a replica follows (FOLLOWED, set by
--- its reads: "id seq" lines), so that the replicas hear only of the logs
--- they wait for.
+-- notice names every log appended that a replica follows ("id seq"
+-- lines), so that the replicas hear only of the logs they wait for: the
+-- groups with notify = 1 (their writer knows the log followed: a
+-- follower's read announced itself, RedisLog.announce), and the renewals
+-- and ends of a log marked followed (FOLLOWED, set by the followers'
+-- reads), which look the mark up themselves and answer 'okf' then, so
+-- that the writer notifies the log's next events.
 -- With renew = 1 (the writer's first write of the log, and then once
 -- ttl/16 has passed since it last renewed it: the writer keeps the time),
 -- the log must exist and not have ended, and its place in LIVE and its
@@ -25,19 +29,19 @@
 -- and passes them at a renewal, at the end, and whenever enough of them
 -- wait (RedisLog.sizeOf), so that BYTES is always the sum of SIZES, a
 -- running log's last events counted late rather than at every event.
--- So an event costs the fence's GET, the XADD and the follow check, and
--- no lookup of its own. A fenced group's meta (not empty)
+-- So an event costs the fence's GET and the XADD, and no lookup of its
+-- own. A fenced group's meta (not empty)
 -- replaces the log's meta once the event is in: the request a takeover
 -- runs again joins the log with the lease holder's first write.
--- Answers {replies, evicted}: per group, in order, 'ok', 'fenced',
--- 'missing' (the log is not in Redis), 'ended', or 'order' (a seq not
--- above the log's last).
+-- Answers {replies, evicted}: per group, in order, 'ok' ('okf' as above),
+-- 'fenced', 'missing' (the log is not in Redis), 'ended', or 'order' (a
+-- seq not above the log's last).
 now, retention, maxe, maxb, ttl = tonumber(now), tonumber(retention), tonumber(maxe), tonumber(maxb), tonumber(ttl)
 local replies, notices, written = {}, {}, {}
 -- added is what the writes add to BYTES (one INCRBY, at the end of the
 -- writes); kept, what is kept once the logs evicted are dropped.
 local added = 0
-local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size)
+local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify)
   if fence ~= '' then
     local v = redis.call('GET', LEASE)
     if v and v ~= fence then return 'fenced' end
@@ -78,14 +82,19 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
     redis.call('PEXPIRE', META, ttl)
     redis.call('PEXPIRE', LOG, ttl)
   end
-  if redis.call('EXISTS', FOLLOWED) == 1 then table.insert(notices, id .. ' ' .. seq) end
   table.insert(written, {LOG, id, tonumber(seq)})
+  if renew == '1' or fin == '1' then
+    if redis.call('EXISTS', FOLLOWED) == 0 then return 'ok' end
+    table.insert(notices, id .. ' ' .. seq)
+    return 'okf'
+  end
+  if notify == '1' then table.insert(notices, id .. ' ' .. seq) end
   return 'ok'
 end
 for i = 1, GROUPS do
   local META, LOG, LEASE, FOLLOWED = KEYS_OF(i)
-  local fence, id, seq, event, status, fin, renew, meta, size = ARGV_OF(i)
-  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size)
+  local fence, id, seq, event, status, fin, renew, meta, size, notify = ARGV_OF(i)
+  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify)
 end
 -- The oldest ended logs go first, up to 100 at a time. A call that
 -- counted no bytes (most: sizes are counted late) leaves BYTES and the
