@@ -65,7 +65,9 @@ const redisFollowedFor = 4 * redisWakeAll
 // lines, or "id" for a log dropped). Only the logs that some replica
 // follows are published: each Read marks its log followed for a while
 // (redisFollowedKey), so that a replica is not woken by every append of
-// every other replica. A Read's More is a channel of a per-id
+// every other replica; the Read that sets the mark announces it ("+id",
+// announce), so that the log's writer notifies its events from then on
+// without looking the mark up at each. A Read's More is a channel of a per-id
 // registry, closed when a notice of the id above the last seq the Read saw
 // arrives (no goroutine and no Redis connection per follower; XREAD BLOCK
 // per follower would hold a connection of the pool each). Every
