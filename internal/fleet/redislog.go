@@ -504,7 +504,10 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 		last = p.XRevRangeN(ctx, redisLogKey(id), "+", "-", 1)
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) { // Nil: the mark is new
+	if err != nil { // the first error, which is the mark's Nil when it is new
+		err = firstFailure(mark, meta, page, first, last)
+	}
+	if err != nil {
 		return Page{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if errors.Is(mark.Err(), redis.Nil) {
@@ -553,6 +556,17 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 		}
 	}
 	return p, nil
+}
+
+// firstFailure is the first error of cmds, a Nil reply (no value) left
+// out.
+func firstFailure(cmds ...redis.Cmder) error {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
 }
 
 // announce tells the writer of id, whichever replica it is, that the log

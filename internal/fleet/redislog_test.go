@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -198,5 +199,23 @@ func TestRedisLogCountsSizesLate(t *testing.T) {
 	}
 	if _, ok := l.writing.Load("c"); ok {
 		t.Error("the writer of an ended log is kept")
+	}
+}
+
+// TestRedisLogReadFailsWhenItsReadsFail: the Read that marks a log
+// followed for the first time gets no value back for the mark (a Nil
+// reply, first in its transaction); a failure of its reads behind it is
+// still a failure, not an empty page.
+func TestRedisLogReadFailsWhenItsReadsFail(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx := context.Background()
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(l.Close)
+	open(t, l, "c", "k")
+	if err := rdb.Set(ctx, redisLogKey("c"), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Read("c", 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a Read whose XRANGE failed: %v, want ErrUnavailable", err)
 	}
 }
