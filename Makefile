@@ -167,6 +167,7 @@ loadbench: ## Load benchmark vs a bare gRPC relay: LOADBENCH_LEVELS streams × L
 # make fleetbench: bench/loadbench fleet (docs/performance.md) — one
 # completiond process against a fleet of 3 replicas sharing a fresh
 # redis-server (installed with apt-get when missing, as make test does),
+# and the same 3 replicas without Redis (-unshared=false: not them),
 # streaming phase only, at FLEETBENCH_LEVELS concurrent streams ×
 # FLEETBENCH_REPS interleaved repetitions, on the shipped defaults; time to
 # first token, server and Redis CPU and Redis commands per 1 000 tokens.
@@ -180,7 +181,7 @@ FLEETBENCH_OUT    ?= fleetbench.md
 FLEETBENCH_FLAGS  ?=
 
 .PHONY: fleetbench
-fleetbench: redis-installed ## Fleet benchmark: completiond alone vs 3 replicas sharing Redis, FLEETBENCH_LEVELS streams × FLEETBENCH_REPS; table to stdout and FLEETBENCH_OUT.
+fleetbench: redis-installed ## Fleet benchmark: completiond alone vs 3 replicas sharing Redis (and without it), FLEETBENCH_LEVELS streams × FLEETBENCH_REPS; table to stdout and FLEETBENCH_OUT.
 	$(GO) run ./bench/loadbench fleet -levels '$(FLEETBENCH_LEVELS)' -reps '$(FLEETBENCH_REPS)' -out '$(FLEETBENCH_OUT)' $(FLEETBENCH_FLAGS)
 
 .PHONY: tools
