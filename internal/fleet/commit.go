@@ -174,7 +174,7 @@ func (c *committer) close() {
 	<-c.done
 }
 
-// run starts flush after batch, commitFlights at most in flight.
+// run starts one flush after another, commitFlights at most in flight.
 func (c *committer) run() {
 	defer close(c.done)
 	last := 0
