@@ -1,33 +1,13 @@
 package fleet
 
 import (
-	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 )
-
-// commandCount counts the commands a client sends (a pipeline's each).
-type commandCount struct{ n atomic.Int64 }
-
-func (c *commandCount) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *commandCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "ping" { // the health check's, on its own clock
-			c.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (c *commandCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
-}
 
 // TestOpenLeasedInOneRoundTrip: a new resumable completion's log and lease
 // cost one script call where they share a Redis; the lease is the one
@@ -43,13 +23,13 @@ func TestOpenLeasedInOneRoundTrip(t *testing.T) {
 	if _, _, err := open("warm"); err != nil { // loads the script: a first NOSCRIPT is not counted
 		t.Fatal(err)
 	}
-	count := &commandCount{}
+	count := &testkit.CommandCounter{}
 	rdb.AddHook(count)
 	l, leaseErr, err := open("c1")
 	if err != nil || leaseErr != nil || l == nil {
 		t.Fatalf("OpenLeased: lease %v, lease error %v, error %v", l, leaseErr, err)
 	}
-	if n := count.n.Load(); n != 1 {
+	if n := count.Count(); n != 1 {
 		t.Errorf("%d Redis commands to open a leased log, want 1", n)
 	}
 	held, ok, err := leases.Holder(t.Context(), "c1")

@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -311,25 +310,6 @@ func TestGateFollowsTheOneHealth(t *testing.T) {
 	}
 }
 
-// countingHook counts the commands (a pipeline's each) a client sends.
-type countingHook struct{ n atomic.Int64 }
-
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "ping" { // the health check's, on its own clock
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 // TestSharedBreakerRoundTrips: an attempt through a closed shared breaker
 // costs no Redis command while the replica's view of it is fresh (Open
 // read it within defaultViewFor), one (its admission) once the view is
@@ -342,7 +322,7 @@ func TestSharedBreakerRoundTrips(t *testing.T) {
 	b := NewFleetBreakers(config.BreakerSettings{Failures: 3, Cooldown: time.Hour}, gate(t, addr))
 	use(b, "warm", failed(recovery.FailServer)) // loads both scripts: a first
 	use(b, "warm", breakerAnswered)             // call's NOSCRIPT is not counted
-	hook := &countingHook{}
+	hook := &testkit.CommandCounter{}
 	b.shared.g.rdb.AddHook(hook)
 	routes := []recovery.Route{{Name: "r"}}
 	cases := []struct {
@@ -365,11 +345,11 @@ func TestSharedBreakerRoundTrips(t *testing.T) {
 			b.shared.viewFor = time.Hour
 			b.Open(routes)
 		}
-		before := hook.n.Load()
+		before := hook.Count()
 		if !use(b, "r", c.ev) {
 			t.Fatalf("%s: refused on a closed circuit", c.name)
 		}
-		if got := hook.n.Load() - before; got != c.want {
+		if got := hook.Count() - before; got != c.want {
 			t.Errorf("%s: %d commands, want %d", c.name, got, c.want)
 		}
 	}

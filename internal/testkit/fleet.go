@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,4 +37,33 @@ func ServerRedisClient(t testing.TB, addr string) *redis.Client {
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// CommandCounter is a redis.Hook that counts the commands a client sends,
+// a pipeline's each; the health check's PINGs, on their own clock, are
+// left out.
+type CommandCounter struct{ n atomic.Int64 }
+
+// Count is the number of commands counted so far.
+func (c *CommandCounter) Count() int64 { return c.n.Load() }
+
+// DialHook implements redis.Hook.
+func (c *CommandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (c *CommandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "ping" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (c *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
 }
