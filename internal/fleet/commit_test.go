@@ -583,6 +583,23 @@ func TestRedisLogNotifiesAnnouncedFollowers(t *testing.T) {
 	if msg, err := ps.ReceiveMessage(ctx); err != nil || msg.Payload != "e 2" {
 		t.Fatalf("the end of a marked log: %v %v, want its notice", msg, err)
 	}
+
+	// A follower of an ended log has nothing to wait for: no announce.
+	if _, err := f.Read("e", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, redisFollowedKey("e")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Read("e", 0); err != nil { // marks it afresh
+		t.Fatal(err)
+	}
+	if err := rdb.Publish(ctx, redisLogChanged, "sentinel").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := ps.ReceiveMessage(ctx); err != nil || msg.Payload != "sentinel" {
+		t.Fatalf("after reads of an ended log: %v %v, want no announce", msg, err)
+	}
 }
 
 // appendOne appends event seq to id, failing the test unless Redis took it.

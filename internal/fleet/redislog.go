@@ -510,9 +510,6 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 	if err != nil {
 		return Page{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if errors.Is(mark.Err(), redis.Nil) {
-		l.announce(ctx, id)
-	}
 	f := meta.Val()
 	m, ok := f[0].(string)
 	if !ok {
@@ -540,6 +537,9 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 		return Page{}, &RangeError{First: lo}
 	}
 	p.Last = hi
+	if errors.Is(mark.Err(), redis.Nil) && !p.Ended { // a new follower of a log still written
+		l.announce(ctx, id)
+	}
 	msgs := page.Val()
 	// A notice above hi that came before wait is kept by the registry, so
 	// that none is lost between the read and the wait.

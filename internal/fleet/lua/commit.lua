@@ -30,16 +30,17 @@
 -- wait (RedisLog.sizeOf), so that BYTES is always the sum of SIZES, a
 -- running log's last events counted late rather than at every event.
 -- So an event costs the fence's GET and the XADD, and no lookup of its
--- own. A fenced group's meta (not empty)
--- replaces the log's meta once the event is in: the request a takeover
--- runs again joins the log with the lease holder's first write.
+-- own. A fenced group's meta (not empty) replaces the log's meta once the
+-- event is in: the request a takeover runs again joins the log with the
+-- lease holder's first write.
 -- Answers {replies, evicted}: per group, in order, 'ok' ('okf' as above),
 -- 'fenced', 'missing' (the log is not in Redis), 'ended', or 'order' (a
 -- seq not above the log's last).
 now, retention, maxe, maxb, ttl = tonumber(now), tonumber(retention), tonumber(maxe), tonumber(maxb), tonumber(ttl)
 local replies, notices, written = {}, {}, {}
 -- added is what the writes add to BYTES (one INCRBY, at the end of the
--- writes); kept, what is kept once the logs evicted are dropped.
+-- writes, unless it is 0); kept, what is kept once the logs evicted are
+-- dropped.
 local added = 0
 local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify)
   if fence ~= '' then
