@@ -5,14 +5,19 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 )
@@ -187,5 +192,98 @@ func TestFleetRedisRestartMidRun(t *testing.T) {
 	replay, ast := attachAll(ctx, b.client, nid, 0)
 	if ast.Code() != codes.OK || !slices.Equal(testkit.Seqs(replay), testkit.Seqs(evs)) {
 		t.Fatalf("attach on B once Redis is back: %v, seqs %v, want %v", ast, testkit.Seqs(replay), testkit.Seqs(evs))
+	}
+}
+
+// holdOpen is a Redis hook that holds every open.lua call (the one
+// script that declares both the live set and a lease's token counter)
+// until release is closed; opening is closed at the first one held.
+type holdOpen struct {
+	release, opening chan struct{}
+	once             sync.Once
+}
+
+func (h *holdOpen) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdOpen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		var live, token bool
+		for _, a := range cmd.Args() {
+			s, _ := a.(string)
+			live = live || s == "completiond:logs:live"
+			token = token || strings.HasPrefix(s, "completiond:lease:token:")
+		}
+		if live && token {
+			h.once.Do(func() { close(h.opening) })
+			select {
+			case <-h.release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *holdOpen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestFleetStreamOpensItsLogBesideTheUpstreamCall: a resumable Stream of
+// a fleet replica opens its Redis log, and takes its lease, with its
+// started event on the goroutine that writes that event ahead: the
+// upstream call starts while the open is in flight, no event reaches the
+// caller before the open is done, and the log another replica reads holds
+// every event in order, the started one first.
+func TestFleetStreamOpensItsLogBesideTheUpstreamCall(t *testing.T) {
+	addr := redistest.Start(t)
+	hold := &holdOpen{release: make(chan struct{}), opening: make(chan struct{})}
+	a := newTestEnv(t, func(c *Config) {
+		withRedis(t, addr, nil)(c)
+		c.Redis.AddHook(hold)
+		c.Leases = fleet.NewRedisLeases(c.Redis, 2*time.Second) // in the log's Redis: one script opens both
+	})
+	b := newTestEnv(t, withRedis(t, addr, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := a.client.Stream(ctx, resumable(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var received atomic.Int64
+	done := make(chan []*completionv1.CompletionEvent, 1)
+	var rst *status.Status
+	go func() {
+		evs, s := recvAll(func() (*completionv1.CompletionEvent, error) {
+			ev, err := st.Recv()
+			if err == nil {
+				received.Add(1)
+			}
+			return ev, err
+		})
+		rst = s
+		done <- evs
+	}()
+	select {
+	case <-hold.opening:
+	case <-ctx.Done():
+		t.Fatal("no open.lua call")
+	}
+	for a.upstream.calls.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the upstream call waited for the log's open")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := received.Load(); n != 0 {
+		t.Errorf("%d events received before the log's open was done", n)
+	}
+	close(hold.release)
+	evs := <-done
+	if rst.Code() != codes.OK || len(evs) < 3 || evs[0].GetStarted() == nil {
+		t.Fatalf("stream: %v, %d events; want OK, started first", rst, len(evs))
+	}
+	replay, ast := attachAll(ctx, b.client, evs[0].GetStarted().GetCompletionId(), 0)
+	if ast.Code() != codes.OK || !slices.Equal(testkit.Seqs(replay), testkit.Seqs(evs)) {
+		t.Fatalf("replay through B: %v, seqs %v, want %v", ast, testkit.Seqs(replay), testkit.Seqs(evs))
 	}
 }

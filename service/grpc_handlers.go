@@ -212,7 +212,7 @@ func (s *Server) streamResumable(req *completionv1.CompleteRequest, stream grpc.
 	if err != nil {
 		return err
 	}
-	o := s.own(&sp, lease, cancel)
+	o := s.own(ctx, &sp, lease, cancel)
 	defer s.disown(sp.ID, o)
 	c := driver.New(sp)
 	leave, end := s.holds.start(c.ID(), grace, cancel)
@@ -350,7 +350,7 @@ func (s *Server) specify(ctx context.Context, id string, req *completionv1.Compl
 	}
 	// A completion another replica may take over saves checkpoints: the
 	// taking over replica continues from the last one.
-	mc.Checkpoints = lease.lease != nil || takeover
+	mc.Checkpoints = lease.lease != nil || lease.opening != nil || takeover
 	return driver.Spec{
 		ID: id, Request: req, Routes: routes, Machine: mc, Schema: schema,
 		Caller: driver.Stateless{}, Key: CallerName(ctx), Observer: s.obs, Breakers: s.breakers, Now: s.cfg.Now, Rand: s.cfg.Rand,
@@ -402,7 +402,7 @@ func (s *Server) admit(ctx context.Context, id string, req *completionv1.Complet
 		} else {
 			meta.Request, _ = proto.Marshal(req)
 		}
-		a, err = s.openLeased(ctx, id, meta)
+		a, err = s.openResumable(ctx, id, meta, start)
 	} else {
 		err = s.log.Open(id, meta)
 	}
@@ -437,10 +437,27 @@ func (s *Server) releaseClaim(ctx context.Context, c *idemClaim, resumable bool,
 	}
 }
 
-// acquired is the lease admit acquired, at from (before it was asked).
+// acquired is the lease admit acquired, at from (before it was asked);
+// or the opening of a log that takes its lease with its first event.
 type acquired struct {
-	lease *fleet.Lease
-	from  time.Time
+	lease   *fleet.Lease
+	from    time.Time
+	opening *fleet.Opening
+}
+
+// openResumable opens the log of a new resumable completion id of a fleet
+// replica, under its lease. A Stream's log opens with its first event
+// (fleet.OpenAhead: its open goes to Redis beside the upstream call, not
+// before it); a Session's, and a start that claimed an idempotency key
+// (whose record says the log is open, c.opened), open before it runs.
+func (s *Server) openResumable(ctx context.Context, id string, meta fleet.Meta, start *completionv1.SessionStart) (acquired, error) {
+	if c := claimFrom(ctx); start == nil && (c == nil || c.rec.ID != id) {
+		op, err := fleet.OpenAhead(s.log, s.cfg.Leases, id, s.cfg.Replica, meta)
+		if op != nil || err != nil {
+			return acquired{opening: op}, err
+		}
+	}
+	return s.openLeased(ctx, id, meta)
 }
 
 // openLeased opens the log of a new completion id under its lease
@@ -455,13 +472,18 @@ func (s *Server) openLeased(ctx context.Context, id string, meta fleet.Meta) (ac
 	defer cancel()
 	l, leaseErr, err := fleet.OpenLeased(actx, s.log, ls, id, s.cfg.Replica, meta)
 	if l == nil && err == nil {
-		s.cfg.Logger.WarnContext(ctx, "no lease for a resumable completion (redis unreachable or its log full?): it runs on this replica alone, and no other replica can take it over if this one dies",
-			"completion_id", id, "error", leaseErr.Error())
+		s.unleased(ctx, id, leaseErr)
 	}
 	if l == nil {
 		return acquired{}, err
 	}
 	return acquired{lease: l, from: from}, nil
+}
+
+// unleased says that the resumable completion id got no lease (why: err).
+func (s *Server) unleased(ctx context.Context, id string, err error) {
+	s.cfg.Logger.WarnContext(ctx, "no lease for a resumable completion (redis unreachable or its log full?): it runs on this replica alone, and no other replica can take it over if this one dies",
+		"completion_id", id, "error", err.Error())
 }
 
 // Running counts the completions that run, so that a drain can refuse new

@@ -43,7 +43,7 @@ func (s *Server) sessionResumable(stream sessionStream, start *completionv1.Sess
 		return err
 	}
 	sp.Observe = sess.register // before the log: a caller may answer what it reads there
-	o := s.own(&sp, lease, cancel)
+	o := s.own(ctx, &sp, lease, cancel)
 	c := driver.New(sp)
 	leave, end := s.holds.start(c.ID(), grace, cancel)
 	s.sessions.add(c.ID(), sess)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -62,19 +63,60 @@ var errLeaseLostCause = errors.New("this replica lost the completion's lease")
 
 // own makes this replica the owner of the completion of sp, starting here,
 // under the lease a admit acquired for it, and fences its writes with it
-// (sp.Fence); nil when it has none (no leases, or they did not answer).
+// (sp.Fence); or, when its log opens with its first event (a.opening), has
+// sp.Open open it and take its lease then. The owner holds no Ownership
+// when the completion has no lease (no leases, or they did not answer).
 // cancel stops the completion if the lease is lost. (Ownership is the
 // lease's; a resume grace keeps a completion running, holds.)
-func (s *Server) own(sp *driver.Spec, a acquired, cancel context.CancelCauseFunc) *fleet.Ownership {
-	if a.lease == nil {
-		return nil
+func (s *Server) own(ctx context.Context, sp *driver.Spec, a acquired, cancel context.CancelCauseFunc) *owner {
+	w := &owner{}
+	switch {
+	case a.opening != nil:
+		s.ownWhenOpen(ctx, sp, a.opening, w, cancel)
+	case a.lease != nil:
+		o := s.ownLease(sp.ID, *a.lease, a.from, cancel)
+		w.o.Store(o)
+		sp.Fence = o.Running
 	}
-	return s.ownLease(sp, *a.lease, a.from, cancel)
+	return w
 }
 
-// ownLease makes the completion of sp run under lease l, acquired at from.
-func (s *Server) ownLease(sp *driver.Spec, l fleet.Lease, from time.Time, cancel context.CancelCauseFunc) *fleet.Ownership {
+// ownWhenOpen has the completion of sp open its log with its first event
+// (sp.Open, on the driver's goroutine that writes it ahead) under the
+// lease that open takes: its Ownership starts then, and its request joins
+// the shared log beside the completion (fleet.Opening.JoinRequest). Until
+// then, nothing is fenced: nothing is written before the open.
+func (s *Server) ownWhenOpen(ctx context.Context, sp *driver.Spec, op *fleet.Opening, w *owner, cancel context.CancelCauseFunc) {
 	id := sp.ID
+	sp.Fence = w.running
+	sp.Open = func(first *completionv1.CompletionEvent) func() {
+		from := time.Now() // the clock of fleet.Ownership, which synctest fakes in tests
+		l, err := op.Open(first)
+		if l == nil {
+			s.unleased(ctx, id, err)
+			return nil
+		}
+		w.o.Store(s.ownLease(id, *l, from, cancel))
+		return op.JoinRequest
+	}
+}
+
+// owner is the Ownership of a completion this replica runs, once it has
+// one: at its start, or when its log opens (ownWhenOpen).
+type owner struct {
+	o atomic.Pointer[fleet.Ownership]
+}
+
+// running is the completion's fence: its lease is still this replica's,
+// or it has none.
+func (w *owner) running() bool {
+	o := w.o.Load()
+	return o == nil || o.Running()
+}
+
+// ownLease makes the completion id run under lease l, acquired at from;
+// the caller fences its writes with the Ownership's Running.
+func (s *Server) ownLease(id string, l fleet.Lease, from time.Time, cancel context.CancelCauseFunc) *fleet.Ownership {
 	lost := func() bool {
 		if s.log.KeptHere(id) {
 			// The shared log lacks what this replica ran on its own while
@@ -92,17 +134,22 @@ func (s *Server) ownLease(sp *driver.Spec, l fleet.Lease, from time.Time, cancel
 			"completion_id", id, "replica", s.cfg.Replica)
 	}
 	o := fleet.Own(s.cfg.Leases, l, from, s.log.Fenced(), lost, stale)
-	sp.Fence = o.Running
 	s.log.Fence(id, l)
 	s.owned.add(id, o)
 	return o
 }
 
-// disown ends the ownership o of completion id, releasing its lease.
-func (s *Server) disown(id string, o *fleet.Ownership) {
-	if o == nil {
-		return
+// disown ends the ownership of completion id that w holds, if any,
+// releasing its lease. It runs once the completion's Run has returned,
+// when its log's open (and so w) is done.
+func (s *Server) disown(id string, w *owner) {
+	if o := w.o.Load(); o != nil {
+		s.dropOwnership(id, o)
 	}
+}
+
+// dropOwnership ends ownership o of completion id, releasing its lease.
+func (s *Server) dropOwnership(id string, o *fleet.Ownership) {
 	s.owned.remove(id)
 	o.End()
 	s.log.Unfence(id)
@@ -224,7 +271,8 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 		}
 		return nil, err
 	}
-	o := s.ownLease(&sp, l, from, cancel)
+	o := s.ownLease(id, l, from, cancel)
+	sp.Fence = o.Running
 	c := driver.New(sp)
 	s.cfg.Logger.InfoContext(ctx, "took a completion over", "completion_id", id, "from_replica", sp.TakenFrom,
 		"replica", s.cfg.Replica, "lease_token", l.Token, "after_seq", sp.AfterSeq)
@@ -236,7 +284,7 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 	go func() {
 		defer cancel(context.Canceled)
 		defer end()
-		defer s.disown(id, o)
+		defer s.dropOwnership(id, o)
 		if sess != nil {
 			s.runDetached(cctx, c)
 			return

@@ -37,7 +37,7 @@ type Completion struct {
 // New returns the completion of sp.
 func New(sp Spec) *Completion {
 	out := &outbox{send: sp.Send, settled: sp.Settled, unsettled: sp.Held,
-		log: sp.Log, id: sp.ID, observe: sp.Observe, fence: sp.Fence, seq: sp.AfterSeq, hooks: sp.Hooks}
+		log: sp.Log, id: sp.ID, observe: sp.Observe, fence: sp.Fence, seq: sp.AfterSeq, hooks: sp.Hooks, open: sp.Open}
 	if out.unsettled == nil {
 		out.unsettled = map[int][]*completionv1.CompletionEvent{}
 	}

@@ -43,14 +43,20 @@ type outbox struct {
 	// (ahead), which overlap with what the driver does next; every
 	// operation that numbers, logs or reads the send's outcome awaits it.
 	pending *aheadWrite
+	// open, when set, opens the log with the first event (Spec.Open).
+	open func(*completionv1.CompletionEvent) func()
+	// finishing, once the write ahead is awaited, is closed when its
+	// goroutine ends.
+	finishing chan struct{}
 }
 
 // aheadWrite is an event written and sent on a goroutine of its own
 // (ahead): done is closed once it is, refused and sendFailed say how it
-// went. The outbox's own fields are the driver goroutine's alone; await
-// applies these to them.
+// went; finished, once what the log's open left to do (Spec.Open's then)
+// is done too, and the goroutine ends. The outbox's own fields are the
+// driver goroutine's alone; await applies these to them.
 type aheadWrite struct {
-	done                chan struct{}
+	done, finished      chan struct{}
 	refused, sendFailed bool
 }
 
@@ -60,10 +66,12 @@ type aheadWrite struct {
 // upstream call) instead of delaying the first token by one more. Only the
 // started event goes ahead: nothing is numbered after it before the write
 // ends (await), so the log and the caller still get every event in seq
-// order, and none before the log holds it. The goroutine ends by itself
-// (a log write is bounded); every way out of Run awaits it (end).
+// order, and none before the log holds it. With Spec.Open, the write
+// opens the log (its open's round trip, too, beside the upstream call).
+// The goroutine ends by itself (a log write is bounded); every way out of
+// Run awaits it (end).
 func (o *outbox) ahead(ev *completionv1.CompletionEvent) {
-	if o.log == nil || !o.log.Fenced() { // a log in memory: no round trip to overlap
+	if o.open == nil && (o.log == nil || !o.log.Fenced()) { // a log in memory: no round trip to overlap
 		o.sendNumbered(ev)
 		return
 	}
@@ -71,17 +79,29 @@ func (o *outbox) ahead(ev *completionv1.CompletionEvent) {
 		return
 	}
 	o.number(ev)
-	w := &aheadWrite{done: make(chan struct{})}
+	w := &aheadWrite{done: make(chan struct{}), finished: make(chan struct{})}
 	o.pending = w
-	log, id, send := o.log, o.id, o.send
+	log, id, send, open := o.log, o.id, o.send, o.open
 	go func() {
-		defer close(w.done)
-		if err := log.Append(id, ev); errors.Is(err, fleet.ErrFenced) {
-			w.refused = true
-			return
+		defer close(w.finished)
+		if then := w.write(log, id, send, open, ev); then != nil {
+			then()
 		}
-		w.sendFailed = send(ev) != nil
 	}()
+}
+
+// write logs ev (opening the log with it, with open) and sends it, then
+// closes done; it returns what open left to do.
+func (w *aheadWrite) write(log fleet.Log, id string, send func(*completionv1.CompletionEvent) error, open func(*completionv1.CompletionEvent) func(), ev *completionv1.CompletionEvent) (then func()) {
+	defer close(w.done)
+	if open != nil {
+		then = open(ev)
+	} else if err := log.Append(id, ev); errors.Is(err, fleet.ErrFenced) {
+		w.refused = true
+		return nil
+	}
+	w.sendFailed = send(ev) != nil
+	return then
 }
 
 // await waits for the write ahead, if any, and takes in its outcome.
@@ -92,11 +112,22 @@ func (o *outbox) await() {
 	}
 	<-w.done
 	o.pending = nil
+	o.finishing = w.finished
 	if w.refused {
 		o.fenced, o.unreachable = true, true
 	}
 	if w.sendFailed {
 		o.unreachable = true
+	}
+}
+
+// awaitAll is await, which also waits for the goroutine of the write
+// ahead to end: what it did after the write is done before the log ends.
+func (o *outbox) awaitAll() {
+	o.await()
+	if o.finishing != nil {
+		<-o.finishing
+		o.finishing = nil
 	}
 }
 
@@ -172,7 +203,7 @@ func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
 // status the completion ends with, and sends it.
 func (o *outbox) end(attempt, turn int, result *completionv1.CompletionEvent, status []byte) {
 	result.Attempt, result.Turn = int32(attempt), int32(turn)
-	o.await()
+	o.awaitAll()
 	if o.stopped() {
 		return
 	}

@@ -191,3 +191,88 @@ func TestStartedIsWrittenAheadOfTheCall(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenGoesAheadWithTheStartedEvent: with Spec.Open, the log opens
+// with the started event on the goroutine that writes it ahead: the
+// upstream call starts while the open is in flight, nothing is sent or
+// logged before it returns, the started event is not appended a second
+// time, and what the open leaves to do runs beside the completion, done
+// before the result is logged.
+func TestOpenGoesAheadWithTheStartedEvent(t *testing.T) {
+	testkit.NoLeaks(t)
+	mem := fleet.NewMemLog(config.EventLogLimits{}, time.Now)
+	log := &sharedLog{MemLog: mem, gate: make(chan struct{})}
+	close(log.gate)
+	up := &gatedScript{called: make(chan struct{})}
+	opening, opened, joining := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var joined bool
+	sp := spec(up, nil)
+	sp.Log = log
+	sp.Open = func(first *completionv1.CompletionEvent) func() {
+		<-opening
+		if err := mem.Open(sp.ID, fleet.Meta{}); err != nil {
+			t.Error(err)
+		}
+		mem.Append(sp.ID, first)
+		close(opened)
+		return func() {
+			<-joining
+			joined = true
+		}
+	}
+	var mu sync.Mutex
+	var sent []*completionv1.CompletionEvent
+	sp.Send = func(ev *completionv1.CompletionEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		sent = append(sent, ev)
+		return nil
+	}
+	c := New(sp)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run(context.Background())
+		done <- err
+	}()
+	select {
+	case <-up.called:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream call waited for the log's open")
+	}
+	mu.Lock()
+	early := len(sent)
+	mu.Unlock()
+	if early != 0 {
+		t.Errorf("%d events sent before the log opened", early)
+	}
+	close(opening)
+	<-opened
+	select {
+	case err := <-done:
+		t.Fatalf("Run ended (%v) before what the open left to do was done", err)
+	case <-time.After(50 * time.Millisecond): // the result waits for it
+	}
+	close(joining)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !joined {
+		t.Error("what the open left to do did not run")
+	}
+	got := testkit.Seqs(sent)
+	if len(got) < 3 || sent[0].GetStarted() == nil || sent[len(sent)-1].GetResult() == nil {
+		t.Errorf("sent %v, want started, the word … the result", sent)
+	}
+	for i, seq := range got {
+		if seq != uint64(i+1) {
+			t.Fatalf("sent seqs %v, want 1, 2, 3 …", got)
+		}
+	}
+	if !slices.Equal(log.order, got[1:]) {
+		t.Errorf("appended seqs %v, want %v: every event but the started one, which the open logged", log.order, got[1:])
+	}
+	page, err := mem.Read(sp.ID, 0)
+	if err != nil || !slices.Equal(testkit.Seqs(page.Events), got) {
+		t.Errorf("the log holds %v (%v), want %v", page.Events, err, got)
+	}
+}

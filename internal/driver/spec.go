@@ -73,6 +73,15 @@ type Spec struct {
 	Settled bool
 	// Log keeps every numbered event, for Attach; nil keeps none.
 	Log fleet.Log
+	// Open, when set, opens the completion's log with its first event,
+	// the started event (fleet.Opening: in Redis, under the completion's
+	// lease, in one round trip): Run calls it instead of appending that
+	// event to Log, on the goroutine that writes the event ahead, beside
+	// the upstream call (outbox.ahead); nothing else is numbered before
+	// it returns. What it returns, when not nil, runs on that goroutine
+	// next, beside the completion (the request joining the shared log);
+	// the result is numbered only once it is done.
+	Open func(first *completionv1.CompletionEvent) (then func())
 	// Observe, when set, sees every numbered event before it is logged or
 	// sent: a resumable Session registers there the calls and hook
 	// requests its caller may answer, before any caller can read them.

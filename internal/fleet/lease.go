@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redisscript"
 )
 
@@ -501,3 +502,55 @@ func OpenLeased(ctx context.Context, lg Log, leases Leases, id, replica string, 
 	}
 	return &l, nil, nil
 }
+
+// Opening is a new completion whose log is open in this replica's memory,
+// and opens in Redis with its first event, under the completion's lease
+// (Open). OpenAhead makes one.
+type Opening struct {
+	log         *PairLog
+	ttl         time.Duration
+	id, replica string
+	meta        Meta
+}
+
+// OpenAhead opens the log of a new completion id in lg's memory, with
+// meta, and answers the Opening that opens it in Redis, under the lease of
+// id for replica, with the completion's first event: where lg is a
+// PairLog whose Redis holds leases too. Otherwise it answers nil and does
+// nothing (OpenLeased opens the log). The error is the memory log's
+// refusal (errLogFull: a resumable completion cannot run).
+//
+// So the first round trip of a new completion to Redis, its open with its
+// lease, goes with its first event (the started event, which the driver
+// writes beside the upstream call) instead of coming before the call.
+func OpenAhead(lg Log, leases Leases, id, replica string, meta Meta) (*Opening, error) {
+	p, ok := lg.(*PairLog)
+	if !ok {
+		return nil, nil
+	}
+	rl, ok := leases.(*redisLeases)
+	if !ok || rl.rdb != p.redis.rdb {
+		return nil, nil
+	}
+	if err := p.mem.Open(id, meta); err != nil {
+		return nil, err
+	}
+	return &Opening{log: p, ttl: rl.ttl, id: id, replica: replica, meta: meta}, nil
+}
+
+// Open opens the completion's log in Redis with first, its first event,
+// and takes its lease, in one round trip (open.lua), then logs first here
+// too. Without a lease (nil, and why: Redis down or full, or the lease
+// held), the completion runs on this replica alone and is never taken
+// over, as OpenLeased's would; first is logged all the same.
+func (o *Opening) Open(first *completionv1.CompletionEvent) (*Lease, error) {
+	return o.log.shareLeased(o.id, o.replica, o.ttl, o.meta, first)
+}
+
+// JoinRequest writes the completion's request into its Redis log, fenced
+// by the lease Open gave, unless a write of the log carried it already:
+// from then on another replica may take the completion over (run its
+// request again) should this one die. Call it once the log is fenced by
+// that lease (Log.Fence); a write that fails leaves the request to the
+// log's next write. It may run beside the log's writes.
+func (o *Opening) JoinRequest() { o.log.redis.joinRequest(o.id) }

@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/completiond/completiond/config"
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 )
@@ -84,6 +88,119 @@ func TestOpenLeasedInOneRoundTrip(t *testing.T) {
 		page, err := read("c2", 0)
 		if err != nil || len(page.Meta.Request) != 0 {
 			t.Errorf("%s log without the lease keeps the request %q (%v)", name, page.Meta.Request, err)
+		}
+	}
+}
+
+// TestOpenAheadOpensWithTheFirstEvent: a Stream's log opens in memory
+// first, then in Redis with its first event and its lease in one script
+// call; the request joins it with JoinRequest (one call) or with the
+// first fenced write, whichever comes first; the first event's bytes are
+// counted with the writer's first write, as an appended event's are.
+func TestOpenAheadOpensWithTheFirstEvent(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	f := newPair(t, rdb)
+	leases := NewRedisLeases(rdb, 2*time.Second)
+	meta := Meta{Replica: "A", Request: []byte("request")}
+	if op, err := OpenAhead(NewMemLog(config.EventLogLimits{}, time.Now), leases, "m", "A", meta); op != nil || err != nil {
+		t.Fatalf("OpenAhead on a log in memory: %v, %v; want nothing", op, err)
+	}
+	first := &completionv1.CompletionEvent{Seq: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{CompletionId: "c1"}}}
+	if op, err := OpenAhead(f, leases, "warm", "A", meta); err == nil { // loads the scripts: a first NOSCRIPT is not counted
+		l, _ := op.Open(first)
+		f.Fence("warm", *l)
+		op.JoinRequest()
+	}
+	count := &testkit.CommandCounter{}
+	rdb.AddHook(count)
+	op, err := OpenAhead(f, leases, "c1", "A", meta)
+	if op == nil || err != nil {
+		t.Fatalf("OpenAhead: %v, %v", op, err)
+	}
+	if n := count.Count(); n != 0 {
+		t.Errorf("%d Redis commands before the first event, want 0", n)
+	}
+	if _, err := f.mem.Read("c1", 0); err != nil {
+		t.Errorf("the memory log is not open before the first event: %v", err)
+	}
+	l, err := op.Open(first)
+	if l == nil || err != nil {
+		t.Fatalf("Open: %v, %v", l, err)
+	}
+	if n := count.Count(); n != 1 {
+		t.Errorf("%d Redis commands to open with the first event, want 1", n)
+	}
+	if held, ok, err := leases.Holder(t.Context(), "c1"); err != nil || !ok || held != *l {
+		t.Errorf("Holder: %+v %t %v, want %+v", held, ok, err, *l)
+	}
+	for name, read := range map[string]func(string, uint64) (Page, error){"Redis": f.redis.Read, "memory": f.mem.Read} {
+		page, err := read("c1", 0)
+		if err != nil || len(page.Events) != 1 || page.Events[0].GetStarted().GetCompletionId() != "c1" {
+			t.Errorf("%s log after Open: %v, %v; want the started event", name, page.Events, err)
+		}
+	}
+	request := func(id string) string {
+		t.Helper()
+		page, err := f.redis.Read(id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(page.Meta.Request)
+	}
+	if got := request("c1"); got != "" {
+		t.Errorf("Redis log's request %q before the lease holder confirmed it, want none", got)
+	}
+	f.Fence("c1", *l)
+	before := count.Count()
+	op.JoinRequest()
+	if n := count.Count() - before; n != 1 {
+		t.Errorf("%d Redis commands to join the request, want 1", n)
+	}
+	if got := request("c1"); got != "request" {
+		t.Errorf("Redis log's request %q after JoinRequest, want the request", got)
+	}
+	if err := f.Append("c1", logEvent(2, false)); err != nil {
+		t.Fatal(err)
+	}
+	size, err := rdb.HGet(t.Context(), redisLogSizes, "c1").Int64()
+	if want := int64(proto.Size(first) + proto.Size(logEvent(2, false))); err != nil || size != want {
+		t.Errorf("log size %d (%v) after the first write, want %d: both events", size, err, want)
+	}
+
+	// The first fenced write carried the request: JoinRequest has nothing
+	// left to do.
+	op, err = OpenAhead(f, leases, "c2", "A", meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err = op.Open(first); l == nil {
+		t.Fatal(err)
+	}
+	f.Fence("c2", *l)
+	if err := f.Append("c2", logEvent(2, false)); err != nil {
+		t.Fatal(err)
+	}
+	before = count.Count()
+	op.JoinRequest()
+	if n := count.Count() - before; n != 0 || request("c2") != "request" {
+		t.Errorf("JoinRequest after the first write: %d commands, request %q; want none, the request", n, request("c2"))
+	}
+
+	// Another holds the lease: no lease, the log shared without the
+	// request, and the first event in it all the same.
+	if _, err := leases.Acquire(t.Context(), "c3", "B"); err != nil {
+		t.Fatal(err)
+	}
+	if op, err = OpenAhead(f, leases, "c3", "A", meta); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = op.Open(first); l != nil || !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("Open of a held lease: %v, %v; want no lease, ErrLeaseHeld", l, err)
+	}
+	for name, read := range map[string]func(string, uint64) (Page, error){"Redis": f.redis.Read, "memory": f.mem.Read} {
+		page, err := read("c3", 0)
+		if err != nil || len(page.Meta.Request) != 0 || len(page.Events) != 1 {
+			t.Errorf("%s log without the lease: request %q, %d events (%v); want none, the first event", name, page.Meta.Request, len(page.Events), err)
 		}
 	}
 }

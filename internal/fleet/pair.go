@@ -403,17 +403,36 @@ func (f *PairLog) openLeased(id, replica string, ttl time.Duration, meta Meta) (
 	if err := f.mem.Open(id, meta); err != nil {
 		return nil, nil, err
 	}
+	lease, leaseErr = f.shareLeased(id, replica, ttl, meta, nil)
+	return lease, leaseErr, nil
+}
+
+// shareLeased opens in Redis the log of id, open here already, and takes
+// its lease for replica in the same script; with first (not nil), the
+// log's first event, which is then logged here and in Redis as Append
+// would, in that same script when it can. Without a lease (nil, and why),
+// the completion is logged here only, or shared without its request when
+// another holds the lease.
+func (f *PairLog) shareLeased(id, replica string, ttl time.Duration, meta Meta, first *completionv1.CompletionEvent) (*Lease, error) {
 	if !f.watch.Up() {
 		f.mem.clearRequest(id)
 		f.setApart(id, "redis unreachable", nil)
-		return nil, fmt.Errorf("%w: redis is down", ErrUnavailable), nil
+		f.appendFirst(id, first)
+		return nil, fmt.Errorf("%w: redis is down", ErrUnavailable)
 	}
-	token, err := f.redis.openLeased(id, meta, replica, ttl)
+	token, added, err := f.redis.openFirst(id, meta, replica, ttl, first)
 	if err == nil {
 		f.mu.Lock()
 		f.shared[id] = true
 		f.mu.Unlock()
-		return &Lease{ID: id, Token: token, Replica: replica}, nil, nil
+		lease := &Lease{ID: id, Token: token, Replica: replica}
+		if added {
+			f.mem.Append(id, first)
+		} else if first != nil { // its log was there already: a write of its own
+			f.redis.Fence(id, *lease)
+			f.appendFirst(id, first)
+		}
+		return lease, nil
 	}
 	f.mem.clearRequest(id)
 	meta.Request = nil
@@ -425,5 +444,14 @@ func (f *PairLog) openLeased(id, replica string, ttl time.Duration, meta Meta) (
 	default:
 		f.degrade(id, err)
 	}
-	return nil, err, nil
+	f.appendFirst(id, first)
+	return nil, err
+}
+
+// appendFirst appends first, unless nil, as Append does. Unfenced, the
+// write cannot be refused.
+func (f *PairLog) appendFirst(id string, first *completionv1.CompletionEvent) {
+	if first != nil {
+		_ = f.Append(id, first)
+	}
 }

@@ -212,45 +212,84 @@ func (l *RedisLog) open(id string, meta Meta) error {
 //
 // Under a lease, the log is opened without meta.Request (what a takeover
 // runs again): the request goes to Redis with the writer's first write
-// fenced by the lease (add), so only a writer that learnt its token can
-// make the completion one another replica may take over. A reply lost on
-// the way (Redis slow past the timeout) leaves a lease nobody renews on a
-// log no replica would run a second time.
+// fenced by the lease (add, or joinRequest), so only a writer that learnt
+// its token can make the completion one another replica may take over. A
+// reply lost on the way (Redis slow past the timeout) leaves a lease
+// nobody renews on a log no replica would run a second time.
 func (l *RedisLog) openLeased(id string, meta Meta, replica string, ttl time.Duration) (uint64, error) {
+	token, _, err := l.openFirst(id, meta, replica, ttl, nil)
+	return token, err
+}
+
+// openFirst is openLeased, which under a lease also adds first (when not
+// nil) to a new log as its first event, in the same script: the
+// completion's started event, which then costs no round trip of its own.
+// added says whether it did (not when the log existed already: the caller
+// appends first then); its bytes are counted in the bound with the
+// writer's first write, as an appended event's would be (sizeOf).
+func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Duration, first *completionv1.CompletionEvent) (token uint64, added bool, err error) {
 	full := ""
 	if replica != "" && len(meta.Request) > 0 {
-		var err error
 		if full, err = encodeLogMeta(meta); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		meta.Request = nil
 	}
 	m, err := encodeLogMeta(meta)
 	if err != nil {
-		return 0, err
+		return 0, false, err
+	}
+	var event []byte
+	if first != nil && replica != "" {
+		if event, err = proto.Marshal(first); err != nil {
+			return 0, false, err // cannot happen: the service builds every event
+		}
 	}
 	ctx, cancel := l.ctx()
 	defer cancel()
 	res, err := openScript.Run(ctx, l.rdb, id, id, m, ms(l.now()), l.limits.MaxCompletions, l.LiveTTL.Milliseconds(),
-		replica, ttl.Milliseconds(), leaseTokenTTL.Milliseconds()).StringSlice()
+		replica, ttl.Milliseconds(), leaseTokenTTL.Milliseconds(), event).StringSlice()
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return 0, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case res[0] == "full":
-		return 0, errLogFull
+		return 0, false, errLogFull
 	case res[0] == "held":
-		return 0, ErrLeaseHeld
-	case len(res) < 2:
-		return 0, fmt.Errorf("%w: open.lua answered %q", ErrUnavailable, res)
+		return 0, false, ErrLeaseHeld
+	case len(res) < 3:
+		return 0, false, fmt.Errorf("%w: open.lua answered %q", ErrUnavailable, res)
 	}
-	token, err := strconv.ParseUint(res[1], 10, 64)
+	token, err = strconv.ParseUint(res[1], 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: open.lua answered the token %q", ErrUnavailable, res[1])
+		return 0, false, fmt.Errorf("%w: open.lua answered the token %q", ErrUnavailable, res[1])
 	}
 	if full != "" {
 		l.pendingMeta.Store(id, full)
 	}
-	return token, l.dropAll(ctx, res[2:])
+	if added = res[2] == "1"; added {
+		l.writer(id).unsized.Add(int64(len(event)))
+	}
+	return token, added, l.dropAll(ctx, res[3:])
+}
+
+// joinRequest writes the request a takeover runs again (what openLeased
+// left pending) into the log of id, fenced by its lease, unless a write
+// of the log carried it already. A write that fails leaves it pending, for
+// the log's next fenced write.
+func (l *RedisLog) joinRequest(id string) {
+	m, ok := l.pendingMeta.LoadAndDelete(id)
+	if !ok {
+		return
+	}
+	fence := l.fence(id)
+	if fence == "" {
+		return
+	}
+	ctx, cancel := l.ctx()
+	defer cancel()
+	if err := joinScript.Run(ctx, l.rdb, id, fence, m).Err(); err != nil {
+		l.pendingMeta.LoadOrStore(id, m)
+	}
 }
 
 // Append implements Log: ErrFenced when the lease refused the write;

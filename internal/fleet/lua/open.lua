@@ -1,5 +1,5 @@
--- KEYS: LIVE ENDED META LEASE TOKEN
--- ARGV: id meta now maxc ttl replica leasettl tokenttl
+-- KEYS: LIVE ENDED META LEASE TOKEN LOG
+-- ARGV: id meta now maxc ttl replica leasettl tokenttl first
 -- Opens the log of id (its meta hash, and its place among the live logs
 -- until now + ttl), within the bound of maxc logs kept; with a replica
 -- (not empty), takes the completion's lease for it in the same step, as
@@ -7,8 +7,11 @@
 -- tokenttl ms), so that a new resumable completion costs one round trip.
 -- (Its meta comes without the request: the request joins it with the
 -- first write fenced by the lease, commit.lua, once the writer knows its
--- token.)
--- Answers {'ok', token (0 without a replica)} then the ids of the oldest
+-- token.) With a replica and first (not empty), a new log gets first as
+-- its entry 0-1, in the same step: the completion's started event, which
+-- then costs no write of its own (RedisLog.openLeased).
+-- Answers {'ok', token (0 without a replica), '1' when first was added
+-- ('0' otherwise)} then the ids of the oldest
 -- ended logs that the bound evicts (the caller drops each, drop.lua,
 -- since a script declares the keys of its own completion only); {'full'}
 -- when every log kept is live (no lease taken then); {'held'} when
@@ -22,7 +25,7 @@ local function lease()
   redis.call('SET', LEASE, t .. ' ' .. replica, 'PX', leasettl)
   return t
 end
-if redis.call('EXISTS', META) == 1 then return {'ok', tostring(lease())} end
+if redis.call('EXISTS', META) == 1 then return {'ok', tostring(lease()), '0'} end
 local over = redis.call('ZCARD', LIVE) + redis.call('ZCARD', ENDED) - maxc
 local evict = {}
 if over >= 0 then
@@ -32,4 +35,10 @@ end
 redis.call('HSET', META, 'm', meta)
 redis.call('PEXPIRE', META, ttl)
 redis.call('ZADD', LIVE, now + ttl, id)
-return {'ok', tostring(lease()), unpack(evict)}
+local t, added = lease(), '0'
+if t ~= 0 and first ~= '' then
+  redis.call('XADD', LOG, '0-1', 'e', first)
+  redis.call('PEXPIRE', LOG, ttl)
+  added = '1'
+end
+return {'ok', tostring(t), added, unpack(evict)}
