@@ -123,6 +123,50 @@ func (g *gatedScript) Stream(_ context.Context, _ *provider.Request, emit func(p
 	return provider.Finish{StopReason: recovery.StopEndTurn, Model: "scripted-1"}, nil
 }
 
+// recorder is a Send that keeps every event it is given.
+type recorder struct {
+	mu   sync.Mutex
+	sent []*completionv1.CompletionEvent
+}
+
+func (r *recorder) send(ev *completionv1.CompletionEvent) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, ev)
+	return nil
+}
+
+func (r *recorder) events() []*completionv1.CompletionEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sent)
+}
+
+// runUntilCalled runs the completion of sp on a goroutine of its own,
+// sending to a recorder, until its upstream up is called, which must not
+// wait for holding (what holds the first event back); nothing may have
+// been sent by then. done receives Run's error.
+func runUntilCalled(t *testing.T, sp Spec, up *gatedScript, holding string) (c *Completion, rec *recorder, done <-chan error) {
+	t.Helper()
+	rec = &recorder{}
+	sp.Send = rec.send
+	c = New(sp)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := c.Run(context.Background())
+		errs <- err
+	}()
+	select {
+	case <-up.called:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the upstream call waited for %s", holding)
+	}
+	if n := len(rec.events()); n != 0 {
+		t.Errorf("%d events sent before %s was done", n, holding)
+	}
+	return c, rec, errs
+}
+
 // TestStartedIsWrittenAheadOfTheCall: on a shared log, the upstream call
 // starts while the started event's write is still in flight (one round
 // trip fewer before the first token), yet nothing is logged or sent out
@@ -138,37 +182,14 @@ func TestStartedIsWrittenAheadOfTheCall(t *testing.T) {
 			}
 			log := &sharedLog{MemLog: mem, gate: make(chan struct{}), refuse1: refuse}
 			up := &gatedScript{called: make(chan struct{})}
-			var mu sync.Mutex
-			var sent []*completionv1.CompletionEvent
 			sp := spec(up, nil)
 			sp.Log = log
-			sp.Send = func(ev *completionv1.CompletionEvent) error {
-				mu.Lock()
-				defer mu.Unlock()
-				sent = append(sent, ev)
-				return nil
-			}
-			c := New(sp)
-			done := make(chan error, 1)
-			go func() {
-				_, err := c.Run(context.Background())
-				done <- err
-			}()
-			select {
-			case <-up.called:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the upstream call waited for the started event's write")
-			}
-			mu.Lock()
-			early := len(sent)
-			mu.Unlock()
-			if early != 0 {
-				t.Errorf("%d events sent before the log held the first", early)
-			}
+			c, rec, done := runUntilCalled(t, sp, up, "the started event's write")
 			close(log.gate)
 			if err := <-done; err != nil && !refuse {
 				t.Fatal(err)
 			}
+			sent := rec.events()
 			got := testkit.Seqs(sent)
 			switch {
 			case refuse && len(got) != 0:
@@ -220,31 +241,7 @@ func TestOpenGoesAheadWithTheStartedEvent(t *testing.T) {
 			joined = true
 		}
 	}
-	var mu sync.Mutex
-	var sent []*completionv1.CompletionEvent
-	sp.Send = func(ev *completionv1.CompletionEvent) error {
-		mu.Lock()
-		defer mu.Unlock()
-		sent = append(sent, ev)
-		return nil
-	}
-	c := New(sp)
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Run(context.Background())
-		done <- err
-	}()
-	select {
-	case <-up.called:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the upstream call waited for the log's open")
-	}
-	mu.Lock()
-	early := len(sent)
-	mu.Unlock()
-	if early != 0 {
-		t.Errorf("%d events sent before the log opened", early)
-	}
+	_, rec, done := runUntilCalled(t, sp, up, "the log's open")
 	close(opening)
 	<-opened
 	select {
@@ -259,6 +256,7 @@ func TestOpenGoesAheadWithTheStartedEvent(t *testing.T) {
 	if !joined {
 		t.Error("what the open left to do did not run")
 	}
+	sent := rec.events()
 	got := testkit.Seqs(sent)
 	if len(got) < 3 || sent[0].GetStarted() == nil || sent[len(sent)-1].GetResult() == nil {
 		t.Errorf("sent %v, want started, the word … the result", sent)

@@ -46,14 +46,7 @@ func TestOpenLeasedInOneRoundTrip(t *testing.T) {
 	// The request joins the shared log with the first write fenced by the
 	// lease: only a writer that learnt its token makes the completion one
 	// another replica may take over.
-	request := func(id string) string {
-		t.Helper()
-		page, err := f.redis.Read(id, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(page.Meta.Request)
-	}
+	request := func(id string) string { return redisRequest(t, f, id) }
 	if got := request("c1"); got != "" {
 		t.Errorf("Redis log's request %q before the lease holder wrote, want none", got)
 	}
@@ -90,6 +83,16 @@ func TestOpenLeasedInOneRoundTrip(t *testing.T) {
 			t.Errorf("%s log without the lease keeps the request %q (%v)", name, page.Meta.Request, err)
 		}
 	}
+}
+
+// redisRequest is the request the Redis log of id keeps for a takeover.
+func redisRequest(t *testing.T, f *PairLog, id string) string {
+	t.Helper()
+	page, err := f.redis.Read(id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(page.Meta.Request)
 }
 
 // TestOpenAheadOpensWithTheFirstEvent: a Stream's log opens in memory
@@ -139,14 +142,7 @@ func TestOpenAheadOpensWithTheFirstEvent(t *testing.T) {
 			t.Errorf("%s log after Open: %v, %v; want the started event", name, page.Events, err)
 		}
 	}
-	request := func(id string) string {
-		t.Helper()
-		page, err := f.redis.Read(id, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(page.Meta.Request)
-	}
+	request := func(id string) string { return redisRequest(t, f, id) }
 	if got := request("c1"); got != "" {
 		t.Errorf("Redis log's request %q before the lease holder confirmed it, want none", got)
 	}

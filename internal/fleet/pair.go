@@ -448,8 +448,8 @@ func (f *PairLog) shareLeased(id, replica string, ttl time.Duration, meta Meta, 
 	return nil, err
 }
 
-// appendFirst appends first, unless nil, as Append does. Unfenced, the
-// write cannot be refused.
+// appendFirst appends first, unless nil, as Append does. The write is
+// not refused: it is unfenced, or fenced by the lease just taken.
 func (f *PairLog) appendFirst(id string, first *completionv1.CompletionEvent) {
 	if first != nil {
 		_ = f.Append(id, first)
