@@ -200,3 +200,31 @@ func TestOpenAheadOpensWithTheFirstEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAheadWhenRedisFails: a Redis that fails the open (killed while
+// the replica still thinks it up) gives no lease; the completion is kept
+// here apart, its first event logged here all the same, so that it runs
+// on this replica alone.
+func TestOpenAheadWhenRedisFails(t *testing.T) {
+	srv := redistest.New(t)
+	rdb := testkit.ServerRedisClient(t, srv.Addr)
+	f := newPair(t, rdb)
+	leases := NewRedisLeases(rdb, 2*time.Second)
+	op, err := OpenAhead(f, leases, "c1", "A", Meta{Replica: "A", Request: []byte("request")})
+	if op == nil || err != nil {
+		t.Fatalf("OpenAhead: %v, %v", op, err)
+	}
+	srv.Stop()
+	first := &completionv1.CompletionEvent{Seq: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{CompletionId: "c1"}}}
+	if l, err := op.Open(first); l != nil || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Open with Redis gone: %v, %v; want no lease, ErrUnavailable", l, err)
+	}
+	if !f.KeptHere("c1") {
+		t.Error("the completion is not kept here apart")
+	}
+	page, err := f.mem.Read("c1", 0)
+	if err != nil || len(page.Events) != 1 || len(page.Meta.Request) != 0 {
+		t.Errorf("memory log: %d events, request %q (%v); want the first event, no request", len(page.Events), page.Meta.Request, err)
+	}
+	op.JoinRequest() // nothing pending: no lease was had
+}
