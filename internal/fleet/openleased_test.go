@@ -182,6 +182,19 @@ func TestOpenAheadOpensWithTheFirstEvent(t *testing.T) {
 		t.Errorf("JoinRequest after the first write: %d commands, request %q; want none, the request", n, request("c2"))
 	}
 
+	// A completion whose writes are over (Unfence) leaves no request
+	// pending, whatever became of it.
+	if op, err = OpenAhead(f, leases, "c4", "A", meta); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = op.Open(first); l == nil {
+		t.Fatal(err)
+	}
+	f.Unfence("c4")
+	if _, pending := f.redis.pendingMeta.Load("c4"); pending {
+		t.Error("a request still pending after Unfence")
+	}
+
 	// Another holds the lease: no lease, the log shared without the
 	// request, and the first event in it all the same.
 	if _, err := leases.Acquire(t.Context(), "c3", "B"); err != nil {

@@ -321,7 +321,13 @@ func (l *RedisLog) Fenced() bool { return true }
 func (l *RedisLog) Fence(id string, lease Lease) { l.fences.Store(id, lease.Value()) }
 
 // Unfence implements Log.
-func (l *RedisLog) Unfence(id string) { l.fences.Delete(id) }
+//
+// The writes of id are over: a request still pending (joinRequest and the
+// writes after it failed) goes too.
+func (l *RedisLog) Unfence(id string) {
+	l.fences.Delete(id)
+	l.pendingMeta.Delete(id)
+}
 
 // KeptHere implements Log: nothing is kept apart from Redis.
 func (l *RedisLog) KeptHere(string) bool { return false }
