@@ -231,59 +231,90 @@ func (h *holdOpen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // TestFleetStreamOpensItsLogBesideTheUpstreamCall: a resumable Stream of
 // a fleet replica opens its Redis log, and takes its lease, with its
 // started event on the goroutine that writes that event ahead: the
-// upstream call starts while the open is in flight, no event reaches the
-// caller before the open is done, and the log another replica reads holds
-// every event in order, the started one first.
+// upstream call starts while the open is in flight, and no event reaches
+// the caller before the open is done. A resumable Session opens its log
+// before the upstream call: the stream that starts it follows its log at
+// once, and would take over a log whose lease nobody holds yet. Either
+// way, the log another replica reads holds every event in order, the
+// started one first.
 func TestFleetStreamOpensItsLogBesideTheUpstreamCall(t *testing.T) {
-	addr := redistest.Start(t)
-	hold := &holdOpen{release: make(chan struct{}), opening: make(chan struct{})}
-	a := newTestEnv(t, func(c *Config) {
-		withRedis(t, addr, nil)(c)
-		c.Redis.AddHook(hold)
-		c.Leases = fleet.NewRedisLeases(c.Redis, 2*time.Second) // in the log's Redis: one script opens both
-	})
-	b := newTestEnv(t, withRedis(t, addr, nil))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := a.client.Stream(ctx, resumable(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var received atomic.Int64
-	done := make(chan []*completionv1.CompletionEvent, 1)
-	var rst *status.Status
-	go func() {
-		evs, s := recvAll(func() (*completionv1.CompletionEvent, error) {
-			ev, err := st.Recv()
-			if err == nil {
-				received.Add(1)
+	for _, tc := range []struct {
+		name  string
+		ahead bool // the upstream call starts before the open is done
+		start func(context.Context, completionv1.CompletionClient) (func() (*completionv1.CompletionEvent, error), error)
+	}{
+		{"stream", true, func(ctx context.Context, c completionv1.CompletionClient) (func() (*completionv1.CompletionEvent, error), error) {
+			st, err := c.Stream(ctx, resumable(time.Minute))
+			if err != nil {
+				return nil, err
 			}
-			return ev, err
+			return st.Recv, nil
+		}},
+		{"session", false, func(ctx context.Context, c completionv1.CompletionClient) (func() (*completionv1.CompletionEvent, error), error) {
+			st, err := c.Session(ctx)
+			if err != nil {
+				return nil, err
+			}
+			start := &completionv1.SessionStart{Request: resumable(time.Minute)}
+			return st.Recv, st.Send(&completionv1.SessionRequest{Request: &completionv1.SessionRequest_Start{Start: start}})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := redistest.Start(t)
+			hold := &holdOpen{release: make(chan struct{}), opening: make(chan struct{})}
+			a := newTestEnv(t, func(c *Config) {
+				withRedis(t, addr, nil)(c)
+				c.Redis.AddHook(hold)
+				c.Leases = fleet.NewRedisLeases(c.Redis, 2*time.Second) // in the log's Redis: one script opens both
+			})
+			b := newTestEnv(t, withRedis(t, addr, nil))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			recv, err := tc.start(ctx, a.client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var received atomic.Int64
+			done := make(chan []*completionv1.CompletionEvent, 1)
+			var rst *status.Status
+			go func() {
+				evs, s := recvAll(func() (*completionv1.CompletionEvent, error) {
+					ev, err := recv()
+					if err == nil {
+						received.Add(1)
+					}
+					return ev, err
+				})
+				rst = s
+				done <- evs
+			}()
+			select {
+			case <-hold.opening:
+			case <-ctx.Done():
+				t.Fatal("no open.lua call")
+			}
+			if tc.ahead {
+				for a.upstream.calls.Load() == 0 {
+					if ctx.Err() != nil {
+						t.Fatal("the upstream call waited for the log's open")
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			} else if time.Sleep(50 * time.Millisecond); a.upstream.calls.Load() != 0 {
+				t.Error("the upstream call started before the log's open was done")
+			}
+			if n := received.Load(); n != 0 {
+				t.Errorf("%d events received before the log's open was done", n)
+			}
+			close(hold.release)
+			evs := <-done
+			if rst.Code() != codes.OK || len(evs) < 3 || evs[0].GetStarted() == nil {
+				t.Fatalf("%v, %d events; want OK, started first", rst, len(evs))
+			}
+			replay, ast := attachAll(ctx, b.client, evs[0].GetStarted().GetCompletionId(), 0)
+			if ast.Code() != codes.OK || !slices.Equal(testkit.Seqs(replay), testkit.Seqs(evs)) {
+				t.Fatalf("replay through B: %v, seqs %v, want %v", ast, testkit.Seqs(replay), testkit.Seqs(evs))
+			}
 		})
-		rst = s
-		done <- evs
-	}()
-	select {
-	case <-hold.opening:
-	case <-ctx.Done():
-		t.Fatal("no open.lua call")
-	}
-	for a.upstream.calls.Load() == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("the upstream call waited for the log's open")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := received.Load(); n != 0 {
-		t.Errorf("%d events received before the log's open was done", n)
-	}
-	close(hold.release)
-	evs := <-done
-	if rst.Code() != codes.OK || len(evs) < 3 || evs[0].GetStarted() == nil {
-		t.Fatalf("stream: %v, %d events; want OK, started first", rst, len(evs))
-	}
-	replay, ast := attachAll(ctx, b.client, evs[0].GetStarted().GetCompletionId(), 0)
-	if ast.Code() != codes.OK || !slices.Equal(testkit.Seqs(replay), testkit.Seqs(evs)) {
-		t.Fatalf("replay through B: %v, seqs %v, want %v", ast, testkit.Seqs(replay), testkit.Seqs(evs))
 	}
 }

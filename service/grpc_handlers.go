@@ -447,9 +447,14 @@ type acquired struct {
 
 // openResumable opens the log of a new resumable completion id of a fleet
 // replica, under its lease. A Stream's log opens with its first event
-// (fleet.OpenAhead: its open goes to Redis beside the upstream call, not
-// before it); a Session's, and a start that claimed an idempotency key
-// (whose record says the log is open, c.opened), open before it runs.
+// (fleet.OpenAhead: the open goes to Redis beside the upstream call, not
+// before it): nobody reads it before that event names the completion.
+// Others open before the completion runs, since somebody reads their log
+// at once, and a log whose lease nobody holds yet looks like one whose
+// replica died, which a reader would take over: a Session's (the stream
+// that starts it follows its log), and a start that claimed an idempotency
+// key (its record says the log is open, c.opened, and the identical starts
+// attach to it).
 func (s *Server) openResumable(ctx context.Context, id string, meta fleet.Meta, start *completionv1.SessionStart) (acquired, error) {
 	if c := claimFrom(ctx); start == nil && (c == nil || c.rec.ID != id) {
 		op, err := fleet.OpenAhead(s.log, s.cfg.Leases, id, s.cfg.Replica, meta)
