@@ -77,7 +77,8 @@ func TestFleetRedisOutageKeepsLeasedCompletions(t *testing.T) {
 
 	// A publishes the log again with its next events: B reads it whole.
 	waitFor("the log shared again", func() bool {
-		last := seen()[len(seen())-1].GetSeq()
+		evs := seen() // once: the stream goes on receiving
+		last := evs[len(evs)-1].GetSeq()
 		p, err := b.srv.log.Read(id, 0)
 		if err != nil || len(p.Events) == 0 || p.Events[0].GetSeq() != 1 {
 			return false
