@@ -54,10 +54,11 @@ var errCommitClosed = errors.New("event log closed")
 // flushes in flight never write the same log (the next waits for the one
 // that does): a log's events are appended in order.
 type committer struct {
-	flush func([]commitWrite) (replies, evicted []string, err error)
-	evict func(ids []string)
-	wait  func() time.Duration
-	sizes func(events int)
+	flush  func([]commitWrite) (replies, evicted []string, err error)
+	evict  func(ids []string)
+	wait   func() time.Duration
+	sizes  func(events int)
+	waited func(time.Duration) // each write's time from its append to its reply
 
 	mu     sync.Mutex
 	next   *commitBatch
@@ -119,9 +120,10 @@ type commitBatch struct {
 // answers one reply per write and the ids of the logs the writes' bound
 // evicts, which go to evict once the writers are released; wait is the
 // longest a flush waits for more writes under load; sizes sees the number
-// of writes of each flush.
-func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict func([]string), wait func() time.Duration, sizes func(int)) *committer {
-	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, next: newCommitBatch(), writing: map[string]int{},
+// of writes of each flush, and waited the time each write waited for its
+// reply.
+func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict func([]string), wait func() time.Duration, sizes func(int), waited func(time.Duration)) *committer {
+	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, waited: waited, next: newCommitBatch(), writing: map[string]int{},
 		kick: make(chan struct{}, 1), full: make(chan struct{}, 1), landed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c
@@ -133,6 +135,7 @@ func newCommitBatch() *commitBatch { return &commitBatch{done: make(chan struct{
 // lua/commit.lua for w, or the error of a flush that failed (Redis did not
 // answer: whether w was written is unknown).
 func (c *committer) write(w commitWrite) (string, error) {
+	start := time.Now()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -150,6 +153,7 @@ func (c *committer) write(w commitWrite) (string, error) {
 	}
 	c.mu.Unlock()
 	<-b.done
+	c.waited(time.Since(start))
 	if b.err != nil {
 		return "", b.err
 	}

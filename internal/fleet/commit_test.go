@@ -81,7 +81,7 @@ func newTestCommitter(t *testing.T, f *fakeFlush, wait time.Duration) *committer
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, before) }) // after c.close
 
-	c := newCommitter(f.flush, func([]string) {}, func() time.Duration { return wait }, func(int) {})
+	c := newCommitter(f.flush, func([]string) {}, func() time.Duration { return wait }, func(int) {}, func(time.Duration) {})
 	t.Cleanup(c.close)
 	t.Cleanup(f.open) // first: a test that failed leaves no flush at the gate
 	return c
@@ -288,7 +288,7 @@ func waitGroup(t *testing.T, wg *sync.WaitGroup) {
 // fails as a Redis that does not answer.
 func TestCommitterClose(t *testing.T) {
 	f := &fakeFlush{gate: make(chan struct{})}
-	c := newCommitter(f.flush, func([]string) {}, func() time.Duration { return time.Hour }, func(int) {}) // b waits for a
+	c := newCommitter(f.flush, func([]string) {}, func() time.Duration { return time.Hour }, func(int) {}, func(time.Duration) {}) // b waits for a
 	done := make(chan error, 2)
 	go func() { _, err := c.write(commitWrite{id: "a"}); done <- err }()
 	waitFor(t, func() bool { return f.flushing() == 1 })

@@ -28,7 +28,8 @@ type metrics struct {
 	lost      metric.Int64Counter
 	takeovers metric.Int64Counter
 	batch     metric.Int64Histogram
-	failed    metric.Int64Counter // takeovers that failed, by TakeoverFailure
+	wait      metric.Float64Histogram // each event's time in the group commit
+	failed    metric.Int64Counter     // takeovers that failed, by TakeoverFailure
 }
 
 // TakeoverFailure is why a takeover failed after this replica found the
@@ -93,6 +94,9 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	in.batch, _ = m.Int64Histogram("completiond.redis.commit.batch", metric.WithUnit("{event}"),
 		metric.WithDescription("Events per flush of this replica's group commit to the shared log: one Redis round trip carries them all (one script call per 256 events or 1 MiB)."),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
+	in.wait, _ = m.Float64Histogram("completiond.redis.commit.wait", metric.WithUnit("s"),
+		metric.WithDescription("The time each event of this replica spent in the group commit before its caller could get it: from its append to Redis's acknowledgement of its flush (the wait for other events, a flush in flight, the round trip and the script)."),
+		metric.WithExplicitBucketBoundaries(roundTripBuckets...))
 	in.failed, _ = m.Int64Counter("completiond.takeovers.failed", metric.WithUnit("{takeover}"),
 		metric.WithDescription("Takeovers this replica attempted, finding a completion's lease free, that failed, by completiond.takeover.reason: store_unavailable, log_missing, cannot_continue. A lease won by another replica is not a failure."))
 	return &in
@@ -104,6 +108,9 @@ var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 
 // recordBatch records the events of one flush of the group commit.
 func (m *metrics) recordBatch(events int) { m.batch.Record(context.Background(), int64(events)) }
+
+// recordWait records the time one event spent in the group commit.
+func (m *metrics) recordWait(d time.Duration) { m.wait.Record(context.Background(), d.Seconds()) }
 
 // zero records 0 on every counter, so that each series exists from the
 // start: a rate over it is 0, not absent, until the first event.

@@ -211,6 +211,46 @@ func TestMetricsFencedWrites(t *testing.T) {
 	}
 }
 
+// TestMetricsCommitWait: each event appended through the group commit
+// records its wait, from its append to its flush's reply, and each flush
+// its size.
+func TestMetricsCommitWait(t *testing.T) {
+	m := newMeter(t)
+	l := NewRedisLog(m.client(redistest.Start(t)), config.EventLogLimits{}, nil)
+	t.Cleanup(l.Close)
+	if err := l.Open("c1", Meta{Replica: "A"}); err != nil {
+		t.Fatal(err)
+	}
+	for seq := range uint64(3) {
+		if err := l.Append("c1", logEvent(seq+1, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, ok := m.find("completiond.redis.commit.wait")
+	if !ok {
+		t.Fatal("no completiond.redis.commit.wait")
+	}
+	var n uint64
+	var sum float64
+	for _, dp := range got.Data.(metricdata.Histogram[float64]).DataPoints {
+		n, sum = n+dp.Count, sum+dp.Sum
+	}
+	if n != 3 || sum <= 0 {
+		t.Errorf("commit waits: %d recorded, %g s in all; want 3, more than 0", n, sum)
+	}
+	batches, ok := m.find("completiond.redis.commit.batch")
+	if !ok {
+		t.Fatal("no completiond.redis.commit.batch")
+	}
+	var events int64
+	for _, dp := range batches.Data.(metricdata.Histogram[int64]).DataPoints {
+		events += dp.Sum
+	}
+	if events != 3 {
+		t.Errorf("the flushes' sizes sum to %d events, want 3", events)
+	}
+}
+
 // await waits for c, bounded so that a hang fails rather than stalls.
 func await(t *testing.T, c <-chan struct{}, what string) {
 	t.Helper()

@@ -127,7 +127,7 @@ func NewRedisLog(rdb redis.UniversalClient, limits config.EventLogLimits, now fu
 		l.wake.all(2 * redisWakeAll) // harmless: nobody waits yet
 	}
 	l.ps = ps
-	l.commit = newCommitter(l.flush, l.evict, func() time.Duration { return commitWait }, l.m.recordBatch)
+	l.commit = newCommitter(l.flush, l.evict, func() time.Duration { return commitWait }, l.m.recordBatch, l.m.recordWait)
 	go l.listen(ctx, ps)
 	return l
 }
