@@ -155,12 +155,20 @@ func TestOpenAheadOpensWithTheFirstEvent(t *testing.T) {
 	if got := request("c1"); got != "request" {
 		t.Errorf("Redis log's request %q after JoinRequest, want the request", got)
 	}
+	// The open renewed the log: the next write is no renewal, and the
+	// bytes of both events are counted late, with the end here.
+	if f.redis.writer("c1").renewed.Load() == 0 {
+		t.Error("the writer does not know the open renewed its log: its next write renews it again")
+	}
 	if err := f.Append("c1", logEvent(2, false)); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.End("c1", logEvent(3, true), nil); err != nil {
+		t.Fatal(err)
+	}
 	size, err := rdb.HGet(t.Context(), redisLogSizes, "c1").Int64()
-	if want := int64(proto.Size(first) + proto.Size(logEvent(2, false))); err != nil || size != want {
-		t.Errorf("log size %d (%v) after the first write, want %d: both events", size, err, want)
+	if want := int64(proto.Size(first) + proto.Size(logEvent(2, false)) + proto.Size(logEvent(3, true))); err != nil || size != want {
+		t.Errorf("log size %d (%v) at its end, want %d: the three events", size, err, want)
 	}
 
 	// The first fenced write carried the request: JoinRequest has nothing

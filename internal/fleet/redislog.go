@@ -225,8 +225,10 @@ func (l *RedisLog) openLeased(id string, meta Meta, replica string, ttl time.Dur
 // nil) to a new log as its first event, in the same script: the
 // completion's started event, which then costs no round trip of its own.
 // added says whether it did (not when the log existed already: the caller
-// appends first then); its bytes are counted in the bound with the
-// writer's first write, as an appended event's would be (sizeOf).
+// appends first then). The open renewed the log as a writer's first write
+// would, so the writer's next write is no renewal (RedisLog.renewal), and
+// first's bytes are counted in the bound late, as an appended event's are
+// (sizeOf).
 func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Duration, first *completionv1.CompletionEvent) (token uint64, added bool, err error) {
 	full := ""
 	if replica != "" && len(meta.Request) > 0 {
@@ -267,7 +269,9 @@ func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Dura
 		l.pendingMeta.Store(id, full)
 	}
 	if added = res[2] == "1"; added {
-		l.writer(id).unsized.Add(int64(len(event)))
+		lw := l.writer(id)
+		lw.renewed.Store(ms(l.now()))
+		lw.unsized.Add(int64(len(event)))
 	}
 	return token, added, l.dropAll(ctx, res[3:])
 }
@@ -277,12 +281,12 @@ func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Dura
 // of the log carried it already. A write that fails leaves it pending, for
 // the log's next fenced write.
 func (l *RedisLog) joinRequest(id string) {
-	m, ok := l.pendingMeta.LoadAndDelete(id)
-	if !ok {
-		return
-	}
 	fence := l.fence(id)
 	if fence == "" {
+		return
+	}
+	m, ok := l.pendingMeta.LoadAndDelete(id)
+	if !ok {
 		return
 	}
 	ctx, cancel := l.ctx()
