@@ -54,6 +54,8 @@ var errCommitClosed = errors.New("event log closed")
 // flushes in flight never write the same log (the next waits for the one
 // that does): a log's events are appended in order.
 type committer struct {
+	// flush writes a batch; the slice is the committer's again once
+	// flush returns (its next batches reuse it).
 	flush  func([]commitWrite) (replies, evicted []string, err error)
 	evict  func(ids []string)
 	wait   func() time.Duration
@@ -67,6 +69,9 @@ type committer struct {
 	// (how many of them write each).
 	flights int
 	writing map[string]int
+	// spare are the writes slices of landed flushes, emptied, for the
+	// next batches: a batch's slice is allocated once, not per flush.
+	spare [][]commitWrite
 
 	kick   chan struct{} // a batch got its first write
 	full   chan struct{} // the batch reached commitMaxEvents
@@ -82,12 +87,7 @@ type commitWrite struct {
 	seq    uint64
 	event  []byte
 	status []byte
-	end    bool
 	fence  string
-	// renew: the log must be there and not ended, and is renewed
-	// (RedisLog.renewal); otherwise the event goes only to a log that
-	// exists.
-	renew bool
 	// meta, when not empty, replaces the log's meta once the write passed
 	// its fence (RedisLog.openLeased: the request joins the log then).
 	meta string
@@ -95,10 +95,32 @@ type commitWrite struct {
 	// bytes, once it is in: the bytes of this event and of the writer's
 	// earlier ones not counted yet, or 0 (RedisLog.sizeOf).
 	size int64
+	// args are id's keys and id as lua/commit.lua's arguments, kept by
+	// its writer (logWriter) so that its events do not build them each
+	// time; nil, commitWrites builds them.
+	args *commitArgs
+	end  bool
+	// renew: the log must be there and not ended, and is renewed
+	// (RedisLog.renewal); otherwise the event goes only to a log that
+	// exists.
+	renew bool
 	// notify publishes the event's notice to the log's followers; without
 	// it, only a renewal or an end looks for followers itself (and answers
 	// commitOKFollowed when it finds some).
 	notify bool
+}
+
+// commitArgs are what every write of one log passes lua/commit.lua the
+// same: the log's keys (META LOG LEASE FOLLOWED) and its id, each already
+// a command argument.
+type commitArgs struct {
+	keys []any
+	id   any
+}
+
+// newCommitArgs are the arguments of id's writes.
+func newCommitArgs(id string) *commitArgs {
+	return &commitArgs{keys: commitScript.GroupKeys(id), id: id}
 }
 
 // commitOKFollowed is lua/commit.lua's reply to a write that renewed or
@@ -308,6 +330,9 @@ func (c *committer) take() *commitBatch {
 		return nil
 	}
 	c.next = newCommitBatch()
+	if n := len(c.spare); n > 0 {
+		c.next.writes, c.spare = c.spare[n-1], c.spare[:n-1]
+	}
 	select {
 	case <-c.full: // the batch taken's
 	default:
@@ -329,23 +354,44 @@ func (c *committer) commit(b *commitBatch) {
 	if len(evicted) > 0 {
 		c.evict(evicted)
 	}
+	c.reuse(b.writes)
 }
 
-// commitGroups are the groups of lua/commit.lua that append writes.
-func commitGroups(writes []commitWrite) []redisscript.Group {
-	groups := make([]redisscript.Group, len(writes))
-	for i, w := range writes {
-		groups[i] = redisscript.Group{Subject: w.id, Args: []any{w.fence, w.id, w.seq, w.event, w.status, flag(w.end), flag(w.renew), w.meta, w.size, flag(w.notify)}}
+// reuse keeps the writes slice of a flush that landed for a next batch,
+// emptied (its events are not held), unless as many as can be in flight
+// and pending wait already.
+func (c *committer) reuse(writes []commitWrite) {
+	clear(writes)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.spare) <= commitFlights {
+		c.spare = append(c.spare, writes[:0])
 	}
-	return groups
 }
+
+// commitCall is the call of lua/commit.lua that appends writes, with
+// args, the arguments declared once.
+func commitCall(args []any, writes []commitWrite) *redisscript.Batch {
+	b := commitScript.Batch(len(writes), args...)
+	for _, w := range writes {
+		a := w.args
+		if a == nil {
+			a = newCommitArgs(w.id)
+		}
+		b.Add(a.keys, w.fence, a.id, w.seq, w.event, w.status, flag(w.end), flag(w.renew), w.meta, w.size, flag(w.notify))
+	}
+	return b
+}
+
+// The two values of a flag, each already a command argument.
+var flagSet, flagUnset any = "1", "0"
 
 // flag is a boolean argument of a script: "1" or "0".
-func flag(b bool) string {
+func flag(b bool) any {
 	if b {
-		return "1"
+		return flagSet
 	}
-	return "0"
+	return flagUnset
 }
 
 // commitChunks splits writes into the calls of one flush: commitMaxEvents
@@ -375,7 +421,7 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 		pipe := l.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(chunks))
 		for i, ch := range chunks {
-			cmds[i] = commitScript.EvalShaGroups(ctx, pipe, args, commitGroups(ch))
+			cmds[i] = commitCall(args, ch).EvalSha(ctx, pipe)
 		}
 		_, err := pipe.Exec(ctx)
 		return cmds, err

@@ -308,6 +308,73 @@ func TestCommitterClose(t *testing.T) {
 	}
 }
 
+// TestCommitterReusesEmptiedBatches: the slice of a flush that landed
+// serves a later batch, emptied first (no event of it kept), and never
+// while a flush still reads it: every write, among many at once, gets
+// its own reply, which the flush reads from its batch.
+func TestCommitterReusesEmptiedBatches(t *testing.T) {
+	echo := func(ws []commitWrite) ([]string, []string, error) {
+		replies := make([]string, len(ws))
+		for i, w := range ws {
+			time.Sleep(time.Microsecond) // a flush in flight while the next batch fills
+			replies[i] = w.id + "/" + string(w.event)
+		}
+		return replies, nil, nil
+	}
+	before := goleak.IgnoreCurrent()
+	c := newCommitter(echo, func([]string) {}, func() time.Duration { return 100 * time.Microsecond }, func(int) {}, func(time.Duration) {})
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	for w := range 50 {
+		wg.Go(func() {
+			for seq := range 40 {
+				id, ev := fmt.Sprint("c", w), strconv.Itoa(seq)
+				if res, err := c.write(commitWrite{id: id, event: []byte(ev)}); err != nil || res != id+"/"+ev {
+					select {
+					case errs <- fmt.Errorf("write %s %s: %q %v", id, ev, res, err):
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	waitGroup(t, &wg)
+	c.close()
+	goleak.VerifyNone(t, before)
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.spare) == 0 || len(c.spare) > commitFlights+1 {
+		t.Fatalf("%d spare slices, want 1 to %d", len(c.spare), commitFlights+1)
+	}
+	for _, ws := range c.spare {
+		if len(ws) != 0 || slices.ContainsFunc(ws[:cap(ws)], func(w commitWrite) bool { return w.event != nil || w.id != "" }) {
+			t.Fatalf("a spare slice of %d writes, or holding one: %v", len(ws), ws[:cap(ws)])
+		}
+	}
+}
+
+// TestCommitCallAllocations: the call of a flush is built in one slice,
+// from the keys and id its writers keep, so that a write adds only the
+// boxing of its own values (its event, seq and fence): about a dozen
+// allocations per write when each call built its keys and its groups.
+func TestCommitCallAllocations(t *testing.T) {
+	const n = 64
+	writes := make([]commitWrite, n)
+	for i := range writes {
+		id := fmt.Sprint("c", i)
+		writes[i] = commitWrite{id: id, seq: 1000, event: []byte("event"), fence: "7 r1", args: newCommitArgs(id), size: 5}
+	}
+	args := []any{"now", "retention", "maxe", "maxb", "ttl", redisLogChanged}
+	if got := testing.AllocsPerRun(20, func() { commitCall(args, writes) }); got > 3*n+8 {
+		t.Fatalf("%.0f allocations for a call of %d writes, want %d at most", got, n, 3*n+8)
+	}
+}
+
 func TestCommitChunks(t *testing.T) {
 	big := make([]byte, commitMaxBytes/2+1)
 	for _, tc := range []struct {

@@ -359,6 +359,9 @@ type logWriter struct {
 	// renewal or the end, where it looks; never cleared: a log followed
 	// once is usually followed to its end.
 	followed atomic.Bool
+	// args are the log's keys and id as lua/commit.lua's arguments,
+	// built once for all its writes.
+	args *commitArgs
 }
 
 // add appends ev to the log of id, and with end ends it with status,
@@ -381,6 +384,7 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 		}
 	}
 	lw := l.writer(id)
+	w.args = lw.args
 	w.renew = l.renewal(lw)
 	unsized := lw.unsized.Load()
 	w.size = l.sizeOf(w, unsized)
@@ -420,7 +424,7 @@ func (l *RedisLog) writer(id string) *logWriter {
 	if lw, ok := l.writing.Load(id); ok {
 		return lw.(*logWriter)
 	}
-	lw, _ := l.writing.LoadOrStore(id, &logWriter{})
+	lw, _ := l.writing.LoadOrStore(id, &logWriter{args: newCommitArgs(id)})
 	return lw.(*logWriter)
 }
 

@@ -16,7 +16,9 @@
 // names cannot be declared.
 //
 // Names after a "|" repeat, once per Group a call passes (RunGroups): one
-// script call that writes several subjects, each with its own keys.
+// script call that writes several subjects, each with its own keys. A
+// call on a hot path builds its command in place instead (Batch), with
+// each subject's keys built once (GroupKeys) and kept by the caller.
 //
 //	-- KEYS: TOTAL | META LOG
 //	-- ARGV: now | id event

@@ -28,6 +28,11 @@ type Script struct {
 	keyNames []string // every name, the repeated ones too
 	keys     []func(string) string
 	each     []func(string) string // the keys repeated per Group
+	// fixed are the keys declared once of a script with groups, as
+	// command arguments (Batch); args and argsEach count its arguments
+	// declared once and per group.
+	fixed          []any
+	args, argsEach int
 }
 
 // Group is one repetition of the names a script declares after "|": the
@@ -49,13 +54,19 @@ func Load(fsys fs.FS, file string, table Table) *Script {
 	if err != nil {
 		panic(fmt.Sprintf("redisscript: %v", err))
 	}
-	src, names, each, err := bind(string(b))
+	src, names, each, argc, err := bind(string(b))
 	if err != nil {
 		panic(fmt.Sprintf("redisscript: %s: %v", file, err))
 	}
-	s := &Script{name: file, src: src, lua: redis.NewScript(src), keyNames: append(slices.Clip(names), each...)}
+	s := &Script{name: file, src: src, lua: redis.NewScript(src), keyNames: append(slices.Clip(names), each...),
+		args: argc[0], argsEach: argc[1]}
 	s.keys = lookUp(file, names, table)
 	s.each = lookUp(file, each, table)
+	if len(each) > 0 {
+		for _, k := range s.keys {
+			s.fixed = append(s.fixed, k(""))
+		}
+	}
 	return s
 }
 
@@ -75,23 +86,27 @@ func lookUp(file string, names []string, table Table) []func(string) string {
 
 // bind replaces the KEYS and ARGV lines of src with the Lua that binds
 // their names, and returns the key names in declaration order: those
-// bound once, and those repeated per group (after "|"). The two lines
-// repeat names together or not at all.
-func bind(src string) (string, []string, []string, error) {
+// bound once, and those repeated per group (after "|"); and how many
+// arguments are declared once and per group. The two lines repeat names
+// together or not at all.
+func bind(src string) (string, []string, []string, [2]int, error) {
+	var argc [2]int
 	lines := strings.SplitN(src, "\n", 3)
 	if len(lines) < 3 {
-		return "", nil, nil, fmt.Errorf("want a KEYS line and an ARGV line first")
+		return "", nil, nil, argc, fmt.Errorf("want a KEYS line and an ARGV line first")
 	}
 	var keys, each []string
 	repeats := 0
 	for i, want := range []string{"KEYS", "ARGV"} {
 		m := nameList.FindStringSubmatch(lines[i])
 		if m == nil || m[1] != want {
-			return "", nil, nil, fmt.Errorf("line %d: want %q followed by names", i+1, "-- "+want+":")
+			return "", nil, nil, argc, fmt.Errorf("line %d: want %q followed by names", i+1, "-- "+want+":")
 		}
 		names, group := strings.Fields(m[2]), strings.Fields(m[3])
 		if want == "KEYS" {
 			keys, each = names, group
+		} else {
+			argc = [2]int{len(names), len(group)}
 		}
 		if len(group) > 0 {
 			repeats++
@@ -99,9 +114,9 @@ func bind(src string) (string, []string, []string, error) {
 		lines[i] = binding(names, group, want)
 	}
 	if repeats == 1 {
-		return "", nil, nil, fmt.Errorf("a group (|) in one of the KEYS and ARGV lines only")
+		return "", nil, nil, argc, fmt.Errorf("a group (|) in one of the KEYS and ARGV lines only")
 	}
-	return strings.Join(lines, "\n"), keys, each, nil
+	return strings.Join(lines, "\n"), keys, each, argc, nil
 }
 
 // binding is one line of Lua: local a, b = ARR[1], ARR[2], then what
@@ -180,10 +195,80 @@ func (s *Script) RunGroups(ctx context.Context, c redis.Scripter, args []any, gr
 	return s.lua.Run(ctx, c, s.KeysOf(groups), argsOf(args, groups)...)
 }
 
-// EvalShaGroups queues a script with groups in a pipeline, as EvalSha
-// does.
-func (s *Script) EvalShaGroups(ctx context.Context, p redis.Pipeliner, args []any, groups []Group) *redis.Cmd {
-	return p.EvalSha(ctx, s.lua.Hash(), s.KeysOf(groups), argsOf(args, groups)...)
+// GroupKeys are the keys of one group of the script for subject, as
+// command arguments: a caller that writes the same subject again keeps
+// them, so that adding its group to a Batch builds no key.
+func (s *Script) GroupKeys(subject string) []any {
+	out := make([]any, len(s.each))
+	for i, k := range s.each {
+		out[i] = k(subject)
+	}
+	return out
+}
+
+// Batch is one EVALSHA of a script with groups, built in place: the
+// command's arguments in one slice sized for its groups, the keys
+// declared once boxed at Load and each group's from GroupKeys, so that a
+// call of many groups allocates one slice rather than a slice per group,
+// the keys' strings and the copies RunGroups makes. Add fills the groups
+// in order; EvalSha queues the call.
+type Batch struct {
+	s         *Script
+	cmd       []any
+	key, arg  int // where the next group's keys and arguments go
+	groups, n int // groups added, and announced
+	err       error
+}
+
+// Batch starts a call of the script with n groups and args, the
+// arguments declared once.
+func (s *Script) Batch(n int, args ...any) *Batch {
+	b := &Batch{s: s, n: n}
+	if len(args) != s.args || len(s.each) == 0 {
+		b.err = fmt.Errorf("redisscript: %s: a batch of %d arguments, the script declares %d and %d keys per group", s.name, len(args), s.args, len(s.each))
+		return b
+	}
+	nkeys := len(s.fixed) + n*len(s.each)
+	b.cmd = make([]any, 3+nkeys+s.args+n*s.argsEach)
+	b.cmd[0], b.cmd[1], b.cmd[2] = "evalsha", s.lua.Hash(), nkeys
+	copy(b.cmd[3:], s.fixed)
+	b.key = 3 + len(s.fixed)
+	b.arg = 3 + nkeys + copy(b.cmd[3+nkeys:], args)
+	return b
+}
+
+// Add adds the next group: its keys (GroupKeys of its subject) and its
+// arguments.
+func (b *Batch) Add(keys []any, args ...any) {
+	switch {
+	case b.err != nil:
+		return
+	case b.groups == b.n || len(keys) != len(b.s.each) || len(args) != b.s.argsEach:
+		b.err = fmt.Errorf("redisscript: %s: group %d of %d with %d keys and %d arguments, want %d and %d", b.s.name, b.groups+1, b.n, len(keys), len(args), len(b.s.each), b.s.argsEach)
+		return
+	}
+	b.key += copy(b.cmd[b.key:], keys)
+	b.arg += copy(b.cmd[b.arg:], args)
+	b.groups++
+}
+
+// EvalSha queues the call in a pipeline (Load the script first: a
+// pipeline cannot fall back to EVAL). A batch built wrong (arguments or
+// groups that the script does not declare) is not sent: its command
+// fails with the error.
+func (b *Batch) EvalSha(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
+	if b.err == nil && b.groups != b.n {
+		b.err = fmt.Errorf("redisscript: %s: %d groups added of %d", b.s.name, b.groups, b.n)
+	}
+	if b.err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(b.err)
+		return cmd
+	}
+	cmd := redis.NewCmd(ctx, b.cmd...)
+	cmd.SetFirstKeyPos(3)
+	_ = p.Process(ctx, cmd)
+	return cmd
 }
 
 // Run runs the script on subject's keys: EVALSHA, and EVAL when Redis

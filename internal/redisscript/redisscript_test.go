@@ -22,12 +22,14 @@ func TestBind(t *testing.T) {
 	for _, tc := range []struct {
 		name, src, want, err string
 		keys                 []string
+		argc                 [2]int
 	}{
 		{
 			name: "keys and arguments bound by name, line for line",
 			src:  "-- KEYS: B A\n-- ARGV: x y\nreturn x\n",
 			want: "local B, A = KEYS[1], KEYS[2]\nlocal x, y = ARGV[1], ARGV[2]\nreturn x\n",
 			keys: []string{"B", "A"},
+			argc: [2]int{2, 0},
 		},
 		{
 			name: "no arguments keeps the line",
@@ -41,12 +43,14 @@ func TestBind(t *testing.T) {
 			want: "local A = KEYS[1]; local function KEYS_OF(i) local b = 1 + 1 * (i - 1) return KEYS[b + 1] end; local GROUPS = (#KEYS - 1) / 1\n" +
 				"local x = ARGV[1]; local function ARGV_OF(i) local b = 1 + 2 * (i - 1) return ARGV[b + 1], ARGV[b + 2] end\nreturn GROUPS\n",
 			keys: []string{"A"},
+			argc: [2]int{1, 2},
 		},
 		{
 			name: "only names repeated",
 			src:  "-- KEYS: | B\n-- ARGV: | y\nreturn 1\n",
 			want: "local function KEYS_OF(i) local b = 0 + 1 * (i - 1) return KEYS[b + 1] end; local GROUPS = (#KEYS - 0) / 1\n" +
 				"local function ARGV_OF(i) local b = 0 + 1 * (i - 1) return ARGV[b + 1] end\nreturn 1\n",
+			argc: [2]int{0, 1},
 		},
 		{name: "a group of keys without one of arguments", src: "-- KEYS: A | B\n-- ARGV: x\nreturn 1", err: "one of the KEYS and ARGV lines only"},
 		{name: "an empty group", src: "-- KEYS: A |\n-- ARGV: x |\nreturn 1", err: "line 1"},
@@ -56,15 +60,15 @@ func TestBind(t *testing.T) {
 		{name: "too short", src: "-- KEYS: A", err: "want a KEYS line"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, keys, _, err := bind(tc.src)
+			got, keys, _, argc, err := bind(tc.src)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)
 				}
 				return
 			}
-			if err != nil || got != tc.want || !slices.Equal(keys, tc.keys) {
-				t.Fatalf("bind = %q, %v, %v; want %q, %v", got, keys, err, tc.want, tc.keys)
+			if err != nil || got != tc.want || !slices.Equal(keys, tc.keys) || argc != tc.argc {
+				t.Fatalf("bind = %q, %v, %v, %v; want %q, %v, %v", got, keys, argc, err, tc.want, tc.keys, tc.argc)
 			}
 		})
 	}
@@ -135,7 +139,7 @@ func TestRunBindsKeysAndArguments(t *testing.T) {
 
 // TestRunGroups runs a script whose names repeat per group on a real
 // Redis: each group's keys are built for its subject, in order, after the
-// keys declared once; EVALSHA in a pipeline gives the same.
+// keys declared once.
 func TestRunGroups(t *testing.T) {
 	rdb, ctx := newRedis(t)
 	src := "-- KEYS: A | B\n-- ARGV: sep | x y\nlocal out = {A}\n" +
@@ -149,16 +153,72 @@ func TestRunGroups(t *testing.T) {
 	if got := s.Undeclared(); len(got) != 0 {
 		t.Fatalf("Undeclared = %q: the names of a group are declared", got)
 	}
-	pipe := rdb.Pipeline()
-	cmd := s.EvalShaGroups(ctx, pipe, []any{"-"}, groups[1:])
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := cmd.StringSlice(); err != nil || !slices.Equal(got, []string{"k:a", "k:{c2}:b=r-s"}) {
-		t.Fatalf("EvalShaGroups = %v, %v", got, err)
-	}
 	if got, err := s.RunGroups(ctx, rdb, []any{"-"}, nil).StringSlice(); err != nil || !slices.Equal(got, []string{"k:a"}) {
 		t.Fatalf("RunGroups with no group = %v, %v", got, err)
+	}
+}
+
+// TestBatch builds calls of a script with groups in place and runs them
+// on a real Redis: the same answers as RunGroups, and a batch built wrong
+// fails its command without sending it.
+func TestBatch(t *testing.T) {
+	rdb, ctx := newRedis(t)
+	src := "-- KEYS: A | B\n-- ARGV: sep | x y\nlocal out = {A}\n" +
+		"for i = 1, GROUPS do\n  local B = KEYS_OF(i)\n  local x, y = ARGV_OF(i)\n  redis.call('SET', B, x .. sep .. y)\n  table.insert(out, B .. '=' .. redis.call('GET', B))\nend\nreturn out\n"
+	s := Load(fstest.MapFS{"x.lua": {Data: []byte(src)}}, "x.lua", table)
+	if err := s.Load(ctx, rdb); err != nil {
+		t.Fatal(err)
+	}
+	c1, c2 := s.GroupKeys("c1"), s.GroupKeys("c2")
+	for _, tc := range []struct {
+		name  string
+		build func() *Batch
+		want  []string
+		err   string
+	}{
+		{"two groups", func() *Batch {
+			b := s.Batch(2, "-")
+			b.Add(c1, "p", []byte("q"))
+			b.Add(c2, "r", 7)
+			return b
+		}, []string{"k:a", "k:{c1}:b=p-q", "k:{c2}:b=r-7"}, ""},
+		{"no group", func() *Batch { return s.Batch(0, "+") }, []string{"k:a"}, ""},
+		{"fewer groups than announced", func() *Batch {
+			b := s.Batch(2, "-")
+			b.Add(c1, "p", "q")
+			return b
+		}, nil, "1 groups added of 2"},
+		{"more groups than announced", func() *Batch {
+			b := s.Batch(1, "-")
+			b.Add(c1, "p", "q")
+			b.Add(c2, "r", "s")
+			return b
+		}, nil, "group 2 of 1"},
+		{"a group's arguments short", func() *Batch {
+			b := s.Batch(1, "-")
+			b.Add(c1, "p")
+			return b
+		}, nil, "1 arguments, want 1 and 2"},
+		{"arguments declared once missing", func() *Batch { return s.Batch(1) }, nil, "a batch of 0 arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pipe := rdb.Pipeline()
+			cmd := tc.build().EvalSha(ctx, pipe)
+			queued := pipe.Len()
+			if _, err := pipe.Exec(ctx); err != nil && tc.err == "" {
+				t.Fatal(err)
+			}
+			got, err := cmd.StringSlice()
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || queued != 0 {
+					t.Fatalf("err = %v with %d commands queued, want %q and none", err, queued, tc.err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("EvalSha = %v, %v; want %v", got, err, tc.want)
+			}
+		})
 	}
 }
 
