@@ -72,13 +72,6 @@ type committer struct {
 	// spare are the writes slices of landed flushes, emptied, for the
 	// next batches: a batch's slice is allocated once, not per flush.
 	spare [][]commitWrite
-	// last is the number of writes of the last flush started: when it
-	// carried one, the next starts at once (no linger).
-	last int
-	// idle: the last flush to land carried one write, and found nothing
-	// pending nor in flight; the next write then flushes itself
-	// (writeAlone) if it still finds none.
-	idle bool
 
 	kick   chan struct{} // a batch got its first write
 	full   chan struct{} // the batch reached commitMaxEvents
@@ -152,23 +145,13 @@ type commitBatch struct {
 // of writes of each flush, and waited the time each write waited for its
 // reply.
 func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict func([]string), wait func() time.Duration, sizes func(int), waited func(time.Duration)) *committer {
-	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, waited: waited, idle: true, next: newCommitBatch(), writing: map[string]int{},
+	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, waited: waited, next: newCommitBatch(), writing: map[string]int{},
 		kick: make(chan struct{}, 1), full: make(chan struct{}, 1), landed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c
 }
 
 func newCommitBatch() *commitBatch { return &commitBatch{done: make(chan struct{})} }
-
-// newBatch is an empty batch, its writes slice a spare one when there is
-// one; c.mu is held.
-func (c *committer) newBatch() *commitBatch {
-	b := newCommitBatch()
-	if n := len(c.spare); n > 0 {
-		b.writes, c.spare = c.spare[n-1], c.spare[:n-1]
-	}
-	return b
-}
 
 // write appends w with the next flush and waits for it: the reply of
 // lua/commit.lua for w, or the error of a flush that failed (Redis did not
@@ -182,9 +165,6 @@ func (c *committer) write(w commitWrite) (string, error) {
 	}
 	b := c.next
 	i := len(b.writes)
-	if i == 0 && c.flights == 0 && c.idle {
-		return c.writeAlone(w, start)
-	}
 	b.writes = append(b.writes, w)
 	if i == 0 {
 		b.first = time.Now()
@@ -200,34 +180,6 @@ func (c *committer) write(w commitWrite) (string, error) {
 		return "", b.err
 	}
 	return b.replies[i], nil
-}
-
-// writeAlone flushes w by itself, on its writer's goroutine, where run
-// would start its flush at once too: nothing is pending nor in flight, and
-// the last flush carried one write with nothing waiting behind it (an idle
-// replica, or one running a single completion). This spares the idle
-// replica's every event two goroutine hand-offs (to run, then to a flush
-// of its own) and their wake-ups. The writes that arrive meanwhile make
-// the next batch, as they do behind any flush in flight. Under load a
-// landing finds writes waiting, and the batches go through run. c.mu is
-// held; writeAlone releases it.
-func (c *committer) writeAlone(w commitWrite, start time.Time) (string, error) {
-	b := c.newBatch()
-	b.writes = append(b.writes, w)
-	b.first = start
-	c.flights++
-	c.writing[w.id]++
-	c.last = 1
-	c.mu.Unlock()
-	evicted := c.flushBatch(b)
-	c.waited(time.Since(start))
-	if len(evicted) > 0 {
-		c.evict(evicted) // here the writer drops them: nobody else waits for it
-	}
-	if b.err != nil {
-		return "", b.err
-	}
-	return b.replies[0], nil
 }
 
 // signal wakes the reader of ch, unless a wake is pending already.
@@ -251,6 +203,7 @@ func (c *committer) close() {
 // run starts one flush after another, commitFlights at most in flight.
 func (c *committer) run() {
 	defer close(c.done)
+	last := 0
 	for {
 		select {
 		case <-c.kick:
@@ -261,15 +214,13 @@ func (c *committer) run() {
 			c.await(func() bool { return c.flights == 0 })
 			return
 		}
-		c.mu.Lock()
-		last := c.last
-		c.mu.Unlock()
 		if last > 1 {
 			c.linger()
 		}
 		c.awaitFlight()
 		if b := c.take(); b != nil {
 			c.launch(b)
+			last = len(b.writes)
 		}
 	}
 }
@@ -334,7 +285,6 @@ func (c *committer) launch(b *commitBatch) {
 	for _, w := range b.writes {
 		c.writing[w.id]++
 	}
-	c.last = len(b.writes)
 	c.mu.Unlock()
 	go c.commit(b)
 }
@@ -348,7 +298,6 @@ func (c *committer) land(b *commitBatch) {
 			delete(c.writing, w.id)
 		}
 	}
-	c.idle = len(b.writes) == 1 && c.flights == 0 && len(c.next.writes) == 0
 	c.mu.Unlock()
 	signal(c.landed)
 }
@@ -380,7 +329,10 @@ func (c *committer) take() *commitBatch {
 	if len(b.writes) == 0 {
 		return nil
 	}
-	c.next = c.newBatch()
+	c.next = newCommitBatch()
+	if n := len(c.spare); n > 0 {
+		c.next.writes, c.spare = c.spare[n-1], c.spare[:n-1]
+	}
 	select {
 	case <-c.full: // the batch taken's
 	default:
@@ -388,27 +340,21 @@ func (c *committer) take() *commitBatch {
 	return b
 }
 
-// commit flushes b on a goroutine of its own, then drops the logs its
-// bound evicted: its writers, released first, need not wait for that.
+// commit flushes b, lands, releases its writers, then drops the logs its
+// bound evicted: their writers need not wait for that.
 func (c *committer) commit(b *commitBatch) {
-	if evicted := c.flushBatch(b); len(evicted) > 0 {
-		c.evict(evicted)
-	}
-}
-
-// flushBatch flushes b, lands, releases its writers and keeps its slice
-// for a next batch; it answers the ids of the ended logs its bound
-// evicted.
-func (c *committer) flushBatch(b *commitBatch) (evicted []string) {
 	c.sizes(len(b.writes))
+	var evicted []string
 	b.replies, evicted, b.err = c.flush(b.writes)
 	if b.err == nil && len(b.replies) != len(b.writes) {
 		b.err = fmt.Errorf("%w: %d replies to %d appends", ErrUnavailable, len(b.replies), len(b.writes))
 	}
 	c.land(b)
 	close(b.done)
+	if len(evicted) > 0 {
+		c.evict(evicted)
+	}
 	c.reuse(b.writes)
-	return evicted
 }
 
 // reuse keeps the writes slice of a flush that landed for a next batch,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -101,64 +100,6 @@ func TestCommitterIdleAddsNoWait(t *testing.T) {
 	}
 	if got := f.sizes(); len(got) != 50 || slices.Max(got) != 1 {
 		t.Fatalf("batches %v, want 50 of one write", got)
-	}
-}
-
-// TestCommitterIdleWriteFlushesItself: a write that finds nothing pending
-// nor in flight, after a flush of one, is flushed on its writer's own
-// goroutine (writeAlone in the flush's stack), not handed to run and a
-// flush goroutine; the writes that arrive while it is in flight go
-// through run, together.
-func TestCommitterIdleWriteFlushesItself(t *testing.T) {
-	f := &fakeFlush{gate: make(chan struct{}, 10)}
-	var mu sync.Mutex
-	alone := map[string]bool{}
-	flush := func(ws []commitWrite) ([]string, []string, error) {
-		pcs := make([]uintptr, 32)
-		frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
-		self := false
-		for fr, more := frames.Next(); more; fr, more = frames.Next() {
-			self = self || strings.HasSuffix(fr.Function, ".(*committer).writeAlone")
-		}
-		mu.Lock()
-		for _, w := range ws {
-			alone[w.id] = self
-		}
-		mu.Unlock()
-		return f.flush(ws)
-	}
-	before := goleak.IgnoreCurrent()
-	c := newCommitter(flush, func([]string) {}, func() time.Duration { return time.Hour }, func(int) {}, func(time.Duration) {})
-	defer func() { c.close(); goleak.VerifyNone(t, before) }()
-	defer f.open()
-	for i := range 3 {
-		f.gate <- struct{}{}
-		if _, err := c.write(commitWrite{id: fmt.Sprint("idle", i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first := make(chan error, 1)
-	go func() { _, err := c.write(commitWrite{id: "first"}); first <- err }()
-	waitFor(t, func() bool { return f.flushing() == 4 }) // at the gate
-	var wg sync.WaitGroup
-	for i := range 5 {
-		wg.Go(func() { _, _ = c.write(commitWrite{id: fmt.Sprint("busy", i)}) })
-	}
-	waitFor(t, func() bool { return c.pending() == 5 })
-	f.open()
-	waitGroup(t, &wg)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for id, self := range alone {
-		if want := !strings.HasPrefix(id, "busy"); self != want {
-			t.Errorf("write %s flushed by its own goroutine: %v, want %v", id, self, want)
-		}
-	}
-	if got := f.sizes(); !slices.Equal(got, []int{1, 1, 1, 1, 5}) {
-		t.Fatalf("batches %v, want [1 1 1 1 5]", got)
 	}
 }
 
