@@ -97,7 +97,7 @@ type commitWrite struct {
 	size int64
 	// args are id's keys and id as lua/commit.lua's arguments, kept by
 	// its writer (logWriter) so that its events do not build them each
-	// time; nil, commitWrites builds them.
+	// time; when nil (a reshare's writes), commitCall builds them.
 	args *commitArgs
 	end  bool
 	// renew: the log must be there and not ended, and is renewed
