@@ -349,6 +349,14 @@ type Config struct {
 	// (redis.lease_ttl), for whoever builds Leases (completiond: with
 	// NewRedisLeases); 0: DefaultLeaseTTL. The server itself uses Leases.
 	LeaseTTL time.Duration
+	// RedisCommitDelay is the longest the group commit of the fleet's
+	// event log waits for more events before it writes a batch to Redis,
+	// while other completions of the replica are writing (redis.commit_delay;
+	// 0: DefaultRedisCommitDelay): a longer one makes fewer, larger
+	// batches (less Redis and replica CPU per token) for that much more
+	// time before an event reaches its caller. An idle replica's events
+	// never wait for it.
+	RedisCommitDelay time.Duration
 	// Replica names this replica in leases and logs (default host:pid).
 	Replica string
 }
@@ -406,6 +414,11 @@ func Default() Config {
 func (c *Config) Check() error {
 	if err := c.Policy.Check(); err != nil {
 		return fmt.Errorf("policy: %w", err)
+	}
+	if d := c.RedisCommitDelay; d != 0 {
+		if err := CheckRedisCommitDelay(d); err != nil {
+			return fmt.Errorf("redis commit delay: %w", err)
+		}
 	}
 	if _, ok := c.Routes[c.DefaultRoute]; !ok {
 		return fmt.Errorf("default route %q is not configured", c.DefaultRoute)
@@ -623,6 +636,23 @@ const DefaultRedisPing = time.Second
 // a dead replica's completions are taken over about this long after its
 // death (its owner renews at a third of it).
 const DefaultLeaseTTL = 2 * time.Second
+
+// DefaultRedisCommitDelay is the group commit's delay when the
+// configuration sets none (Config.RedisCommitDelay).
+const DefaultRedisCommitDelay = 500 * time.Microsecond
+
+// MaxRedisCommitDelay bounds Config.RedisCommitDelay: every event of a
+// busy replica may wait that long before its caller sees it.
+const MaxRedisCommitDelay = 100 * time.Millisecond
+
+// CheckRedisCommitDelay says whether d is a commit delay the server takes:
+// positive and at most MaxRedisCommitDelay.
+func CheckRedisCommitDelay(d time.Duration) error {
+	if d <= 0 || d > MaxRedisCommitDelay {
+		return fmt.Errorf("%s is not a duration in (0, %s]", d, MaxRedisCommitDelay)
+	}
+	return nil
+}
 
 // ParseRedisURL checks a Redis URL and returns its options; the error
 // names the URL without its password.

@@ -88,6 +88,10 @@ type FileRedis struct {
 	// 2s; default DefaultLeaseTTL): a dead replica's resumable Streams are
 	// taken over by another replica about this long after its death.
 	LeaseTTL string `yaml:"lease_ttl"`
+	// CommitDelay is the longest the group commit waits for more events
+	// while other completions write (a Go duration, at most 100ms;
+	// default DefaultRedisCommitDelay): see Config.RedisCommitDelay.
+	CommitDelay string `yaml:"commit_delay"`
 }
 
 // FileProvider declares one upstream account.
@@ -248,6 +252,16 @@ func (fc *FileConfig) apply(base Config, getenv func(string) string, factories m
 				return base, fmt.Errorf("redis.lease_ttl: %q is not a positive duration (e.g. 2s)", fc.Redis.LeaseTTL)
 			}
 			cfg.LeaseTTL = d
+		}
+		if fc.Redis.CommitDelay != "" {
+			d, err := time.ParseDuration(fc.Redis.CommitDelay)
+			if err == nil {
+				err = CheckRedisCommitDelay(d)
+			}
+			if err != nil {
+				return base, fmt.Errorf("redis.commit_delay: %q is not a duration in (0, %s] (e.g. 2ms)", fc.Redis.CommitDelay, MaxRedisCommitDelay)
+			}
+			cfg.RedisCommitDelay = d
 		}
 	}
 	if err := cfg.Check(); err != nil {

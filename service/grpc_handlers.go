@@ -84,6 +84,7 @@ func New(cfg Config) (*Server, error) {
 		if cfg.Leases != nil {
 			rl.LeaseTTL = cfg.Leases.TTL()
 		}
+		rl.CommitDelay = cfg.RedisCommitDelay
 		local := fleet.RedisInstruments(cfg.Telemetry.MeterProvider, s.redis.Up)
 		s.log = fleet.NewPairLog(mem, rl, s.redis, cfg.Logger, local)
 		s.closers = append([]func(){rl.Close}, s.closers...) // the log's subscription before the PINGs

@@ -113,6 +113,11 @@ type Fleet struct {
 	ResumeGrace time.Duration
 	// RedisServer is the redis-server command.
 	RedisServer string
+	// CommitDelay, when not zero, is the replicas' redis.commit_delay
+	// instead of the shipped default: a second configuration, to measure
+	// what a longer group commit wait trades (fewer, larger writes to
+	// Redis for a later event).
+	CommitDelay time.Duration
 	// SkipUnshared leaves out the replicas without Redis: by default
 	// each repetition also measures the fleet's replicas alone, each on
 	// its memory, so that the report tells what three processes cost

@@ -106,9 +106,9 @@ func (r *Report) fleetHeader(b *strings.Builder) {
 	r.title(b, "fleet benchmark", "completiond alone and the fleet")
 	b.WriteString(c.streamingLine())
 	fmt.Fprintf(b, "- servers, each a fresh process per measurement, completiond built from this checkout on its shipped defaults at --log-level %s: "+
-		"*completiond alone*, one process without Redis; *the fleet*, %d completiond replicas with `redis.url` in their config file, sharing one redis-server (%s), "+
+		"*completiond alone*, one process without Redis; *the fleet*, %d completiond replicas with `redis.url`%s in their config file, sharing one redis-server (%s), "+
 		"a fresh one per measurement on loopback (`--save '' --appendonly no`)%s; upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness\n",
-		c.LogLevel, c.Fleet.Replicas, r.redisVersion, c.unsharedText())
+		c.LogLevel, c.Fleet.Replicas, c.commitDelayText(), r.redisVersion, c.unsharedText())
 	fmt.Fprintf(b, "- requests: %s\n", c.graceText())
 	fmt.Fprintf(b, "- clients: to completiond alone, one gRPC channel for all the streams; to the fleet (and its replicas without Redis), one channel per replica, stream i through replica i mod %d (spread evenly, as a round-robin balancer would)\n",
 		c.Fleet.Replicas)
@@ -125,6 +125,15 @@ func (c Config) unsharedText() string {
 	}
 	return fmt.Sprintf("; *replicas without Redis*, the same %d processes and channels as the fleet, each keeping its completions in its memory alone, "+
 		"to tell what running %d processes on this machine costs from what sharing Redis costs (the second table)", c.Fleet.Replicas, c.Fleet.Replicas)
+}
+
+// commitDelayText names the replicas' redis.commit_delay when it is not
+// the shipped default's.
+func (c Config) commitDelayText() string {
+	if c.Fleet.CommitDelay == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and `redis.commit_delay: %s` (not the default: a longer group commit wait, fewer and larger writes to Redis)", c.Fleet.CommitDelay)
 }
 
 // graceText says what the requests ask for.

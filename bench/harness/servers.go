@@ -252,7 +252,7 @@ func (r *runner) startRelay(ctx context.Context, model string) (*proc, error) {
 func (r *runner) startCompletiond(ctx context.Context, model, redisURL string) (*proc, error) {
 	r.servers++
 	cfgPath := filepath.Join(r.dir, "completiond-"+strconv.Itoa(r.servers)+".yaml")
-	if err := os.WriteFile(cfgPath, []byte(completiondConfig(r.mockURL()+"/v1", model, redisURL)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(completiondConfig(r.mockURL()+"/v1", model, redisURL, r.cfg.Fleet.CommitDelay)), 0o644); err != nil {
 		return nil, err
 	}
 	addr, err := freeAddr()
@@ -276,9 +276,10 @@ func (r *runner) startCompletiond(ctx context.Context, model, redisURL string) (
 
 // completiondConfig routes "bench" (the default) to model at upstream, and
 // warmRoute to a one-token answer, with redisURL as the fleet's Redis
-// (redis.url) unless it is empty. The timeouts are long: a held stream
+// (redis.url) unless it is empty, with commitDelay as its
+// redis.commit_delay unless it is 0. The timeouts are long: a held stream
 // must stay open, and a paced one may wait long between tokens.
-func completiondConfig(upstream, model, redisURL string) string {
+func completiondConfig(upstream, model, redisURL string, commitDelay time.Duration) string {
 	route := func(name, model string) string {
 		return fmt.Sprintf("  %s:\n    provider: mock\n    model: %q\n    context_window: 128000\n    max_output_tokens: 4096\n"+
 			"    timeouts: {headers: 1m, first_token: 1h, idle: 1h, total: 1h}\n", name, model)
@@ -286,6 +287,9 @@ func completiondConfig(upstream, model, redisURL string) string {
 	redis := ""
 	if redisURL != "" {
 		redis = fmt.Sprintf("redis:\n  url: %q\n", redisURL)
+		if commitDelay != 0 {
+			redis += fmt.Sprintf("  commit_delay: %s\n", commitDelay)
+		}
 	}
 	return "default_route: bench\nproviders:\n  mock:\n    kind: openai\n" +
 		fmt.Sprintf("    base_url: %q\n    api_key: sk-loadbench\n", upstream) +

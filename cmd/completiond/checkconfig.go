@@ -158,6 +158,7 @@ func printConfig(w io.Writer, path string, cfg config.Config, specs map[provider
 	p("redis\t%s", redisShown(cfg.RedisURL))
 	if cfg.RedisURL != "" {
 		p("lease ttl\t%s", cmp.Or(cfg.LeaseTTL, config.DefaultLeaseTTL))
+		p("redis commit delay\t%s", cmp.Or(cfg.RedisCommitDelay, config.DefaultRedisCommitDelay))
 	}
 	printLimits(p, cfg.Limits)
 	printPolicy(p, cfg.Policy)

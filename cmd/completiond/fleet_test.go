@@ -364,14 +364,22 @@ func TestFleetRedisRestarted(t *testing.T) {
 // COMPLETIOND_REDIS_PASSWORD, the server's certificate checked against the
 // system's roots (SSL_CERT_FILE names the test's authority). Both serve
 // (health SERVING needs Redis's PING), a completion through A is read
-// whole through B, and the password shows in no log line.
+// whole through B, and the password shows in no log line. Each runs with
+// a group commit delay of its own, from the environment and from the flag.
 func TestFleetOverTLSRedis(t *testing.T) {
 	bin := buildCompletiond(t)
 	const password = "tls-fleet-secret-6f1c"
 	rs := redistest.NewTLS(t, "--requirepass", password)
 	env := []string{"COMPLETIOND_REDIS_PASSWORD=" + password, "SSL_CERT_FILE=" + rs.CAFile}
-	a := startReplicaOn(t, bin, "A", "rediss://"+rs.Addr, env)
-	b := startReplicaOn(t, bin, "B", "rediss://"+rs.Addr, env)
+	// A commit delay of its own on each: from the environment on A, the
+	// flag on B.
+	a := startReplicaOn(t, bin, "A", "rediss://"+rs.Addr, append(env, "COMPLETIOND_REDIS_COMMIT_DELAY=3ms"))
+	b := startReplicaOn(t, bin, "B", "rediss://"+rs.Addr, env, "--redis-commit-delay", "4ms")
+	for p, want := range map[*proc]string{a: `"redis_commit_delay":"3ms"`, b: `"redis_commit_delay":"4ms"`} {
+		if !strings.Contains(p.logs.String(), want) {
+			t.Errorf("replica %s's serving line lacks %s: %s", p.name, want, p.logs.String())
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	st, err := connect(t, a).Stream(ctx, &completionv1.CompleteRequest{

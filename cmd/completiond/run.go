@@ -36,6 +36,7 @@ type options struct {
 	metrics  string
 	redisURL string
 	leaseTTL time.Duration
+	delay    time.Duration
 	replica  string
 	safety   safety
 	version  bool
@@ -68,6 +69,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. localhost:9464 (empty: off);\ntraces and OTLP metrics follow the standard OTEL_* variables, see docs/observability.md")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the Redis the replicas of a fleet share: redis://host:port[/db], rediss:// for TLS (empty: redis.url\nof --config, else a single process); the password goes in "+redisPasswordEnv+",\nnot here, where a process list would show it")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 0, "with Redis, the length of a resumable Stream's lease, which its replica renews at a third\nof it: a dead replica's completions are taken over by another replica about this long\nafter its death (0: redis.lease_ttl of --config, else "+config.DefaultLeaseTTL.String()+")")
+	fs.DurationVar(&o.delay, "redis-commit-delay", 0, "with Redis, the longest a replica's group commit waits for more events before it writes\na batch to Redis while other completions write: longer, fewer and larger batches (less\nRedis and replica CPU per token), each event that much later to its caller; an idle\nreplica's never wait (0: redis.commit_delay of --config, else "+config.DefaultRedisCommitDelay.String()+"; at most "+config.MaxRedisCommitDelay.String()+")")
 	fs.StringVar(&o.replica, "replica", "", "this replica's name in leases and logs (default: hostname:pid)")
 	fs.BoolVar(&o.version, "version", false, "print the version, commit and Go version, and exit (also: completiond version)")
 	o.safety.define(fs)
@@ -173,6 +175,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.redisURL != "" {
 		cfg.RedisURL = o.redisURL
 	}
+	if o.delay != 0 {
+		if err := config.CheckRedisCommitDelay(o.delay); err != nil {
+			return fmt.Errorf("--redis-commit-delay: %w", err)
+		}
+		cfg.RedisCommitDelay = o.delay
+	}
 	if cfg.RedisURL != "" {
 		fleet.SetRedisLogger(log)
 		if cfg.Redis, err = fleet.NewRedisClient(cfg.RedisURL, getenv(redisPasswordEnv)); err != nil {
@@ -205,7 +213,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	limits, mem := srv.Limits()
 	log.Info("serving", "addr", lis.Addr().String(), "default_route", cfg.DefaultRoute, "routes", routeNames(cfg),
 		"tls", cfg.TLS.On(), "auth_keys", keyNames(cfg), "client_certificates", cfg.Auth.ClientCertificates,
-		"redis", redisShown(cfg.RedisURL), "replica", cfg.Replica, "lease_ttl", leaseTTL(cfg),
+		"redis", redisShown(cfg.RedisURL), "replica", cfg.Replica, "lease_ttl", leaseTTL(cfg), "redis_commit_delay", commitDelay(cfg),
 		"max_in_flight", limits.MaxInFlight, "max_streams_per_conn", limits.MaxConcurrentStreams, "memory_limit", memoryShown(mem))
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(lis) }()
@@ -231,6 +239,14 @@ func leaseTTL(cfg service.Config) string {
 		return ""
 	}
 	return cfg.Leases.TTL().String()
+}
+
+// commitDelay is the group commit's delay cfg runs with, "" without Redis.
+func commitDelay(cfg service.Config) string {
+	if cfg.Redis == nil {
+		return ""
+	}
+	return cmp.Or(cfg.RedisCommitDelay, config.DefaultRedisCommitDelay).String()
 }
 
 // redisShown is the Redis URL as logs and check-config show it: without

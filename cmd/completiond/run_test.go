@@ -195,6 +195,18 @@ func TestInvalidConfigFileStopsTheServerAtStart(t *testing.T) {
 	}
 }
 
+// TestCommitDelayOutOfBoundsStopsTheServerAtStart: --redis-commit-delay
+// is refused before the server listens when it is not in (0, 100ms]; 0
+// is its default's.
+func TestCommitDelayOutOfBoundsStopsTheServerAtStart(t *testing.T) {
+	for _, delay := range []string{"-1ms", "101ms", "1h"} {
+		err := run(t.Context(), []string{"--redis-commit-delay", delay, "--addr", "127.0.0.1:0"}, func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--redis-commit-delay") {
+			t.Errorf("%s: error %v, want one naming --redis-commit-delay", delay, err)
+		}
+	}
+}
+
 func TestAPIKeyInEnvironmentAddsARoute(t *testing.T) {
 	env := map[string]string{"COMPLETIOND_ADDR": "127.0.0.1:0", "ANTHROPIC_API_KEY": "sk-ant-SECRET-test"}
 	ctx, stop := context.WithCancel(t.Context())

@@ -464,7 +464,7 @@ func TestDefaults(t *testing.T) {
 	if d.Replicas == nil || *d.Replicas != 1 {
 		t.Errorf("replicas = %v, want 1", deref(d.Replicas))
 	}
-	for _, name := range []string{"COMPLETIOND_REDIS_URL", "COMPLETIOND_REDIS_PASSWORD", "COMPLETIOND_LEASE_TTL"} {
+	for _, name := range []string{"COMPLETIOND_REDIS_URL", "COMPLETIOND_REDIS_PASSWORD", "COMPLETIOND_LEASE_TTL", "COMPLETIOND_REDIS_COMMIT_DELAY"} {
 		if _, ok := c.env(name); ok {
 			t.Errorf("%s without redis values", name)
 		}
@@ -537,6 +537,9 @@ func TestAllValues(t *testing.T) {
 	checkRedis(t, c, "rediss://redis.example.com:6380/0", "fleet-redis", "password")
 	if v, _ := c.env("COMPLETIOND_LEASE_TTL"); v != "3s" {
 		t.Errorf("COMPLETIOND_LEASE_TTL = %q, want 3s", v)
+	}
+	if v, _ := c.env("COMPLETIOND_REDIS_COMMIT_DELAY"); v != "5ms" {
+		t.Errorf("COMPLETIOND_REDIS_COMMIT_DELAY = %q, want 5ms", v)
 	}
 	if got := d.Template.Spec.TerminationGracePeriodSeconds; got != 60 {
 		t.Errorf("terminationGracePeriodSeconds = %d, want 60", got)

@@ -80,6 +80,9 @@ func TestFleetExistingRedis(t *testing.T) {
 	if _, ok := c.env("COMPLETIOND_LEASE_TTL"); ok {
 		t.Error("COMPLETIOND_LEASE_TTL without redis.leaseTTL")
 	}
+	if _, ok := c.env("COMPLETIOND_REDIS_COMMIT_DELAY"); ok {
+		t.Error("COMPLETIOND_REDIS_COMMIT_DELAY without redis.commitDelay")
+	}
 
 	// A Redis without a password; and one the config file names.
 	_, c = deployment(t, render(t, "--set", "replicaCount=2,redis.url=redis://redis:6379"))

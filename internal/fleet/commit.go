@@ -12,10 +12,6 @@ import (
 	"github.com/completiond/completiond/internal/redisscript"
 )
 
-// commitWait is the longest a flush of the group commit waits for more
-// appends while other completions write (committer).
-const commitWait = 500 * time.Microsecond
-
 // The bounds of one call of lua/commit.lua: a flush that holds more is
 // several calls, pipelined in one round trip, so that no call keeps the
 // single-threaded Redis from its other clients for long.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,6 +449,72 @@ func TestRedisLogGroupCommit(t *testing.T) {
 		if err != nil || len(p.Events) != events || p.Events[events-1].GetSeq() != events {
 			t.Fatalf("g%d: %d events, %v", i, len(p.Events), err)
 		}
+	}
+}
+
+// holdFlush holds the first pipeline sent after arm (a flush of the group
+// commit) until release is closed; held is closed once it is held.
+type holdFlush struct {
+	armed   atomic.Bool
+	once    sync.Once
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (h *holdFlush) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdFlush) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *holdFlush) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.CompareAndSwap(true, false) {
+			h.once.Do(func() { close(h.held) })
+			<-h.release
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestRedisLogCommitDelay: CommitDelay is how long the group commit waits
+// for company once other completions write (a flush carried several
+// appends), config.DefaultRedisCommitDelay when unset.
+func TestRedisLogCommitDelay(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	hold := &holdFlush{held: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(hold)
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	if got := l.commitDelay(); got != config.DefaultRedisCommitDelay {
+		t.Errorf("commit delay %v unset, want %v", got, config.DefaultRedisCommitDelay)
+	}
+	const delay = 150 * time.Millisecond
+	l.CommitDelay = delay
+	t.Cleanup(l.Close)
+	for _, id := range []string{"a", "b", "c"} {
+		open(t, l, id, "k")
+	}
+	appendAsync := func(id string) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- l.Append(id, logEvent(1, false)) }()
+		return done
+	}
+	hold.armed.Store(true)
+	a := appendAsync("a")
+	<-hold.held // [a] in flight
+	b, c := appendAsync("b"), appendAsync("c")
+	waitFor(t, func() bool { return l.commit.pending() == 2 })
+	close(hold.release) // [a] lands, then [b c] goes at once
+	for _, done := range []<-chan error{a, b, c} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The last flush carried two: the next append waits for company, up to
+	// the delay (a timer: the machine's load can only make it longer).
+	start := time.Now()
+	if err := l.Append("a", logEvent(2, false)); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < delay {
+		t.Errorf("an append after a flush of two went after %v, want it to wait %v for company", waited, delay)
 	}
 }
 

@@ -120,6 +120,18 @@ func TestFileConfigRedis(t *testing.T) {
 			t.Errorf("%q: err = %v", body, err)
 		}
 	}
+	if cfg.RedisCommitDelay != 0 {
+		t.Fatalf("RedisCommitDelay = %v without redis.commit_delay", cfg.RedisCommitDelay)
+	}
+	if cfg, err = load("redis:\n  url: redis://redis:6379\n  commit_delay: 5ms\n"); err != nil || cfg.RedisCommitDelay != 5*time.Millisecond {
+		t.Fatalf("redis.commit_delay: %v %v", cfg.RedisCommitDelay, err)
+	}
+	for _, delay := range []string{"soon", "0s", "-1ms", "101ms"} {
+		body := "redis:\n  url: redis://redis:6379\n  commit_delay: " + delay + "\n"
+		if _, err := load(body); err == nil || !strings.Contains(err.Error(), "redis.commit_delay") {
+			t.Errorf("%q: err = %v", body, err)
+		}
+	}
 	for _, body := range []string{"redis:\n  url: ftp://:${REDIS_PASSWORD}@redis:6380\n", "redis:\n  url: \"\"\n", "redis:\n  url: ${NOT_SET}\n"} {
 		_, err := load(body)
 		if err == nil || !strings.Contains(err.Error(), "redis.url") || strings.Contains(err.Error(), redisSecret) {

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -90,6 +91,11 @@ type RedisLog struct {
 	// a replica publishing again a log it kept alone for a while takes its
 	// lapsed lease back for this long (DefaultLeaseTTL when zero).
 	LeaseTTL time.Duration
+	// CommitDelay is the longest a flush of the group commit waits for
+	// more appends while other completions write (committer's wait;
+	// config.DefaultRedisCommitDelay when zero). Set it before the first
+	// append.
+	CommitDelay time.Duration
 
 	fences sync.Map // id → the lease value its writes need (Fence)
 	// writing is the logWriter of each log this replica writes: when it
@@ -127,9 +133,14 @@ func NewRedisLog(rdb redis.UniversalClient, limits config.EventLogLimits, now fu
 		l.wake.all(2 * redisWakeAll) // harmless: nobody waits yet
 	}
 	l.ps = ps
-	l.commit = newCommitter(l.flush, l.evict, func() time.Duration { return commitWait }, l.m.recordBatch, l.m.recordWait)
+	l.commit = newCommitter(l.flush, l.evict, l.commitDelay, l.m.recordBatch, l.m.recordWait)
 	go l.listen(ctx, ps)
 	return l
+}
+
+// commitDelay is the committer's wait: CommitDelay, or its default.
+func (l *RedisLog) commitDelay() time.Duration {
+	return cmp.Or(l.CommitDelay, config.DefaultRedisCommitDelay)
 }
 
 // Close flushes the appends under way, stops following the change notices
