@@ -318,3 +318,53 @@ func TestFleetStreamOpensItsLogBesideTheUpstreamCall(t *testing.T) {
 		})
 	}
 }
+
+// countReleases counts the calls of release.lua (EVALSHA or EVAL of one
+// key, a completion's lease, and one argument, its value) a Redis client
+// sends.
+type countReleases struct{ n atomic.Int64 }
+
+func (c *countReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *countReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(args) == 5 {
+			if key, _ := args[3].(string); strings.HasPrefix(key, "completiond:lease:{") {
+				c.n.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *countReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestFleetEndGivesTheLeaseUpWithTheLog: the write that ends a resumable
+// Stream's log gives its lease up in the same script: once the caller has
+// the status, no lease is left, and the replica sent no release call of
+// its own.
+func TestFleetEndGivesTheLeaseUpWithTheLog(t *testing.T) {
+	addr := redistest.Start(t)
+	releases := &countReleases{}
+	a := newTestEnv(t, func(c *Config) {
+		withRedis(t, addr, nil)(c)
+		c.Redis.AddHook(releases)
+		c.Leases = fleet.NewRedisLeases(c.Redis, 2*time.Second)
+	})
+	for range 3 {
+		evs, st := a.streamAll(t, resumable(time.Minute))
+		if st.Code() != codes.OK || len(evs) < 3 || evs[0].GetStarted() == nil {
+			t.Fatalf("%v, %d events; want OK, started first", st, len(evs))
+		}
+		id := evs[0].GetStarted().GetCompletionId()
+		if n := testkit.ServerRedisClient(t, addr).Exists(t.Context(), fleet.LeaseKey(id)).Val(); n != 0 {
+			t.Errorf("%s: the lease is still there after the completion's status", id)
+		}
+	}
+	if n := releases.n.Load(); n != 0 {
+		t.Errorf("%d release calls, want none: the end gave the lease up", n)
+	}
+}

@@ -151,8 +151,11 @@ func (s *Server) disown(id string, w *owner) {
 // dropOwnership ends ownership o of completion id, releasing its lease.
 func (s *Server) dropOwnership(id string, o *fleet.Ownership) {
 	s.owned.remove(id)
+	if s.log.Unfence(id) {
+		o.EndReleased()
+		return
+	}
 	o.End()
-	s.log.Unfence(id)
 }
 
 // owned are the ownerships this replica holds, by completion id.

@@ -77,7 +77,9 @@ type committer struct {
 }
 
 // commitWrite is one event to append (and with end, the log to end with
-// status), fenced by the lease value fence unless it is empty.
+// status), fenced by the lease value fence unless it is empty; or, without
+// an event, a request joining its log (meta, fenced by fence: see
+// RedisLog.joinRequest).
 type commitWrite struct {
 	id     string
 	seq    uint64
@@ -396,7 +398,7 @@ func commitChunks(writes []commitWrite) [][]commitWrite {
 	var chunks [][]commitWrite
 	start, bytes := 0, 0
 	for i, w := range writes {
-		n := len(w.event) + len(w.status)
+		n := len(w.event) + len(w.status) + len(w.meta)
 		if i > start && (i-start >= commitMaxEvents || bytes+n > commitMaxBytes) {
 			chunks = append(chunks, writes[start:i])
 			start, bytes = i, 0

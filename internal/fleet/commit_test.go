@@ -578,6 +578,101 @@ func TestRedisLogGroupCommitFencesEachCompletion(t *testing.T) {
 	}
 }
 
+// TestRedisLogGroupCommitJoinsRequests: a write without an event is a
+// request joining its log, in the same call as other writes: it replaces
+// the log's meta only while the log's lease is the writer's (a lease gone
+// refuses it, unlike an event's write), and only in a log there and not
+// ended; it adds no entry, and an event of the log after it in the call
+// goes in as usual.
+func TestRedisLogGroupCommitJoinsRequests(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx := context.Background()
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(l.Close)
+	for _, id := range []string{"mine", "theirs", "lapsed", "done"} {
+		open(t, l, id, "k")
+	}
+	appendRun(l, "done", 1, true)
+	for id, lease := range map[string]string{"mine": "3 A", "theirs": "7 B", "done": "3 A", "absent": "3 A"} {
+		if err := rdb.Set(ctx, LeaseKey(id), lease, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta := func(id string) string { return rdb.HGet(ctx, redisMetaKey(id), "m").Val() }
+	before := map[string]string{}
+	for _, id := range []string{"theirs", "lapsed", "done"} {
+		before[id] = meta(id)
+	}
+	join := func(id string) commitWrite { return commitWrite{id: id, fence: "3 A", meta: "request of " + id} }
+	replies, _, err := l.commitWrites(ctx, []commitWrite{
+		join("mine"), join("theirs"), join("lapsed"), join("done"), join("absent"),
+		{id: "mine", seq: 1, event: []byte("event 1"), fence: "3 A", renew: true},
+	})
+	if want := []string{"ok", "fenced", "fenced", "missing", "missing", "ok"}; err != nil || !slices.Equal(replies, want) {
+		t.Fatalf("replies %v %v, want %v", replies, err, want)
+	}
+	if got := meta("mine"); got != "request of mine" {
+		t.Errorf("mine's meta %q, want its request", got)
+	}
+	for id, was := range before {
+		if got := meta(id); got != was {
+			t.Errorf("%s's meta %q after a refused join, want %q", id, got, was)
+		}
+	}
+	if n := rdb.XLen(ctx, redisLogKey("mine")).Val(); n != 1 {
+		t.Errorf("mine holds %d entries, want its one event: a join adds none", n)
+	}
+	if n := rdb.Exists(ctx, redisMetaKey("absent"), redisLogKey("absent")).Val(); n != 0 {
+		t.Errorf("a join made %d keys of a log that is not there", n)
+	}
+}
+
+// TestRedisLogEndGivesTheLeaseUp: the fenced write that ends a log
+// deletes the writer's lease with the end, and Unfence says so once, so
+// that the owner does not release it in a call of its own; an end without
+// a lease, or refused by another's, gives nothing up.
+func TestRedisLogEndGivesTheLeaseUp(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx := context.Background()
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(l.Close)
+	mine := Lease{ID: "mine", Token: 3, Replica: "A"}
+	for _, tc := range []struct {
+		id, lease      string // the lease in Redis at the end ("": none)
+		fence          bool   // the writer fences its writes with mine
+		leaseAfter     string
+		released, ends bool
+	}{
+		{id: "mine", lease: mine.Value(), fence: true, released: true, ends: true},
+		{id: "lapsed", fence: true, released: true, ends: true}, // nothing left to release
+		{id: "theirs", lease: "7 B", fence: true, leaseAfter: "7 B"},
+		{id: "unfenced", lease: "5 C", leaseAfter: "5 C", ends: true},
+	} {
+		open(t, l, tc.id, "k")
+		if tc.fence {
+			l.Fence(tc.id, Lease{ID: tc.id, Token: mine.Token, Replica: mine.Replica})
+		}
+		if tc.lease != "" {
+			if err := rdb.Set(ctx, LeaseKey(tc.id), tc.lease, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := l.End(tc.id, logEvent(1, true), nil)
+		if ended := rdb.HExists(ctx, redisMetaKey(tc.id), "ended").Val(); ended != tc.ends || (err != nil) == tc.ends {
+			t.Errorf("%s: ended %t (%v), want %t", tc.id, ended, err, tc.ends)
+		}
+		if got := rdb.Get(ctx, LeaseKey(tc.id)).Val(); got != tc.leaseAfter {
+			t.Errorf("%s: lease %q after the end, want %q", tc.id, got, tc.leaseAfter)
+		}
+		if released := l.Unfence(tc.id); released != tc.released {
+			t.Errorf("%s: Unfence says released %t, want %t", tc.id, released, tc.released)
+		}
+		if l.Unfence(tc.id) {
+			t.Errorf("%s: Unfence says released twice", tc.id)
+		}
+	}
+}
+
 // TestRedisLogGroupCommitLoadsItsScript: a Redis that lost its scripts
 // (restarted, SCRIPT FLUSH) is given the commit script again.
 func TestRedisLogGroupCommitLoadsItsScript(t *testing.T) {

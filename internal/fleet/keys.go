@@ -105,7 +105,6 @@ var (
 	dropScript       = redisscript.Load(luaFiles, "lua/drop.lua", redisKeys)
 	expiredScript    = redisscript.Load(luaFiles, "lua/expired.lua", redisKeys)
 	reshareScript    = redisscript.Load(luaFiles, "lua/reshare.lua", redisKeys)
-	joinScript       = redisscript.Load(luaFiles, "lua/join.lua", redisKeys)
 	acquireScript    = redisscript.Load(luaFiles, "lua/acquire.lua", redisKeys)
 	renewScript      = redisscript.Load(luaFiles, "lua/renew.lua", redisKeys)
 	releaseScript    = redisscript.Load(luaFiles, "lua/release.lua", redisKeys)

@@ -10,7 +10,7 @@ import (
 // keys it declares, named in the one table.
 func TestScripts(t *testing.T) {
 	for _, p := range redisscript.Audit(luaFiles, openScript, commitScript, checkpointScript, dropScript, expiredScript,
-		reshareScript, acquireScript, renewScript, releaseScript, cancelScript, idemScript, joinScript) {
+		reshareScript, acquireScript, renewScript, releaseScript, cancelScript, idemScript) {
 		t.Error(p)
 	}
 }

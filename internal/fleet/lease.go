@@ -464,6 +464,17 @@ func (o *Ownership) End() {
 	}
 }
 
+// EndReleased is End for a lease the store gave up already, with the
+// completion's end (Log.Unfence said so): it stops renewing and releases
+// nothing, which saves the release its round trip. A renewal that ran
+// between the end's write and this call may have taken the lease back
+// (renew.lua takes back a lease that is gone): it lapses within the
+// lease's length, on a log that has ended, which no replica takes over.
+func (o *Ownership) EndReleased() {
+	close(o.stop)
+	<-o.done
+}
+
 // Halt stops renewing without releasing and stops every write, as the
 // death of the replica would (tests kill replicas with it).
 func (o *Ownership) Halt() {

@@ -86,8 +86,11 @@ type Log interface {
 	// store's check is what holds when the owner's clock or scheduling
 	// misleads it (a long pause).
 	Fence(id string, l Lease)
-	// Unfence ends the fencing of id's writes.
-	Unfence(id string)
+	// Unfence ends the fencing of id's writes, and reports whether the
+	// fenced write that ended id's log gave its lease up already (the
+	// store deleted it with the end), so that its owner need not release
+	// it (Ownership.EndReleased).
+	Unfence(id string) (released bool)
 	// KeptHere reports whether id runs logged in this replica's memory
 	// only: its shared log lacks events its callers here may have seen.
 	KeptHere(id string) bool
@@ -346,7 +349,7 @@ func (m *MemLog) Fenced() bool { return false }
 func (m *MemLog) Fence(string, Lease) {}
 
 // Unfence implements Log: a no-op.
-func (m *MemLog) Unfence(string) {}
+func (m *MemLog) Unfence(string) bool { return false }
 
 // KeptHere implements Log: there is no shared log to lack anything.
 func (m *MemLog) KeptHere(string) bool { return false }

@@ -97,7 +97,8 @@ func redisRequest(t *testing.T, f *PairLog, id string) string {
 
 // TestOpenAheadOpensWithTheFirstEvent: a Stream's log opens in memory
 // first, then in Redis with its first event and its lease in one script
-// call; the request joins it with JoinRequest (one call) or with the
+// call; the request joins it with JoinRequest (a write of the group
+// commit, one call at most) or with the
 // first fenced write, whichever comes first; the first event's bytes are
 // counted with the writer's first write, as an appended event's are.
 func TestOpenAheadOpensWithTheFirstEvent(t *testing.T) {

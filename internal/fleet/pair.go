@@ -284,14 +284,15 @@ func (f *PairLog) Fence(id string, l Lease) { f.redis.Fence(id, l) }
 // log in memory is still live was fenced (this replica lost its lease
 // and wrote nothing more): its copy here is dropped, so that the readers
 // on this replica read the log of the replica that took it over, in Redis.
-func (f *PairLog) Unfence(id string) {
-	f.redis.Unfence(id)
+func (f *PairLog) Unfence(id string) (released bool) {
+	released = f.redis.Unfence(id)
 	if f.mem.forgetLive(id) {
 		f.mu.Lock()
 		delete(f.shared, id)
 		delete(f.apart, id)
 		f.mu.Unlock()
 	}
+	return released
 }
 
 // fencedOut: Redis refused a write of id, whose lease another replica

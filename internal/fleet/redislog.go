@@ -98,6 +98,9 @@ type RedisLog struct {
 	CommitDelay time.Duration
 
 	fences sync.Map // id → the lease value its writes need (Fence)
+	// released are the ids whose end was written under their lease, which
+	// lua/commit.lua gave up with it, until Unfence.
+	released sync.Map
 	// writing is the logWriter of each log this replica writes: when it
 	// last renewed the log, and the bytes of its events not counted yet.
 	writing sync.Map
@@ -289,8 +292,9 @@ func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Dura
 
 // joinRequest writes the request a takeover runs again (what openLeased
 // left pending) into the log of id, fenced by its lease, unless a write
-// of the log carried it already. A write that fails leaves it pending, for
-// the log's next fenced write.
+// of the log carried it already: a write without an event in the group
+// commit, so that it costs Redis no call of its own. A write that fails
+// leaves it pending, for the log's next fenced write.
 func (l *RedisLog) joinRequest(id string) {
 	fence := l.fence(id)
 	if fence == "" {
@@ -300,9 +304,7 @@ func (l *RedisLog) joinRequest(id string) {
 	if !ok {
 		return
 	}
-	ctx, cancel := l.ctx()
-	defer cancel()
-	if err := joinScript.Run(ctx, l.rdb, id, fence, m).Err(); err != nil {
+	if _, err := l.commit.write(commitWrite{id: id, fence: fence, meta: m.(string), args: l.writer(id).args}); err != nil {
 		l.pendingMeta.LoadOrStore(id, m)
 	}
 }
@@ -338,10 +340,13 @@ func (l *RedisLog) Fence(id string, lease Lease) { l.fences.Store(id, lease.Valu
 // Unfence implements Log.
 //
 // The writes of id are over: a request still pending (joinRequest and the
-// writes after it failed) goes too.
-func (l *RedisLog) Unfence(id string) {
+// writes after it failed) goes too. Its lease is released when its end was
+// written under it (lua/commit.lua deletes the lease with the end).
+func (l *RedisLog) Unfence(id string) (released bool) {
 	l.fences.Delete(id)
 	l.pendingMeta.Delete(id)
+	_, released = l.released.LoadAndDelete(id)
+	return released
 }
 
 // KeptHere implements Log: nothing is kept apart from Redis.
@@ -411,6 +416,9 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	case end:
 		l.writing.Delete(id)
 		l.pendingMeta.Delete(id)
+		if w.fence != "" {
+			l.released.Store(id, struct{}{})
+		}
 	case w.size > 0:
 		lw.unsized.Add(-unsized)
 	default:

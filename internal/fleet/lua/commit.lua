@@ -33,6 +33,15 @@
 -- own. A fenced group's meta (not empty) replaces the log's meta once the
 -- event is in: the request a takeover runs again joins the log with the
 -- lease holder's first write.
+-- A group without an event (event empty) is a request joining its log
+-- (RedisLog.joinRequest: a log opened with its first event, open.lua,
+-- whose next may be long in coming): meta replaces the log's meta while
+-- LEASE is fence, not merely not another's, and the log is there and has
+-- not ended; it answers 'ok', 'fenced' or 'missing', and adds nothing.
+-- A fenced group that ends its log gives the lease up (deletes LEASE, the
+-- writer's), as release.lua would after it: nobody takes over a
+-- completion that has ended, and its owner need not release the lease in
+-- a call of its own (RedisLog.Unfence says so).
 -- Answers {replies, evicted}: per group, in order, 'ok' ('okf' as above),
 -- 'fenced', 'missing' (the log is not in Redis), 'ended', or 'order' (a
 -- seq not above the log's last).
@@ -43,10 +52,12 @@ local replies, notices, written = {}, {}, {}
 -- dropped.
 local added = 0
 local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify)
+  local held = false
   if fence ~= '' then
     local v = redis.call('GET', LEASE)
     if v and v ~= fence then return 'fenced' end
     if not v and redis.call('HEXISTS', META, 'ended') == 1 then return 'ended' end
+    held = v == fence
   end
   local entry
   if renew == '1' then
@@ -78,6 +89,7 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
     redis.call('ZADD', ENDED, now * 1000 + redis.call('INCR', ENDSEQ) % 1000, id)
     redis.call('PEXPIRE', META, retention)
     redis.call('PEXPIRE', LOG, retention)
+    if held then redis.call('DEL', LEASE) end
   elseif renew == '1' then
     redis.call('ZADD', LIVE, now + ttl, id)
     redis.call('PEXPIRE', META, ttl)
@@ -92,10 +104,20 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
   if notify == '1' then table.insert(notices, id .. ' ' .. seq) end
   return 'ok'
 end
+local function join(META, LEASE, fence, meta)
+  if redis.call('GET', LEASE) ~= fence then return 'fenced' end
+  if redis.call('EXISTS', META) == 0 or redis.call('HEXISTS', META, 'ended') == 1 then return 'missing' end
+  redis.call('HSET', META, 'm', meta)
+  return 'ok'
+end
 for i = 1, GROUPS do
   local META, LOG, LEASE, FOLLOWED = KEYS_OF(i)
   local fence, id, seq, event, status, fin, renew, meta, size, notify = ARGV_OF(i)
-  replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify)
+  if event == '' then
+    replies[i] = join(META, LEASE, fence, meta)
+  else
+    replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify)
+  end
 end
 -- The oldest ended logs go first, up to 100 at a time. A call that
 -- counted no bytes (most: sizes are counted late) leaves BYTES and the
