@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/redisscript"
 )
 
 // errLogFenced: another replica holds the completion's lease, or was
@@ -264,7 +266,7 @@ func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Dura
 	ctx, cancel := l.ctx()
 	defer cancel()
 	res, err := openScript.Run(ctx, l.rdb, id, id, m, ms(l.now()), l.limits.MaxCompletions, l.LiveTTL.Milliseconds(),
-		replica, ttl.Milliseconds(), leaseTokenTTL.Milliseconds(), event).StringSlice()
+		replica, ttl.Milliseconds(), leaseTokenTTL.Milliseconds(), event, l.evictAhead()).StringSlice()
 	switch {
 	case err != nil:
 		return 0, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -289,6 +291,12 @@ func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Dura
 	}
 	return token, added, l.dropAll(ctx, res[3:])
 }
+
+// evictAhead is how many ended logs an open that finds the Redis log full
+// evicts beyond the one it needs (lua/open.lua): a 64th of the bound, so
+// that a fleet at its bound drops once every so many opens, not at each;
+// the oldest ended logs go that much early.
+func (l *RedisLog) evictAhead() int { return max(1, l.limits.MaxCompletions/64) }
 
 // joinRequest writes the request a takeover runs again (what openLeased
 // left pending) into the log of id, fenced by its lease, unless a write
@@ -763,38 +771,35 @@ func entrySeq(entry string) uint64 {
 	return seq
 }
 
-// dropAll removes the logs of ids from Redis, pipelined: the logs that a
-// script's bound evicted, or whose time passed.
+// dropAll removes the logs of ids from Redis, in one call of lua/drop.lua
+// per dropMaxLogs: the logs that a script's bound evicted, or whose time
+// passed.
 func (l *RedisLog) dropAll(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	run := func() error {
-		pipe := l.rdb.Pipeline()
-		for _, id := range ids {
-			dropScript.EvalSha(ctx, pipe, id, "", id, redisLogChanged)
+	for chunk := range slices.Chunk(ids, dropMaxLogs) {
+		groups := make([]redisscript.Group, len(chunk))
+		for i, id := range chunk {
+			groups[i] = redisscript.Group{Subject: id, Args: []any{"", id}}
 		}
-		_, err := pipe.Exec(ctx)
-		return err
-	}
-	err := run()
-	if redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis restarted, or flushed its scripts
-		if err = dropScript.Load(ctx, l.rdb); err == nil {
-			err = run()
+		if err := dropScript.RunGroups(ctx, l.rdb, []any{redisLogChanged}, groups).Err(); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
 }
+
+// dropMaxLogs is the most logs one call of lua/drop.lua drops, so that
+// no call keeps the single-threaded Redis from its other clients for long.
+const dropMaxLogs = 100
 
 // dropUnlessFenced removes the log of id from Redis, unless id is fenced
 // and another replica holds its lease.
 func (l *RedisLog) dropUnlessFenced(id string) error {
 	ctx, cancel := l.ctx()
 	defer cancel()
-	return dropScript.Run(ctx, l.rdb, id, l.fence(id), id, redisLogChanged).Err()
+	return dropScript.RunGroups(ctx, l.rdb, []any{redisLogChanged}, []redisscript.Group{{Subject: id, Args: []any{l.fence(id), id}}}).Err()
 }
 
 // Expire implements Log: it drops what the bounds of the time now no

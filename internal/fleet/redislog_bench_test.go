@@ -112,7 +112,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 	}
 }
 
-func benchGroupCommit(b *testing.B, writers int) { benchGroupCommitEvery(b, writers, 0) }
+func benchGroupCommit(b *testing.B, writers int) { benchGroupCommitEvery(b, writers, 0, 0) }
 
 // BenchmarkGroupCommitPaced is the load of a fleet's busy replica: 100 or
 // 1 000 completions each appending one event every 20 ms (50 tokens a
@@ -126,18 +126,42 @@ func benchGroupCommit(b *testing.B, writers int) { benchGroupCommitEvery(b, writ
 // -benchtime 250000x paces 1 000 writers for 5 s.
 func BenchmarkGroupCommitPaced(b *testing.B) {
 	for _, writers := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchGroupCommitEvery(b, writers, 20*time.Millisecond) })
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchGroupCommitEvery(b, writers, 20*time.Millisecond, 0) })
+	}
+}
+
+// BenchmarkGroupCommitAnswers is BenchmarkGroupCommitPaced with answers of
+// 50 events, one completion after another on each writer, as a replica's
+// streams come and go: each opens its log with its first event and its
+// lease in one script and has its request join the log (a resumable
+// Stream's open, OpenAhead), appends fenced, and ends, which gives its
+// lease up; the Redis log keeps twice as many logs as there are writers,
+// so that once it is full each open evicts the oldest ended one. Its script calls
+// per 1 000 events are a replica's at that pace: the flushes and each
+// completion's own calls.
+func BenchmarkGroupCommitAnswers(b *testing.B) {
+	for _, writers := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) { benchGroupCommitEvery(b, writers, 20*time.Millisecond, 50) })
 	}
 }
 
 // benchGroupCommitEvery runs writers completions on one RedisLog, each
 // appending b.N/writers events: every this long (their phases spread over
-// it), or each as soon as the last is acknowledged when every is 0.
-func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration) {
+// it), or each as soon as the last is acknowledged when every is 0. With
+// answer events per completion (not 0), each writer runs one completion
+// after another (benchAnswerEvent), in a log of 2 × writers logs.
+func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration, answer int) {
 	rdb := testkit.ServerRedisClient(b, redistest.Start(b))
-	l := NewRedisLog(rdb, config.EventLogLimits{MaxCompletions: writers + 10}, nil)
+	limits := config.EventLogLimits{MaxCompletions: writers + 10}
+	if answer > 0 {
+		limits.MaxCompletions = 2 * writers // room for the live ones, and as many ended
+	}
+	l := NewRedisLog(rdb, limits, nil)
 	defer l.Close()
 	for w := range writers {
+		if answer > 0 {
+			break // each writer opens its own
+		}
 		id := fmt.Sprint("w", w)
 		if every == 0 {
 			if err := l.Open(id, Meta{Owner: "bench"}); err != nil {
@@ -165,14 +189,24 @@ func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration) {
 			id := fmt.Sprint("w", w)
 			waits[w] = make([]time.Duration, 0, perWriter)
 			next := start.Add(every * time.Duration(w) / time.Duration(writers))
-			for seq := range uint64(perWriter) {
+			for i := range perWriter {
 				time.Sleep(time.Until(next)) // at once when every is 0
 				t := time.Now()
-				if err := l.Append(id, logEvent(seq+1, false)); err != nil {
+				var err error
+				var then func()
+				if answer > 0 {
+					then, err = benchAnswerEvent(l, fmt.Sprint(id, "-", i/answer), i%answer, answer, i == perWriter-1)
+				} else {
+					err = l.Append(id, logEvent(uint64(i)+1, false))
+				}
+				if err != nil {
 					b.Error(err)
 					return
 				}
 				waits[w] = append(waits[w], time.Since(t))
+				if then != nil {
+					then()
+				}
 				next = next.Add(every)
 			}
 		})
@@ -194,6 +228,30 @@ func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration) {
 	b.ReportMetric(events/calls, "events/flush")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "append-p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "append-p99-µs")
+}
+
+// benchAnswerEvent writes event i (from 0) of a completion id of answer
+// events, the last one when last too: the first opens its log with it under
+// a lease, as a resumable Stream's open does (what is left, the request's
+// join, is then), the last ends it, and the others are appended.
+func benchAnswerEvent(l *RedisLog, id string, i, answer int, last bool) (then func(), err error) {
+	seq := uint64(i) + 1
+	switch {
+	case i == 0:
+		meta := Meta{Owner: "bench", Replica: "bench", Request: []byte("the request")}
+		token, _, err := l.openFirst(id, meta, "bench", time.Minute, logEvent(seq, false))
+		if err != nil {
+			return nil, err
+		}
+		l.Fence(id, Lease{ID: id, Token: token, Replica: "bench"})
+		return func() { l.joinRequest(id) }, nil
+	case i == answer-1 || last:
+		err = l.End(id, logEvent(seq, true), nil)
+		l.Unfence(id)
+		return nil, err
+	default:
+		return nil, l.Append(id, logEvent(seq, false))
+	}
 }
 
 // processCPU is the CPU this process has used (user and system).

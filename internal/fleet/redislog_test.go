@@ -125,7 +125,7 @@ func TestRedisLogRenewsAtItsFirstWriteThenEverySixteenth(t *testing.T) {
 	if res := add(3); res != "ok" || lapse() != first+1000 {
 		t.Fatalf("append at LiveTTL/16: %s, lapse %v; want ok and renewed to %v", res, lapse(), first+1000)
 	}
-	if err := dropScript.Run(ctx, rdb, "c", "", "c", redisLogChanged).Err(); err != nil {
+	if err := l.dropAll(ctx, []string{"c"}); err != nil {
 		t.Fatal(err)
 	}
 	if res := add(4); res != "missing" {
@@ -217,5 +217,42 @@ func TestRedisLogReadFailsWhenItsReadsFail(t *testing.T) {
 	}
 	if _, err := l.Read("c", 0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a Read whose XRANGE failed: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestRedisLogEvictsAheadAtTheBound: an open that finds the Redis log full
+// evicts the oldest ended logs a 64th of the bound at a time, so that the
+// next opens find room without evicting (no drop call, no second round
+// trip before the open returns) until the log is full again.
+func TestRedisLogEvictsAheadAtTheBound(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	const bound = 128 // evicts 2 at a time
+	l := NewRedisLog(rdb, config.EventLogLimits{MaxCompletions: bound}, nil)
+	t.Cleanup(l.Close)
+	for i := range bound {
+		id := fmt.Sprint("e", i)
+		open(t, l, id, "k")
+		appendRun(l, id, 1, true)
+	}
+	kept := func(i int) bool { return rdb.Exists(context.Background(), redisMetaKey(fmt.Sprint("e", i))).Val() == 1 }
+	for _, step := range []struct {
+		open       string
+		gone, kept []int // ended logs, by their order of ending
+	}{
+		{open: "n1", gone: []int{0, 1}, kept: []int{2}}, // full: the two oldest go
+		{open: "n2", kept: []int{2}},                    // room for one: nothing goes
+		{open: "n3", gone: []int{2, 3}, kept: []int{4}}, // full again
+	} {
+		open(t, l, step.open, "k")
+		for _, i := range step.gone {
+			if kept(i) {
+				t.Errorf("after %s's open, e%d is kept, want it evicted", step.open, i)
+			}
+		}
+		for _, i := range step.kept {
+			if !kept(i) {
+				t.Errorf("after %s's open, e%d is gone, want it kept", step.open, i)
+			}
+		}
 	}
 }

@@ -1,5 +1,5 @@
 -- KEYS: LIVE ENDED META LEASE TOKEN LOG
--- ARGV: id meta now maxc ttl replica leasettl tokenttl first
+-- ARGV: id meta now maxc ttl replica leasettl tokenttl first evictn
 -- Opens the log of id (its meta hash, and its place among the live logs
 -- until now + ttl), within the bound of maxc logs kept; with a replica
 -- (not empty), takes the completion's lease for it in the same step, as
@@ -12,11 +12,13 @@
 -- then costs no write of its own (RedisLog.openLeased).
 -- Answers {'ok', token (0 without a replica), '1' when first was added
 -- ('0' otherwise)} then the ids of the oldest
--- ended logs that the bound evicts (the caller drops each, drop.lua,
--- since a script declares the keys of its own completion only); {'full'}
+-- ended logs that the bound evicts (the caller drops them, drop.lua,
+-- since a script declares the keys of its own completion only): at the
+-- bound, evictn more than it needs, so that a full log evicts once every
+-- evictn opens rather than at each (one drop call, one round trip); {'full'}
 -- when every log kept is live (no lease taken then); {'held'} when
 -- another holds the lease (nothing done).
-now, maxc, ttl = tonumber(now), tonumber(maxc), tonumber(ttl)
+now, maxc, ttl, evictn = tonumber(now), tonumber(maxc), tonumber(ttl), tonumber(evictn)
 if replica ~= '' and redis.call('EXISTS', LEASE) == 1 then return {'held'} end
 local function lease()
   if replica == '' then return 0 end
@@ -29,7 +31,7 @@ if redis.call('EXISTS', META) == 1 then return {'ok', tostring(lease()), '0'} en
 local over = redis.call('ZCARD', LIVE) + redis.call('ZCARD', ENDED) - maxc
 local evict = {}
 if over >= 0 then
-  evict = redis.call('ZRANGE', ENDED, 0, over)
+  evict = redis.call('ZRANGE', ENDED, 0, over + evictn - 1)
   if #evict <= over then return {'full'} end
 end
 redis.call('HSET', META, 'm', meta)
