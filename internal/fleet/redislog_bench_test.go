@@ -195,7 +195,15 @@ func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration, answe
 				var err error
 				var then func()
 				if answer > 0 {
-					then, err = benchAnswerEvent(l, fmt.Sprint(id, "-", i/answer), i%answer, answer, i == perWriter-1)
+					// The writers' answers begin at different events, as
+					// streams come and go, not all opens at once: writer
+					// w's first is cut short by w mod (answer-1) events.
+					p := i + w%(answer-1)
+					e := p % answer
+					if p < answer {
+						e = i
+					}
+					then, err = benchAnswerEvent(l, fmt.Sprint(id, "-", p/answer), e, p%answer == answer-1 || i == perWriter-1)
 				} else {
 					err = l.Append(id, logEvent(uint64(i)+1, false))
 				}
@@ -230,11 +238,11 @@ func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration, answe
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "append-p99-µs")
 }
 
-// benchAnswerEvent writes event i (from 0) of a completion id of answer
-// events, the last one when last too: the first opens its log with it under
-// a lease, as a resumable Stream's open does (what is left, the request's
-// join, is then), the last ends it, and the others are appended.
-func benchAnswerEvent(l *RedisLog, id string, i, answer int, last bool) (then func(), err error) {
+// benchAnswerEvent writes event i (from 0) of completion id, its last when
+// last: the first opens its log with it under a lease, as a resumable
+// Stream's open does (what is left, the request's join, is then), the
+// last ends it, and the others are appended.
+func benchAnswerEvent(l *RedisLog, id string, i int, last bool) (then func(), err error) {
 	seq := uint64(i) + 1
 	switch {
 	case i == 0:
@@ -245,7 +253,7 @@ func benchAnswerEvent(l *RedisLog, id string, i, answer int, last bool) (then fu
 		}
 		l.Fence(id, Lease{ID: id, Token: token, Replica: "bench"})
 		return func() { l.joinRequest(id) }, nil
-	case i == answer-1 || last:
+	case last:
 		err = l.End(id, logEvent(seq, true), nil)
 		l.Unfence(id)
 		return nil, err

@@ -256,3 +256,88 @@ func TestRedisLogEvictsAheadAtTheBound(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisLogOpensAtOnceEvictDifferentLogs: the logs an open evicts at
+// the bound leave its counts in the same script, before anyone drops
+// them, so that two opens before either's drop (two replicas at once)
+// evict two logs, not the same one twice; and the bound of bytes no longer
+// counts them.
+func TestRedisLogOpensAtOnceEvictDifferentLogs(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx := context.Background()
+	l := NewRedisLog(rdb, config.EventLogLimits{MaxCompletions: 4}, nil)
+	t.Cleanup(l.Close)
+	for i := range 4 {
+		id := fmt.Sprint("e", i)
+		open(t, l, id, "k")
+		appendRun(l, id, 2, true)
+	}
+	size := func(id string) int64 { n, _ := rdb.HGet(ctx, redisLogSizes, id).Int64(); return n }
+	kept := size("e2") + size("e3")
+	openAlone := func(id string) []string { // what open.lua answers, its drop left undone
+		t.Helper()
+		res, err := openScript.Run(ctx, rdb, id, id, "{}", ms(time.Now()), 4, time.Minute.Milliseconds(), "", 0, 0, "", 1).StringSlice()
+		if err != nil || len(res) < 3 || res[0] != "ok" {
+			t.Fatalf("open %s: %v %v", id, res, err)
+		}
+		return res[3:]
+	}
+	if got := openAlone("n1"); !slices.Equal(got, []string{"e0"}) {
+		t.Fatalf("the first open evicted %v, want [e0]", got)
+	}
+	if got := openAlone("n2"); !slices.Equal(got, []string{"e1"}) {
+		t.Fatalf("the second open evicted %v, want [e1]: not e0 again", got)
+	}
+	if n := rdb.ZCard(ctx, redisLogsEnded).Val(); n != 2 {
+		t.Errorf("%d ended logs counted, want 2", n)
+	}
+	if got, _ := rdb.Get(ctx, redisLogBytes).Int64(); got != kept {
+		t.Errorf("bytes counted %d, want %d: the evicted logs' sizes out", got, kept)
+	}
+	// Their drop deletes their keys and takes nothing more off the counts.
+	if err := l.dropAll(ctx, []string{"e0", "e1"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, redisLogKey("e0"), redisMetaKey("e1")).Val(); n != 0 {
+		t.Errorf("%d keys of the evicted logs left after their drop", n)
+	}
+	if got, _ := rdb.Get(ctx, redisLogBytes).Int64(); got != kept {
+		t.Errorf("bytes counted %d after the drop, want %d", got, kept)
+	}
+}
+
+// TestRedisLogFlushesAtOnceEvictDifferentLogs: the logs a flush evicts for
+// the bound of bytes leave its counts in the same script, so that the next
+// flush, before any drop (a flush beside it, another replica's), evicts
+// the next oldest, not the same one again.
+func TestRedisLogFlushesAtOnceEvictDifferentLogs(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx := context.Background()
+	fill := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(fill.Close)
+	for i := range 4 {
+		id := fmt.Sprint("e", i)
+		open(t, fill, id, "k")
+		appendRun(fill, id, 2, true)
+	}
+	open(t, fill, "w", "k")
+	total, _ := rdb.Get(ctx, redisLogBytes).Int64()
+	l := NewRedisLog(rdb, config.EventLogLimits{MaxBytes: total}, nil) // full
+	t.Cleanup(l.Close)
+	each, _ := rdb.HGet(ctx, redisLogSizes, "e0").Int64() // the four are alike
+	var evicted []string
+	for seq := range uint64(2) {
+		size := each // past the bound by one log: one goes
+		_, ev, err := l.commitWrites(ctx, []commitWrite{{id: "w", seq: seq + 1, event: []byte("x"), renew: true, size: size}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evicted = append(evicted, ev...)
+	}
+	if !slices.Equal(evicted, []string{"e0", "e1"}) {
+		t.Fatalf("two flushes evicted %v, want [e0 e1]: not e0 twice", evicted)
+	}
+	if got, _ := rdb.Get(ctx, redisLogBytes).Int64(); got > total {
+		t.Errorf("bytes counted %d, past the bound %d after the evictions", got, total)
+	}
+}

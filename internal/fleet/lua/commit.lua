@@ -119,17 +119,23 @@ for i = 1, GROUPS do
     replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify)
   end
 end
--- The oldest ended logs go first, up to 100 at a time. A call that
--- counted no bytes (most: sizes are counted late) leaves BYTES and the
--- bound of bytes alone: it cannot have passed it.
-local kept, evict, evicted = 0, {}, {}
+-- The oldest ended logs go first, up to 100 at a time, out of the bound's
+-- counts at once (ENDED, SIZES, BYTES), so that a flush beside this one
+-- evicts others, not the same ones again; the writer's drop deletes their
+-- keys (and were it lost, their retention ends them). A call that counted
+-- no bytes (most: sizes are counted late) leaves BYTES and the bound of
+-- bytes alone: it cannot have passed it.
+local kept, evict, evicted, freed = 0, {}, {}, 0
 if added ~= 0 then kept = redis.call('INCRBY', BYTES, added) end
 if kept > maxb then
   for _, old in ipairs(redis.call('ZRANGE', ENDED, 0, 99)) do
     if kept <= maxb then break end
     table.insert(evict, old)
     evicted[old] = true
-    kept = kept - tonumber(redis.call('HGET', SIZES, old) or '0')
+    local size = tonumber(redis.call('HGET', SIZES, old) or '0')
+    redis.call('ZREM', ENDED, old)
+    redis.call('HDEL', SIZES, old)
+    kept, freed = kept - size, freed + size
   end
 end
 -- Then the logs written lose their own oldest entries, the last one of
@@ -147,6 +153,6 @@ for _, w in ipairs(written) do
     trimmed, kept, n = trimmed + b, kept - b, n - 1
   end
 end
-if trimmed > 0 then redis.call('DECRBY', BYTES, trimmed) end
+if trimmed + freed > 0 then redis.call('DECRBY', BYTES, trimmed + freed) end
 if #notices > 0 then redis.call('PUBLISH', channel, table.concat(notices, '\n')) end
 return {replies, evict}

@@ -3,8 +3,9 @@
 -- Drops the log of each group's id and its accounting, and wakes their
 -- followers (one notice naming every log dropped, a line each). Fenced
 -- (fence not empty), a log whose lease another replica holds is left
--- alone. Dropping a log that is gone is harmless. Answers per group, in
--- order, 'ok' or 'fenced'.
+-- alone. Dropping a log that is gone, or whose counts the script that
+-- evicted it took out already (open.lua, commit.lua), is harmless.
+-- Answers per group, in order, 'ok' or 'fenced'.
 local out, dropped = {}, {}
 local function drop(META, LOG, LEASE, fence, id)
   if fence ~= '' then

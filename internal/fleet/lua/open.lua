@@ -1,4 +1,4 @@
--- KEYS: LIVE ENDED META LEASE TOKEN LOG
+-- KEYS: LIVE ENDED SIZES BYTES META LEASE TOKEN LOG
 -- ARGV: id meta now maxc ttl replica leasettl tokenttl first evictn
 -- Opens the log of id (its meta hash, and its place among the live logs
 -- until now + ttl), within the bound of maxc logs kept; with a replica
@@ -15,7 +15,11 @@
 -- ended logs that the bound evicts (the caller drops them, drop.lua,
 -- since a script declares the keys of its own completion only): at the
 -- bound, evictn more than it needs, so that a full log evicts once every
--- evictn opens rather than at each (one drop call, one round trip); {'full'}
+-- evictn opens rather than at each (one drop call, one round trip). The
+-- logs evicted leave the bound's counts here, in the same step (ENDED,
+-- SIZES, BYTES), so that opens at once on other replicas evict others,
+-- not the same ones again: the drop that follows deletes their keys only
+-- (and were it lost, their retention ends them). {'full'}
 -- when every log kept is live (no lease taken then); {'held'} when
 -- another holds the lease (nothing done).
 now, maxc, ttl, evictn = tonumber(now), tonumber(maxc), tonumber(ttl), tonumber(evictn)
@@ -33,6 +37,13 @@ local evict = {}
 if over >= 0 then
   evict = redis.call('ZRANGE', ENDED, 0, over + evictn - 1)
   if #evict <= over then return {'full'} end
+  local freed = 0
+  for _, old in ipairs(evict) do
+    redis.call('ZREM', ENDED, old)
+    freed = freed + tonumber(redis.call('HGET', SIZES, old) or '0')
+    redis.call('HDEL', SIZES, old)
+  end
+  if freed ~= 0 then redis.call('DECRBY', BYTES, freed) end
 end
 redis.call('HSET', META, 'm', meta)
 redis.call('PEXPIRE', META, ttl)
