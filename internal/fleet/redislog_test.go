@@ -229,11 +229,7 @@ func TestRedisLogEvictsAheadAtTheBound(t *testing.T) {
 	const bound = 128 // evicts 2 at a time
 	l := NewRedisLog(rdb, config.EventLogLimits{MaxCompletions: bound}, nil)
 	t.Cleanup(l.Close)
-	for i := range bound {
-		id := fmt.Sprint("e", i)
-		open(t, l, id, "k")
-		appendRun(l, id, 1, true)
-	}
+	endedLogs(t, l, bound)
 	kept := func(i int) bool { return rdb.Exists(context.Background(), redisMetaKey(fmt.Sprint("e", i))).Val() == 1 }
 	for _, step := range []struct {
 		open       string
@@ -267,11 +263,7 @@ func TestRedisLogOpensAtOnceEvictDifferentLogs(t *testing.T) {
 	ctx := context.Background()
 	l := NewRedisLog(rdb, config.EventLogLimits{MaxCompletions: 4}, nil)
 	t.Cleanup(l.Close)
-	for i := range 4 {
-		id := fmt.Sprint("e", i)
-		open(t, l, id, "k")
-		appendRun(l, id, 2, true)
-	}
+	endedLogs(t, l, 4)
 	size := func(id string) int64 { n, _ := rdb.HGet(ctx, redisLogSizes, id).Int64(); return n }
 	kept := size("e2") + size("e3")
 	openAlone := func(id string) []string { // what open.lua answers, its drop left undone
@@ -315,11 +307,7 @@ func TestRedisLogFlushesAtOnceEvictDifferentLogs(t *testing.T) {
 	ctx := context.Background()
 	fill := NewRedisLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(fill.Close)
-	for i := range 4 {
-		id := fmt.Sprint("e", i)
-		open(t, fill, id, "k")
-		appendRun(fill, id, 2, true)
-	}
+	endedLogs(t, fill, 4)
 	open(t, fill, "w", "k")
 	total, _ := rdb.Get(ctx, redisLogBytes).Int64()
 	l := NewRedisLog(rdb, config.EventLogLimits{MaxBytes: total}, nil) // full
@@ -339,5 +327,16 @@ func TestRedisLogFlushesAtOnceEvictDifferentLogs(t *testing.T) {
 	}
 	if got, _ := rdb.Get(ctx, redisLogBytes).Int64(); got > total {
 		t.Errorf("bytes counted %d, past the bound %d after the evictions", got, total)
+	}
+}
+
+// endedLogs opens n logs in l, e0 to e(n-1) in that order, and ends each
+// after two events: the oldest ended log is e0.
+func endedLogs(t *testing.T, l Log, n int) {
+	t.Helper()
+	for i := range n {
+		id := fmt.Sprint("e", i)
+		open(t, l, id, "k")
+		appendRun(l, id, 2, true)
 	}
 }
