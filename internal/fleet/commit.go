@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -125,6 +126,18 @@ func newCommitArgs(id string) *commitArgs {
 // ended a log a replica follows: ok, and the writer notifies its next
 // events (logWriter.followed).
 const commitOKFollowed = "okf"
+
+// commitFlags reads lua/commit.lua's reply to a write: "ok" followed by
+// "r" when the write ended the log and gave the writer's lease up, and by
+// "f" when the log is followed (commitOKFollowed), as "ok" and those two
+// flags; any other reply as it is.
+func commitFlags(res string) (plain string, followed, released bool) {
+	rest, ok := strings.CutPrefix(res, "ok")
+	if !ok {
+		return res, false, false
+	}
+	return "ok", strings.Contains(rest, "f"), strings.Contains(rest, "r")
+}
 
 // commitBatch is the writes of one flush, and once done is closed, its
 // replies (one per write, as lua/commit.lua answers) or its error.

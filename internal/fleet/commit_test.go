@@ -644,7 +644,7 @@ func TestRedisLogEndGivesTheLeaseUp(t *testing.T) {
 		released, ends bool
 	}{
 		{id: "mine", lease: mine.Value(), fence: true, released: true, ends: true},
-		{id: "lapsed", fence: true, released: true, ends: true}, // nothing left to release
+		{id: "lapsed", fence: true, ends: true}, // nothing was deleted: no release claimed
 		{id: "theirs", lease: "7 B", fence: true, leaseAfter: "7 B"},
 		{id: "unfenced", lease: "5 C", leaseAfter: "5 C", ends: true},
 	} {

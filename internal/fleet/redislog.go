@@ -100,8 +100,8 @@ type RedisLog struct {
 	CommitDelay time.Duration
 
 	fences sync.Map // id → the lease value its writes need (Fence)
-	// released are the ids whose end was written under their lease, which
-	// lua/commit.lua gave up with it, until Unfence.
+	// released are the ids whose end's write deleted their lease, which
+	// was the writer's (lua/commit.lua answered okr), until Unfence.
 	released sync.Map
 	// writing is the logWriter of each log this replica writes: when it
 	// last renewed the log, and the bytes of its events not counted yet.
@@ -348,8 +348,10 @@ func (l *RedisLog) Fence(id string, lease Lease) { l.fences.Store(id, lease.Valu
 // Unfence implements Log.
 //
 // The writes of id are over: a request still pending (joinRequest and the
-// writes after it failed) goes too. Its lease is released when its end was
-// written under it (lua/commit.lua deletes the lease with the end).
+// writes after it failed) goes too. Its lease is released when the write
+// that ended it found the lease the writer's and deleted it (lua/commit.lua
+// answered okr); a lease gone already, or one kept elsewhere (Leases not in
+// this Redis), is left to the owner's own release.
 func (l *RedisLog) Unfence(id string) (released bool) {
 	l.fences.Delete(id)
 	l.pendingMeta.Delete(id)
@@ -414,9 +416,9 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	w.size = l.sizeOf(w, unsized)
 	w.notify = lw.followed.Load()
 	res, err := l.commit.write(w)
-	if res == commitOKFollowed {
+	res, followed, released := commitFlags(res)
+	if followed {
 		lw.followed.Store(true)
-		res = "ok"
 	}
 	switch {
 	case err != nil || res != "ok":
@@ -424,7 +426,7 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	case end:
 		l.writing.Delete(id)
 		l.pendingMeta.Delete(id)
-		if w.fence != "" {
+		if released {
 			l.released.Store(id, struct{}{})
 		}
 	case w.size > 0:

@@ -158,24 +158,23 @@ func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration, answe
 	}
 	l := NewRedisLog(rdb, limits, nil)
 	defer l.Close()
-	for w := range writers {
-		if answer > 0 {
-			break // each writer opens its own
-		}
-		id := fmt.Sprint("w", w)
-		if every == 0 {
-			if err := l.Open(id, Meta{Owner: "bench"}); err != nil {
+	if answer == 0 { // with answers, each writer opens its own as it goes
+		for w := range writers {
+			id := fmt.Sprint("w", w)
+			if every == 0 {
+				if err := l.Open(id, Meta{Owner: "bench"}); err != nil {
+					b.Fatal(err)
+				}
+				continue
+			}
+			// Paced, each writer holds its completion's lease and its writes
+			// are fenced, as a fleet replica's resumable completions are.
+			token, err := l.openLeased(id, Meta{Owner: "bench"}, "bench", time.Minute)
+			if err != nil {
 				b.Fatal(err)
 			}
-			continue
+			l.Fence(id, Lease{ID: id, Token: token, Replica: "bench"})
 		}
-		// Paced, each writer holds its completion's lease and its writes
-		// are fenced, as a fleet replica's resumable completions are.
-		token, err := l.openLeased(id, Meta{Owner: "bench"}, "bench", time.Minute)
-		if err != nil {
-			b.Fatal(err)
-		}
-		l.Fence(id, Lease{ID: id, Token: token, Replica: "bench"})
 	}
 	before := redisStats(b, rdb)
 	perWriter := max(1, b.N/writers)

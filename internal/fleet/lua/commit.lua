@@ -38,11 +38,12 @@
 -- whose next may be long in coming): meta replaces the log's meta while
 -- LEASE is fence, not merely not another's, and the log is there and has
 -- not ended; it answers 'ok', 'fenced' or 'missing', and adds nothing.
--- A fenced group that ends its log gives the lease up (deletes LEASE, the
--- writer's), as release.lua would after it: nobody takes over a
--- completion that has ended, and its owner need not release the lease in
--- a call of its own (RedisLog.Unfence says so).
--- Answers {replies, evicted}: per group, in order, 'ok' ('okf' as above),
+-- A fenced group that ends its log gives the lease up when it is the
+-- writer's (deletes LEASE), as release.lua would after it: nobody takes
+-- over a completion that has ended, and its owner need not release the
+-- lease in a call of its own (RedisLog.Unfence says so); it answers 'okr'
+-- then ('okrf' when followed as above).
+-- Answers {replies, evicted}: per group, in order, 'ok' ('okf', 'okr' as above),
 -- 'fenced', 'missing' (the log is not in Redis), 'ended', or 'order' (a
 -- seq not above the log's last).
 now, retention, maxe, maxb, ttl = tonumber(now), tonumber(retention), tonumber(maxe), tonumber(maxb), tonumber(ttl)
@@ -96,10 +97,12 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
     redis.call('PEXPIRE', LOG, ttl)
   end
   table.insert(written, {LOG, id, tonumber(seq)})
+  local ok = 'ok'
+  if fin == '1' and held then ok = 'okr' end
   if renew == '1' or fin == '1' then
-    if redis.call('EXISTS', FOLLOWED) == 0 then return 'ok' end
+    if redis.call('EXISTS', FOLLOWED) == 0 then return ok end
     table.insert(notices, id .. ' ' .. seq)
-    return 'okf'
+    return ok .. 'f'
   end
   if notify == '1' then table.insert(notices, id .. ' ' .. seq) end
   return 'ok'
