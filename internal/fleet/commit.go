@@ -40,11 +40,13 @@ var errCommitClosed = errors.New("event log closed")
 // carried more than one append (other completions are writing), the next
 // one also waits up to wait after its first append arrived, or until it is
 // full, to carry more. When the last flush carried one (a replica that is
-// idle, or runs one completion), the next starts at once.
+// idle, or runs one completion), the next starts at once. A batch that
+// holds an urgent write (a completion's first output: its caller's time
+// to first token) does not wait for more either: it is due, as a full one.
 //
 // The next flush starts as soon as none is in flight, or beside the one in
 // flight (commitFlights at most) once its first append has waited wait or
-// it is full: so a flush that Redis takes long to answer (a large batch,
+// it is due (full, or holding an urgent write): so a flush that Redis takes long to answer (a large batch,
 // a busy Redis) does not hold the next one, and while the replica works
 // on one flush's answers Redis runs the next. An append thus waits at most
 // wait for its flush to start, unless commitFlights are in flight. Two
@@ -71,7 +73,7 @@ type committer struct {
 	spare [][]commitWrite
 
 	kick   chan struct{} // a batch got its first write
-	full   chan struct{} // the batch reached commitMaxEvents
+	due    chan struct{} // the batch is due: full (commitMaxEvents), or urgent
 	landed chan struct{} // a flush in flight landed
 	stop   chan struct{}
 	done   chan struct{}
@@ -107,6 +109,10 @@ type commitWrite struct {
 	// it, only a renewal or an end looks for followers itself (and answers
 	// commitOKFollowed when it finds some).
 	notify bool
+	// urgent: the write's flush waits for no more writes (committer), as
+	// a full one: the first output of a completion, which its caller
+	// waits for as its time to first token.
+	urgent bool
 }
 
 // commitArgs are what every write of one log passes lua/commit.lua the
@@ -142,8 +148,10 @@ func commitFlags(res string) (plain string, followed, released bool) {
 // commitBatch is the writes of one flush, and once done is closed, its
 // replies (one per write, as lua/commit.lua answers) or its error.
 type commitBatch struct {
-	writes  []commitWrite
-	first   time.Time
+	writes []commitWrite
+	first  time.Time
+	// urgent: a write of the batch is urgent (commitWrite.urgent).
+	urgent  bool
 	done    chan struct{}
 	replies []string
 	err     error
@@ -157,12 +165,16 @@ type commitBatch struct {
 // reply.
 func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict func([]string), wait func() time.Duration, sizes func(int), waited func(time.Duration)) *committer {
 	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, waited: waited, next: newCommitBatch(), writing: map[string]int{},
-		kick: make(chan struct{}, 1), full: make(chan struct{}, 1), landed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		kick: make(chan struct{}, 1), due: make(chan struct{}, 1), landed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c
 }
 
 func newCommitBatch() *commitBatch { return &commitBatch{done: make(chan struct{})} }
+
+// due: b waits for no more writes, because it is full or holds an urgent
+// one.
+func (b *commitBatch) due() bool { return b.urgent || len(b.writes) >= commitMaxEvents }
 
 // write appends w with the next flush and waits for it: the reply of
 // lua/commit.lua for w, or the error of a flush that failed (Redis did not
@@ -181,8 +193,11 @@ func (c *committer) write(w commitWrite) (string, error) {
 		b.first = time.Now()
 		signal(c.kick)
 	}
-	if len(b.writes) >= commitMaxEvents {
-		signal(c.full)
+	if w.urgent {
+		b.urgent = true
+	}
+	if b.due() {
+		signal(c.due)
 	}
 	c.mu.Unlock()
 	<-b.done
@@ -238,12 +253,12 @@ func (c *committer) run() {
 
 // awaitFlight waits until the pending batch may start: no flush is in
 // flight, or fewer than commitFlights are and the batch's first write has
-// waited wait, or it is full; or the committer closes.
+// waited wait, or it is due; or the committer closes.
 func (c *committer) awaitFlight() {
 	for {
 		c.mu.Lock()
 		n, d := c.flights, c.wait()-time.Since(c.next.first)
-		if len(c.next.writes) >= commitMaxEvents {
+		if c.next.due() {
 			d = 0
 		}
 		c.mu.Unlock()
@@ -257,7 +272,7 @@ func (c *committer) awaitFlight() {
 		select {
 		case <-c.landed:
 		case <-t.C:
-		case <-c.full:
+		case <-c.due:
 		case <-c.stop:
 			t.Stop()
 			return
@@ -314,19 +329,20 @@ func (c *committer) land(b *commitBatch) {
 }
 
 // linger waits until wait has passed since the pending batch's first
-// write, the batch is full, or the committer closes.
+// write, the batch is due, or the committer closes.
 func (c *committer) linger() {
 	c.mu.Lock()
 	d := c.wait() - time.Since(c.next.first)
+	due := c.next.due()
 	c.mu.Unlock()
-	if d <= 0 {
+	if d <= 0 || due {
 		return
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-c.full:
+	case <-c.due:
 	case <-c.stop:
 	}
 }
@@ -345,7 +361,7 @@ func (c *committer) take() *commitBatch {
 		c.next.writes, c.spare = c.spare[n-1], c.spare[:n-1]
 	}
 	select {
-	case <-c.full: // the batch taken's
+	case <-c.due: // the batch taken's
 	default:
 	}
 	return b

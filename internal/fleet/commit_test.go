@@ -195,6 +195,58 @@ func TestCommitterWaitsUnderLoadAtMostItsWait(t *testing.T) {
 	}
 }
 
+// TestCommitterUrgentWriteWaitsForNoOthers: a batch that holds an urgent
+// write (a completion's first output) is due at once, as a full one,
+// however long the committer waits for more under load (an hour here):
+// beside the flush in flight, and with none in flight.
+func TestCommitterUrgentWriteWaitsForNoOthers(t *testing.T) {
+	f := &fakeFlush{gate: make(chan struct{})}
+	c := newTestCommitter(t, f, time.Hour)
+	var wg sync.WaitGroup
+	write := func(id string, urgent bool) {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = c.write(commitWrite{id: id, urgent: urgent}) }()
+	}
+	write("a", false)
+	waitFor(t, func() bool { return f.flushing() == 1 }) // [a] at the gate
+	write("b", false)
+	write("c", false)
+	waitFor(t, func() bool { return c.pending() == 2 })
+	f.gate <- struct{}{} // [a] lands; [b c] goes at once (the last had one), to the gate
+	waitFor(t, func() bool { return f.flushing() == 2 })
+
+	// The last had two: [d] would wait an hour for more; the urgent write
+	// makes it due, and it goes beside [b c].
+	write("d", false)
+	waitFor(t, func() bool { return c.pending() == 1 })
+	write("u", true)
+	waitFor(t, func() bool { return f.flushing() == 3 })
+	f.open()
+	waitGroup(t, &wg)
+
+	// The last had two, none is in flight: an urgent write alone goes at
+	// once rather than lingering.
+	write("v", true)
+	waitGroup(t, &wg)
+	got := f.batchesCopy()
+	ids := func(b []commitWrite) string {
+		var s []string
+		for _, w := range b {
+			s = append(s, w.id)
+		}
+		slices.Sort(s) // b and c arrive in either order
+		return strings.Join(s, " ")
+	}
+	var all []string
+	for _, b := range got {
+		all = append(all, ids(b))
+	}
+	slices.Sort(all)
+	if want := []string{"a", "b c", "d u", "v"}; !slices.Equal(all, want) {
+		t.Fatalf("batches %q, want %q", all, want)
+	}
+}
+
 // TestCommitterSecondFlight: while a flush is in flight, the next batch
 // goes beside it once its first write has waited the committer's wait,
 // not before; with two in flight, a third waits for one to land; and a
@@ -488,12 +540,58 @@ func TestRedisLogCommitDelay(t *testing.T) {
 	const delay = 150 * time.Millisecond
 	l.CommitDelay = delay
 	t.Cleanup(l.Close)
+	flushOfTwo(t, l, hold)
+	// The last flush carried two: the next append waits for company, up to
+	// the delay (a timer: the machine's load can only make it longer).
+	start := time.Now()
+	if err := l.Append("a", logEvent(3, false)); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < delay {
+		t.Errorf("an append after a flush of two went after %v, want it to wait %v for company", waited, delay)
+	}
+}
+
+// TestRedisLogFirstOutputWaitsForNoCompany: a completion's first output
+// of an attempt (its caller's time to first token) goes at once, however
+// long the commit delay, where any other append would wait for company.
+func TestRedisLogFirstOutputWaitsForNoCompany(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	hold := &holdFlush{held: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(hold)
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	l.CommitDelay = time.Hour
+	t.Cleanup(l.Close)
+	flushOfTwo(t, l, hold)
+	retry := logEvent(3, false)
+	retry.Attempt = 1
+	done := make(chan error, 1)
+	go func() { done <- l.Append("a", retry) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first token of a retry waits for company (the commit delay is an hour)")
+	}
+}
+
+// flushOfTwo opens the logs a, b and c, appends each one's first token
+// (seq 1, alone), then makes the group commit flush two appends together
+// (seq 2 of b and c, while the flush of a's is held by hold): the next
+// append waits for company.
+func flushOfTwo(t *testing.T, l *RedisLog, hold *holdFlush) {
+	t.Helper()
 	for _, id := range []string{"a", "b", "c"} {
 		open(t, l, id, "k")
+		if err := l.Append(id, logEvent(1, false)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	appendAsync := func(id string) <-chan error {
 		done := make(chan error, 1)
-		go func() { done <- l.Append(id, logEvent(1, false)) }()
+		go func() { done <- l.Append(id, logEvent(2, false)) }()
 		return done
 	}
 	hold.armed.Store(true)
@@ -506,15 +604,6 @@ func TestRedisLogCommitDelay(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-	}
-	// The last flush carried two: the next append waits for company, up to
-	// the delay (a timer: the machine's load can only make it longer).
-	start := time.Now()
-	if err := l.Append("a", logEvent(2, false)); err != nil {
-		t.Fatal(err)
-	}
-	if waited := time.Since(start); waited < delay {
-		t.Errorf("an append after a flush of two went after %v, want it to wait %v for company", waited, delay)
 	}
 }
 

@@ -385,9 +385,24 @@ type logWriter struct {
 	// renewal or the end, where it looks; never cleared: a log followed
 	// once is usually followed to its end.
 	followed atomic.Bool
+	// output is the attempt and turn of the last output written
+	// (outputKey), 0 before any: the first output of each is urgent.
+	output atomic.Int64
 	// args are the log's keys and id as lua/commit.lua's arguments,
 	// built once for all its writes.
 	args *commitArgs
+}
+
+// firstOutput: ev is the first output (a token's delta, a tool call) of
+// its attempt and turn that this writer writes — the one its caller waits
+// for as the time to first token, whose flush waits for no other writes
+// (commitWrite.urgent).
+func (lw *logWriter) firstOutput(ev *completionv1.CompletionEvent) bool {
+	if ev.GetDelta() == nil && ev.GetToolCall() == nil {
+		return false
+	}
+	key := int64(ev.GetAttempt())<<32 | int64(uint32(ev.GetTurn())) + 1
+	return lw.output.Swap(key) != key
 }
 
 // add appends ev to the log of id, and with end ends it with status,
@@ -415,6 +430,7 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	unsized := lw.unsized.Load()
 	w.size = l.sizeOf(w, unsized)
 	w.notify = lw.followed.Load()
+	w.urgent = lw.firstOutput(ev)
 	res, err := l.commit.write(w)
 	res, followed, released := commitFlags(res)
 	if followed {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/completiond/completiond/config"
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 )
@@ -338,5 +339,45 @@ func endedLogs(t *testing.T, l Log, n int) {
 		id := fmt.Sprint("e", i)
 		open(t, l, id, "k")
 		appendRun(l, id, 2, true)
+	}
+}
+
+// TestLogWriterFirstOutput: a writer's urgent writes are the first output
+// (a delta or a tool call) of each attempt and turn — what a caller waits
+// for as its time to first token, after the start, a retry or a Session's
+// next turn — and no other event.
+func TestLogWriterFirstOutput(t *testing.T) {
+	delta := func(attempt, turn int32) *completionv1.CompletionEvent {
+		return &completionv1.CompletionEvent{Attempt: attempt, Turn: turn, Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Text: "x"}}}
+	}
+	tool := func(attempt, turn int32) *completionv1.CompletionEvent {
+		return &completionv1.CompletionEvent{Attempt: attempt, Turn: turn, Event: &completionv1.CompletionEvent_ToolCall{ToolCall: &completionv1.ToolCall{}}}
+	}
+	other := func(attempt, turn int32) *completionv1.CompletionEvent {
+		return &completionv1.CompletionEvent{Attempt: attempt, Turn: turn, Event: &completionv1.CompletionEvent_Transition{Transition: &completionv1.Transition{}}}
+	}
+	steps := []struct {
+		name   string
+		ev     *completionv1.CompletionEvent
+		urgent bool
+	}{
+		{"started", &completionv1.CompletionEvent{Turn: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{}}}, false},
+		{"transition before any output", other(0, 1), false},
+		{"first token of attempt 0", delta(0, 1), true},
+		{"second token", delta(0, 1), false},
+		{"tool call after tokens", tool(0, 1), false},
+		{"retry's transition", other(1, 1), false},
+		{"first token of attempt 1", delta(1, 1), true},
+		{"its second", delta(1, 1), false},
+		{"next turn's first output, a tool call", tool(1, 2), true},
+		{"its token", delta(1, 2), false},
+		{"attempt 0 of turn 3", delta(0, 3), true},
+		{"usage", &completionv1.CompletionEvent{Attempt: 0, Turn: 3, Event: &completionv1.CompletionEvent_Usage{Usage: &completionv1.Usage{}}}, false},
+	}
+	var lw logWriter
+	for _, s := range steps {
+		if got := lw.firstOutput(s.ev); got != s.urgent {
+			t.Errorf("%s: urgent %v, want %v", s.name, got, s.urgent)
+		}
 	}
 }
