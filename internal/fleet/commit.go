@@ -41,8 +41,9 @@ var errCommitClosed = errors.New("event log closed")
 // one also waits up to wait after its first append arrived, or until it is
 // full, to carry more. When the last flush carried one (a replica that is
 // idle, or runs one completion), the next starts at once. A batch that
-// holds an urgent write (a completion's first output: its caller's time
-// to first token) does not wait for more either: it is due, as a full one.
+// holds an urgent write (an event a caller waits on: a completion's first
+// output, a stop-hook request, the end) does not wait for more either: it
+// is due, as a full one.
 //
 // The next flush starts as soon as none is in flight, or beside the one in
 // flight (commitFlights at most) once its first append has waited wait or
@@ -110,8 +111,10 @@ type commitWrite struct {
 	// commitOKFollowed when it finds some).
 	notify bool
 	// urgent: the write's flush waits for no more writes (committer), as
-	// a full one: the first output of a completion, which its caller
-	// waits for as its time to first token.
+	// a full one: an event a caller waits on — the first output of an
+	// attempt and turn (its time to first token), a stop-hook request
+	// (the completion waits for its answer), the end (a Complete call's
+	// answer).
 	urgent bool
 }
 

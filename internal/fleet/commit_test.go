@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/completiond/completiond/config"
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
 )
@@ -552,28 +553,41 @@ func TestRedisLogCommitDelay(t *testing.T) {
 	}
 }
 
-// TestRedisLogFirstOutputWaitsForNoCompany: a completion's first output
-// of an attempt (its caller's time to first token) goes at once, however
-// long the commit delay, where any other append would wait for company.
-func TestRedisLogFirstOutputWaitsForNoCompany(t *testing.T) {
-	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
-	hold := &holdFlush{held: make(chan struct{}), release: make(chan struct{})}
-	rdb.AddHook(hold)
-	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
-	l.CommitDelay = time.Hour
-	t.Cleanup(l.Close)
-	flushOfTwo(t, l, hold)
+// TestRedisLogAwaitedEventsWaitForNoCompany: the events a caller waits
+// on — a completion's first output of an attempt (its time to first
+// token), a stop-hook request, the end — go at once, however long the
+// commit delay, where any other append would wait for company.
+func TestRedisLogAwaitedEventsWaitForNoCompany(t *testing.T) {
 	retry := logEvent(3, false)
 	retry.Attempt = 1
-	done := make(chan error, 1)
-	go func() { done <- l.Append("a", retry) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first token of a retry waits for company (the commit delay is an hour)")
+	hook := &completionv1.CompletionEvent{Seq: 3, Event: &completionv1.CompletionEvent_StopHookRequest{StopHookRequest: &completionv1.StopHookRequest{}}}
+	for _, c := range []struct {
+		name  string
+		write func(l *RedisLog) error
+	}{
+		{"a retry's first token", func(l *RedisLog) error { return l.Append("a", retry) }},
+		{"a stop-hook request", func(l *RedisLog) error { return l.Append("a", hook) }},
+		{"the end", func(l *RedisLog) error { return l.End("a", logEvent(3, true), nil) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+			hold := &holdFlush{held: make(chan struct{}), release: make(chan struct{})}
+			rdb.AddHook(hold)
+			l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+			l.CommitDelay = time.Hour
+			t.Cleanup(l.Close)
+			flushOfTwo(t, l, hold)
+			done := make(chan error, 1)
+			go func() { done <- c.write(l) }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("it waits for company (the commit delay is an hour)")
+			}
+		})
 	}
 }
 

@@ -430,7 +430,7 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	unsized := lw.unsized.Load()
 	w.size = l.sizeOf(w, unsized)
 	w.notify = lw.followed.Load()
-	w.urgent = lw.firstOutput(ev)
+	w.urgent = end || ev.GetStopHookRequest() != nil || lw.firstOutput(ev)
 	res, err := l.commit.write(w)
 	res, followed, released := commitFlags(res)
 	if followed {
