@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 )
@@ -36,6 +37,12 @@ var FleetMetrics = []metric{
 		value: redisValue(func(s redisStats, share map[string]float64) (float64, bool) { return s.inScripts(share) })},
 	{Name: "XADD per 1 000 tokens (events appended to the Redis log)", phase: streaming,
 		value: redisValue(func(s redisStats, _ map[string]float64) (float64, bool) { return float64(s.calls["xadd"]), true })},
+	{Name: "group commit wait per event p50, ms (the replicas' completiond_redis_commit_wait_seconds, interpolated within its buckets)", phase: streaming,
+		value: commitWaitValue(func(h *histogram) float64 { return 1000 * h.quantile(0.5) })},
+	{Name: "group commit wait per event p99, ms (likewise)", phase: streaming,
+		value: commitWaitValue(func(h *histogram) float64 { return 1000 * h.quantile(0.99) })},
+	{Name: "events that waited over 2.5 ms in the group commit, % (the bucket's bound nearest 2 ms)", phase: streaming,
+		value: commitWaitValue(func(h *histogram) float64 { return 100 * h.over(0.0025) })},
 	{Name: "tokens delivered", phase: streaming,
 		value:  func(m, _ *measurement) (float64, bool) { return float64(m.tokens), true },
 		direct: func(d *measurement) (float64, bool) { return float64(d.tokens), true }},
@@ -47,6 +54,19 @@ var FleetMetrics = []metric{
 // perKTokens is v per 1 000 of m's tokens.
 func perKTokens(m *measurement, v float64) (float64, bool) {
 	return v * 1000 / float64(m.tokens), m.tokens > 0
+}
+
+// commitWaitValue is a row of what the fleet's replicas observed of
+// their group commit's waits: f of the histogram, nothing for a
+// measurement without Redis or without a wait observed.
+func commitWaitValue(f func(h *histogram) float64) func(m, d *measurement) (float64, bool) {
+	return func(m, _ *measurement) (float64, bool) {
+		if m.commitWait.total() == 0 {
+			return 0, false
+		}
+		v := f(m.commitWait)
+		return v, !math.IsNaN(v)
+	}
 }
 
 // redisValue is a row of what Redis counted, per 1 000 tokens: f of the

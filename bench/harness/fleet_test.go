@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"maps"
+	"math"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -92,7 +93,7 @@ func checkFleetRow(t *testing.T, mt metric, cells []string) {
 		t.Fatalf("%s: %d cells, want 4: %q", mt.Name, len(cells), cells)
 	}
 	ofRedis := strings.Contains(mt.Name, "Redis") && !strings.Contains(mt.Name, "server and Redis") ||
-		strings.HasPrefix(mt.Name, "of which") || strings.HasPrefix(mt.Name, "XADD")
+		strings.HasPrefix(mt.Name, "of which") || strings.HasPrefix(mt.Name, "XADD") || strings.Contains(mt.Name, "group commit")
 	cellValue(t, mt.Name, cells[0], mt.direct != nil)
 	alone := cellValue(t, mt.Name, cells[1], !ofRedis)
 	fleet := cellValue(t, mt.Name, cells[2], true)
@@ -101,7 +102,9 @@ func checkFleetRow(t *testing.T, mt metric, cells []string) {
 		t.Errorf("%s: %v, want at least 1 000 (an XADD per event)", mt.Name, fleet)
 	case strings.HasPrefix(mt.Name, "failed") && (alone != 0 || fleet != 0):
 		t.Errorf("%s: alone %v, fleet %v", mt.Name, alone, fleet)
-	case !strings.HasPrefix(mt.Name, "TTFT") && !strings.HasPrefix(mt.Name, "failed") && fleet <= 0:
+	case strings.HasPrefix(mt.Name, "events that waited") && (fleet < 0 || fleet > 100):
+		t.Errorf("%s: %v, want a share", mt.Name, fleet)
+	case !strings.HasPrefix(mt.Name, "TTFT") && !strings.HasPrefix(mt.Name, "failed") && !strings.HasPrefix(mt.Name, "events that waited") && fleet <= 0:
 		t.Errorf("%s: the fleet's is %v", mt.Name, fleet)
 	}
 }
@@ -200,7 +203,9 @@ func TestFleetTable(t *testing.T) {
 		r.add(key{10, rep + 1, unshared, streaming}, &measurement{load: load{calls: 2, tokens: 2000}, serverCPU: 3 * cpu / 2 * time.Millisecond})
 		r.add(key{10, rep + 1, fleetOf, streaming}, &measurement{load: load{calls: 2, tokens: 2000}, serverCPU: 2 * cpu * time.Millisecond,
 			redis:       &redisStats{cpu: cpu * time.Millisecond, calls: map[string]int64{"evalsha": 2000, "xadd": 2000, "get": 1000, "ping": 10}},
-			scriptShare: share})
+			scriptShare: share,
+			// 100 waits: 50 up to 1 ms, 40 up to 2.5 ms, 10 up to 5 ms.
+			commitWait: &histogram{bounds: []float64{0.001, 0.0025, 0.005, math.Inf(1)}, counts: []uint64{50, 90, 100, 100}}})
 	}
 	md := r.Markdown()
 	wantIn(t, md,
@@ -213,6 +218,9 @@ func TestFleetTable(t *testing.T) {
 		"| 10 | Redis commands per 1 000 tokens run by scripts | — | — | 1250 | — |",
 		"| 10 | XADD per 1 000 tokens (events appended to the Redis log) | — | — | 1000 | — |",
 		"| 10 | failed streams | 0 | 0 | 0 | — |",
+		"| 10 | group commit wait per event p50, ms (the replicas' completiond_redis_commit_wait_seconds, interpolated within its buckets) | — | — | 1.00 | — |",
+		"| 10 | group commit wait per event p99, ms (likewise) | — | — | 4.75 | — |",
+		"| 10 | events that waited over 2.5 ms in the group commit, % (the bucket's bound nearest 2 ms) | — | — | 10.0 | — |",
 		"`evalsha` 1000 (sent) · `xadd` 1000 (by scripts) · `get` 500 (50 % by scripts) · `ping` 5.00 (not in the attribution pass: counted as sent)",
 		"| streams | metric | completiond alone | 3 replicas without Redis | fleet of 3 | replicas ÷ alone | fleet ÷ replicas |",
 		"| 10 | server CPU per 1 000 tokens, ms (fleet: its replicas together) | 100 (50.0–150) | 150 (75.0–225) | 200 (100–300) | 1.50× | 1.33× |",

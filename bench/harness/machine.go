@@ -15,6 +15,9 @@ type snap struct {
 	conns             int64
 	gcs               uint32 // the server's GC cycles
 	redis             *redisStats
+	// commitWait is what a fleet's replicas observed of their group
+	// commit's waits (nil without Redis).
+	commitWait *histogram
 }
 
 // snapshot reads the CPU of the machine, the harness, the mock and srv's
@@ -61,6 +64,9 @@ func (s *snap) readServer(ctx context.Context, srv *server) error {
 			return err
 		}
 		s.redis = &st
+		if s.commitWait, err = readCommitWait(ctx, srv.procs()); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -76,6 +82,7 @@ func (s snap) since(s0 snap, m *measurement) {
 		d := s.redis.sub(*s0.redis)
 		m.redis = &d
 		ours += d.cpu
+		m.commitWait = s.commitWait.sub(s0.commitWait)
 	}
 	d := s.machine.sub(s0.machine)
 	if d.all > 0 {

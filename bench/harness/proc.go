@@ -32,6 +32,9 @@ type proc struct {
 	pid   int
 	addr  string // what it serves on (host:port, or the mock's URL)
 	debug string // its debugserver address, "" if none
+	// metrics is its Prometheus endpoint's address (completiond's
+	// --metrics-addr), "" if none.
+	metrics string
 
 	exited  chan struct{} // closed when it exited
 	waitErr error

@@ -78,6 +78,9 @@ type measurement struct {
 	// ran, from the level's attribution pass (nil without one).
 	redis       *redisStats
 	scriptShare map[string]float64
+	// commitWait is what the fleet's replicas observed of each event's
+	// wait in their group commit meanwhile (nil without Redis).
+	commitWait *histogram
 	// foreign is the share of the machine other processes used meanwhile.
 	foreign float64
 }

@@ -259,10 +259,14 @@ func (r *runner) startCompletiond(ctx context.Context, model, redisURL string) (
 	if err != nil {
 		return nil, err
 	}
+	metrics, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	p, err := startProc(ctx, procSpec{
 		name: "completiond",
 		argv: []string{r.completiond, "--addr", addr, "--config", cfgPath, "--log-level", r.cfg.LogLevel,
-			"--drain-timeout", "1s", "--shutdown-grace", "1s"},
+			"--drain-timeout", "1s", "--shutdown-grace", "1s", "--metrics-addr", metrics},
 		env:     childEnv(debugserver.EnvAddr + "=127.0.0.1:0"),
 		parse:   parseDebug,
 		isReady: func(p *proc) bool { return p.debug != "" },
@@ -270,7 +274,7 @@ func (r *runner) startCompletiond(ctx context.Context, model, redisURL string) (
 	if err != nil {
 		return nil, err
 	}
-	p.addr = addr
+	p.addr, p.metrics = addr, metrics
 	return p, nil
 }
 
