@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redisscript"
 )
 
@@ -40,17 +41,19 @@ var errCommitClosed = errors.New("event log closed")
 // carried more than one append (other completions are writing), the next
 // one also waits up to wait after its first append arrived, or until it is
 // full, to carry more. When the last flush carried one (a replica that is
-// idle, or runs one completion), the next starts at once. A batch that
-// holds an urgent write (an event a caller waits on: a completion's first
-// output, a stop-hook request, the end) does not wait for more either: it
-// is due, as a full one.
+// idle, or runs one completion), the next starts at once. An urgent write
+// (an event a caller waits on: a completion's first output, a stop-hook
+// request, the end) waits for more no longer than urgentWait, however long
+// wait is: its batch's time to go (commitBatch.left) is the earlier of the
+// two.
 //
 // The next flush starts as soon as none is in flight, or beside the one in
-// flight (commitFlights at most) once its first append has waited wait or
-// it is due (full, or holding an urgent write): so a flush that Redis takes long to answer (a large batch,
-// a busy Redis) does not hold the next one, and while the replica works
+// flight (commitFlights at most) once its time to go has come or it is
+// full: so a flush that Redis takes long to answer (a large batch, a busy
+// Redis) does not hold the next one, and while the replica works
 // on one flush's answers Redis runs the next. An append thus waits at most
-// wait for its flush to start, unless commitFlights are in flight. Two
+// wait (an urgent one urgentWait) for its flush to start, unless
+// commitFlights are in flight. Two
 // flushes in flight never write the same log (the next waits for the one
 // that does): a log's events are appended in order.
 type committer struct {
@@ -74,7 +77,7 @@ type committer struct {
 	spare [][]commitWrite
 
 	kick   chan struct{} // a batch got its first write
-	due    chan struct{} // the batch is due: full (commitMaxEvents), or urgent
+	due    chan struct{} // the batch's time to go came earlier: full (commitMaxEvents), or an urgent write
 	landed chan struct{} // a flush in flight landed
 	stop   chan struct{}
 	done   chan struct{}
@@ -110,8 +113,8 @@ type commitWrite struct {
 	// it, only a renewal or an end looks for followers itself (and answers
 	// commitOKFollowed when it finds some).
 	notify bool
-	// urgent: the write's flush waits for no more writes (committer), as
-	// a full one: an event a caller waits on — the first output of an
+	// urgent: the write's flush waits for more no longer than urgentWait
+	// (committer): an event a caller waits on — the first output of an
 	// attempt and turn (its time to first token), a stop-hook request
 	// (the completion waits for its answer), the end (a Complete call's
 	// answer).
@@ -153,8 +156,9 @@ func commitFlags(res string) (plain string, followed, released bool) {
 type commitBatch struct {
 	writes []commitWrite
 	first  time.Time
-	// urgent: a write of the batch is urgent (commitWrite.urgent).
-	urgent  bool
+	// urgent is when its first urgent write came (commitWrite.urgent),
+	// zero without one.
+	urgent  time.Time
 	done    chan struct{}
 	replies []string
 	err     error
@@ -175,9 +179,26 @@ func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict f
 
 func newCommitBatch() *commitBatch { return &commitBatch{done: make(chan struct{})} }
 
-// due: b waits for no more writes, because it is full or holds an urgent
-// one.
-func (b *commitBatch) due() bool { return b.urgent || len(b.writes) >= commitMaxEvents }
+// urgentWait is the longest an urgent write waits for more writes, however
+// long the committer's wait: the default commit delay, so that a longer
+// one trades the other events' time to their callers, not the time to
+// first token. (Not zero: a busy replica's first tokens and ends would
+// then cut its batches short, a fifth more flushes at 50-event answers.)
+const urgentWait = config.DefaultRedisCommitDelay
+
+// left is how long b may still wait for more writes: until wait after its
+// first write, or urgentWait after its first urgent one, whichever comes
+// first; 0 once it is full.
+func (b *commitBatch) left(wait time.Duration) time.Duration {
+	if len(b.writes) >= commitMaxEvents {
+		return 0
+	}
+	d := wait - time.Since(b.first)
+	if !b.urgent.IsZero() {
+		d = min(d, urgentWait-time.Since(b.urgent))
+	}
+	return d
+}
 
 // write appends w with the next flush and waits for it: the reply of
 // lua/commit.lua for w, or the error of a flush that failed (Redis did not
@@ -196,10 +217,11 @@ func (c *committer) write(w commitWrite) (string, error) {
 		b.first = time.Now()
 		signal(c.kick)
 	}
-	if w.urgent {
-		b.urgent = true
+	if w.urgent && b.urgent.IsZero() {
+		b.urgent = time.Now()
+		signal(c.due)
 	}
-	if b.due() {
+	if len(b.writes) >= commitMaxEvents {
 		signal(c.due)
 	}
 	c.mu.Unlock()
@@ -255,15 +277,12 @@ func (c *committer) run() {
 }
 
 // awaitFlight waits until the pending batch may start: no flush is in
-// flight, or fewer than commitFlights are and the batch's first write has
-// waited wait, or it is due; or the committer closes.
+// flight, or fewer than commitFlights are and the batch's time to go has
+// come (commitBatch.left); or the committer closes.
 func (c *committer) awaitFlight() {
 	for {
 		c.mu.Lock()
-		n, d := c.flights, c.wait()-time.Since(c.next.first)
-		if c.next.due() {
-			d = 0
-		}
+		n, d := c.flights, c.next.left(c.wait())
 		c.mu.Unlock()
 		switch {
 		case n == 0 || n < commitFlights && d <= 0:
@@ -331,22 +350,26 @@ func (c *committer) land(b *commitBatch) {
 	signal(c.landed)
 }
 
-// linger waits until wait has passed since the pending batch's first
-// write, the batch is due, or the committer closes.
+// linger waits until the pending batch's time to go (commitBatch.left),
+// which an urgent write or a full batch brings forward, or the committer
+// closes.
 func (c *committer) linger() {
-	c.mu.Lock()
-	d := c.wait() - time.Since(c.next.first)
-	due := c.next.due()
-	c.mu.Unlock()
-	if d <= 0 || due {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-c.due:
-	case <-c.stop:
+	for {
+		c.mu.Lock()
+		d := c.next.left(c.wait())
+		c.mu.Unlock()
+		if d <= 0 {
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-c.due:
+		case <-c.stop:
+			t.Stop()
+			return
+		}
+		t.Stop()
 	}
 }
 

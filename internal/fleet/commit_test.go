@@ -196,11 +196,11 @@ func TestCommitterWaitsUnderLoadAtMostItsWait(t *testing.T) {
 	}
 }
 
-// TestCommitterUrgentWriteWaitsForNoOthers: a batch that holds an urgent
-// write (a completion's first output) is due at once, as a full one,
-// however long the committer waits for more under load (an hour here):
-// beside the flush in flight, and with none in flight.
-func TestCommitterUrgentWriteWaitsForNoOthers(t *testing.T) {
+// TestCommitterUrgentWriteWaitsLittle: a batch that holds an urgent write
+// (an event a caller waits on) waits for more at most urgentWait, however
+// long the committer waits for more under load (an hour here): beside the
+// flush in flight, and with none in flight.
+func TestCommitterUrgentWriteWaitsLittle(t *testing.T) {
 	f := &fakeFlush{gate: make(chan struct{})}
 	c := newTestCommitter(t, f, time.Hour)
 	var wg sync.WaitGroup
@@ -217,7 +217,7 @@ func TestCommitterUrgentWriteWaitsForNoOthers(t *testing.T) {
 	waitFor(t, func() bool { return f.flushing() == 2 })
 
 	// The last had two: [d] would wait an hour for more; the urgent write
-	// makes it due, and it goes beside [b c].
+	// brings its time to go forward, and it goes beside [b c].
 	write("d", false)
 	waitFor(t, func() bool { return c.pending() == 1 })
 	write("u", true)
@@ -225,8 +225,8 @@ func TestCommitterUrgentWriteWaitsForNoOthers(t *testing.T) {
 	f.open()
 	waitGroup(t, &wg)
 
-	// The last had two, none is in flight: an urgent write alone goes at
-	// once rather than lingering.
+	// The last had two, none is in flight: an urgent write alone lingers
+	// urgentWait, not an hour.
 	write("v", true)
 	waitGroup(t, &wg)
 	got := f.batchesCopy()
@@ -553,11 +553,12 @@ func TestRedisLogCommitDelay(t *testing.T) {
 	}
 }
 
-// TestRedisLogAwaitedEventsWaitForNoCompany: the events a caller waits
-// on — a completion's first output of an attempt (its time to first
-// token), a stop-hook request, the end — go at once, however long the
-// commit delay, where any other append would wait for company.
-func TestRedisLogAwaitedEventsWaitForNoCompany(t *testing.T) {
+// TestRedisLogAwaitedEventsWaitLittle: the events a caller waits on — a
+// completion's first output of an attempt (its time to first token), a
+// stop-hook request, the end — wait for company at most urgentWait (the
+// default commit delay), however long the commit delay, where any other
+// append would wait for the delay.
+func TestRedisLogAwaitedEventsWaitLittle(t *testing.T) {
 	retry := logEvent(3, false)
 	retry.Attempt = 1
 	hook := &completionv1.CompletionEvent{Seq: 3, Event: &completionv1.CompletionEvent_StopHookRequest{StopHookRequest: &completionv1.StopHookRequest{}}}
