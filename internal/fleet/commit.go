@@ -290,17 +290,26 @@ func (c *committer) awaitFlight() {
 		case n >= commitFlights:
 			d = time.Hour // only a landing frees a flight
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-c.landed:
-		case <-t.C:
-		case <-c.due:
-		case <-c.stop:
-			t.Stop()
+		if c.nap(d, c.landed) {
 			return
 		}
-		t.Stop()
 	}
+}
+
+// nap waits d, or until the pending batch's time to go may have come
+// earlier (due), a flush lands (on landed; nil: not watched), or the
+// committer closes, which it reports.
+func (c *committer) nap(d time.Duration, landed <-chan struct{}) (closed bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-landed:
+	case <-t.C:
+	case <-c.due:
+	case <-c.stop:
+		return true
+	}
+	return false
 }
 
 // await waits until cond, read under mu, holds: each flush that lands
@@ -358,18 +367,9 @@ func (c *committer) linger() {
 		c.mu.Lock()
 		d := c.next.left(c.wait())
 		c.mu.Unlock()
-		if d <= 0 {
+		if d <= 0 || c.nap(d, nil) {
 			return
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-c.due:
-		case <-c.stop:
-			t.Stop()
-			return
-		}
-		t.Stop()
 	}
 }
 
