@@ -50,12 +50,11 @@ var errCommitClosed = errors.New("event log closed")
 // The next flush starts as soon as none is in flight, or beside the one in
 // flight (commitFlights at most) once its time to go has come or it is
 // full: so a flush that Redis takes long to answer (a large batch, a busy
-// Redis) does not hold the next one, and while the replica works
-// on one flush's answers Redis runs the next. An append thus waits at most
-// wait (an urgent one urgentWait) for its flush to start, unless
-// commitFlights are in flight. Two
-// flushes in flight never write the same log (the next waits for the one
-// that does): a log's events are appended in order.
+// Redis) does not hold the next one, and while the replica works on one
+// flush's answers Redis runs the next. An append thus waits at most wait
+// (an urgent one urgentWait) for its flush to start, unless commitFlights
+// are in flight. Two flushes in flight never write the same log (the next
+// waits for the one that does): a log's events are appended in order.
 type committer struct {
 	// flush writes a batch; the slice is the committer's again once
 	// flush returns (its next batches reuse it).

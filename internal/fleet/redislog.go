@@ -386,7 +386,8 @@ type logWriter struct {
 	// once is usually followed to its end.
 	followed atomic.Bool
 	// output is the attempt and turn of the last output written
-	// (outputKey), 0 before any: the first output of each is urgent.
+	// (attempt<<32 | turn, plus one), 0 before any: the first output of
+	// each is urgent (firstOutput).
 	output atomic.Int64
 	// args are the log's keys and id as lua/commit.lua's arguments,
 	// built once for all its writes.
@@ -395,8 +396,8 @@ type logWriter struct {
 
 // firstOutput: ev is the first output (a token's delta, a tool call) of
 // its attempt and turn that this writer writes — the one its caller waits
-// for as the time to first token, whose flush waits for no other writes
-// (commitWrite.urgent).
+// for as the time to first token, whose flush waits for company at most
+// urgentWait (commitWrite.urgent).
 func (lw *logWriter) firstOutput(ev *completionv1.CompletionEvent) bool {
 	if ev.GetDelta() == nil && ev.GetToolCall() == nil {
 		return false
