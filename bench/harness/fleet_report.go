@@ -125,7 +125,7 @@ func (r *Report) fleetHeader(b *strings.Builder) {
 	c := r.cfg
 	r.title(b, "fleet benchmark", "completiond alone and the fleet")
 	b.WriteString(c.streamingLine())
-	fmt.Fprintf(b, "- servers, each a fresh process per measurement, completiond built from this checkout on its shipped defaults at --log-level %s: "+
+	fmt.Fprintf(b, "- servers, each a fresh process per measurement, completiond built from this checkout on its shipped defaults at --log-level %s, serving Prometheus metrics on loopback (--metrics-addr, as the Helm chart's pods do): "+
 		"*completiond alone*, one process without Redis; *the fleet*, %d completiond replicas with `redis.url`%s in their config file, sharing one redis-server (%s), "+
 		"a fresh one per measurement on loopback (`--save '' --appendonly no`)%s; upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness\n",
 		c.LogLevel, c.Fleet.Replicas, c.commitDelayText(), r.redisVersion, c.unsharedText())

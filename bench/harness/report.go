@@ -371,7 +371,7 @@ func (r *Report) header(b *strings.Builder) {
 	b.WriteString(c.streamingLine())
 	fmt.Fprintf(b, "- short: 1-token answers back to back on every stream for %v · idle: every stream held open by a silent upstream, read %v after the last one is held\n",
 		c.ShortFor, c.IdleSettle)
-	fmt.Fprintf(b, "- upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness; each server is a fresh process per measurement, completiond with its shipped default limits at --log-level %s\n", c.LogLevel)
+	fmt.Fprintf(b, "- upstream: the mock (OpenAI wire) on loopback; direct: openai-go from the harness; each server is a fresh process per measurement, completiond with its shipped default limits at --log-level %s, serving Prometheus metrics on loopback (--metrics-addr, as the Helm chart's pods do)\n", c.LogLevel)
 	fmt.Fprintf(b, "- clients: to each server, %s%s\n", channelsText(c.StreamsPerChannel), c.spreadText())
 	b.WriteString("- cells: median of the repetitions (min–max); the ratio is taken within each repetition, over a positive relay value (an added TTFT under the direct calls' gives a ratio at or under 0); CPU from /proc/<pid>/stat, RSS from /proc/<pid>/status, " +
 		"heap and stacks from runtime.ReadMemStats; memory per stream is the process's growth over the streams (while streaming: its peak, VmHWM, over its RSS before the phase), mostly noise below 100 streams\n")
