@@ -182,7 +182,8 @@ func newCommitBatch() *commitBatch { return &commitBatch{done: make(chan struct{
 // long the committer's wait: the default commit delay, so that a longer
 // one trades the other events' time to their callers, not the time to
 // first token. (Not zero: a busy replica's first tokens and ends would
-// then cut its batches short, a fifth more flushes at 50-event answers.)
+// then cut its batches short: a fifth to a third more flushes at 50-event
+// answers.)
 const urgentWait = config.DefaultRedisCommitDelay
 
 // left is how long b may still wait for more writes: until wait after its
