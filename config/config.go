@@ -342,6 +342,10 @@ type Config struct {
 	// flags gave it (a password in it included): what NewRedisClient
 	// builds Redis from. The server itself uses Redis only.
 	RedisURL string
+	// RedisCluster says RedisURL names a node of a Redis Cluster
+	// (redis.cluster): NewRedisClient builds a cluster client, and the
+	// fleet lays its keys out in shards (fleet.ClusterShards).
+	RedisCluster bool
 	// RedisPing is how often health PINGs Redis, each PING bounded by it
 	// (default 1 s; see DefaultRedisPing).
 	RedisPing time.Duration
@@ -670,6 +674,43 @@ func ParseRedisURL(rawURL string) (*redis.Options, error) {
 		return nil, fmt.Errorf("redis url %s: %s", RedactRedisURL(rawURL), msg)
 	}
 	return opt, nil
+}
+
+// ParseRedisClusterURL checks the URL of a Redis Cluster's node,
+// redis://[user[:password]@]host:port or rediss://, more nodes to start
+// from as ?addr=host:port parameters, and returns its options; the error
+// names the URL without its password. A Cluster has one database: a path
+// other than /0 is refused.
+func ParseRedisClusterURL(rawURL string) (*redis.ClusterOptions, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		return nil, fmt.Errorf("redis url %s: want redis://[user[:password]@]host:port[?addr=host:port…] or rediss://… for a Redis Cluster", RedactRedisURL(rawURL))
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+		return nil, fmt.Errorf("redis url %s: a Redis Cluster has database 0 only", RedactRedisURL(rawURL))
+	}
+	u.Path = ""
+	opt, err := redis.ParseClusterURL(u.String())
+	if err != nil {
+		msg := err.Error()
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+		return nil, fmt.Errorf("redis url %s: %s", RedactRedisURL(rawURL), msg)
+	}
+	return opt, nil
+}
+
+// CheckRedisURL checks rawURL as ParseRedisURL does, or as
+// ParseRedisClusterURL does for a Redis Cluster.
+func CheckRedisURL(rawURL string, cluster bool) error {
+	var err error
+	if cluster {
+		_, err = ParseRedisClusterURL(rawURL)
+	} else {
+		_, err = ParseRedisURL(rawURL)
+	}
+	return err
 }
 
 // RedactRedisURL is the URL with its password, if any, replaced by xxxxx:

@@ -92,6 +92,10 @@ type FileRedis struct {
 	// while other completions write (a Go duration, at most 100ms;
 	// default DefaultRedisCommitDelay): see Config.RedisCommitDelay.
 	CommitDelay string `yaml:"commit_delay"`
+	// Cluster says URL names a node of a Redis Cluster (more nodes to
+	// start from as ?addr=host:port parameters): the replicas spread
+	// their logs over its shards (see Config.RedisCluster).
+	Cluster bool `yaml:"cluster"`
 }
 
 // FileProvider declares one upstream account.
@@ -242,10 +246,10 @@ func (fc *FileConfig) apply(base Config, getenv func(string) string, factories m
 		if u == "" {
 			return base, fmt.Errorf("redis.url: required: redis://host:port or rediss://host:port")
 		}
-		if _, err := ParseRedisURL(u); err != nil {
+		if err := CheckRedisURL(u, fc.Redis.Cluster); err != nil {
 			return base, fmt.Errorf("redis.url: %w", err)
 		}
-		cfg.RedisURL = u
+		cfg.RedisURL, cfg.RedisCluster = u, fc.Redis.Cluster
 		if fc.Redis.LeaseTTL != "" {
 			d, err := time.ParseDuration(fc.Redis.LeaseTTL)
 			if err != nil || d <= 0 {

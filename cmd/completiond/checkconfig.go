@@ -157,6 +157,7 @@ func printConfig(w io.Writer, path string, cfg config.Config, specs map[provider
 	printTLS(p, cfg.TLS)
 	p("redis\t%s", redisShown(cfg.RedisURL))
 	if cfg.RedisURL != "" {
+		p("redis cluster\t%t", cfg.RedisCluster)
 		p("lease ttl\t%s", cmp.Or(cfg.LeaseTTL, config.DefaultLeaseTTL))
 		p("redis commit delay\t%s", cmp.Or(cfg.RedisCommitDelay, config.DefaultRedisCommitDelay))
 	}

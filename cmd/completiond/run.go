@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,23 +24,24 @@ import (
 
 // options are completiond's settings, from flags or the environment.
 type options struct {
-	addr     string
-	config   string
-	logLevel slog.Level
-	simPace  time.Duration
-	simWords int
-	drain    time.Duration
-	grace    time.Duration
-	wait     time.Duration
-	eventLog config.EventLogLimits
-	maxGrace time.Duration
-	metrics  string
-	redisURL string
-	leaseTTL time.Duration
-	delay    time.Duration
-	replica  string
-	safety   safety
-	version  bool
+	addr         string
+	config       string
+	logLevel     slog.Level
+	simPace      time.Duration
+	simWords     int
+	drain        time.Duration
+	grace        time.Duration
+	wait         time.Duration
+	eventLog     config.EventLogLimits
+	maxGrace     time.Duration
+	metrics      string
+	redisURL     string
+	redisCluster bool
+	leaseTTL     time.Duration
+	delay        time.Duration
+	replica      string
+	safety       safety
+	version      bool
 }
 
 // envPrefix prefixes the environment variable of every flag.
@@ -68,6 +70,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.maxGrace, "max-resume-grace", config.DefaultMaxResumeGrace, "the longest resume_grace a request may ask for")
 	fs.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. localhost:9464 (empty: off);\ntraces and OTLP metrics follow the standard OTEL_* variables, see docs/observability.md")
 	fs.StringVar(&o.redisURL, "redis-url", "", "the Redis the replicas of a fleet share: redis://host:port[/db], rediss:// for TLS (empty: redis.url\nof --config, else a single process); the password goes in "+redisPasswordEnv+",\nnot here, where a process list would show it")
+	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "the Redis of --redis-url (or redis.url) is a Redis Cluster: the URL names one of its nodes,\nmore as ?addr=host:port; the replicas spread their logs over "+strconv.Itoa(fleet.ClusterShards)+" shards, each keeping\nits share of the --event-log-* bounds (default: redis.cluster of --config)")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 0, "with Redis, the length of a resumable Stream's lease, which its replica renews at a third\nof it: a dead replica's completions are taken over by another replica about this long\nafter its death (0: redis.lease_ttl of --config, else "+config.DefaultLeaseTTL.String()+")")
 	fs.DurationVar(&o.delay, "redis-commit-delay", 0, "with Redis, the longest a replica's group commit waits for more events before it writes\na batch to Redis while other completions write: longer, fewer and larger batches (less\nRedis and replica CPU per token), each event that much later to its caller (a first token,\na stop-hook request or an end 500µs at most; an idle replica's not at all) (0: redis.commit_delay of --config, else "+config.DefaultRedisCommitDelay.String()+"; at most "+config.MaxRedisCommitDelay.String()+")")
 	fs.StringVar(&o.replica, "replica", "", "this replica's name in leases and logs (default: hostname:pid)")
@@ -175,6 +178,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.redisURL != "" {
 		cfg.RedisURL = o.redisURL
 	}
+	cfg.RedisCluster = cfg.RedisCluster || o.redisCluster
+	if cfg.RedisCluster && cfg.RedisURL == "" {
+		return errors.New("--redis-cluster: no Redis: give --redis-url or redis.url in --config")
+	}
 	if o.delay != 0 {
 		if err := config.CheckRedisCommitDelay(o.delay); err != nil {
 			return fmt.Errorf("--redis-commit-delay: %w", err)
@@ -183,7 +190,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if cfg.RedisURL != "" {
 		fleet.SetRedisLogger(log)
-		if cfg.Redis, err = fleet.NewRedisClient(cfg.RedisURL, getenv(redisPasswordEnv)); err != nil {
+		if cfg.Redis, err = fleet.NewRedisClient(cfg.RedisURL, getenv(redisPasswordEnv), cfg.RedisCluster); err != nil {
 			return err
 		}
 		// Before anything is built on it: the fleet's parts count on the
@@ -213,7 +220,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	limits, mem := srv.Limits()
 	log.Info("serving", "addr", lis.Addr().String(), "default_route", cfg.DefaultRoute, "routes", routeNames(cfg),
 		"tls", cfg.TLS.On(), "auth_keys", keyNames(cfg), "client_certificates", cfg.Auth.ClientCertificates,
-		"redis", redisShown(cfg.RedisURL), "replica", cfg.Replica, "lease_ttl", leaseTTL(cfg), "redis_commit_delay", commitDelay(cfg),
+		"redis", redisShown(cfg.RedisURL), "redis_cluster", cfg.RedisCluster, "replica", cfg.Replica, "lease_ttl", leaseTTL(cfg), "redis_commit_delay", commitDelay(cfg),
 		"max_in_flight", limits.MaxInFlight, "max_streams_per_conn", limits.MaxConcurrentStreams, "memory_limit", memoryShown(mem))
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(lis) }()

@@ -51,6 +51,7 @@ const cancelRecheckChunk = 256
 // per completion. Safe for concurrent use.
 type RedisCancels struct {
 	rdb redis.UniversalClient
+	ks  *keyspace
 	// OpTimeout bounds each command.
 	OpTimeout time.Duration
 	deliver   func(id string)
@@ -75,7 +76,7 @@ type RedisCancels struct {
 // on which the marks are checked.
 func NewRedisCancels(rdb redis.UniversalClient, deliver func(id string), watched func() []string) *RedisCancels {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &RedisCancels{rdb: rdb, OpTimeout: DefaultRedisOpTimeout, deliver: deliver, watched: watched,
+	c := &RedisCancels{rdb: rdb, ks: keyspaceOf(rdb), OpTimeout: DefaultRedisOpTimeout, deliver: deliver, watched: watched,
 		stop: cancel, closed: make(chan struct{})}
 	c.ps = rdb.Subscribe(ctx, redisCancelChannel)
 	ch := c.ps.ChannelWithSubscriptions()
@@ -104,7 +105,7 @@ func (c *RedisCancels) Close() {
 func (c *RedisCancels) Request(ctx context.Context, id string) (CancelState, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.OpTimeout)
 	defer cancel()
-	res, err := cancelScript.Run(ctx, c.rdb, id, id, redisCancelChannel, DefaultCancelMarkTTL.Milliseconds()).Text()
+	res, err := c.ks.scripts.cancel.Run(ctx, c.rdb, id, id, redisCancelChannel, DefaultCancelMarkTTL.Milliseconds()).Text()
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -116,7 +117,7 @@ func (c *RedisCancels) Request(ctx context.Context, id string) (CancelState, err
 func (c *RedisCancels) Requested(ctx context.Context, id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.OpTimeout)
 	defer cancel()
-	n, err := c.rdb.Exists(ctx, redisCancelKey(id)).Result()
+	n, err := c.rdb.Exists(ctx, c.ks.cancel(id)).Result()
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -156,7 +157,7 @@ func (c *RedisCancels) recheck(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, c.OpTimeout)
 		_, err := c.rdb.Pipelined(rctx, func(p redis.Pipeliner) error {
 			for i, id := range chunk {
-				cmds[i] = p.Exists(rctx, redisCancelKey(id))
+				cmds[i] = p.Exists(rctx, c.ks.cancel(id))
 			}
 			return nil
 		})

@@ -40,7 +40,7 @@ func (l *RedisLog) SaveCheckpoint(id string, seq uint64, data []byte) {
 func (l *RedisLog) saveCheckpoint(id string, seq uint64, data []byte, fence string) (string, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
-	res, err := fenced(checkpointScript.Run(ctx, l.rdb, id, fence, id, seq, data))
+	res, err := fenced(l.ks.scripts.checkpoint.Run(ctx, l.rdb, id, fence, id, seq, data))
 	l.countFenced(res, err)
 	return res[0], err
 }
@@ -49,7 +49,7 @@ func (l *RedisLog) saveCheckpoint(id string, seq uint64, data []byte, fence stri
 func (l *RedisLog) Checkpoint(id string) (uint64, []byte, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
-	v, err := l.rdb.HGet(ctx, redisMetaKey(id), "ck").Result()
+	v, err := l.rdb.HGet(ctx, l.ks.meta(id), "ck").Result()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil, nil
 	}

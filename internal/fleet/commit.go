@@ -128,9 +128,9 @@ type commitArgs struct {
 	id   any
 }
 
-// newCommitArgs are the arguments of id's writes.
-func newCommitArgs(id string) *commitArgs {
-	return &commitArgs{keys: commitScript.GroupKeys(id), id: id}
+// newCommitArgs are the arguments of id's writes in the keyspace ks.
+func newCommitArgs(ks *keyspace, id string) *commitArgs {
+	return &commitArgs{keys: ks.scripts.commit.GroupKeys(id), id: id}
 }
 
 // commitOKFollowed is lua/commit.lua's reply to a write that renewed or
@@ -422,14 +422,15 @@ func (c *committer) reuse(writes []commitWrite) {
 	}
 }
 
-// commitCall is the call of lua/commit.lua that appends writes, with
-// args, the arguments declared once.
-func commitCall(args []any, writes []commitWrite) *redisscript.Batch {
-	b := commitScript.Batch(len(writes), args...)
+// commitCall is the call of lua/commit.lua that appends writes, which
+// are of one shard of ks (every write on one Redis), with args, the
+// arguments declared once.
+func commitCall(ks *keyspace, args []any, writes []commitWrite) *redisscript.Batch {
+	b := ks.scripts.commit.Batch(ks.commitFixed[ks.shard(writes[0].id)], len(writes), args...)
 	for _, w := range writes {
 		a := w.args
 		if a == nil {
-			a = newCommitArgs(w.id)
+			a = newCommitArgs(ks, w.id)
 		}
 		b.Add(a.keys, w.fence, a.id, w.seq, w.event, w.status, flag(w.end), flag(w.renew), w.meta, w.size, flag(w.notify))
 	}
@@ -463,25 +464,48 @@ func commitChunks(writes []commitWrite) [][]commitWrite {
 	return append(chunks, writes[start:])
 }
 
+// commitShards splits writes by shard (keyspace): on one Redis, writes
+// as they are; on a Cluster, the writes of each shard, in order, and
+// where each was in writes.
+func commitShards(ks *keyspace, writes []commitWrite) (shards [][]commitWrite, at [][]int) {
+	if ks.shards == 0 {
+		return [][]commitWrite{writes}, nil
+	}
+	at = ks.byShard(len(writes), func(i int) string { return writes[i].id })
+	shards = make([][]commitWrite, len(at))
+	for i, idx := range at {
+		for _, j := range idx {
+			shards[i] = append(shards[i], writes[j])
+		}
+	}
+	return shards, at
+}
+
 // commitWrites runs lua/commit.lua on writes, in as many calls as
-// commitChunks makes, pipelined in one round trip, and answers one reply
-// per write and the ids of the ended logs their bound evicts.
+// commitChunks makes of each shard's writes (one shard on one Redis),
+// pipelined in one round trip (one per node of a Cluster), and answers
+// one reply per write, in the order of writes, and the ids of the ended
+// logs their bound evicts.
 func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (replies, evicted []string, err error) {
-	chunks := commitChunks(writes)
-	args := []any{ms(l.now()), l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.limits.MaxBytes,
+	shards, at := commitShards(l.ks, writes)
+	var chunks [][]commitWrite
+	for _, sh := range shards {
+		chunks = append(chunks, commitChunks(sh)...)
+	}
+	args := []any{ms(l.now()), l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.ks.share(l.limits.MaxBytes),
 		l.LiveTTL.Milliseconds(), redisLogChanged}
 	run := func() ([]*redis.Cmd, error) {
 		pipe := l.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(chunks))
 		for i, ch := range chunks {
-			cmds[i] = commitCall(args, ch).EvalSha(ctx, pipe)
+			cmds[i] = commitCall(l.ks, args, ch).EvalSha(ctx, pipe)
 		}
 		_, err := pipe.Exec(ctx)
 		return cmds, err
 	}
 	cmds, err := run()
 	if redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis restarted, or flushed its scripts: nothing ran
-		if err = commitScript.Load(ctx, l.rdb); err == nil {
+		if err = l.ks.scripts.commit.Load(ctx, l.rdb); err == nil {
 			cmds, err = run()
 		}
 	}
@@ -495,7 +519,18 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 		}
 		replies, evicted = append(replies, r...), append(evicted, e...)
 	}
-	return replies, evicted, nil
+	if at == nil || len(replies) != len(writes) {
+		return replies, evicted, nil // the committer refuses a count that differs
+	}
+	ordered := make([]string, len(writes))
+	n := 0
+	for _, idx := range at {
+		for _, j := range idx {
+			ordered[j] = replies[n]
+			n++
+		}
+	}
+	return ordered, evicted, nil
 }
 
 // commitReply reads the answer of one call of lua/commit.lua: {replies,

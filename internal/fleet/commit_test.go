@@ -421,10 +421,10 @@ func TestCommitCallAllocations(t *testing.T) {
 	writes := make([]commitWrite, n)
 	for i := range writes {
 		id := fmt.Sprint("c", i)
-		writes[i] = commitWrite{id: id, seq: 1000, event: []byte("event"), fence: "7 r1", args: newCommitArgs(id), size: 5}
+		writes[i] = commitWrite{id: id, seq: 1000, event: []byte("event"), fence: "7 r1", args: newCommitArgs(oneRedis, id), size: 5}
 	}
 	args := []any{"now", "retention", "maxe", "maxb", "ttl", redisLogChanged}
-	if got := testing.AllocsPerRun(20, func() { commitCall(args, writes) }); got > 3*n+8 {
+	if got := testing.AllocsPerRun(20, func() { commitCall(oneRedis, args, writes) }); got > 3*n+8 {
 		t.Fatalf("%.0f allocations for a call of %d writes, want %d at most", got, n, 3*n+8)
 	}
 }

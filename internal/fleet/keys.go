@@ -75,39 +75,11 @@ func leaseTokenKey(id string) string { return "completiond:lease:token:{" + id +
 // own: the record is not in its completion's slot, which it names.
 func RedisIdemKey(scope, key string) string { return "completiond:idem:{" + scope + ":" + key + "}" }
 
-// redisKeys is the one table of the keys the fleet's scripts declare, by
-// the names the scripts (lua/*.lua) read them by; a script runs on one
-// completion's id.
-var redisKeys = redisscript.Table{
-	"LIVE":     redisscript.Fixed(redisLogsLive),
-	"ENDED":    redisscript.Fixed(redisLogsEnded),
-	"ENDSEQ":   redisscript.Fixed(redisLogsEndSeq),
-	"SIZES":    redisscript.Fixed(redisLogSizes),
-	"BYTES":    redisscript.Fixed(redisLogBytes),
-	"META":     redisMetaKey,
-	"LOG":      redisLogKey,
-	"LEASE":    LeaseKey,
-	"FOLLOWED": redisFollowedKey,
-	"TOKEN":    leaseTokenKey,
-	"CANCEL":   redisCancelKey,
-	"IDEM":     func(subject string) string { return subject }, // the script runs on the record's key (RedisIdemKey)
-}
-
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// The fleet's scripts; each file says what it does, its keys and its
-// arguments.
-var (
-	openScript       = redisscript.Load(luaFiles, "lua/open.lua", redisKeys)
-	commitScript     = redisscript.Load(luaFiles, "lua/commit.lua", redisKeys)
-	checkpointScript = redisscript.Load(luaFiles, "lua/checkpoint.lua", redisKeys)
-	dropScript       = redisscript.Load(luaFiles, "lua/drop.lua", redisKeys)
-	expiredScript    = redisscript.Load(luaFiles, "lua/expired.lua", redisKeys)
-	reshareScript    = redisscript.Load(luaFiles, "lua/reshare.lua", redisKeys)
-	acquireScript    = redisscript.Load(luaFiles, "lua/acquire.lua", redisKeys)
-	renewScript      = redisscript.Load(luaFiles, "lua/renew.lua", redisKeys)
-	releaseScript    = redisscript.Load(luaFiles, "lua/release.lua", redisKeys)
-	cancelScript     = redisscript.Load(luaFiles, "lua/cancel.lua", redisKeys)
-	idemScript       = redisscript.Load(luaFiles, "lua/idem.lua", redisKeys)
-)
+// idemScript is lua/idem.lua: an idempotency record is its own slot
+// (RedisIdemKey), on one Redis and on a Cluster alike.
+var idemScript = redisscript.Load(luaFiles, "lua/idem.lua", redisscript.Table{
+	"IDEM": func(subject string) string { return subject }, // the script runs on the record's key (RedisIdemKey)
+})

@@ -157,6 +157,7 @@ const leaseTokenTTL = 24 * time.Hour
 // (lua/release.lua).
 type redisLeases struct {
 	rdb      redis.UniversalClient
+	ks       *keyspace
 	ttl      time.Duration
 	m        *metrics // rdb's (Instrument): what befalls the Ownerships of these leases
 	renewals *renewals
@@ -165,7 +166,7 @@ type redisLeases struct {
 // NewRedisLeases returns Leases of length ttl kept in rdb. The renewals
 // of its leases go to Redis in batches (renewals).
 func NewRedisLeases(rdb redis.UniversalClient, ttl time.Duration) Leases {
-	r := &redisLeases{rdb: rdb, ttl: ttl, m: metricsOf(rdb)}
+	r := &redisLeases{rdb: rdb, ks: keyspaceOf(rdb), ttl: ttl, m: metricsOf(rdb)}
 	r.renewals = &renewals{r: r}
 	return r
 }
@@ -173,7 +174,7 @@ func NewRedisLeases(rdb redis.UniversalClient, ttl time.Duration) Leases {
 func (r *redisLeases) TTL() time.Duration { return r.ttl }
 
 func (r *redisLeases) Acquire(ctx context.Context, id, replica string) (Lease, error) {
-	n, err := acquireScript.Run(ctx, r.rdb, id, replica, r.ttl.Milliseconds(), leaseTokenTTL.Milliseconds()).Int64()
+	n, err := r.ks.scripts.acquire.Run(ctx, r.rdb, id, replica, r.ttl.Milliseconds(), leaseTokenTTL.Milliseconds()).Int64()
 	if err != nil {
 		return Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
@@ -243,9 +244,10 @@ func (b *renewals) renew(ctx context.Context, l Lease) error {
 	return nil
 }
 
-// flush waits for the renewals of batch, then renews them in one call,
-// within what is left of the time a renewal may take (Timing.StoreCall),
-// so that its first renewal's caller still has its answer.
+// flush waits for the renewals of batch, then renews them in one call
+// (one per shard on a Cluster, one after another), within what is left of
+// the time a renewal may take (Timing.StoreCall), so that its first
+// renewal's caller still has its answer.
 func (b *renewals) flush(batch *renewBatch) {
 	defer close(batch.done)
 	ttl := b.r.ttl
@@ -254,24 +256,38 @@ func (b *renewals) flush(batch *renewBatch) {
 	b.mu.Lock()
 	b.next = nil
 	b.mu.Unlock()
-	groups := make([]redisscript.Group, len(batch.leases))
-	for i, l := range batch.leases {
-		groups[i] = redisscript.Group{Subject: l.ID, Args: []any{l.Value(), l.Token}}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), TimingOf(b.r).StoreCall()-wait)
 	defer cancel()
-	batch.renewed, batch.err = renewScript.RunGroups(ctx, b.r.rdb, []any{ttl.Milliseconds(), leaseTokenTTL.Milliseconds()}, groups).Int64Slice()
+	leases := batch.leases
+	batch.renewed = make([]int64, len(leases))
+	for _, shard := range b.r.ks.byShard(len(leases), func(i int) string { return leases[i].ID }) {
+		groups := make([]redisscript.Group, len(shard))
+		for i, at := range shard {
+			groups[i] = redisscript.Group{Subject: leases[at].ID, Args: []any{leases[at].Value(), leases[at].Token}}
+		}
+		renewed, err := b.r.ks.scripts.renew.RunGroups(ctx, b.r.rdb, []any{ttl.Milliseconds(), leaseTokenTTL.Milliseconds()}, groups).Int64Slice()
+		if err == nil && len(renewed) != len(shard) {
+			err = fmt.Errorf("lua/renew.lua answered %d of %d", len(renewed), len(shard))
+		}
+		if err != nil {
+			batch.err = err
+			return
+		}
+		for i, at := range shard {
+			batch.renewed[at] = renewed[i]
+		}
+	}
 }
 
 func (r *redisLeases) Release(ctx context.Context, l Lease) error {
-	if err := releaseScript.Run(ctx, r.rdb, l.ID, l.Value()).Err(); err != nil {
+	if err := r.ks.scripts.release.Run(ctx, r.rdb, l.ID, l.Value()).Err(); err != nil {
 		return fmt.Errorf("release lease: %w", err)
 	}
 	return nil
 }
 
 func (r *redisLeases) Holder(ctx context.Context, id string) (Lease, bool, error) {
-	v, err := r.rdb.Get(ctx, LeaseKey(id)).Result()
+	v, err := r.rdb.Get(ctx, r.ks.lease(id)).Result()
 	if errors.Is(err, redis.Nil) {
 		return Lease{}, false, nil
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/completiond/completiond/config"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/redistest"
@@ -69,10 +71,12 @@ type logImpl struct {
 }
 
 // logImpls are the implementations every contract test runs against: the
-// in-memory log, and the Redis log on a real redis-server (one per test,
+// in-memory log, the Redis log on a real redis-server, and on a real Redis
+// Cluster of three with its keys laid out as cluster says (one per test,
 // emptied for each log).
-func logImpls(t *testing.T) []logImpl {
+func logImpls(t *testing.T, cluster *keyspace) []logImpl {
 	var addr string
+	var nodes []string
 	return []logImpl{
 		{"memory", func(_ *testing.T, limits config.EventLogLimits, now func() time.Time) Log {
 			return NewMemLog(limits, now)
@@ -89,12 +93,40 @@ func logImpls(t *testing.T) []logImpl {
 			t.Cleanup(l.Close)
 			return l
 		}},
+		{"redis cluster", func(t *testing.T, limits config.EventLogLimits, now func() time.Time) Log {
+			if nodes == nil {
+				nodes = redistest.Addrs(redistest.NewCluster(t, 3))
+			}
+			rdb := testkit.ServerClusterClient(t, nodes)
+			flushCluster(t, rdb)
+			l := newRedisLogIn(cluster, rdb, limits, now)
+			t.Cleanup(l.Close)
+			return l
+		}},
 	}
 }
 
-// forEachLog runs f as a subtest per implementation.
+// flushCluster empties every primary of rdb's cluster.
+func flushCluster(t *testing.T, rdb *redis.ClusterClient) {
+	t.Helper()
+	err := rdb.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		return c.FlushAll(ctx).Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forEachLog runs f as a subtest per implementation, the cluster's keys
+// over ClusterShards shards.
 func forEachLog(t *testing.T, f func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) Log)) {
-	for _, impl := range logImpls(t) {
+	forEachLogIn(t, clusterRedis, f)
+}
+
+// forEachLogIn is forEachLog with the cluster's keys laid out as cluster
+// says.
+func forEachLogIn(t *testing.T, cluster *keyspace, f func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) Log)) {
+	for _, impl := range logImpls(t, cluster) {
 		t.Run(impl.name, func(t *testing.T) {
 			f(t, func(limits config.EventLogLimits, now func() time.Time) Log { return impl.new(t, limits, now) })
 		})
@@ -249,7 +281,10 @@ func TestEventLogBounds(t *testing.T) {
 			absent:  []string{"done"},
 		},
 	}
-	forEachLog(t, func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) Log) {
+	// On a Cluster, each shard keeps its share of the bounds
+	// (TestRedisLogClusterShardsBounds): one shard here, so that the
+	// bounds are the fleet's, as on one Redis.
+	forEachLogIn(t, newKeyspace(1), func(t *testing.T, newLog func(config.EventLogLimits, func() time.Time) Log) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				clk := &clock{t: time.Unix(0, 0)}

@@ -17,11 +17,26 @@ const RedisTimeout = time.Second
 
 // NewRedisClient builds the client of Config.Redis from a redis:// or
 // rediss:// (TLS, the server's name checked against the system's roots)
-// URL: redis://[user[:password]@]host:port[/db]. A password that is not
-// empty replaces the URL's: it comes from the environment
-// (COMPLETIOND_REDIS_PASSWORD), so that it shows neither in a process list
-// nor in a file. Errors never hold the password.
-func NewRedisClient(rawURL, password string) (redis.UniversalClient, error) {
+// URL: redis://[user[:password]@]host:port[/db]; with cluster, a cluster
+// client of the Redis Cluster that the URL's node (and its ?addr=host:port
+// parameters) belong to, whose other nodes it learns from them
+// (config.ParseRedisClusterURL). A password that is not empty replaces the
+// URL's: it comes from the environment (COMPLETIOND_REDIS_PASSWORD), so
+// that it shows neither in a process list nor in a file. Errors never hold
+// the password.
+func NewRedisClient(rawURL, password string, cluster bool) (redis.UniversalClient, error) {
+	if cluster {
+		opt, err := config.ParseRedisClusterURL(rawURL)
+		if err != nil {
+			return nil, err
+		}
+		if password != "" {
+			opt.Password = password
+		}
+		opt.ContextTimeoutEnabled = true
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = RedisTimeout, RedisTimeout, RedisTimeout
+		return redis.NewClusterClient(opt), nil
+	}
 	opt, err := config.ParseRedisURL(rawURL)
 	if err != nil {
 		return nil, err

@@ -2,10 +2,13 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,6 +68,81 @@ func TestParseRedisURL(t *testing.T) {
 	}
 }
 
+// TestParseRedisClusterURL: a Cluster's URL names its nodes to start
+// from (the host, then each addr parameter), its password and TLS; a
+// database other than 0, or a scheme that is not Redis's, is refused
+// without the password in the error.
+func TestParseRedisClusterURL(t *testing.T) {
+	tests := []struct {
+		url     string
+		addrs   []string
+		tls     bool
+		pass    string
+		wantErr bool
+	}{
+		{url: "redis://10.0.0.1:7000", addrs: []string{"10.0.0.1:7000"}},
+		{url: "redis://:" + redisSecret + "@a:7000/0?addr=b:7001&addr=c:7002", addrs: []string{"a:7000", "b:7001", "c:7002"}, pass: redisSecret},
+		{url: "rediss://user:" + redisSecret + "@redis.example.com:6380", addrs: []string{"redis.example.com:6380"}, tls: true, pass: redisSecret},
+		{url: "redis://:" + redisSecret + "@a:7000/2", wantErr: true},
+		{url: "redis://:" + redisSecret + "@a:7000?nope=1", wantErr: true},
+		{url: "http://:" + redisSecret + "@a:7000", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(config.RedactRedisURL(tt.url), func(t *testing.T) {
+			opt, err := config.ParseRedisClusterURL(tt.url)
+			if tt.wantErr {
+				if err == nil || strings.Contains(err.Error(), redisSecret) {
+					t.Fatalf("err = %v, want one without the password", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(opt.Addrs, tt.addrs) || (opt.TLSConfig != nil) != tt.tls || opt.Password != tt.pass {
+				t.Fatalf("got addrs %v tls %v password %q", opt.Addrs, opt.TLSConfig != nil, opt.Password)
+			}
+		})
+	}
+}
+
+// TestRedisClusterClient: with cluster, NewRedisClient builds a cluster
+// client from one node's URL, which finds the others (a key of each node
+// written), and the password given apart is used.
+func TestRedisClusterClient(t *testing.T) {
+	nodes := redistest.NewCluster(t, 3, "--requirepass", redisSecret, "--masterauth", redisSecret)
+	rdb, err := NewRedisClient("redis://"+nodes[0].Addr, redisSecret, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("a %T, want a cluster client", rdb)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 30 {
+		if err := cc.Set(ctx, fmt.Sprint("k", i), i, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var written []string
+	var mu sync.Mutex
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		n, err := c.DBSize(ctx).Result()
+		if n > 0 {
+			mu.Lock()
+			written = append(written, c.Options().Addr)
+			mu.Unlock()
+		}
+		return err
+	})
+	if err != nil || len(written) != 3 {
+		t.Fatalf("keys written on %v (%v), want all three nodes", written, err)
+	}
+}
+
 // TestRedisPasswordFromTheEnvironment: a Redis that requires a password
 // answers the client built from a URL without one and the password given
 // apart; the password in the URL works as well.
@@ -73,9 +151,11 @@ func TestRedisPasswordFromTheEnvironment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for name, build := range map[string]func() (redis.UniversalClient, error){
-		"apart":   func() (redis.UniversalClient, error) { return NewRedisClient("redis://"+rs.Addr, redisSecret) },
-		"in url":  func() (redis.UniversalClient, error) { return NewRedisClient("redis://:"+redisSecret+"@"+rs.Addr, "") },
-		"missing": func() (redis.UniversalClient, error) { return NewRedisClient("redis://"+rs.Addr, "") },
+		"apart": func() (redis.UniversalClient, error) { return NewRedisClient("redis://"+rs.Addr, redisSecret, false) },
+		"in url": func() (redis.UniversalClient, error) {
+			return NewRedisClient("redis://:"+redisSecret+"@"+rs.Addr, "", false)
+		},
+		"missing": func() (redis.UniversalClient, error) { return NewRedisClient("redis://"+rs.Addr, "", false) },
 	} {
 		rdb, err := build()
 		if err != nil {
@@ -132,7 +212,16 @@ func TestFileConfigRedis(t *testing.T) {
 			t.Errorf("%q: err = %v", body, err)
 		}
 	}
-	for _, body := range []string{"redis:\n  url: ftp://:${REDIS_PASSWORD}@redis:6380\n", "redis:\n  url: \"\"\n", "redis:\n  url: ${NOT_SET}\n"} {
+	if cfg.RedisCluster {
+		t.Fatal("RedisCluster without redis.cluster")
+	}
+	if cfg, err = load("redis:\n  url: redis://:${REDIS_PASSWORD}@a:7000?addr=b:7001\n  cluster: true\n"); err != nil || !cfg.RedisCluster {
+		t.Fatalf("redis.cluster: %v %v", cfg.RedisCluster, err)
+	}
+	for _, body := range []string{"redis:\n  url: ftp://:${REDIS_PASSWORD}@redis:6380\n",
+		"redis:\n  url: redis://:${REDIS_PASSWORD}@a:7000/1\n  cluster: true\n", // one database only
+		"redis:\n  url: redis://:${REDIS_PASSWORD}@a:7000?addr=b:7001\n",        // addr: a Cluster's
+		"redis:\n  url: \"\"\n", "redis:\n  url: ${NOT_SET}\n"} {
 		_, err := load(body)
 		if err == nil || !strings.Contains(err.Error(), "redis.url") || strings.Contains(err.Error(), redisSecret) {
 			t.Errorf("%q: err = %v", body, err)

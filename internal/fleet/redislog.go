@@ -78,11 +78,15 @@ const redisFollowedFor = 4 * redisWakeAll
 // a notice lost while the subscription was down delays a follower by that
 // much at most.
 //
-// A script writes one completion's keys and the fleet-wide counts of
-// completiond:logs:*, which are not in that completion's hash slot: a
-// standalone Redis, or one behind Sentinel, not Redis Cluster.
+// A script writes one completion's keys and the counts of
+// completiond:logs:*: on one Redis (standalone, or behind Sentinel) the
+// whole fleet's; on a Redis Cluster (a cluster client), its shard's, in
+// the slot of the completion's keys, so that the bounds are kept per
+// shard (keyspace, ClusterShards) and a flush makes one call per shard it
+// writes.
 type RedisLog struct {
 	rdb    redis.UniversalClient
+	ks     *keyspace
 	limits config.EventLogLimits
 	now    func() time.Time
 	// LiveTTL is how long a live log is kept without an event.
@@ -124,12 +128,17 @@ type RedisLog struct {
 // take their defaults) reading the time from now (nil: time.Now). It
 // subscribes to the change notices at once; Close ends that.
 func NewRedisLog(rdb redis.UniversalClient, limits config.EventLogLimits, now func() time.Time) *RedisLog {
+	return newRedisLogIn(keyspaceOf(rdb), rdb, limits, now)
+}
+
+// newRedisLogIn is NewRedisLog with the keys laid out as ks says.
+func newRedisLogIn(ks *keyspace, rdb redis.UniversalClient, limits config.EventLogLimits, now func() time.Time) *RedisLog {
 	limits.FillDefaults()
 	if now == nil {
 		now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &RedisLog{rdb: rdb, limits: limits, now: now, LiveTTL: DefaultRedisLiveTTL, OpTimeout: DefaultRedisOpTimeout,
+	l := &RedisLog{rdb: rdb, ks: ks, limits: limits, now: now, LiveTTL: DefaultRedisLiveTTL, OpTimeout: DefaultRedisOpTimeout,
 		m: metricsOf(rdb), wake: newWakeRegistry(), stop: cancel, closed: make(chan struct{})}
 	ps := rdb.Subscribe(ctx, redisLogChanged)
 	// The first confirmation is awaited here (within OpTimeout), so that a
@@ -265,7 +274,7 @@ func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Dura
 	}
 	ctx, cancel := l.ctx()
 	defer cancel()
-	res, err := openScript.Run(ctx, l.rdb, id, id, m, ms(l.now()), l.limits.MaxCompletions, l.LiveTTL.Milliseconds(),
+	res, err := l.ks.scripts.open.Run(ctx, l.rdb, id, id, m, ms(l.now()), l.ks.share(int64(l.limits.MaxCompletions)), l.LiveTTL.Milliseconds(),
 		replica, ttl.Milliseconds(), leaseTokenTTL.Milliseconds(), event, l.evictAhead()).StringSlice()
 	switch {
 	case err != nil:
@@ -295,8 +304,8 @@ func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Dura
 // evictAhead is how many ended logs an open that finds the Redis log full
 // evicts beyond the one it needs (lua/open.lua): a 64th of the bound, so
 // that a fleet at its bound drops once every so many opens, not at each;
-// the oldest ended logs go that much early.
-func (l *RedisLog) evictAhead() int { return max(1, l.limits.MaxCompletions/64) }
+// the oldest ended logs go that much early (of a shard's, on a Cluster).
+func (l *RedisLog) evictAhead() int64 { return max(1, l.ks.share(int64(l.limits.MaxCompletions))/64) }
 
 // joinRequest writes the request a takeover runs again (what openLeased
 // left pending) into the log of id, fenced by its lease, unless a write
@@ -470,7 +479,7 @@ func (l *RedisLog) writer(id string) *logWriter {
 	if lw, ok := l.writing.Load(id); ok {
 		return lw.(*logWriter)
 	}
-	lw, _ := l.writing.LoadOrStore(id, &logWriter{args: newCommitArgs(id)})
+	lw, _ := l.writing.LoadOrStore(id, &logWriter{args: newCommitArgs(l.ks, id)})
 	return lw.(*logWriter)
 }
 
@@ -596,11 +605,11 @@ func (l *RedisLog) Read(id string, after uint64) (Page, error) {
 		// Marked followed before the reads, in one transaction: an append
 		// the reads miss publishes its notice, once its writer knows
 		// (announce).
-		mark = p.SetArgs(ctx, redisFollowedKey(id), 1, redis.SetArgs{TTL: redisFollowedFor, Get: true})
-		meta = p.HMGet(ctx, redisMetaKey(id), "m", "ended", "status")
-		page = p.XRangeN(ctx, redisLogKey(id), "0-"+strconv.FormatUint(after+1, 10), "+", logPageSize+1)
-		first = p.XRangeN(ctx, redisLogKey(id), "-", "+", 1)
-		last = p.XRevRangeN(ctx, redisLogKey(id), "+", "-", 1)
+		mark = p.SetArgs(ctx, l.ks.followed(id), 1, redis.SetArgs{TTL: redisFollowedFor, Get: true})
+		meta = p.HMGet(ctx, l.ks.meta(id), "m", "ended", "status")
+		page = p.XRangeN(ctx, l.ks.log(id), "0-"+strconv.FormatUint(after+1, 10), "+", logPageSize+1)
+		first = p.XRangeN(ctx, l.ks.log(id), "-", "+", 1)
+		last = p.XRevRangeN(ctx, l.ks.log(id), "+", "-", 1)
 		return nil
 	})
 	if err != nil { // the first error, which is the mark's Nil when it is new
@@ -707,7 +716,7 @@ func (l *RedisLog) reshareFenced(id string, c logCopy, fence string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.OpTimeout+time.Duration(len(c.events)/redisReshareBatch+1)*l.OpTimeout)
 	defer cancel()
-	res, err := reshareScript.Run(ctx, l.rdb, id, fence, token, l.leaseTTL().Milliseconds(), leaseTokenTTL.Milliseconds()).Text()
+	res, err := l.ks.scripts.reshare.Run(ctx, l.rdb, id, fence, token, l.leaseTTL().Milliseconds(), leaseTokenTTL.Milliseconds()).Text()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -791,19 +800,18 @@ func entrySeq(entry string) uint64 {
 }
 
 // dropAll removes the logs of ids from Redis, in one call of lua/drop.lua
-// per dropMaxLogs: the logs that a script's bound evicted, or whose time
-// passed.
+// per dropMaxLogs (and per shard, on a Cluster): the logs that a script's
+// bound evicted, or whose time passed.
 func (l *RedisLog) dropAll(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	for chunk := range slices.Chunk(ids, dropMaxLogs) {
-		groups := make([]redisscript.Group, len(chunk))
-		for i, id := range chunk {
-			groups[i] = redisscript.Group{Subject: id, Args: []any{"", id}}
-		}
-		if err := dropScript.RunGroups(ctx, l.rdb, []any{redisLogChanged}, groups).Err(); err != nil {
-			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	for _, shard := range l.ks.byShard(len(ids), func(i int) string { return ids[i] }) {
+		for chunk := range slices.Chunk(shard, dropMaxLogs) {
+			groups := make([]redisscript.Group, len(chunk))
+			for i, at := range chunk {
+				groups[i] = redisscript.Group{Subject: ids[at], Args: []any{"", ids[at]}}
+			}
+			if err := l.ks.scripts.drop.RunGroups(ctx, l.rdb, []any{redisLogChanged}, groups).Err(); err != nil {
+				return fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
 		}
 	}
 	return nil
@@ -818,7 +826,7 @@ const dropMaxLogs = 100
 func (l *RedisLog) dropUnlessFenced(id string) error {
 	ctx, cancel := l.ctx()
 	defer cancel()
-	return dropScript.RunGroups(ctx, l.rdb, []any{redisLogChanged}, []redisscript.Group{{Subject: id, Args: []any{l.fence(id), id}}}).Err()
+	return l.ks.scripts.drop.RunGroups(ctx, l.rdb, []any{redisLogChanged}, []redisscript.Group{{Subject: id, Args: []any{l.fence(id), id}}}).Err()
 }
 
 // Expire implements Log: it drops what the bounds of the time now no
@@ -826,15 +834,20 @@ func (l *RedisLog) dropUnlessFenced(id string) error {
 func (l *RedisLog) Expire(now time.Time) { _ = l.expire(now) }
 
 // expire drops the logs that ended Retention before now and the live logs
-// that lapsed, 200 at most.
+// that lapsed, 200 at most (of each shard, on a Cluster: one call each).
 func (l *RedisLog) expire(now time.Time) error {
 	ctx, cancel := l.ctx()
 	defer cancel()
-	ids, err := expiredScript.Run(ctx, l.rdb, "", ms(now), l.limits.Retention.Milliseconds()).StringSlice()
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	for _, subject := range l.ks.subjects {
+		ids, err := l.ks.scripts.expired.Run(ctx, l.rdb, subject, ms(now), l.limits.Retention.Milliseconds()).StringSlice()
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if err := l.dropAll(ctx, ids); err != nil {
+			return err
+		}
 	}
-	return l.dropAll(ctx, ids)
+	return nil
 }
 
 // encodeLogMeta is the blob a shared log keeps of a Meta: its JSON, so

@@ -269,7 +269,7 @@ func TestRedisLogOpensAtOnceEvictDifferentLogs(t *testing.T) {
 	kept := size("e2") + size("e3")
 	openAlone := func(id string) []string { // what open.lua answers, its drop left undone
 		t.Helper()
-		res, err := openScript.Run(ctx, rdb, id, id, "{}", ms(time.Now()), 4, time.Minute.Milliseconds(), "", 0, 0, "", 1).StringSlice()
+		res, err := oneRedis.scripts.open.Run(ctx, rdb, id, id, "{}", ms(time.Now()), 4, time.Minute.Milliseconds(), "", 0, 0, "", 1).StringSlice()
 		if err != nil || len(res) < 3 || res[0] != "ok" {
 			t.Fatalf("open %s: %v %v", id, res, err)
 		}

@@ -28,10 +28,7 @@ type Script struct {
 	keyNames []string // every name, the repeated ones too
 	keys     []func(string) string
 	each     []func(string) string // the keys repeated per Group
-	// fixed are the keys declared once of a script with groups, as
-	// command arguments (Batch); args and argsEach count its arguments
-	// declared once and per group.
-	fixed          []any
+	// args and argsEach count its arguments declared once and per group.
 	args, argsEach int
 }
 
@@ -62,11 +59,6 @@ func Load(fsys fs.FS, file string, table Table) *Script {
 		args: argc[0], argsEach: argc[1]}
 	s.keys = lookUp(file, names, table)
 	s.each = lookUp(file, each, table)
-	if len(each) > 0 {
-		for _, k := range s.keys {
-			s.fixed = append(s.fixed, k(""))
-		}
-	}
 	return s
 }
 
@@ -169,9 +161,14 @@ func (s *Script) Keys(subject string) []string {
 }
 
 // KeysOf are the keys of a script with groups: those declared once, for
-// the empty subject, then each group's, for its subject.
+// the first group's subject (the groups of one call share those keys: on
+// a Redis Cluster, one slot), then each group's, for its subject.
 func (s *Script) KeysOf(groups []Group) []string {
-	out := s.Keys("")
+	subject := ""
+	if len(groups) > 0 {
+		subject = groups[0].Subject
+	}
+	out := s.Keys(subject)
 	for _, g := range groups {
 		for _, k := range s.each {
 			out = append(out, k(g.Subject))
@@ -208,7 +205,7 @@ func (s *Script) GroupKeys(subject string) []any {
 
 // Batch is one EVALSHA of a script with groups, built in place: the
 // command's arguments in one slice sized for its groups, the keys
-// declared once boxed at Load and each group's from GroupKeys, so that a
+// declared once from FixedKeys and each group's from GroupKeys, so that a
 // call of many groups allocates one slice rather than a slice per group,
 // the keys' strings and the copies RunGroups makes. Add fills the groups
 // in order; EvalSha queues the call.
@@ -220,19 +217,31 @@ type Batch struct {
 	err       error
 }
 
+// FixedKeys are the keys a script with groups declares once, for
+// subject, as command arguments: a caller keeps them for the calls on
+// that subject's keys (on a Redis Cluster, its slot), so that a Batch
+// builds none.
+func (s *Script) FixedKeys(subject string) []any {
+	out := make([]any, len(s.keys))
+	for i, k := range s.keys {
+		out[i] = k(subject)
+	}
+	return out
+}
+
 // Batch starts a call of the script with n groups and args, the
-// arguments declared once.
-func (s *Script) Batch(n int, args ...any) *Batch {
+// arguments declared once; fixed are its keys declared once (FixedKeys).
+func (s *Script) Batch(fixed []any, n int, args ...any) *Batch {
 	b := &Batch{s: s, n: n}
-	if len(args) != s.args || len(s.each) == 0 {
-		b.err = fmt.Errorf("redisscript: %s: a batch of %d arguments, the script declares %d and %d keys per group", s.name, len(args), s.args, len(s.each))
+	if len(args) != s.args || len(s.each) == 0 || len(fixed) != len(s.keys) {
+		b.err = fmt.Errorf("redisscript: %s: a batch of %d keys and %d arguments declared once, the script declares %d, %d and %d keys per group", s.name, len(fixed), len(args), len(s.keys), s.args, len(s.each))
 		return b
 	}
-	nkeys := len(s.fixed) + n*len(s.each)
+	nkeys := len(fixed) + n*len(s.each)
 	b.cmd = make([]any, 3+nkeys+s.args+n*s.argsEach)
 	b.cmd[0], b.cmd[1], b.cmd[2] = "evalsha", s.lua.Hash(), nkeys
-	copy(b.cmd[3:], s.fixed)
-	b.key = 3 + len(s.fixed)
+	copy(b.cmd[3:], fixed)
+	b.key = 3 + len(fixed)
 	b.arg = 3 + nkeys + copy(b.cmd[3+nkeys:], args)
 	return b
 }

@@ -169,7 +169,7 @@ func TestBatch(t *testing.T) {
 	if err := s.Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
-	c1, c2 := s.GroupKeys("c1"), s.GroupKeys("c2")
+	c1, c2, fixed := s.GroupKeys("c1"), s.GroupKeys("c2"), s.FixedKeys("c1")
 	for _, tc := range []struct {
 		name  string
 		build func() *Batch
@@ -177,29 +177,30 @@ func TestBatch(t *testing.T) {
 		err   string
 	}{
 		{"two groups", func() *Batch {
-			b := s.Batch(2, "-")
+			b := s.Batch(fixed, 2, "-")
 			b.Add(c1, "p", []byte("q"))
 			b.Add(c2, "r", 7)
 			return b
 		}, []string{"k:a", "k:{c1}:b=p-q", "k:{c2}:b=r-7"}, ""},
-		{"no group", func() *Batch { return s.Batch(0, "+") }, []string{"k:a"}, ""},
+		{"no group", func() *Batch { return s.Batch(fixed, 0, "+") }, []string{"k:a"}, ""},
 		{"fewer groups than announced", func() *Batch {
-			b := s.Batch(2, "-")
+			b := s.Batch(fixed, 2, "-")
 			b.Add(c1, "p", "q")
 			return b
 		}, nil, "1 groups added of 2"},
 		{"more groups than announced", func() *Batch {
-			b := s.Batch(1, "-")
+			b := s.Batch(fixed, 1, "-")
 			b.Add(c1, "p", "q")
 			b.Add(c2, "r", "s")
 			return b
 		}, nil, "group 2 of 1"},
 		{"a group's arguments short", func() *Batch {
-			b := s.Batch(1, "-")
+			b := s.Batch(fixed, 1, "-")
 			b.Add(c1, "p")
 			return b
 		}, nil, "1 arguments, want 1 and 2"},
-		{"arguments declared once missing", func() *Batch { return s.Batch(1) }, nil, "a batch of 0 arguments"},
+		{"arguments declared once missing", func() *Batch { return s.Batch(fixed, 1) }, nil, "a batch of 1 keys and 0 arguments"},
+		{"keys declared once missing", func() *Batch { return s.Batch(nil, 1, "-") }, nil, "a batch of 0 keys and 1 arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pipe := rdb.Pipeline()

@@ -39,6 +39,16 @@ func ServerRedisClient(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
+// ServerClusterClient is ServerRedisClient for the Redis Cluster of
+// addrs (one of them is enough); closed when t ends.
+func ServerClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // CommandCounter is a redis.Hook that counts the commands a client sends,
 // a pipeline's each; the health check's PINGs, on their own clock, are
 // left out.
