@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/completiond/completiond/config"
@@ -48,10 +49,17 @@ func (h *heard) next(t *testing.T) string {
 // completion to every replica subscribed; an ended log or one Redis does
 // not keep is not marked. A replica that subscribes after the notice went
 // out (its subscription was down) finds the marks of the completions it
-// runs when it subscribes.
+// runs when it subscribes. On one Redis and on a Cluster.
 func TestRedisCancels(t *testing.T) {
-	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	t.Run("redis", func(t *testing.T) { testRedisCancels(t, testkit.ServerRedisClient(t, redistest.Start(t))) })
+	t.Run("redis cluster", func(t *testing.T) {
+		testRedisCancels(t, testkit.ServerClusterClient(t, redistest.Addrs(redistest.NewCluster(t, 3))))
+	})
+}
+
+func testRedisCancels(t *testing.T, rdb redis.UniversalClient) {
 	ctx := context.Background()
+	ks := keyspaceOf(rdb)
 	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(l.Close)
 	open(t, l, "live", "k")
@@ -94,7 +102,7 @@ func TestRedisCancels(t *testing.T) {
 				t.Errorf("replica A heard %q, want %q", got, tc.id)
 			}
 			// The mark lives as long as the log's meta, in the completion's slot.
-			meta, mark := rdb.PTTL(ctx, redisMetaKey(tc.id)).Val(), rdb.PTTL(ctx, redisCancelKey(tc.id)).Val()
+			meta, mark := rdb.PTTL(ctx, ks.meta(tc.id)).Val(), rdb.PTTL(ctx, ks.cancel(tc.id)).Val()
 			if meta <= 0 || mark < meta-time.Second {
 				t.Errorf("the mark lives %v, the log's meta %v", mark, meta)
 			}

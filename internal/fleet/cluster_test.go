@@ -1,0 +1,278 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/completiond/completiond/config"
+	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
+)
+
+// hashTag is the part of a key that Redis Cluster hashes: what is between
+// its first { and the } after it.
+var hashTag = regexp.MustCompile(`\{([^}]+)\}`)
+
+func tagOf(key string) string {
+	m := hashTag.FindStringSubmatch(key)
+	if m == nil {
+		return key
+	}
+	return m[1]
+}
+
+// TestKeyspace: on one Redis the keys are as they always were; on a
+// Cluster every key a script of a completion declares — its own and its
+// shard's counts — carries its shard's tag, so that they share one slot;
+// every shard has a subject of its own; byShard keeps the order.
+func TestKeyspace(t *testing.T) {
+	if got := oneRedis.log("c1"); got != "completiond:log:{c1}" || oneRedis.lease("c1") != LeaseKey("c1") ||
+		oneRedis.counted(redisLogsLive, "c1") != redisLogsLive || oneRedis.token("c1") != leaseTokenKey("c1") {
+		t.Fatalf("one Redis's keys changed: %s", got)
+	}
+	shards := map[int]bool{}
+	for i := range 200 {
+		id := fmt.Sprint("cmpl_", i)
+		n := clusterRedis.shard(id)
+		shards[n] = true
+		want := fmt.Sprint("s", n)
+		for _, s := range clusterRedis.scripts.all() {
+			for _, k := range s.Keys(id) {
+				if tagOf(k) != want {
+					t.Fatalf("%s: key %s of %s is not tagged %s", s.Name(), k, id, want)
+				}
+			}
+		}
+		if k := clusterRedis.log(id); k != "completiond:log:{"+want+"}:"+id {
+			t.Fatalf("log key %s", k)
+		}
+	}
+	if len(shards) != ClusterShards {
+		t.Errorf("200 ids over %d shards, want all %d", len(shards), ClusterShards)
+	}
+	for n, s := range clusterRedis.subjects {
+		if clusterRedis.shard(s) != n {
+			t.Errorf("the subject of shard %d, %q, is of shard %d", n, s, clusterRedis.shard(s))
+		}
+	}
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	var flat []int
+	for _, g := range clusterRedis.byShard(len(ids), func(i int) string { return ids[i] }) {
+		for i, at := range g {
+			if clusterRedis.shard(ids[at]) != clusterRedis.shard(ids[g[0]]) || i > 0 && at < g[i-1] {
+				t.Fatalf("group %v mixes shards or order", g)
+			}
+		}
+		flat = append(flat, g...)
+	}
+	if slices.Sort(flat); !slices.Equal(flat, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("byShard covers %v", flat)
+	}
+	if got := clusterRedis.share(1000); got != 63 || oneRedis.share(1000) != 1000 {
+		t.Fatalf("share of 1000: %d on a Cluster, %d on one Redis", got, oneRedis.share(1000))
+	}
+}
+
+// newClusterLog is a RedisLog on a real Redis Cluster of three.
+func newClusterLog(t *testing.T, limits config.EventLogLimits, now func() time.Time) (*RedisLog, *redis.ClusterClient) {
+	rdb := testkit.ServerClusterClient(t, redistest.Addrs(redistest.NewCluster(t, 3)))
+	l := NewRedisLog(rdb, limits, now)
+	if l.ks != clusterRedis {
+		t.Fatalf("a cluster client's log has %d shards", l.ks.shards)
+	}
+	t.Cleanup(l.Close)
+	return l, rdb
+}
+
+// idsOfShard are n ids of shard n (prefix, then a number).
+func idsOfShard(shard, n int, prefix string) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if id := fmt.Sprint(prefix, i); clusterRedis.shard(id) == shard {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// TestRedisLogClusterFlushAcrossShards: one flush of writes of many
+// shards makes a call per shard, and each write gets its own reply, in
+// the order of the writes: ok, fenced (the lease is another's), missing
+// (no such log), whatever shard each is in.
+func TestRedisLogClusterFlushAcrossShards(t *testing.T) {
+	l, rdb := newClusterLog(t, config.EventLogLimits{}, nil)
+	ctx := context.Background()
+	event, err := proto.Marshal(logEvent(1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes []commitWrite
+	var want []string
+	for i := range 24 {
+		id := fmt.Sprint("c", i)
+		w := commitWrite{id: id, seq: 1, event: event, renew: true}
+		switch i % 3 {
+		case 0:
+			open(t, l, id, "k")
+			want = append(want, "ok")
+		case 1:
+			open(t, l, id, "k")
+			if err := rdb.Set(ctx, clusterRedis.lease(id), "9 other", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			w.fence = "1 me"
+			want = append(want, "fenced")
+		case 2:
+			want = append(want, "missing")
+		}
+		writes = append(writes, w)
+	}
+	shards := map[int]bool{}
+	for _, w := range writes {
+		shards[clusterRedis.shard(w.id)] = true
+	}
+	if len(shards) < 4 {
+		t.Fatalf("the writes are of %d shards: pick ids of more", len(shards))
+	}
+	replies, evicted, err := l.commitWrites(ctx, writes)
+	if err != nil || len(evicted) != 0 {
+		t.Fatalf("commitWrites: %v (evicted %v)", err, evicted)
+	}
+	if !slices.Equal(replies, want) {
+		t.Fatalf("replies\n%v\nwant\n%v", replies, want)
+	}
+	for i, w := range writes {
+		p, err := l.Read(w.id, 0)
+		if got := len(p.Events); want[i] == "ok" && (err != nil || got != 1) {
+			t.Errorf("%s: %d events, %v", w.id, got, err)
+		}
+	}
+}
+
+// TestRedisLogClusterAppendsAtOnce: many completions of every shard
+// appending at once share flushes, and every log is whole and in order.
+func TestRedisLogClusterAppendsAtOnce(t *testing.T) {
+	l, _ := newClusterLog(t, config.EventLogLimits{}, nil)
+	const logs, events = 64, 20
+	for i := range logs {
+		open(t, l, fmt.Sprint("c", i), "k")
+	}
+	var wg sync.WaitGroup
+	for i := range logs {
+		wg.Go(func() { appendRun(l, fmt.Sprint("c", i), events, true) })
+	}
+	wg.Wait()
+	for i := range logs {
+		p, err := l.Read(fmt.Sprint("c", i), 0)
+		if err != nil || !p.Ended || !slices.Equal(testkit.Seqs(p.Events), seqsTo(events)) {
+			t.Fatalf("c%d: %v ended %v, %v", i, testkit.Seqs(p.Events), p.Ended, err)
+		}
+	}
+}
+
+// seqsTo is 1..n.
+func seqsTo(n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = uint64(i + 1)
+	}
+	return out
+}
+
+// TestRedisLogClusterShardsBounds: each shard keeps its share of the
+// bound on completions (32 over 16 shards: 2), evicting its own oldest
+// ended log; another shard's logs stay, though the fleet holds more than
+// two ended logs.
+func TestRedisLogClusterShardsBounds(t *testing.T) {
+	clk := &clock{t: time.Unix(1000, 0)}
+	l, _ := newClusterLog(t, config.EventLogLimits{MaxCompletions: 2 * ClusterShards}, clk.now)
+	mine, other := idsOfShard(3, 3, "m"), idsOfShard(5, 2, "o")
+	for _, id := range append(slices.Clone(mine[:2]), other...) {
+		open(t, l, id, "k")
+		appendRun(l, id, 2, true)
+		clk.add(time.Millisecond)
+	}
+	open(t, l, mine[2], "k") // shard 3 is at its share: its oldest ended log goes
+	for _, id := range []string{mine[1], mine[2], other[0], other[1]} {
+		if _, err := l.Read(id, 0); err != nil {
+			t.Errorf("%s: %v, want kept", id, err)
+		}
+	}
+	if _, err := l.Read(mine[0], 0); !errors.Is(err, ErrNotFound) {
+		t.Errorf("%s: err = %v, want evicted", mine[0], err)
+	}
+}
+
+// TestRedisLogClusterExpiresEveryShard: the sweep runs on every shard:
+// the ended logs of all of them go after their retention.
+func TestRedisLogClusterExpiresEveryShard(t *testing.T) {
+	clk := &clock{t: time.Unix(1000, 0)}
+	l, _ := newClusterLog(t, config.EventLogLimits{Retention: time.Minute}, clk.now)
+	var ids []string
+	for n := range ClusterShards {
+		ids = append(ids, idsOfShard(n, 1, "e")...)
+	}
+	for _, id := range ids {
+		open(t, l, id, "k")
+		appendRun(l, id, 2, true)
+	}
+	clk.add(2 * time.Minute)
+	l.Expire(clk.now())
+	for _, id := range ids {
+		if _, err := l.Read(id, 0); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s (shard %d): err = %v, want expired", id, clusterRedis.shard(id), err)
+		}
+	}
+}
+
+// TestRedisLeasesOnCluster: leases of every shard renew in one batch, one
+// call per shard, each answered for itself: the one another replica took
+// is lost, the others renewed.
+func TestRedisLeasesOnCluster(t *testing.T) {
+	rdb := testkit.ServerClusterClient(t, redistest.Addrs(redistest.NewCluster(t, 3)))
+	ctx := context.Background()
+	ls := NewRedisLeases(rdb, 20*time.Second) // a batch waits a twentieth
+	var held []Lease
+	for i := range 40 {
+		l, err := ls.Acquire(ctx, fmt.Sprint("c", i), "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	if err := rdb.Del(ctx, clusterRedis.lease("c7")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ls.Acquire(ctx, "c7", "B"); err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, l := range held {
+		wg.Go(func() { errs[i] = ls.Renew(ctx, l) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if want := i == 7; errors.Is(err, errLeaseLost) != want || (!want && err != nil) {
+			t.Errorf("renew c%d: %v", i, err)
+		}
+	}
+	if h, ok, err := ls.Holder(ctx, "c7"); err != nil || !ok || h.Replica != "B" {
+		t.Fatalf("holder of c7: %+v %v %v", h, ok, err)
+	}
+	if err := ls.Release(ctx, held[3]); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := ls.Holder(ctx, "c3"); ok {
+		t.Fatal("c3 held after its release")
+	}
+}
