@@ -173,15 +173,17 @@ func connect(t *testing.T, p *proc) *client.Client {
 }
 
 // TestFleetReplicaKilled: three completiond processes share a
-// redis-server; a client streams through A with a resume grace; A is
-// killed with SIGKILL mid-stream; the client attaches through B after the
-// last seq it saw. It receives every seq exactly once, the REPLICA_LOST
-// transition is there (STREAM_RESUME on the prefill route sim, RETRY with
-// the partial discarded on sim-noprefill), and the answer is whole: the
-// same as an uninterrupted run of the request on C.
+// redis-server (or a Redis Cluster of three); a client streams through A
+// with a resume grace; A is killed with SIGKILL mid-stream; the client
+// attaches through B after the last seq it saw. It receives every seq
+// exactly once, the REPLICA_LOST transition is there (STREAM_RESUME on the
+// prefill route sim, RETRY with the partial discarded on sim-noprefill),
+// and the answer is whole: the same as an uninterrupted run of the request
+// on C.
 func TestFleetReplicaKilled(t *testing.T) {
 	bin := buildCompletiond(t)
 	rs := redistest.Start(t)
+	onRedis := func(t *testing.T, name string) *proc { return startReplica(t, bin, name, rs) }
 	for _, tc := range []struct {
 		route  string
 		reason completionv1.TransitionReason
@@ -189,101 +191,118 @@ func TestFleetReplicaKilled(t *testing.T) {
 		{"sim", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME},
 		{"sim-noprefill", completionv1.TransitionReason_TRANSITION_REASON_RETRY},
 	} {
-		t.Run(tc.route, func(t *testing.T) {
-			a, b, c := startReplica(t, bin, "A", rs), startReplica(t, bin, "B", rs), startReplica(t, bin, "C", rs)
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			req := &completionv1.CompleteRequest{
-				Route:       tc.route,
-				Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "Tell me about fleets."}}}}}},
-				Metadata:    map[string]string{"sim.pace": "20ms", "sim.words": "60"},
-				ResumeGrace: durationpb.New(30 * time.Second),
-			}
-
-			whole, err := connect(t, c).Complete(ctx, &completionv1.CompleteRequest{Route: req.Route, Messages: req.Messages,
-				Metadata: map[string]string{"sim.words": "60", "sim.pace": "1ms"}})
-			if err != nil {
-				t.Fatalf("uninterrupted run on C: %v", err)
-			}
-			want := resultText(whole.GetResult())
-
-			actx, acancel := context.WithCancel(ctx)
-			defer acancel()
-			st, err := connect(t, a).Stream(actx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []*completionv1.CompletionEvent
-			for deltas := 0; deltas < 8; {
-				ev, err := st.Recv()
-				if err != nil {
-					t.Fatalf("through A, before the kill: %v", err)
-				}
-				got = append(got, ev)
-				if ev.GetDelta() != nil {
-					deltas++
-				}
-			}
-			id, cut := got[0].GetStarted().GetCompletionId(), got[len(got)-1].GetAttempt()
-			killed := time.Now()
-			a.kill()
-			acancel() // the stream through A would try A again: the client goes to B instead
-
-			at, err := connect(t, b).Attach(ctx, id, got[len(got)-1].GetSeq())
-			if err != nil {
-				t.Fatal(err)
-			}
-			var tookOver time.Duration
-			var transition *completionv1.Transition
-			for {
-				ev, err := at.Recv()
-				if err != nil {
-					if errors.Is(err, io.EOF) {
-						break
-					}
-					t.Fatalf("attach through B: %v", err)
-				}
-				if tr := ev.GetTransition(); tr.GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST && transition == nil {
-					tookOver, transition = time.Since(killed), tr
-				}
-				got = append(got, ev)
-			}
-			if transition == nil {
-				t.Fatalf("no REPLICA_LOST transition in %v", got)
-			}
-			t.Logf("%s: %s %s; discarded %v", tc.route, transition.GetReason(), transition.GetMessage(), transition.GetDiscardedAttempts())
-			if transition.GetReason() != tc.reason {
-				t.Errorf("takeover transition %s, want %s", transition.GetReason(), tc.reason)
-			}
-			for i, ev := range got {
-				if ev.GetSeq() != uint64(i+1) {
-					t.Fatalf("event %d has seq %d: every seq exactly once is broken: %v", i, ev.GetSeq(), got)
-				}
-			}
-			res := got[len(got)-1].GetResult()
-			if res == nil {
-				t.Fatal("the last event is not the result")
-			}
-			if resultText(res) != want {
-				t.Errorf("answer %q, want %q (uninterrupted, on C)", resultText(res), want)
-			}
-			if kept := keptText(got); kept != want {
-				t.Errorf("the deltas kept assemble %q, want %q", kept, want)
-			}
-			switch tc.route {
-			case "sim":
-				if all := allText(got); all != want {
-					t.Errorf("a token repeated: the deltas concatenate to %q", all)
-				}
-			default:
-				if !slices.Contains(transition.GetDiscardedAttempts(), cut) {
-					t.Errorf("the partial answer (attempt %d) is not discarded: discarded %v", cut, transition.GetDiscardedAttempts())
-				}
-			}
-			t.Logf("process fleet, %s: the REPLICA_LOST transition reached the client %v after SIGKILL (lease %s)",
-				tc.route, tookOver.Round(time.Millisecond), fleetLeaseTTL)
-		})
+		t.Run(tc.route, func(t *testing.T) { testReplicaKilled(t, onRedis, tc.route, tc.reason) })
 	}
+	t.Run("redis cluster", func(t *testing.T) {
+		nodes := redistest.Addrs(redistest.NewCluster(t, 3))
+		// One node's URL, another as addr: the replicas find the third.
+		url := "redis://" + nodes[0] + "?addr=" + nodes[1]
+		onCluster := func(t *testing.T, name string) *proc {
+			p := startReplicaOn(t, bin, name, url, nil, "--redis-cluster")
+			if !strings.Contains(p.logs.String(), `"redis_cluster":true`) {
+				t.Fatalf("replica %s's serving line lacks redis_cluster: %s", name, p.logs.String())
+			}
+			return p
+		}
+		testReplicaKilled(t, onCluster, "sim", completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME)
+	})
+}
+
+// testReplicaKilled is TestFleetReplicaKilled on route, its replicas
+// started by start, the takeover's transition reason.
+func testReplicaKilled(t *testing.T, start func(t *testing.T, name string) *proc, route string, reason completionv1.TransitionReason) {
+	a, b, c := start(t, "A"), start(t, "B"), start(t, "C")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req := &completionv1.CompleteRequest{
+		Route:       route,
+		Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "Tell me about fleets."}}}}}},
+		Metadata:    map[string]string{"sim.pace": "20ms", "sim.words": "60"},
+		ResumeGrace: durationpb.New(30 * time.Second),
+	}
+
+	whole, err := connect(t, c).Complete(ctx, &completionv1.CompleteRequest{Route: req.Route, Messages: req.Messages,
+		Metadata: map[string]string{"sim.words": "60", "sim.pace": "1ms"}})
+	if err != nil {
+		t.Fatalf("uninterrupted run on C: %v", err)
+	}
+	want := resultText(whole.GetResult())
+
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	st, err := connect(t, a).Stream(actx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*completionv1.CompletionEvent
+	for deltas := 0; deltas < 8; {
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatalf("through A, before the kill: %v", err)
+		}
+		got = append(got, ev)
+		if ev.GetDelta() != nil {
+			deltas++
+		}
+	}
+	id, cut := got[0].GetStarted().GetCompletionId(), got[len(got)-1].GetAttempt()
+	killed := time.Now()
+	a.kill()
+	acancel() // the stream through A would try A again: the client goes to B instead
+
+	at, err := connect(t, b).Attach(ctx, id, got[len(got)-1].GetSeq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tookOver time.Duration
+	var transition *completionv1.Transition
+	for {
+		ev, err := at.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("attach through B: %v", err)
+		}
+		if tr := ev.GetTransition(); tr.GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST && transition == nil {
+			tookOver, transition = time.Since(killed), tr
+		}
+		got = append(got, ev)
+	}
+	if transition == nil {
+		t.Fatalf("no REPLICA_LOST transition in %v", got)
+	}
+	t.Logf("%s: %s %s; discarded %v", route, transition.GetReason(), transition.GetMessage(), transition.GetDiscardedAttempts())
+	if transition.GetReason() != reason {
+		t.Errorf("takeover transition %s, want %s", transition.GetReason(), reason)
+	}
+	for i, ev := range got {
+		if ev.GetSeq() != uint64(i+1) {
+			t.Fatalf("event %d has seq %d: every seq exactly once is broken: %v", i, ev.GetSeq(), got)
+		}
+	}
+	res := got[len(got)-1].GetResult()
+	if res == nil {
+		t.Fatal("the last event is not the result")
+	}
+	if resultText(res) != want {
+		t.Errorf("answer %q, want %q (uninterrupted, on C)", resultText(res), want)
+	}
+	if kept := keptText(got); kept != want {
+		t.Errorf("the deltas kept assemble %q, want %q", kept, want)
+	}
+	switch route {
+	case "sim":
+		if all := allText(got); all != want {
+			t.Errorf("a token repeated: the deltas concatenate to %q", all)
+		}
+	default:
+		if !slices.Contains(transition.GetDiscardedAttempts(), cut) {
+			t.Errorf("the partial answer (attempt %d) is not discarded: discarded %v", cut, transition.GetDiscardedAttempts())
+		}
+	}
+	t.Logf("process fleet, %s: the REPLICA_LOST transition reached the client %v after SIGKILL (lease %s)",
+		route, tookOver.Round(time.Millisecond), fleetLeaseTTL)
 }
 
 // TestFleetRedisRestarted: Redis is killed and restarted empty while a
