@@ -47,6 +47,7 @@ func TestFleetNeedsRedis(t *testing.T) {
 		{"redis.url=redis://:hunter2@redis:6379,replicaCount=2", "redis.url holds a password"},
 		{"redis.url=redis://user:hunter2@redis:6379", "redis.url holds a password"},
 		{"redis.url=redis://redis:6379,redis.inChart.enabled=true", "choose one Redis"},
+		{"redis.cluster=true,redis.inChart.enabled=true", "not a Cluster"},
 	} {
 		_, err := template(t, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -82,6 +83,15 @@ func TestFleetExistingRedis(t *testing.T) {
 	}
 	if _, ok := c.env("COMPLETIOND_REDIS_COMMIT_DELAY"); ok {
 		t.Error("COMPLETIOND_REDIS_COMMIT_DELAY without redis.commitDelay")
+	}
+	if _, ok := c.env("COMPLETIOND_REDIS_CLUSTER"); ok {
+		t.Error("COMPLETIOND_REDIS_CLUSTER without redis.cluster")
+	}
+	// A Redis Cluster: one node's URL, the others found from it.
+	_, c = deployment(t, render(t, "--set", "replicaCount=3,redis.url=redis://redis-cluster:6379,redis.cluster=true"))
+	checkRedis(t, c, "redis://redis-cluster:6379", "", "")
+	if v, ok := c.env("COMPLETIOND_REDIS_CLUSTER"); !ok || v != "true" {
+		t.Errorf("COMPLETIOND_REDIS_CLUSTER = %q, %v with redis.cluster=true", v, ok)
 	}
 
 	// A Redis without a password; and one the config file names.

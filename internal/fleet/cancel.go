@@ -40,7 +40,7 @@ const cancelRecheckChunk = 256
 // with a look at its log (only a live log is marked), and names it on a
 // Pub/Sub channel every replica listens to: the replica that runs it
 // hears it and cancels it there, through deliver. The mark
-// (redisCancelKey, hash-tagged by the id as the completion's other keys)
+// (keyspace.cancel, in the slot of the completion's other keys)
 // lives as long as the log's meta: it is what a replica that takes the
 // completion over checks (Requested), so that a cancel whose owner died
 // before it heard it still ends the completion, and what this replica

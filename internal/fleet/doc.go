@@ -14,7 +14,9 @@
 //     is lost, and a fenced Log drops the writes of a replica whose lease
 //     is another's.
 //   - Health follows whether Redis answers; NewRedisClient opens the
-//     connection from a redis:// or rediss:// URL.
+//     connection from a redis:// or rediss:// URL, to one Redis or to a
+//     Redis Cluster, on which the keys are laid out in ClusterShards shards
+//     of one slot each (keyspace), so that every script stays atomic.
 //
 // The fleet stores and reads; it never decides. What a completion does
 // next (run on, take over, give up) is the driver's and the recovery

@@ -6,10 +6,11 @@ import (
 	"github.com/completiond/completiond/internal/redisscript"
 )
 
-// The fleet's Redis keys. Every key is prefixed completiond: and names its
-// kind. A completion's own keys carry its id as a hash tag ({id}), so that
-// in a Redis Cluster they share one slot; the keys that count every log
-// (completiond:logs:*) are the whole fleet's.
+// The fleet's Redis keys on one Redis (keyspace lays them out on a Redis
+// Cluster). Every key is prefixed completiond: and names its kind. A
+// completion's own keys carry its id as a hash tag ({id}); the keys that
+// count every log (completiond:logs:*) are the whole fleet's (on a
+// Cluster, each shard's: name:{sN}).
 const (
 	// redisLogsLive is a sorted set of the live logs' ids, scored by the
 	// time (Unix ms) their log lapses unless an event comes: a replica that
@@ -51,11 +52,12 @@ func redisMetaKey(id string) string { return "completiond:meta:{" + id + "}" }
 // the replicas of the logs so marked only.
 func redisFollowedKey(id string) string { return "completiond:followed:{" + id + "}" }
 
-// redisCancelKey is set once a Cancel asked for completion id to end
-// (lua/cancel.lua), for as long as its live log is kept: a replica that
-// takes the completion over finds it there and ends it, and a replica
-// whose subscription missed the notice finds it when it subscribes again.
-func redisCancelKey(id string) string { return "completiond:cancel:{" + id + "}" }
+// The cancel mark of completion id (keyspace.cancel,
+// completiond:cancel:{id} on one Redis) is set once a Cancel asked for it
+// to end (lua/cancel.lua), for as long as its live log is kept: a replica
+// that takes the completion over finds it there and ends it, and a
+// replica whose subscription missed the notice finds it when it
+// subscribes again.
 
 // LeaseKey is the Redis key of completion id's lease ("token replica").
 // The id is a hash tag, so that in a Redis Cluster the lease, its token

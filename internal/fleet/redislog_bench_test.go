@@ -145,13 +145,60 @@ func BenchmarkGroupCommitAnswers(b *testing.B) {
 	}
 }
 
+// BenchmarkGroupCommitAnswersCluster is BenchmarkGroupCommitAnswers with
+// 1 000 writers on a Redis Cluster of three primaries on this machine: a
+// flush makes one script call per shard it writes (ClusterShards), so its
+// script calls per 1 000 events, summed over the nodes, say what the
+// shards cost in batching.
+func BenchmarkGroupCommitAnswersCluster(b *testing.B) {
+	benchGroupCommitOn(b, clusterBench(b), 1000, 20*time.Millisecond, 50)
+}
+
+// benchRedis is the Redis a benchmark runs on, and its script stats (all
+// its nodes' together).
+type benchRedis struct {
+	rdb   redis.UniversalClient
+	stats func(b *testing.B) scriptStats
+}
+
+// oneRedisBench is a redis-server of its own.
+func oneRedisBench(b *testing.B) benchRedis {
+	rdb := testkit.ServerRedisClient(b, redistest.Start(b))
+	return benchRedis{rdb, func(b *testing.B) scriptStats { return redisStats(b, rdb) }}
+}
+
+// clusterBench is a Redis Cluster of three of its own.
+func clusterBench(b *testing.B) benchRedis {
+	rdb := testkit.ServerClusterClient(b, redistest.Addrs(redistest.NewCluster(b, 3)))
+	return benchRedis{rdb, func(b *testing.B) scriptStats {
+		var mu sync.Mutex
+		var sum scriptStats
+		err := rdb.ForEachMaster(context.Background(), func(_ context.Context, c *redis.Client) error {
+			st := redisStats(b, c)
+			mu.Lock()
+			sum.calls, sum.run, sum.cpu = sum.calls+st.calls, sum.run+st.run, sum.cpu+st.cpu
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return sum
+	}}
+}
+
 // benchGroupCommitEvery runs writers completions on one RedisLog, each
 // appending b.N/writers events: every this long (their phases spread over
 // it), or each as soon as the last is acknowledged when every is 0. With
 // answer events per completion (not 0), each writer runs one completion
 // after another (benchAnswerEvent), in a log of 2 × writers logs.
 func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration, answer int) {
-	rdb := testkit.ServerRedisClient(b, redistest.Start(b))
+	benchGroupCommitOn(b, oneRedisBench(b), writers, every, answer)
+}
+
+// benchGroupCommitOn is benchGroupCommitEvery on r.
+func benchGroupCommitOn(b *testing.B, r benchRedis, writers int, every time.Duration, answer int) {
+	rdb := r.rdb
 	limits := config.EventLogLimits{MaxCompletions: writers + 10}
 	if answer > 0 {
 		limits.MaxCompletions = 2 * writers // room for the live ones, and as many ended
@@ -176,7 +223,7 @@ func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration, answe
 			l.Fence(id, Lease{ID: id, Token: token, Replica: "bench"})
 		}
 	}
-	before := redisStats(b, rdb)
+	before := r.stats(b)
 	perWriter := max(1, b.N/writers)
 	waits := make([][]time.Duration, writers)
 	var wg sync.WaitGroup
@@ -222,7 +269,7 @@ func benchGroupCommitEvery(b *testing.B, writers int, every time.Duration, answe
 	elapsed := time.Since(start)
 	self1 := processCPU(b)
 	b.StopTimer()
-	after := redisStats(b, rdb)
+	after := r.stats(b)
 	calls := float64(after.calls - before.calls)
 	events := float64(perWriter * writers)
 	all := slices.Concat(waits...)

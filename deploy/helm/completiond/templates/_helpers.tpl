@@ -177,6 +177,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and .Values.redis.url .Values.redis.inChart.enabled }}
 {{- fail "redis.url and redis.inChart.enabled=true: choose one Redis" }}
 {{- end }}
+{{- if and .Values.redis.cluster .Values.redis.inChart.enabled }}
+{{- fail "redis.cluster=true with redis.inChart.enabled=true: the in-chart Redis is one node, not a Cluster" }}
+{{- end }}
 {{- if regexMatch "^[a-z]+://[^/@]*:[^/@]*@" .Values.redis.url }}
 {{- fail "redis.url holds a password: put it in a Secret and name it in redis.password.existingSecret (the URL is a plain environment variable of the pod)" }}
 {{- end }}
