@@ -667,13 +667,19 @@ func ParseRedisURL(rawURL string) (*redis.Options, error) {
 	}
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
-		msg := err.Error()
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "xxxxx")
-		}
-		return nil, fmt.Errorf("redis url %s: %s", RedactRedisURL(rawURL), msg)
+		return nil, redisURLError(rawURL, u, err)
 	}
 	return opt, nil
+}
+
+// redisURLError is go-redis's error about the URL rawURL (parsed as u),
+// which names it without its password.
+func redisURLError(rawURL string, u *url.URL, err error) error {
+	msg := err.Error()
+	if p, ok := u.User.Password(); ok && p != "" {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
+	}
+	return fmt.Errorf("redis url %s: %s", RedactRedisURL(rawURL), msg)
 }
 
 // ParseRedisClusterURL checks the URL of a Redis Cluster's node,
@@ -692,11 +698,7 @@ func ParseRedisClusterURL(rawURL string) (*redis.ClusterOptions, error) {
 	u.Path = ""
 	opt, err := redis.ParseClusterURL(u.String())
 	if err != nil {
-		msg := err.Error()
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "xxxxx")
-		}
-		return nil, fmt.Errorf("redis url %s: %s", RedactRedisURL(rawURL), msg)
+		return nil, redisURLError(rawURL, u, err)
 	}
 	return opt, nil
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -14,6 +15,7 @@ func TestNewCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: Addrs(nodes)[:1]})
 	defer c.Close()
 	ctx := context.Background()
+	var mu sync.Mutex // ForEachMaster asks the nodes at once
 	seen := map[string]bool{}
 	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
 		if err := c.Set(ctx, k, k, 0).Err(); err != nil {
@@ -23,10 +25,14 @@ func TestNewCluster(t *testing.T) {
 	err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 		keys, err := n.Keys(ctx, "*").Result()
 		if len(keys) > 0 {
+			mu.Lock()
 			seen[n.Options().Addr] = true
+			mu.Unlock()
 		}
 		return err
 	})
+	mu.Lock()
+	defer mu.Unlock()
 	if err != nil || len(seen) < 2 {
 		t.Fatalf("keys on %d nodes (%v), want at least 2", len(seen), err)
 	}
