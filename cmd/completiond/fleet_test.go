@@ -314,9 +314,31 @@ func testReplicaKilled(t *testing.T, start func(t *testing.T, name string) *proc
 // leases (see the README, "Running a fleet").
 func TestFleetRedisRestarted(t *testing.T) {
 	bin := buildCompletiond(t)
-	rs := redistest.New(t)
-	a := startReplica(t, bin, "A", rs.Addr, "--lease-ttl", "3s")
-	b := startReplica(t, bin, "B", rs.Addr, "--lease-ttl", "3s")
+	t.Run("redis", func(t *testing.T) {
+		rs := redistest.New(t)
+		a := startReplica(t, bin, "A", rs.Addr, "--lease-ttl", "3s")
+		b := startReplica(t, bin, "B", rs.Addr, "--lease-ttl", "3s")
+		testRedisRestarted(t, a, b, rs.Restart)
+	})
+	// Every node of a Redis Cluster killed and started again empty: the
+	// cluster forms again from the nodes' configuration files, and the
+	// replicas' cluster client finds it.
+	t.Run("redis cluster", func(t *testing.T) {
+		nodes := redistest.NewCluster(t, 3)
+		url := "redis://" + nodes[0].Addr + "?addr=" + nodes[1].Addr
+		a := startReplicaOn(t, bin, "A", url, nil, "--redis-cluster", "--lease-ttl", "3s")
+		b := startReplicaOn(t, bin, "B", url, nil, "--redis-cluster", "--lease-ttl", "3s")
+		testRedisRestarted(t, a, b, func() {
+			for _, n := range nodes {
+				n.Restart()
+			}
+		})
+	})
+}
+
+// testRedisRestarted is TestFleetRedisRestarted on replicas a and b,
+// restart taking their Redis away and bringing it back empty.
+func testRedisRestarted(t *testing.T, a, b *proc, restart func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ca, cb := connect(t, a), connect(t, b)
@@ -340,7 +362,7 @@ func TestFleetRedisRestarted(t *testing.T) {
 			deltas++
 		}
 	}
-	rs.Restart() // killed, and started again empty
+	restart() // killed, and started again empty
 	fold, err := st.Wait()
 	if err != nil {
 		t.Fatalf("the Stream running while Redis restarted: %v", err)
