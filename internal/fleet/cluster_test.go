@@ -277,3 +277,51 @@ func TestRedisLeasesOnCluster(t *testing.T) {
 		t.Fatal("c3 held after its release")
 	}
 }
+
+// TestRedisLogClusterFlushWhenANodeLostItsScripts: a node that restarted
+// (here: flushed its scripts) answers NOSCRIPT to its calls of a flush
+// while the others' calls ran; only its calls run again, so that every
+// write is answered ok once (not "order", as a whole flush run twice
+// would answer the writes the other nodes took).
+func TestRedisLogClusterFlushWhenANodeLostItsScripts(t *testing.T) {
+	l, rdb := newClusterLog(t, config.EventLogLimits{}, nil)
+	ctx := context.Background()
+	var writes []commitWrite
+	for i := range 32 {
+		id := fmt.Sprint("c", i)
+		open(t, l, id, "k")
+		writes = append(writes, commitWrite{id: id, seq: 1, renew: true})
+	}
+	flush := func(seq uint64) []string {
+		event, err := proto.Marshal(logEvent(seq, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range writes {
+			writes[i].seq, writes[i].event, writes[i].renew = seq, event, seq == 1
+		}
+		replies, _, err := l.commitWrites(ctx, writes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return replies
+	}
+	flush(1) // every node has the script now
+	node, err := rdb.MasterForKey(ctx, clusterRedis.log("c0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range flush(2) {
+		if r != "ok" {
+			t.Errorf("%s: %q after one node lost its scripts, want ok", writes[i].id, r)
+		}
+	}
+	for _, w := range writes {
+		if p, err := l.Read(w.id, 0); err != nil || !slices.Equal(testkit.Seqs(p.Events), []uint64{1, 2}) {
+			t.Errorf("%s: %v, %v", w.id, testkit.Seqs(p.Events), err)
+		}
+	}
+}

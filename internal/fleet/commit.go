@@ -494,23 +494,34 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 	}
 	args := []any{ms(l.now()), l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.ks.share(l.limits.MaxBytes),
 		l.LiveTTL.Milliseconds(), redisLogChanged}
-	run := func() ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(chunks))
+	run := func(which []int) {
 		pipe := l.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(chunks))
-		for i, ch := range chunks {
-			cmds[i] = commitCall(l.ks, args, ch).EvalSha(ctx, pipe)
+		for _, i := range which {
+			cmds[i] = commitCall(l.ks, args, chunks[i]).EvalSha(ctx, pipe)
 		}
-		_, err := pipe.Exec(ctx)
-		return cmds, err
+		_, _ = pipe.Exec(ctx) // each command keeps its own error
 	}
-	cmds, err := run()
-	if redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis restarted, or flushed its scripts: nothing ran
-		if err = l.ks.scripts.commit.Load(ctx, l.rdb); err == nil {
-			cmds, err = run()
+	run(indexes(len(chunks)))
+	// A call that found NOSCRIPT did not run: its Redis restarted, or
+	// flushed its scripts. Only those run again (on a Cluster, the other
+	// nodes' calls ran).
+	var again []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
 		}
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if len(again) > 0 {
+		if err := l.ks.scripts.commit.Load(ctx, l.rdb); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		run(again)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 	}
 	for _, cmd := range cmds {
 		r, e, err := commitReply(cmd)
@@ -531,6 +542,15 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 		}
 	}
 	return ordered, evicted, nil
+}
+
+// indexes are 0, 1, …, n-1.
+func indexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // commitReply reads the answer of one call of lua/commit.lua: {replies,

@@ -163,11 +163,7 @@ func (k *keyspace) byShard(n int, subject func(i int) string) [][]int {
 		return nil
 	}
 	if k.shards == 0 {
-		all := make([]int, n)
-		for i := range all {
-			all[i] = i
-		}
-		return [][]int{all}
+		return [][]int{indexes(n)}
 	}
 	at := make(map[int]int)
 	var out [][]int
