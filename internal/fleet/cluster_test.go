@@ -325,3 +325,60 @@ func TestRedisLogClusterFlushWhenANodeLostItsScripts(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisLeasesOnClusterWithANodeDown: the renewals of one batch go to
+// each shard's node at once, so that a node that does not answer fails its
+// own shards' renewals only; the others are renewed. (The nodes serve
+// their slots while another is down: cluster-require-full-coverage no.)
+func TestRedisLeasesOnClusterWithANodeDown(t *testing.T) {
+	nodes := redistest.NewCluster(t, 3, "--cluster-require-full-coverage", "no")
+	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
+	ctx := context.Background()
+	ls := NewRedisLeases(rdb, 20*time.Second)
+	var held []Lease
+	for i := range 40 {
+		l, err := ls.Acquire(ctx, fmt.Sprint("c", i), "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	down, err := rdb.MasterForKey(ctx, clusterRedis.lease("c0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDown := func(id string) bool {
+		c, err := rdb.MasterForKey(ctx, clusterRedis.lease(id))
+		return err == nil && c.Options().Addr == down.Options().Addr
+	}
+	want := make([]bool, len(held)) // whether c<i>'s node is down
+	for i, l := range held {
+		want[i] = onDown(l.ID)
+	}
+	for _, n := range nodes {
+		if n.Addr == down.Options().Addr {
+			n.Stop()
+		}
+	}
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, l := range held {
+		wg.Go(func() { errs[i] = ls.Renew(ctx, l) })
+	}
+	wg.Wait()
+	failed := 0
+	for i, err := range errs {
+		switch {
+		case want[i] && (err == nil || errors.Is(err, errLeaseLost)):
+			t.Errorf("c%d, on the node down: %v, want an error that is not a lost lease", i, err)
+		case !want[i] && err != nil:
+			t.Errorf("c%d, on a node up: %v", i, err)
+		}
+		if want[i] {
+			failed++
+		}
+	}
+	if failed == 0 || failed == len(held) {
+		t.Fatalf("%d of %d leases on the node down: pick other ids", failed, len(held))
+	}
+}

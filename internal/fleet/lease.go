@@ -208,12 +208,14 @@ type renewals struct {
 }
 
 // renewBatch is the leases of one call of lua/renew.lua and, once done is
-// closed, its answers (1 renewed, 0 lost) or its error.
+// closed, its answers (1 renewed, 0 lost) or the error of each lease's
+// call (on a Cluster, a node that did not answer fails its shards' leases
+// only).
 type renewBatch struct {
 	leases  []Lease
 	done    chan struct{}
 	renewed []int64
-	err     error
+	errs    []error
 }
 
 // renew renews l with the others of its batch.
@@ -236,18 +238,19 @@ func (b *renewals) renew(ctx context.Context, l Lease) error {
 		return fmt.Errorf("renew lease: %w", ctx.Err())
 	}
 	switch {
-	case batch.err != nil:
-		return fmt.Errorf("renew lease: %w", batch.err)
-	case i >= len(batch.renewed) || batch.renewed[i] == 0:
+	case batch.errs[i] != nil:
+		return fmt.Errorf("renew lease: %w", batch.errs[i])
+	case batch.renewed[i] == 0:
 		return errLeaseLost
 	}
 	return nil
 }
 
 // flush waits for the renewals of batch, then renews them in one call
-// (one per shard on a Cluster, one after another), within what is left of
-// the time a renewal may take (Timing.StoreCall), so that its first
-// renewal's caller still has its answer.
+// (one per shard on a Cluster, at once, so that a node that does not
+// answer holds no other shard's), within what is left of the time a
+// renewal may take (Timing.StoreCall), so that its first renewal's caller
+// still has its answer.
 func (b *renewals) flush(batch *renewBatch) {
 	defer close(batch.done)
 	ttl := b.r.ttl
@@ -259,21 +262,30 @@ func (b *renewals) flush(batch *renewBatch) {
 	ctx, cancel := context.WithTimeout(context.Background(), TimingOf(b.r).StoreCall()-wait)
 	defer cancel()
 	leases := batch.leases
-	batch.renewed = make([]int64, len(leases))
+	batch.renewed, batch.errs = make([]int64, len(leases)), make([]error, len(leases))
+	var wg sync.WaitGroup
 	for _, shard := range b.r.ks.byShard(len(leases), func(i int) string { return leases[i].ID }) {
-		groups := make([]redisscript.Group, len(shard))
-		for i, at := range shard {
-			groups[i] = redisscript.Group{Subject: leases[at].ID, Args: []any{leases[at].Value(), leases[at].Token}}
-		}
-		renewed, err := b.r.ks.scripts.renew.RunGroups(ctx, b.r.rdb, []any{ttl.Milliseconds(), leaseTokenTTL.Milliseconds()}, groups).Int64Slice()
-		if err == nil && len(renewed) != len(shard) {
-			err = fmt.Errorf("lua/renew.lua answered %d of %d", len(renewed), len(shard))
-		}
+		wg.Go(func() { b.renewShard(ctx, batch, shard) })
+	}
+	wg.Wait()
+}
+
+// renewShard renews the leases of batch at the indexes of one shard, in
+// one call of lua/renew.lua.
+func (b *renewals) renewShard(ctx context.Context, batch *renewBatch, shard []int) {
+	groups := make([]redisscript.Group, len(shard))
+	for i, at := range shard {
+		l := batch.leases[at]
+		groups[i] = redisscript.Group{Subject: l.ID, Args: []any{l.Value(), l.Token}}
+	}
+	renewed, err := b.r.ks.scripts.renew.RunGroups(ctx, b.r.rdb, []any{b.r.ttl.Milliseconds(), leaseTokenTTL.Milliseconds()}, groups).Int64Slice()
+	if err == nil && len(renewed) != len(shard) {
+		err = fmt.Errorf("lua/renew.lua answered %d of %d", len(renewed), len(shard))
+	}
+	for i, at := range shard {
 		if err != nil {
-			batch.err = err
-			return
-		}
-		for i, at := range shard {
+			batch.errs[at] = err
+		} else {
 			batch.renewed[at] = renewed[i]
 		}
 	}
