@@ -382,3 +382,54 @@ func TestRedisLeasesOnClusterWithANodeDown(t *testing.T) {
 		t.Fatalf("%d of %d leases on the node down: pick other ids", failed, len(held))
 	}
 }
+
+// TestRedisLogClusterFlushWithANodeDown: a flush whose calls to one node
+// fail answers the writes of the other nodes' shards: the failed writes
+// return ErrUnavailable (the pair log keeps those completions in memory
+// meanwhile), the others return once written. The committer
+// hands each write its own outcome (TestCommitterPartialFlush).
+func TestRedisLogClusterFlushWithANodeDown(t *testing.T) {
+	nodes := redistest.NewCluster(t, 3, "--cluster-require-full-coverage", "no")
+	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
+	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(l.Close)
+	ctx := context.Background()
+	var ids []string
+	for i := range 32 {
+		ids = append(ids, fmt.Sprint("c", i))
+		open(t, l, ids[i], "k")
+		appendRun(l, ids[i], 1, false)
+	}
+	down, err := rdb.MasterForKey(ctx, clusterRedis.log(ids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDown := map[string]bool{}
+	for _, id := range ids {
+		c, err := rdb.MasterForKey(ctx, clusterRedis.log(id))
+		onDown[id] = err == nil && c.Options().Addr == down.Options().Addr
+	}
+	for _, n := range nodes {
+		if n.Addr == down.Options().Addr {
+			n.Stop()
+		}
+	}
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { _, errs[i] = l.add(id, logEvent(2, false), nil, false) })
+	}
+	wg.Wait()
+	for i, id := range ids {
+		switch {
+		case onDown[id] && !errors.Is(errs[i], ErrUnavailable):
+			t.Errorf("%s, on the node down: %v, want unavailable", id, errs[i])
+		case !onDown[id] && errs[i] != nil:
+			t.Errorf("%s, on a node up: %v", id, errs[i])
+		case !onDown[id]:
+			if p, err := l.Read(id, 0); err != nil || !slices.Equal(testkit.Seqs(p.Events), []uint64{1, 2}) {
+				t.Errorf("%s: %v, %v", id, testkit.Seqs(p.Events), err)
+			}
+		}
+	}
+}

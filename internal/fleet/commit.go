@@ -151,7 +151,9 @@ func commitFlags(res string) (plain string, followed, released bool) {
 }
 
 // commitBatch is the writes of one flush, and once done is closed, its
-// replies (one per write, as lua/commit.lua answers) or its error.
+// replies (one per write, as lua/commit.lua answers) or its error: with
+// replies, the error of the writes whose reply is empty (a call of the
+// flush that failed, on a Cluster's node).
 type commitBatch struct {
 	writes []commitWrite
 	first  time.Time
@@ -164,8 +166,8 @@ type commitBatch struct {
 }
 
 // newCommitter starts the group commit of writes through flush, which
-// answers one reply per write and the ids of the logs the writes' bound
-// evicts, which go to evict once the writers are released; wait is the
+// answers one reply per write (empty for a write whose call failed, with
+// the error) and the ids of the logs the writes' bound evicts, which go to evict once the writers are released; wait is the
 // longest a flush waits for more writes under load; sizes sees the number
 // of writes of each flush, and waited the time each write waited for its
 // reply.
@@ -227,7 +229,7 @@ func (c *committer) write(w commitWrite) (string, error) {
 	c.mu.Unlock()
 	<-b.done
 	c.waited(time.Since(start))
-	if b.err != nil {
+	if b.err != nil && (i >= len(b.replies) || b.replies[i] == "") {
 		return "", b.err
 	}
 	return b.replies[i], nil
@@ -399,8 +401,8 @@ func (c *committer) commit(b *commitBatch) {
 	c.sizes(len(b.writes))
 	var evicted []string
 	b.replies, evicted, b.err = c.flush(b.writes)
-	if b.err == nil && len(b.replies) != len(b.writes) {
-		b.err = fmt.Errorf("%w: %d replies to %d appends", ErrUnavailable, len(b.replies), len(b.writes))
+	if len(b.replies) != len(b.writes) && (b.err == nil || b.replies != nil) {
+		b.err, b.replies = fmt.Errorf("%w: %d replies to %d appends", ErrUnavailable, len(b.replies), len(b.writes)), nil
 	}
 	c.land(b)
 	close(b.done)
@@ -485,7 +487,9 @@ func commitShards(ks *keyspace, writes []commitWrite) (shards [][]commitWrite, a
 // commitChunks makes of each shard's writes (one shard on one Redis),
 // pipelined in one round trip (one per node of a Cluster), and answers
 // one reply per write, in the order of writes, and the ids of the ended
-// logs their bound evicts.
+// logs their bound evicts. When some calls failed (a node that did not
+// answer), err says why and their writes' replies are empty: the others
+// are answered.
 func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (replies, evicted []string, err error) {
 	shards, at := commitShards(l.ks, writes)
 	var chunks [][]commitWrite
@@ -495,12 +499,24 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 	args := []any{ms(l.now()), l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.ks.share(l.limits.MaxBytes),
 		l.LiveTTL.Milliseconds(), redisLogChanged}
 	cmds := make([]*redis.Cmd, len(chunks))
-	run := func(which []int) {
+	pipeline := func(which []int) {
 		pipe := l.rdb.Pipeline()
 		for _, i := range which {
 			cmds[i] = commitCall(l.ks, args, chunks[i]).EvalSha(ctx, pipe)
 		}
 		_, _ = pipe.Exec(ctx) // each command keeps its own error
+	}
+	run := func(which []int) {
+		nodes := l.byNode(ctx, which, chunks)
+		if len(nodes) == 1 {
+			pipeline(nodes[0])
+			return
+		}
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Go(func() { pipeline(n) })
+		}
+		wg.Wait()
 	}
 	run(indexes(len(chunks)))
 	// A call that found NOSCRIPT did not run: its Redis restarted, or
@@ -518,20 +534,27 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 		}
 		run(again)
 	}
-	for _, cmd := range cmds {
+	// A call that failed fails its writes (no reply: whether they were
+	// written is unknown); on a Cluster, the other nodes' calls answer
+	// theirs.
+	var failed error
+	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			failed = fmt.Errorf("%w: %w", ErrUnavailable, err)
+			replies = append(replies, make([]string, len(chunks[i]))...)
+			continue
 		}
-	}
-	for _, cmd := range cmds {
 		r, e, err := commitReply(cmd)
 		if err != nil {
 			return nil, nil, err
 		}
 		replies, evicted = append(replies, r...), append(evicted, e...)
 	}
+	if failed != nil && len(cmds) == 1 {
+		return nil, nil, failed
+	}
 	if at == nil || len(replies) != len(writes) {
-		return replies, evicted, nil // the committer refuses a count that differs
+		return replies, evicted, failed // the committer refuses a count that differs
 	}
 	ordered := make([]string, len(writes))
 	n := 0
@@ -541,7 +564,36 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 			n++
 		}
 	}
-	return ordered, evicted, nil
+	return ordered, evicted, failed
+}
+
+// byNode splits the chunks at which by the Cluster node that holds their
+// shard, as the client last saw the slots (one group on one Redis), so
+// that each node's calls are a pipeline of their own: go-redis's cluster
+// pipeline retries a node that does not answer until the context ends,
+// then fails every command of the pipeline, those other nodes answered
+// included.
+func (l *RedisLog) byNode(ctx context.Context, which []int, chunks [][]commitWrite) [][]int {
+	cc := clusterClient(l.rdb)
+	if cc == nil {
+		return [][]int{which}
+	}
+	at := map[string]int{}
+	var out [][]int
+	for _, i := range which {
+		addr := "" // unknown: a group of its own, the client finds it
+		if node, err := cc.MasterForKey(ctx, l.ks.log(chunks[i][0].id)); err == nil {
+			addr = node.Options().Addr
+		}
+		j, ok := at[addr]
+		if !ok {
+			j = len(out)
+			at[addr] = j
+			out = append(out, nil)
+		}
+		out[j] = append(out[j], i)
+	}
+	return out
 }
 
 // indexes are 0, 1, …, n-1.

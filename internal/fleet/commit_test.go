@@ -105,6 +105,36 @@ func TestCommitterIdleAddsNoWait(t *testing.T) {
 	}
 }
 
+// TestCommitterPartialFlush: a flush that answers some writes and fails
+// the others (on a Cluster, one node's calls) gives each write its own
+// outcome: a reply, or the flush's error for a write without one.
+func TestCommitterPartialFlush(t *testing.T) {
+	failed := errors.New("node down")
+	flush := func(ws []commitWrite) ([]string, []string, error) {
+		replies := make([]string, len(ws))
+		for i, w := range ws {
+			if w.id != "down" {
+				replies[i] = "ok"
+			}
+		}
+		return replies, nil, failed
+	}
+	c := newCommitter(flush, func([]string) {}, func() time.Duration { return time.Millisecond }, func(int) {}, func(time.Duration) {})
+	t.Cleanup(c.close)
+	ids := []string{"up", "down", "up2"}
+	res, errs := make([]string, len(ids)), make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { res[i], errs[i] = c.write(commitWrite{id: id}) })
+	}
+	wg.Wait()
+	for i, id := range ids {
+		if want := id == "down"; (errs[i] != nil) != want || !want && res[i] != "ok" || want && !errors.Is(errs[i], failed) {
+			t.Errorf("%s: %q, %v", id, res[i], errs[i])
+		}
+	}
+}
+
 // TestCommitterGroupsWhatArrivesDuringAFlush: the writes that arrive
 // while a flush is in flight go together in the next one, each released
 // with its own reply, in arrival order. (The flush in flight lands within

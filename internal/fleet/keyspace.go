@@ -80,13 +80,20 @@ func newKeyspace(shards int) *keyspace {
 // keyspaceOf is the layout of rdb's keys: the Cluster's when rdb is a
 // cluster client (or one Instrument wraps), one Redis's otherwise.
 func keyspaceOf(rdb redis.UniversalClient) *keyspace {
-	if in, ok := rdb.(*instrumented); ok {
-		rdb = in.UniversalClient
-	}
-	if _, ok := rdb.(*redis.ClusterClient); ok {
+	if clusterClient(rdb) != nil {
 		return clusterRedis
 	}
 	return oneRedis
+}
+
+// clusterClient is rdb's cluster client (under Instrument's wrapper), or
+// nil when rdb is not one.
+func clusterClient(rdb redis.UniversalClient) *redis.ClusterClient {
+	if in, ok := rdb.(*instrumented); ok {
+		rdb = in.UniversalClient
+	}
+	cc, _ := rdb.(*redis.ClusterClient)
+	return cc
 }
 
 // shard is the shard of subject (a completion's id): 0 on one Redis.
