@@ -167,10 +167,10 @@ type commitBatch struct {
 
 // newCommitter starts the group commit of writes through flush, which
 // answers one reply per write (empty for a write whose call failed, with
-// the error) and the ids of the logs the writes' bound evicts, which go to evict once the writers are released; wait is the
-// longest a flush waits for more writes under load; sizes sees the number
-// of writes of each flush, and waited the time each write waited for its
-// reply.
+// the error) and the ids of the logs the writes' bound evicts, which go
+// to evict once the writers are released; wait is the longest a flush
+// waits for more writes under load; sizes sees the number of writes of
+// each flush, and waited the time each write waited for its reply.
 func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict func([]string), wait func() time.Duration, sizes func(int), waited func(time.Duration)) *committer {
 	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, waited: waited, next: newCommitBatch(), writing: map[string]int{},
 		kick: make(chan struct{}, 1), due: make(chan struct{}, 1), landed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
@@ -496,44 +496,7 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 	for _, sh := range shards {
 		chunks = append(chunks, commitChunks(sh)...)
 	}
-	args := []any{ms(l.now()), l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.ks.share(l.limits.MaxBytes),
-		l.LiveTTL.Milliseconds(), redisLogChanged}
-	cmds := make([]*redis.Cmd, len(chunks))
-	pipeline := func(which []int) {
-		pipe := l.rdb.Pipeline()
-		for _, i := range which {
-			cmds[i] = commitCall(l.ks, args, chunks[i]).EvalSha(ctx, pipe)
-		}
-		_, _ = pipe.Exec(ctx) // each command keeps its own error
-	}
-	run := func(which []int) {
-		nodes := l.byNode(ctx, which, chunks)
-		if len(nodes) == 1 {
-			pipeline(nodes[0])
-			return
-		}
-		var wg sync.WaitGroup
-		for _, n := range nodes {
-			wg.Go(func() { pipeline(n) })
-		}
-		wg.Wait()
-	}
-	run(indexes(len(chunks)))
-	// A call that found NOSCRIPT did not run: its Redis restarted, or
-	// flushed its scripts. Only those run again (on a Cluster, the other
-	// nodes' calls ran).
-	var again []int
-	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		if err := l.ks.scripts.commit.Load(ctx, l.rdb); err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		run(again)
-	}
+	cmds := l.commitCalls(ctx, chunks)
 	// A call that failed fails its writes (no reply: whether they were
 	// written is unknown); on a Cluster, the other nodes' calls answer
 	// theirs.
@@ -565,6 +528,48 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 		}
 	}
 	return ordered, evicted, failed
+}
+
+// commitCalls runs a call of lua/commit.lua per chunk, pipelined: one
+// pipeline on one Redis, one per node of a Cluster (byNode), at once. A
+// call that found NOSCRIPT did not run (its Redis restarted, or flushed
+// its scripts): the script is loaded, and only those calls run again (on
+// a Cluster, the other nodes' calls ran). Each command keeps its own
+// error.
+func (l *RedisLog) commitCalls(ctx context.Context, chunks [][]commitWrite) []*redis.Cmd {
+	args := []any{ms(l.now()), l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.ks.share(l.limits.MaxBytes),
+		l.LiveTTL.Milliseconds(), redisLogChanged}
+	cmds := make([]*redis.Cmd, len(chunks))
+	pipeline := func(which []int) {
+		pipe := l.rdb.Pipeline()
+		for _, i := range which {
+			cmds[i] = commitCall(l.ks, args, chunks[i]).EvalSha(ctx, pipe)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	run := func(which []int) {
+		nodes := l.byNode(ctx, which, chunks)
+		if len(nodes) == 1 {
+			pipeline(nodes[0])
+			return
+		}
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Go(func() { pipeline(n) })
+		}
+		wg.Wait()
+	}
+	run(indexes(len(chunks)))
+	var again []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 && l.ks.scripts.commit.Load(ctx, l.rdb) == nil {
+		run(again)
+	}
+	return cmds
 }
 
 // byNode splits the chunks at which by the Cluster node that holds their
