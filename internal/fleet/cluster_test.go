@@ -343,22 +343,14 @@ func TestRedisLeasesOnClusterWithANodeDown(t *testing.T) {
 		}
 		held = append(held, l)
 	}
-	down, err := rdb.MasterForKey(ctx, clusterRedis.lease("c0"))
-	if err != nil {
-		t.Fatal(err)
+	ids := make([]string, len(held))
+	for i, l := range held {
+		ids[i] = l.ID
 	}
-	onDown := func(id string) bool {
-		c, err := rdb.MasterForKey(ctx, clusterRedis.lease(id))
-		return err == nil && c.Options().Addr == down.Options().Addr
-	}
+	onDown := stopNodeOf(t, nodes, rdb, ids)
 	want := make([]bool, len(held)) // whether c<i>'s node is down
 	for i, l := range held {
-		want[i] = onDown(l.ID)
-	}
-	for _, n := range nodes {
-		if n.Addr == down.Options().Addr {
-			n.Stop()
-		}
+		want[i] = onDown[l.ID]
 	}
 	errs := make([]error, len(held))
 	var wg sync.WaitGroup
@@ -386,34 +378,20 @@ func TestRedisLeasesOnClusterWithANodeDown(t *testing.T) {
 // TestRedisLogClusterFlushWithANodeDown: a flush whose calls to one node
 // fail answers the writes of the other nodes' shards: the failed writes
 // return ErrUnavailable (the pair log keeps those completions in memory
-// meanwhile), the others return once written. The committer
-// hands each write its own outcome (TestCommitterPartialFlush).
+// meanwhile), the others return once written. The committer hands each
+// write its own outcome (TestCommitterPartialFlush).
 func TestRedisLogClusterFlushWithANodeDown(t *testing.T) {
 	nodes := redistest.NewCluster(t, 3, "--cluster-require-full-coverage", "no")
 	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
 	l := NewRedisLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(l.Close)
-	ctx := context.Background()
 	var ids []string
 	for i := range 32 {
 		ids = append(ids, fmt.Sprint("c", i))
 		open(t, l, ids[i], "k")
 		appendRun(l, ids[i], 1, false)
 	}
-	down, err := rdb.MasterForKey(ctx, clusterRedis.log(ids[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	onDown := map[string]bool{}
-	for _, id := range ids {
-		c, err := rdb.MasterForKey(ctx, clusterRedis.log(id))
-		onDown[id] = err == nil && c.Options().Addr == down.Options().Addr
-	}
-	for _, n := range nodes {
-		if n.Addr == down.Options().Addr {
-			n.Stop()
-		}
-	}
+	onDown := stopNodeOf(t, nodes, rdb, ids)
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -432,4 +410,29 @@ func TestRedisLogClusterFlushWithANodeDown(t *testing.T) {
 			}
 		}
 	}
+}
+
+// stopNodeOf stops the node of nodes that holds the shard of ids[0], and
+// says which of ids have their shard there.
+func stopNodeOf(t *testing.T, nodes []*redistest.Server, rdb *redis.ClusterClient, ids []string) map[string]bool {
+	t.Helper()
+	ctx := context.Background()
+	addrOf := func(id string) string {
+		c, err := rdb.MasterForKey(ctx, clusterRedis.log(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Options().Addr
+	}
+	down := addrOf(ids[0])
+	onDown := map[string]bool{}
+	for _, id := range ids {
+		onDown[id] = addrOf(id) == down
+	}
+	for _, n := range nodes {
+		if n.Addr == down {
+			n.Stop()
+		}
+	}
+	return onDown
 }

@@ -583,22 +583,12 @@ func (l *RedisLog) byNode(ctx context.Context, which []int, chunks [][]commitWri
 	if cc == nil {
 		return [][]int{which}
 	}
-	at := map[string]int{}
-	var out [][]int
-	for _, i := range which {
-		addr := "" // unknown: a group of its own, the client finds it
+	return groupBy(which, func(i int) string {
 		if node, err := cc.MasterForKey(ctx, l.ks.log(chunks[i][0].id)); err == nil {
-			addr = node.Options().Addr
+			return node.Options().Addr
 		}
-		j, ok := at[addr]
-		if !ok {
-			j = len(out)
-			at[addr] = j
-			out = append(out, nil)
-		}
-		out[j] = append(out[j], i)
-	}
-	return out
+		return "" // unknown: a group of its own, the client finds it
+	})
 }
 
 // indexes are 0, 1, …, n-1.

@@ -172,14 +172,20 @@ func (k *keyspace) byShard(n int, subject func(i int) string) [][]int {
 	if k.shards == 0 {
 		return [][]int{indexes(n)}
 	}
-	at := make(map[int]int)
+	return groupBy(indexes(n), func(i int) int { return k.shard(subject(i)) })
+}
+
+// groupBy splits the indexes of which by their key, in order: the groups
+// in the order of their first index.
+func groupBy[K comparable](which []int, key func(i int) K) [][]int {
+	at := make(map[K]int)
 	var out [][]int
-	for i := range n {
-		s := k.shard(subject(i))
-		j, ok := at[s]
+	for _, i := range which {
+		k := key(i)
+		j, ok := at[k]
 		if !ok {
 			j = len(out)
-			at[s] = j
+			at[k] = j
 			out = append(out, nil)
 		}
 		out[j] = append(out[j], i)
