@@ -242,26 +242,14 @@ func TestRedisLeasesOnCluster(t *testing.T) {
 	rdb := testkit.ServerClusterClient(t, redistest.Addrs(redistest.NewCluster(t, 3)))
 	ctx := context.Background()
 	ls := NewRedisLeases(rdb, 20*time.Second) // a batch waits a twentieth
-	var held []Lease
-	for i := range 40 {
-		l, err := ls.Acquire(ctx, fmt.Sprint("c", i), "A")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := acquireAll(t, ls, 40)
 	if err := rdb.Del(ctx, clusterRedis.lease("c7")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ls.Acquire(ctx, "c7", "B"); err != nil {
 		t.Fatal(err)
 	}
-	errs := make([]error, len(held))
-	var wg sync.WaitGroup
-	for i, l := range held {
-		wg.Go(func() { errs[i] = ls.Renew(ctx, l) })
-	}
-	wg.Wait()
+	errs := renewAll(ls, held)
 	for i, err := range errs {
 		if want := i == 7; errors.Is(err, errLeaseLost) != want || (!want && err != nil) {
 			t.Errorf("renew c%d: %v", i, err)
@@ -333,16 +321,8 @@ func TestRedisLogClusterFlushWhenANodeLostItsScripts(t *testing.T) {
 func TestRedisLeasesOnClusterWithANodeDown(t *testing.T) {
 	nodes := redistest.NewCluster(t, 3, "--cluster-require-full-coverage", "no")
 	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
-	ctx := context.Background()
 	ls := NewRedisLeases(rdb, 20*time.Second)
-	var held []Lease
-	for i := range 40 {
-		l, err := ls.Acquire(ctx, fmt.Sprint("c", i), "A")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := acquireAll(t, ls, 40)
 	ids := make([]string, len(held))
 	for i, l := range held {
 		ids[i] = l.ID
@@ -352,12 +332,7 @@ func TestRedisLeasesOnClusterWithANodeDown(t *testing.T) {
 	for i, l := range held {
 		want[i] = onDown[l.ID]
 	}
-	errs := make([]error, len(held))
-	var wg sync.WaitGroup
-	for i, l := range held {
-		wg.Go(func() { errs[i] = ls.Renew(ctx, l) })
-	}
-	wg.Wait()
+	errs := renewAll(ls, held)
 	failed := 0
 	for i, err := range errs {
 		switch {
@@ -435,4 +410,29 @@ func stopNodeOf(t *testing.T, nodes []*redistest.Server, rdb *redis.ClusterClien
 		}
 	}
 	return onDown
+}
+
+// acquireAll acquires the leases of c0 … c<n-1> for replica A.
+func acquireAll(t *testing.T, ls Leases, n int) []Lease {
+	t.Helper()
+	var held []Lease
+	for i := range n {
+		l, err := ls.Acquire(context.Background(), fmt.Sprint("c", i), "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	return held
+}
+
+// renewAll renews held at once (one batch), and answers each renewal.
+func renewAll(ls Leases, held []Lease) []error {
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, l := range held {
+		wg.Go(func() { errs[i] = ls.Renew(context.Background(), l) })
+	}
+	wg.Wait()
+	return errs
 }
