@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -435,4 +436,19 @@ func renewAll(ls Leases, held []Lease) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// TestRedisLogFullReason: the warning for a completion kept apart because
+// the Redis log has no room names, on a Cluster, its shard and the
+// shard's share of the bound.
+func TestRedisLogFullReason(t *testing.T) {
+	limits := config.EventLogLimits{MaxCompletions: 1000}
+	if got := (&RedisLog{ks: oneRedis, limits: limits}).fullReason("c1"); got != "the Redis log is full of running completions" {
+		t.Errorf("one Redis: %q", got)
+	}
+	got := (&RedisLog{ks: clusterRedis, limits: limits}).fullReason("c1")
+	want := fmt.Sprintf("(s%d of 16)", clusterRedis.shard("c1"))
+	if !strings.Contains(got, want) || !strings.Contains(got, "each shard keeps 63") {
+		t.Errorf("a Cluster: %q, want %s and the share 63", got, want)
+	}
 }

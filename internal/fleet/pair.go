@@ -134,7 +134,7 @@ func (f *PairLog) openShared(id string, meta Meta) {
 		f.shared[id] = true
 		f.mu.Unlock()
 	case errors.Is(err, errLogFull):
-		f.setApart(id, "the Redis log is full of running completions", nil)
+		f.setApart(id, f.redis.fullReason(id), nil)
 	default:
 		f.degrade(id, err)
 	}
@@ -351,7 +351,7 @@ func (f *PairLog) setApart(id, why string, err error) {
 	if err != nil {
 		attrs = append(attrs, "error", err)
 	}
-	f.log.Warn("redis: completion logged in this replica's memory only: other replicas cannot attach to it until Redis answers again",
+	f.log.Warn("redis: completion logged in this replica's memory only: other replicas cannot attach to it until it is published there (Redis answers again, or its log has room)",
 		attrs...)
 	f.local.Add(context.Background(), 1)
 }
@@ -441,7 +441,7 @@ func (f *PairLog) shareLeased(id, replica string, ttl time.Duration, meta Meta, 
 	case errors.Is(err, ErrLeaseHeld):
 		f.openShared(id, meta)
 	case errors.Is(err, errLogFull):
-		f.setApart(id, "the Redis log is full of running completions", nil)
+		f.setApart(id, f.redis.fullReason(id), nil)
 	default:
 		f.degrade(id, err)
 	}

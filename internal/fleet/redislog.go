@@ -301,6 +301,16 @@ func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Dura
 	return token, added, l.dropAll(ctx, res[3:])
 }
 
+// fullReason says why the log of id has no room (errLogFull): on a
+// Cluster, its shard's share of the bound is all running completions.
+func (l *RedisLog) fullReason(id string) string {
+	if l.ks.shards == 0 {
+		return "the Redis log is full of running completions"
+	}
+	return fmt.Sprintf("its shard of the Redis log (s%d of %d) is full of running completions: each shard keeps %d (the bound on completions divided by the shards)",
+		l.ks.shard(id), l.ks.shards, l.ks.share(int64(l.limits.MaxCompletions)))
+}
+
 // evictAhead is how many ended logs an open that finds the Redis log full
 // evicts beyond the one it needs (lua/open.lua): a 64th of the bound, so
 // that a fleet at its bound drops once every so many opens, not at each;
