@@ -513,9 +513,6 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 		}
 		replies, evicted = append(replies, r...), append(evicted, e...)
 	}
-	if failed != nil && len(cmds) == 1 {
-		return nil, nil, failed
-	}
 	if at == nil || len(replies) != len(writes) {
 		return replies, evicted, failed // the committer refuses a count that differs
 	}
