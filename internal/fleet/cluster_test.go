@@ -271,7 +271,9 @@ func TestRedisLeasesOnCluster(t *testing.T) {
 // (here: flushed its scripts) answers NOSCRIPT to its calls of a flush
 // while the others' calls ran; only its calls run again, so that every
 // write is answered ok once (not "order", as a whole flush run twice
-// would answer the writes the other nodes took).
+// would answer the writes the other nodes took). The calls that run again
+// check that each log follows on: the node restarted from a copy saved
+// before c0's last event, whose next write is refused gap.
 func TestRedisLogClusterFlushWhenANodeLostItsScripts(t *testing.T) {
 	l, rdb := newClusterLog(t, config.EventLogLimits{}, nil)
 	ctx := context.Background()
@@ -300,17 +302,27 @@ func TestRedisLogClusterFlushWhenANodeLostItsScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The node restarts from a copy saved before c0's second event.
+	loseWrites(t, rdb, "c0", func() { flush(2) })
 	if err := node.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for i, r := range flush(2) {
-		if r != "ok" {
-			t.Errorf("%s: %q after one node lost its scripts, want ok", writes[i].id, r)
+	losses := l.losses.Load()
+	for i, r := range flush(3) {
+		if want := map[bool]string{true: "gap", false: "ok"}[writes[i].id == "c0"]; r != want {
+			t.Errorf("%s: %q after one node lost its scripts, want %s", writes[i].id, r, want)
 		}
 	}
+	if l.losses.Load() == losses {
+		t.Error("a node that lost its scripts is not counted as a possible loss of writes")
+	}
 	for _, w := range writes {
-		if p, err := l.Read(w.id, 0); err != nil || !slices.Equal(testkit.Seqs(p.Events), []uint64{1, 2}) {
-			t.Errorf("%s: %v, %v", w.id, testkit.Seqs(p.Events), err)
+		want := []uint64{1, 2, 3}
+		if w.id == "c0" {
+			want = []uint64{1}
+		}
+		if p, err := l.Read(w.id, 0); err != nil || !slices.Equal(testkit.Seqs(p.Events), want) {
+			t.Errorf("%s: %v, %v; want %v", w.id, testkit.Seqs(p.Events), err, want)
 		}
 	}
 }
@@ -368,6 +380,7 @@ func TestRedisLogClusterFlushWithANodeDown(t *testing.T) {
 		appendRun(l, ids[i], 1, false)
 	}
 	onDown := stopNodeOf(t, nodes, rdb, ids)
+	losses := l.losses.Load()
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -385,6 +398,9 @@ func TestRedisLogClusterFlushWithANodeDown(t *testing.T) {
 				t.Errorf("%s: %v, %v", id, testkit.Seqs(p.Events), err)
 			}
 		}
+	}
+	if l.losses.Load() == losses {
+		t.Error("a flush that failed is not counted as a possible loss of writes: the next writes would not check their logs")
 	}
 }
 

@@ -108,6 +108,10 @@ type commitWrite struct {
 	// (RedisLog.renewal); otherwise the event goes only to a log that
 	// exists.
 	renew bool
+	// check: the log's last entry must be seq-1 (lua/commit.lua answers
+	// gap otherwise), as at a renewal: Redis may have lost writes since
+	// the writer's last (RedisLog.suspect).
+	check bool
 	// notify publishes the event's notice to the log's followers; without
 	// it, only a renewal or an end looks for followers itself (and answers
 	// commitOKFollowed when it finds some).
@@ -434,7 +438,7 @@ func commitCall(ks *keyspace, args []any, writes []commitWrite) *redisscript.Bat
 		if a == nil {
 			a = newCommitArgs(ks, w.id)
 		}
-		b.Add(a.keys, w.fence, a.id, w.seq, w.event, w.status, flag(w.end), flag(w.renew), w.meta, w.size, flag(w.notify))
+		b.Add(a.keys, w.fence, a.id, w.seq, w.event, w.status, flag(w.end), flag(w.renew), w.meta, w.size, flag(w.notify), flag(w.check))
 	}
 	return b
 }
@@ -503,6 +507,7 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 	var failed error
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
+			l.mayHaveLost()
 			failed = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			replies = append(replies, make([]string, len(chunks[i]))...)
 			continue
@@ -531,8 +536,8 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 // pipeline on one Redis, one per node of a Cluster (byNode), at once. A
 // call that found NOSCRIPT did not run (its Redis restarted, or flushed
 // its scripts): the script is loaded, and only those calls run again (on
-// a Cluster, the other nodes' calls ran). Each command keeps its own
-// error.
+// a Cluster, the other nodes' calls ran), checking that each log follows
+// on (commitWrite.check). Each command keeps its own error.
 func (l *RedisLog) commitCalls(ctx context.Context, chunks [][]commitWrite) []*redis.Cmd {
 	args := []any{ms(l.now()), l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.ks.share(l.limits.MaxBytes),
 		l.LiveTTL.Milliseconds(), redisLogChanged}
@@ -563,7 +568,18 @@ func (l *RedisLog) commitCalls(ctx context.Context, chunks [][]commitWrite) []*r
 			again = append(again, i)
 		}
 	}
-	if len(again) > 0 && l.ks.scripts.commit.Load(ctx, l.rdb) == nil {
+	if len(again) == 0 {
+		return cmds
+	}
+	// A Redis without the script restarted (or failed over): it may have
+	// lost writes, so the calls run again check that each log follows on.
+	l.mayHaveLost()
+	for _, i := range again {
+		for j := range chunks[i] {
+			chunks[i][j].check = true
+		}
+	}
+	if l.ks.scripts.commit.Load(ctx, l.rdb) == nil {
 		run(again)
 	}
 	return cmds

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/protobuf/proto"
 
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
 	"github.com/completiond/completiond/internal/telemetry"
@@ -23,7 +24,9 @@ import (
 //
 // Degrading: a completion opened while Redis is down, or whose Redis
 // append fails (Redis down, or restarted and its log gone), goes on
-// logged in memory only (apart): no gap is ever written in Redis. A log
+// logged in memory only (apart): no gap is ever written in Redis. (One
+// whose last events Redis lost, a failover's lost writes, is published
+// again at once: fillGap.) A log
 // line and the completiond.redis.local_only counter say so; the
 // completion is not stopped, whatever its lease says (ownership).
 //
@@ -188,8 +191,34 @@ func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []by
 		return ErrFenced
 	case res == "missing":
 		f.degrade(id, errors.New("its log is no longer in Redis (Redis restarted, or evicted it)"))
+	case res == "gap":
+		f.fillGap(id, ev, status, end)
 	}
 	return nil
+}
+
+// fillGap publishes again the log of id, whose last events Redis lost (a
+// failover, or a restart from a saved copy, lost acknowledged writes: it
+// answered gap to the write of ev), from this replica's copy and ev (with
+// status when it ends the log), before ev is readable here: so the
+// shared log gets no hole, and holds ev before any caller sees it. A log
+// that cannot be published now is kept apart (setApart) until it can.
+func (f *PairLog) fillGap(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
+	c, ok := f.mem.copyOf(id)
+	b, err := proto.Marshal(ev)
+	if ok && err == nil {
+		c.events, c.seqs = append(c.events, b), append(c.seqs, ev.GetSeq())
+		if end {
+			c.ended, c.status = true, status
+		}
+		err = f.redis.reshare(id, c)
+	}
+	const why = "its log in Redis lost its last events (a failover or a restart lost acknowledged writes)"
+	if !ok || err != nil {
+		f.setApart(id, why, err)
+		return
+	}
+	f.log.Info("redis: "+why+": published again from this replica's copy", "completion_id", id, "events", len(c.events))
 }
 
 // reshareApart publishes again the log of id, if it is kept here apart

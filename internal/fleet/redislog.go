@@ -116,6 +116,10 @@ type RedisLog struct {
 	// fenced by the lease.
 	pendingMeta sync.Map
 	m           *metrics // rdb's (Instrument)
+	// losses counts the moments Redis may have lost acknowledged writes
+	// (mayHaveLost): a writer whose last write came before one checks
+	// that its log follows on (suspect).
+	losses atomic.Uint64
 
 	commit *committer
 	wake   *wakeRegistry
@@ -211,6 +215,9 @@ func (l *RedisLog) listen(ctx context.Context, ps *redis.PubSub) {
 
 // testHookRedisAdd, when set, is called before each append to Redis.
 var testHookRedisAdd func(id string, seq uint64)
+
+// testHookReshare, when set, is called before each reshare of a log.
+var testHookReshare func(id string)
 
 // testHookRedisReceive, when set, sees each Receive of the listener.
 var testHookRedisReceive func(any, error)
@@ -411,6 +418,11 @@ type logWriter struct {
 	// args are the log's keys and id as lua/commit.lua's arguments,
 	// built once for all its writes.
 	args *commitArgs
+	// acked is when Redis last acknowledged a write of this writer (Unix
+	// ms), and losses the RedisLog's count of possible losses then
+	// (suspect).
+	acked  atomic.Int64
+	losses atomic.Uint64
 }
 
 // firstOutput: ev is the first output (a token's delta, a tool call) of
@@ -427,9 +439,9 @@ func (lw *logWriter) firstOutput(ev *completionv1.CompletionEvent) bool {
 
 // add appends ev to the log of id, and with end ends it with status,
 // with the next flush of the group commit (committer). It answers what
-// lua/commit.lua did (ok, missing, ended, order, or fenced when id is
-// fenced and its lease is no longer the writer's) or the error of a Redis
-// that did not answer.
+// lua/commit.lua did (ok, missing, ended, order, gap when Redis lost the
+// log's last events, or fenced when id is fenced and its lease is no
+// longer the writer's) or the error of a Redis that did not answer.
 func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) (string, error) {
 	b, err := proto.Marshal(ev)
 	if err != nil {
@@ -447,6 +459,7 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	lw := l.writer(id)
 	w.args = lw.args
 	w.renew = l.renewal(lw)
+	w.check = !w.renew && l.suspect(lw)
 	unsized := lw.unsized.Load()
 	w.size = l.sizeOf(w, unsized)
 	w.notify = lw.followed.Load()
@@ -455,6 +468,10 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	res, followed, released := commitFlags(res)
 	if followed {
 		lw.followed.Store(true)
+	}
+	if err == nil && res == "ok" {
+		lw.acked.Store(ms(l.now()))
+		lw.losses.Store(l.losses.Load())
 	}
 	switch {
 	case err != nil || res != "ok":
@@ -506,6 +523,30 @@ func (l *RedisLog) renewal(lw *logWriter) bool {
 	l.forgetStale(now)
 	return true
 }
+
+// gapCheckAfter is how long after a writer's last acknowledged write its
+// next one checks that the log follows on (suspect). Redis loses
+// acknowledged writes only when its primary dies or restarts (a
+// failover, a restart from a saved copy), which takes longer: a write
+// that comes sooner either finds the Redis that acknowledged the last, or
+// fails because it is gone, and every writer whose last write came before
+// that failure checks.
+const gapCheckAfter = 50 * time.Millisecond
+
+// suspect reports whether Redis may have lost writes since the last of lw
+// that it acknowledged: that was gapCheckAfter ago or more, or a flush
+// failed since (mayHaveLost). Its next write then checks that the log's
+// last entry is the seq before its own (commitWrite.check), so that a log
+// never gets a hole: lua/commit.lua answers gap, and PairLog publishes the
+// log again from this replica's copy. A check costs a lookup in Redis,
+// a third more of its time per event when made at every one.
+func (l *RedisLog) suspect(lw *logWriter) bool {
+	return ms(l.now())-lw.acked.Load() >= gapCheckAfter.Milliseconds() || lw.losses.Load() != l.losses.Load()
+}
+
+// mayHaveLost notes that Redis may have lost acknowledged writes: a call
+// failed (its node did not answer), or found its script gone (restarted).
+func (l *RedisLog) mayHaveLost() { l.losses.Add(1) }
 
 // sizeOf is the size w is to count in the bound of bytes (0: none), with
 // unsized, the bytes of the writer's earlier events not counted yet: all of
@@ -716,6 +757,9 @@ func (l *RedisLog) reshare(id string, c logCopy) error {
 // reshareFenced is reshare with the writer's lease value given (empty:
 // not fenced), for a completion whose run is over (its fence is gone).
 func (l *RedisLog) reshareFenced(id string, c logCopy, fence string) error {
+	if testHookReshare != nil {
+		testHookReshare(id)
+	}
 	meta := c.meta
 	if c.ended {
 		meta.Request = nil // an ended completion is never taken over
@@ -764,7 +808,7 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 			continue
 		}
 		end := c.ended && i == len(c.events)-1
-		w := commitWrite{id: id, seq: seq, event: c.events[i], end: end, fence: fence, renew: len(writes) == 0}
+		w := commitWrite{id: id, seq: seq, event: c.events[i], end: end, fence: fence, renew: len(writes) == 0, check: true}
 		if end {
 			w.status = c.status
 		}
@@ -783,7 +827,7 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 			case "fenced":
 				l.refused()
 				return errLogFenced
-			case "missing", "ended":
+			case "missing", "ended", "gap":
 				return fmt.Errorf("%w: the log went while it was published again (%s)", ErrUnavailable, res)
 			}
 		}

@@ -1,5 +1,5 @@
 -- KEYS: LIVE ENDED SIZES BYTES ENDSEQ | META LOG LEASE FOLLOWED
--- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew meta size notify
+-- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew meta size notify check
 -- Group commit: appends one event per group, in order, each as entry
 -- 0-seq of the log of its id, and with fin = 1 ends that log with status;
 -- a log may have several groups. Fenced (fence is the writer's lease
@@ -43,16 +43,47 @@
 -- over a completion that has ended, and its owner need not release the
 -- lease in a call of its own (RedisLog.Unfence says so); it answers 'okr'
 -- then ('okrf' when followed as above).
+-- A renewal's seq, and with check = 1 any group's, must follow the log's
+-- last entry (follows): 'gap' when the entries before it are not there,
+-- so that a Redis that lost acknowledged writes (a failover's, a
+-- restart's from a saved copy) never gets a log with a hole in it; the
+-- writer publishes its copy again then. The writer asks for the check
+-- when Redis may have lost writes since its last one was acknowledged
+-- (RedisLog.suspect): not at every event, a lookup that costs a third
+-- more of Redis's time per event.
 -- Answers {replies, evicted}: per group, in order, 'ok' ('okf', 'okr' as above),
--- 'fenced', 'missing' (the log is not in Redis), 'ended', or 'order' (a
--- seq not above the log's last).
+-- 'fenced', 'missing' (the log is not in Redis), 'ended', 'gap' (events
+-- before seq are missing), or 'order' (a seq not above the log's last).
 now, retention, maxe, maxb, ttl = tonumber(now), tonumber(retention), tonumber(maxe), tonumber(maxb), tonumber(ttl)
 local replies, notices, written = {}, {}, {}
 -- added is what the writes add to BYTES (one INCRBY, at the end of the
 -- writes, unless it is 0); kept, what is kept once the logs evicted are
 -- dropped.
 local added = 0
-local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify)
+-- tops are the seqs this call appended last, per log.
+local tops = {}
+-- follows answers nil when seq may follow the log's last entry: it is the
+-- next (seq - 1 is the last), or the first of a log that has none yet
+-- (seq 1, renew). Otherwise 'gap' when entries before seq are not there
+-- (Redis lost acknowledged writes: a failover, a restart from a saved
+-- copy), 'order' when seq is not above the last, 'missing' when the log
+-- is not there. The last entry is always kept (trims keep it), so the
+-- check is one lookup, made once per log and call.
+local function follows(LOG, id, seq, renew)
+  seq = tonumber(seq)
+  if tops[id] == seq - 1 then return nil end
+  local last = redis.call('XREVRANGE', LOG, '+', '-', 'COUNT', 1)[1]
+  if not last then
+    if not renew then return 'missing' end
+    if seq == 1 then return nil end
+    return 'gap'
+  end
+  local top = tonumber(string.match(last[1], '%d+$'))
+  if top == seq - 1 then return nil end
+  if top >= seq then return 'order' end
+  return 'gap'
+end
+local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify, check)
   local held = false
   if fence ~= '' then
     local v = redis.call('GET', LEASE)
@@ -64,12 +95,19 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
   if renew == '1' then
     if redis.call('EXISTS', META) == 0 then return 'missing' end
     if redis.call('HEXISTS', META, 'ended') == 1 then return 'ended' end
+    local after = follows(LOG, id, seq, true)
+    if after then return after end
     entry = redis.pcall('XADD', LOG, '0-' .. seq, 'e', event)
   else
+    if check == '1' then
+      local after = follows(LOG, id, seq, false)
+      if after then return after end
+    end
     entry = redis.pcall('XADD', LOG, 'NOMKSTREAM', '0-' .. seq, 'e', event)
     if not entry then return 'missing' end
   end
   if type(entry) == 'table' and entry.err then return 'order' end
+  tops[id] = tonumber(seq)
   if meta ~= '' and fence ~= '' then redis.call('HSET', META, 'm', meta) end
   size = tonumber(size)
   if size ~= 0 then
@@ -115,11 +153,11 @@ local function join(META, LEASE, fence, meta)
 end
 for i = 1, GROUPS do
   local META, LOG, LEASE, FOLLOWED = KEYS_OF(i)
-  local fence, id, seq, event, status, fin, renew, meta, size, notify = ARGV_OF(i)
+  local fence, id, seq, event, status, fin, renew, meta, size, notify, check = ARGV_OF(i)
   if event == '' then
     replies[i] = join(META, LEASE, fence, meta)
   else
-    replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify)
+    replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify, check)
   end
 end
 -- The oldest ended logs go first, up to 100 at a time, out of the bound's
