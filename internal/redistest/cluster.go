@@ -93,16 +93,7 @@ func formCluster(ctx context.Context, nodes []*Server, buses []string, password 
 			return fmt.Errorf("cluster meet %s: %w", s.Addr, err)
 		}
 	}
-	for {
-		if clusterUp(ctx, clients) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not up after %s", clusterWait)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return until(ctx, func() bool { return clusterUp(ctx, clients) })
 }
 
 // clusterUp reports whether every node says the cluster is ok and knows
@@ -116,4 +107,190 @@ func clusterUp(ctx context.Context, clients []*redis.Client) bool {
 		}
 	}
 	return true
+}
+
+// NewReplicatedCluster runs a Redis Cluster of n primaries, each with one
+// replica, for tb, as NewCluster does: replicas[i] replicates primaries[i]
+// and has received its writes so far. It returns once every node says the
+// cluster is ok and each replica's link to its primary is up.
+func NewReplicatedCluster(tb testing.TB, n int, args ...string) (primaries, replicas []*Server) {
+	tb.Helper()
+	// A replica's first sync starts at once, not after the 5 s Redis
+	// waits by default for more replicas to share it.
+	args = append([]string{"--repl-diskless-sync-delay", "0"}, args...)
+	primaries = NewCluster(tb, n, args...)
+	replicas = make([]*Server, n)
+	buses := make([]string, n)
+	for i := range replicas {
+		dir := tb.TempDir()
+		buses[i] = freePort(tb)
+		replicas[i] = run(tb, &Server{tb: tb, dir: dir, args: append([]string{"--cluster-enabled", "yes",
+			"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000",
+			"--cluster-port", buses[i]}, args...)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	if err := addReplicas(ctx, primaries, replicas, buses, password(args)); err != nil {
+		tb.Fatalf("redistest: replicas for a cluster of %d: %v", n, err)
+	}
+	return primaries, replicas
+}
+
+// addReplicas introduces each of replicas (cluster bus ports buses) to
+// the cluster of primaries, makes it replicate the primary of the same
+// index, and waits until every node knows all of them, the cluster is ok,
+// and each replica is in sync.
+func addReplicas(ctx context.Context, primaries, replicas []*Server, buses []string, password string) error {
+	first := redis.NewClient(&redis.Options{Addr: primaries[0].Addr, Password: password})
+	defer first.Close()
+	for i, s := range replicas {
+		host, port, _ := net.SplitHostPort(s.Addr)
+		if err := first.Do(ctx, "cluster", "meet", host, port, buses[i]).Err(); err != nil {
+			return fmt.Errorf("cluster meet %s: %w", s.Addr, err)
+		}
+	}
+	all := append(append([]*Server(nil), primaries...), replicas...)
+	clients := make([]*redis.Client, len(all))
+	for i, s := range all {
+		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr, Password: password})
+		defer clients[i].Close()
+	}
+	if err := until(ctx, func() bool { return clusterUp(ctx, clients) }); err != nil {
+		return err
+	}
+	ids := make([]string, len(all))
+	for i, c := range clients {
+		id, err := c.Do(ctx, "cluster", "myid").Text()
+		if err != nil {
+			return fmt.Errorf("%s: cluster myid: %w", all[i].Addr, err)
+		}
+		ids[i] = id
+	}
+	n := len(primaries)
+	for i, r := range clients[n:] {
+		if err := r.Do(ctx, "cluster", "replicate", ids[i]).Err(); err != nil {
+			return fmt.Errorf("%s: cluster replicate: %w", replicas[i].Addr, err)
+		}
+	}
+	// Synced, and known as replicas by every node: a node that does not
+	// know a replica's primary yet refuses it its vote in a failover.
+	return until(ctx, func() bool {
+		for _, r := range clients[n:] {
+			info, err := r.Info(ctx, "replication").Result()
+			if err != nil || !strings.Contains(info, "master_link_status:up") {
+				return false
+			}
+		}
+		for _, c := range clients {
+			out, err := c.Do(ctx, "cluster", "nodes").Text()
+			if err != nil {
+				return false
+			}
+			for i := range replicas {
+				if primaryOf(out, ids[n+i]) != ids[i] {
+					return false
+				}
+			}
+		}
+		return clusterUp(ctx, clients)
+	})
+}
+
+// until polls cond every 50 ms until it holds, or ctx ends.
+func until(ctx context.Context, cond func() bool) error {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not so after %s", clusterWait)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Failover makes replica the primary of its primary's slots, and returns
+// once every node of nodes that runs (not stopped) says so. With takeover, at once,
+// without its primary's agreement (CLUSTER FAILOVER TAKEOVER, what an
+// operator does when the primary is gone: the writes the replica had not
+// received are lost, as in an automatic failover); otherwise once it has
+// every write of its primary (CLUSTER FAILOVER: nothing lost, the
+// primary becomes its replica).
+func Failover(tb testing.TB, replica *Server, takeover bool, nodes []*Server) {
+	tb.Helper()
+	pw := password(replica.args)
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	c := redis.NewClient(&redis.Options{Addr: replica.Addr, Password: pw})
+	defer c.Close()
+	id, err := c.Do(ctx, "cluster", "myid").Text()
+	if err != nil {
+		tb.Fatalf("redistest: %s: cluster myid: %v", replica.Addr, err)
+	}
+	args := []any{"cluster", "failover"}
+	if takeover {
+		args = append(args, "takeover")
+	}
+	if err := c.Do(ctx, args...).Err(); err != nil {
+		tb.Fatalf("redistest: %s: %v: %v", replica.Addr, args, err)
+	}
+	err = until(ctx, func() bool {
+		for _, s := range nodes {
+			if !s.running() {
+				continue
+			}
+			n := redis.NewClient(&redis.Options{Addr: s.Addr, Password: pw, MaxRetries: -1})
+			out, err := n.Do(ctx, "cluster", "nodes").Text()
+			_ = n.Close()
+			if err != nil || !isPrimary(out, id) {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		tb.Fatalf("redistest: %s is not the primary everywhere: %v", replica.Addr, err)
+	}
+}
+
+// isPrimary reports whether CLUSTER NODES's answer nodes shows node id as
+// a primary.
+func isPrimary(nodes, id string) bool {
+	f := nodeLine(nodes, id)
+	return len(f) > 2 && strings.Contains(f[2], "master")
+}
+
+// primaryOf is the id of the primary of replica id in CLUSTER NODES's
+// answer nodes, empty when it is none's replica there.
+func primaryOf(nodes, id string) string {
+	f := nodeLine(nodes, id)
+	if len(f) < 4 || !strings.Contains(f[2], "slave") {
+		return ""
+	}
+	return f[3]
+}
+
+// nodeLine is the fields of node id's line in CLUSTER NODES's answer
+// nodes: id, address, flags, primary, …
+func nodeLine(nodes, id string) []string {
+	for line := range strings.Lines(nodes) {
+		if f := strings.Fields(line); len(f) > 3 && f[0] == id {
+			return f
+		}
+	}
+	return nil
+}
+
+// CutReplicas closes the replication links of primary (CLIENT KILL TYPE
+// replica): its replicas get none of its writes from then on until they
+// reconnect, which a paused one (Pause) does not. So a replica paused,
+// cut, then promoted after its primary's writes (Failover with takeover)
+// lacks them, as a replica promoted after its primary died before it
+// passed them on.
+func CutReplicas(tb testing.TB, primary *Server) {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: primary.Addr, Password: password(primary.args)})
+	defer c.Close()
+	if err := c.ClientKillByFilter(context.Background(), "type", "replica").Err(); err != nil {
+		tb.Fatalf("redistest: %s: client kill type replica: %v", primary.Addr, err)
+	}
 }

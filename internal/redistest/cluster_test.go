@@ -37,3 +37,54 @@ func TestNewCluster(t *testing.T) {
 		t.Fatalf("keys on %d nodes (%v), want at least 2", len(seen), err)
 	}
 }
+
+// TestFailover: a replicated cluster's replica has its primary's writes;
+// a failover without loss keeps every write; a takeover by a replica
+// that missed the last writes (paused) loses them, as an automatic
+// failover does, and the cluster serves on without the old primary.
+func TestFailover(t *testing.T) {
+	primaries, replicas := NewReplicatedCluster(t, 3)
+	nodes := append(append([]*Server(nil), primaries...), replicas...)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: Addrs(primaries)[:1]})
+	defer c.Close()
+	ctx := context.Background()
+	set := func(k string) {
+		t.Helper()
+		if err := c.Set(ctx, k, k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func(k string) bool {
+		t.Helper()
+		n, err := c.Exists(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	slot := int(c.ClusterKeySlot(ctx, "{a}").Val())
+	i := slot * len(primaries) / clusterSlots // the node of {a}'s slot range
+	set("{a}1")
+	Failover(t, replicas[i], false, nodes)
+	set("{a}2")
+	if !has("{a}1") || !has("{a}2") {
+		t.Fatal("a write lost in a failover without loss")
+	}
+	// replicas[i] is the primary now, primaries[i] its replica.
+	newPrimary := redis.NewClient(&redis.Options{Addr: replicas[i].Addr})
+	defer newPrimary.Close()
+	if err := newPrimary.Do(ctx, "wait", 1, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	primaries[i].Pause()
+	CutReplicas(t, replicas[i])
+	set("{a}3")
+	replicas[i].Stop()
+	primaries[i].Resume()
+	Failover(t, primaries[i], true, nodes)
+	c.ReloadState(ctx)
+	if !has("{a}2") || has("{a}3") {
+		t.Fatalf("after a takeover: {a}2 kept %t, {a}3 kept %t; want the write the replica missed lost", has("{a}2"), has("{a}3"))
+	}
+	set("{a}4")
+}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -218,4 +219,31 @@ func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strconv.Quote(string(t.b))
+}
+
+// running reports whether the server runs (it was not stopped).
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// Pause stops the server's process (SIGSTOP): it holds its connections and
+// answers nothing, as a server stalled or cut off, until Resume.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.tb.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		s.tb.Fatalf("redistest: %s is not running", s.Addr)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		s.tb.Fatalf("redistest: %s: %v", s.Addr, err)
+	}
 }
