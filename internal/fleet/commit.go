@@ -493,7 +493,8 @@ func commitShards(ks *keyspace, writes []commitWrite) (shards [][]commitWrite, a
 // one reply per write, in the order of writes, and the ids of the ended
 // logs their bound evicts. When some calls failed (a node that did not
 // answer), err says why and their writes' replies are empty: the others
-// are answered.
+// are answered. A call refused because its slot is moving did not run
+// (refusedMoving): its writes' replies are commitTryAgain.
 func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (replies, evicted []string, err error) {
 	shards, at := commitShards(l.ks, writes)
 	var chunks [][]commitWrite
@@ -506,7 +507,12 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 	// theirs.
 	var failed error
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
+		err := cmd.Err()
+		switch {
+		case refusedMoving(err):
+			replies = append(replies, tryAgainAll(len(chunks[i]))...)
+			continue
+		case err != nil:
 			l.mayHaveLost()
 			failed = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			replies = append(replies, make([]string, len(chunks[i]))...)
@@ -530,6 +536,30 @@ func (l *RedisLog) commitWrites(ctx context.Context, writes []commitWrite) (repl
 		}
 	}
 	return ordered, evicted, failed
+}
+
+// commitTryAgain is the reply to a write whose call Redis refused without
+// running it because its shard's slot is moving to another node of the
+// Cluster (resharding: refusedMoving). The writer writes it again shortly
+// (RedisLog.commitWrite).
+const commitTryAgain = "tryagain"
+
+// refusedMoving reports whether Redis refused a command, without running
+// it, because its slot is moving: TRYAGAIN (the command's keys are some
+// on each node), or a MOVED or ASK redirection that the client still had
+// when its redirections ran out (the nodes' views of the slot differ for
+// a moment at the end of a move).
+func refusedMoving(err error) bool {
+	return redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
+}
+
+// tryAgainAll is n replies commitTryAgain.
+func tryAgainAll(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = commitTryAgain
+	}
+	return out
 }
 
 // commitCalls runs a call of lua/commit.lua per chunk, pipelined: one

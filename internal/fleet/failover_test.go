@@ -48,12 +48,24 @@ func (c *replicatedCluster) nodeOf(t *testing.T, id string) int {
 	return -1
 }
 
+// routedTo waits until the client sends id's shard to the node s (it
+// reloads the cluster's slots in the background).
+func (c *replicatedCluster) routedTo(t *testing.T, id string, s *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, func() bool {
+		c.rdb.ReloadState(ctx)
+		node, err := c.rdb.MasterForKey(ctx, clusterRedis.log(id))
+		return err == nil && node.Options().Addr == s.Addr
+	})
+}
+
 // newClusterPair is a replica's PairLog on rdb, reading the time from
 // clk, and its count of completions kept apart.
 func newClusterPair(t *testing.T, rdb redis.UniversalClient, clk *clock) (*PairLog, *atomic.Int64) {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	h := NewHealth(rdb, time.Hour, quiet)
+	h := NewHealth(rdb, time.Hour, quiet) // down once a command fails, for the test's length
 	t.Cleanup(h.Close)
 	rl := NewRedisLog(rdb, config.EventLogLimits{}, clk.now)
 	t.Cleanup(rl.Close)
@@ -129,8 +141,8 @@ func TestPairLogClusterFailover(t *testing.T) {
 	other := NewRedisLog(c.rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(other.Close)
 	for i, id := range ids {
-		if p, err := other.Read(id, 0); err != nil || !p.Ended || !slices.Equal(testkit.Seqs(p.Events), seqsTo(int(last[i]))) {
-			t.Errorf("%s: %v ended %t, %v; want 1..%d ended", id, testkit.Seqs(p.Events), p.Ended, err, last[i])
+		if seqs, ended, err := readWhole(other, id); err != nil || !ended || !slices.Equal(seqs, seqsTo(int(last[i]))) {
+			t.Errorf("%s: %v ended %t, %v; want 1..%d ended", id, seqs, ended, err, last[i])
 		}
 	}
 	if node, err := c.rdb.MasterForKey(context.Background(), clusterRedis.log(ids[0])); err != nil || node.Options().Addr != c.replicas[i].Addr {
@@ -170,7 +182,7 @@ func TestPairLogClusterFailoverLosesWrites(t *testing.T) {
 	primary.Stop()
 	replica.Resume()
 	redistest.Failover(t, replica, true, c.nodes)
-	c.rdb.ReloadState(ctx)
+	c.routedTo(t, "c1", replica)
 	other := NewRedisLog(c.rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(other.Close)
 	if p, err := other.Read("c1", 0); err != nil || !slices.Equal(testkit.Seqs(p.Events), seqsTo(3)) {
@@ -185,5 +197,143 @@ func TestPairLogClusterFailoverLosesWrites(t *testing.T) {
 	}
 	if p, err := other.Read("c1", 0); err != nil || !p.Ended || !slices.Equal(testkit.Seqs(p.Events), seqsTo(7)) {
 		t.Fatalf("the shared log after the takeover: %v ended %t (%v); want 1..7 ended", testkit.Seqs(p.Events), p.Ended, err)
+	}
+}
+
+// TestPairLogClusterReshard: a shard's slot moves to another primary
+// while completions of it and of other shards write (as redis-cli
+// --cluster reshard moves it, a few keys at a time). Mid-move, the
+// shard's writes are refused TRYAGAIN by Redis: they wait and go again,
+// and the other shards' writes are not held. No completion is kept apart,
+// and every log is whole once the slot has moved.
+func TestPairLogClusterReshard(t *testing.T) {
+	nodes := redistest.NewCluster(t, 3)
+	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
+	f, apart := newClusterPair(t, rdb, &clock{t: time.Now()})
+	f.redis.OpTimeout = 10 * time.Second // the test moves the slot at its pace
+	ctx := context.Background()
+	moving, others := idsOfShard(3, 6, "m"), idsOfShard(4, 6, "o")
+	for _, id := range append(append([]string(nil), moving...), others...) {
+		if err := f.Open(id, Meta{Replica: "A"}); err != nil {
+			t.Fatal(err)
+		}
+		appendRun(f, id, 3, false)
+	}
+	slot := int(rdb.ClusterKeySlot(ctx, clusterRedis.log(moving[0])).Val())
+	var from, to *redistest.Server
+	for i, s := range nodes {
+		if node, err := rdb.MasterForKey(ctx, clusterRedis.log(moving[0])); err == nil && node.Options().Addr == s.Addr {
+			from, to = s, nodes[(i+1)%len(nodes)]
+		}
+	}
+	if other, _ := rdb.MasterForKey(ctx, clusterRedis.log(others[0])); other == nil || other.Options().Addr == from.Addr {
+		t.Fatal("pick another shard for the others: it is on the moving shard's node")
+	}
+	m := redistest.BeginMove(t, slot, from, to)
+	if left := m.Migrate(5); left == 0 {
+		t.Fatal("the shard's keys all moved at once: nothing is mid-move")
+	}
+	var wg sync.WaitGroup
+	var done atomic.Int32 // the others' writes done
+	for _, id := range append(append([]string(nil), moving...), others...) {
+		wg.Go(func() {
+			if err := f.Append(id, logEvent(4, false)); err != nil {
+				t.Error(err)
+			}
+			if !slices.Contains(moving, id) {
+				done.Add(1)
+			}
+		})
+	}
+	waitFor(t, func() bool { return done.Load() == int32(len(others)) }) // not held by the move
+	m.Finish(nodes)
+	wg.Wait()
+	other := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(other.Close)
+	for _, id := range append(append([]string(nil), moving...), others...) {
+		if p, err := other.Read(id, 0); err != nil || !slices.Equal(testkit.Seqs(p.Events), seqsTo(4)) {
+			t.Errorf("%s once its write returned: %v, %v; want 1..4 in Redis", id, testkit.Seqs(p.Events), err)
+		}
+		if err := f.End(id, logEvent(5, true), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := apart.Load(); n != 0 {
+		t.Errorf("%d completions kept apart through a move of their shard's slot", n)
+	}
+	for _, id := range append(append([]string(nil), moving...), others...) {
+		if p, err := other.Read(id, 0); err != nil || !p.Ended || !slices.Equal(testkit.Seqs(p.Events), seqsTo(5)) {
+			t.Errorf("%s: %v ended %t, %v; want 1..5 ended", id, testkit.Seqs(p.Events), p.Ended, err)
+		}
+	}
+}
+
+// TestPairLogClusterSlotStuckMoving: a shard's slot stays mid-move for
+// longer than a write waits (OpTimeout): the completion's write gives up,
+// and the completion is kept apart, but Redis is not taken for down (it
+// answers: the other shards are written, new completions shared). Once
+// the slot has moved, the completion's next event publishes it again,
+// whole.
+func TestPairLogClusterSlotStuckMoving(t *testing.T) {
+	nodes := redistest.NewCluster(t, 3)
+	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
+	clk := &clock{t: time.Now()}
+	f, apart := newClusterPair(t, rdb, clk)
+	ctx := context.Background()
+	id := idsOfShard(3, 1, "m")[0]
+	if err := f.Open(id, Meta{Replica: "A"}); err != nil {
+		t.Fatal(err)
+	}
+	appendRun(f, id, 3, false)
+	node, err := rdb.MasterForKey(ctx, clusterRedis.log(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from, to *redistest.Server
+	for i, s := range nodes {
+		if s.Addr == node.Options().Addr {
+			from, to = s, nodes[(i+1)%len(nodes)]
+		}
+	}
+	m := redistest.BeginMove(t, int(rdb.ClusterKeySlot(ctx, clusterRedis.log(id)).Val()), from, to)
+	m.Migrate(2)
+	f.redis.OpTimeout = 50 * time.Millisecond
+	if err := f.Append(id, logEvent(4, false)); err != nil {
+		t.Fatal(err)
+	}
+	if !f.KeptHere(id) || apart.Load() != 1 {
+		t.Fatalf("a write whose slot stays mid-move: kept apart %t, %d apart; want it apart", f.KeptHere(id), apart.Load())
+	}
+	if !f.watch.Up() {
+		t.Fatal("a slot mid-move took Redis for down")
+	}
+	m.Finish(nodes)
+	f.redis.OpTimeout = DefaultRedisOpTimeout
+	clk.add(reshareEvery)
+	if err := f.Append(id, logEvent(5, false)); err != nil {
+		t.Fatal(err)
+	}
+	if f.KeptHere(id) {
+		t.Fatal("still kept apart once the slot moved")
+	}
+	other := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(other.Close)
+	if p, err := other.Read(id, 0); err != nil || !slices.Equal(testkit.Seqs(p.Events), seqsTo(5)) {
+		t.Fatalf("the shared log: %v (%v), want 1..5", testkit.Seqs(p.Events), err)
+	}
+}
+
+// readWhole reads the log of id page after page: the seqs of its events,
+// and whether it ended.
+func readWhole(l Log, id string) (seqs []uint64, ended bool, err error) {
+	for {
+		p, err := l.Read(id, uint64(len(seqs)))
+		if err != nil {
+			return seqs, false, err
+		}
+		seqs = append(seqs, testkit.Seqs(p.Events)...)
+		if len(p.Events) == 0 || p.Last == uint64(len(seqs)) {
+			return seqs, p.Ended, nil
+		}
 	}
 }

@@ -85,8 +85,16 @@ func (w *Health) set(up bool, err error) {
 }
 
 // Failed marks Redis down after a failed command (of the event log, the
-// shared breakers or the limits); only a PING brings it back.
-func (w *Health) Failed(err error) { w.set(false, err) }
+// shared breakers or the limits); only a PING brings it back. A command
+// refused because its slot is moving to another node of a Cluster
+// (TRYAGAIN, or a redirection left: slotMoving) does not: Redis answers,
+// and the move ends by itself.
+func (w *Health) Failed(err error) {
+	if slotMoving(err) {
+		return
+	}
+	w.set(false, err)
+}
 
 // Up reports whether Redis answers.
 func (w *Health) Up() bool { return w.up.Load() }

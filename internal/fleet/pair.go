@@ -275,6 +275,12 @@ func (f *PairLog) reshare(id string, apart *apartState, ended bool) {
 			// replicas are better told NOT_FOUND than left following it.
 			_ = f.redis.dropUnlessFenced(id)
 		}
+		if ended && slotMoving(err) {
+			// Only a PING after Redis was down publishes the completions
+			// that ended apart (publishEnded): a slot that stays mid-move
+			// for longer than a write waits counts as down for this one.
+			err = fmt.Errorf("%w: an ended completion could not be published: %v", ErrUnavailable, err.Error())
+		}
 		if errors.Is(err, ErrUnavailable) {
 			f.watch.Failed(err)
 		}

@@ -338,7 +338,7 @@ func (l *RedisLog) joinRequest(id string) {
 	if !ok {
 		return
 	}
-	if _, err := l.commit.write(commitWrite{id: id, fence: fence, meta: m.(string), args: l.writer(id).args}); err != nil {
+	if _, err := l.commitWrite(commitWrite{id: id, fence: fence, meta: m.(string), args: l.writer(id).args}); err != nil {
 		l.pendingMeta.LoadOrStore(id, m)
 	}
 }
@@ -464,7 +464,7 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	w.size = l.sizeOf(w, unsized)
 	w.notify = lw.followed.Load()
 	w.urgent = end || ev.GetStopHookRequest() != nil || lw.firstOutput(ev)
-	res, err := l.commit.write(w)
+	res, err := l.commitWrite(w)
 	res, followed, released := commitFlags(res)
 	if followed {
 		lw.followed.Store(true)
@@ -492,6 +492,46 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	}
 	return res, err
 }
+
+// commitWrite writes w with the next flush of the group commit, and
+// again while Redis refuses it because its shard's slot is moving to
+// another node of the Cluster (refusedMoving: a move takes milliseconds
+// per batch of keys), after a pause that doubles from tryAgainFirst to tryAgainMost,
+// within OpTimeout; then it fails (errSlotMoving). The other writes of its flush
+// are answered meanwhile.
+func (l *RedisLog) commitWrite(w commitWrite) (string, error) {
+	start := time.Now()
+	for pause := tryAgainFirst; ; pause = min(2*pause, tryAgainMost) {
+		res, err := l.commit.write(w)
+		if res != commitTryAgain {
+			return res, err
+		}
+		if time.Since(start)+pause > l.OpTimeout {
+			return "", fmt.Errorf("%w: %s's shard, for %s", errSlotMoving, w.id, time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(pause)
+	}
+}
+
+// errSlotMoving: Redis refused a command (refusedMoving) for longer than
+// it waits, its shard's slot moving to another node of the Cluster. It is
+// ErrUnavailable (the completion is kept apart, and published again
+// later), but Redis answers: Health.Failed does not take it for down.
+var errSlotMoving = fmt.Errorf("%w: the slot is moving to another node of the cluster (TRYAGAIN)", ErrUnavailable)
+
+// slotMoving reports whether err is a command refused because its slot is
+// moving: errSlotMoving, or Redis's refusal once the client's own retries
+// gave up (refusedMoving).
+func slotMoving(err error) bool {
+	return errors.Is(err, errSlotMoving) || refusedMoving(err)
+}
+
+// The pauses before a write refused because its slot is moving goes again
+// (commitWrite).
+const (
+	tryAgainFirst = 2 * time.Millisecond
+	tryAgainMost  = 100 * time.Millisecond
+)
 
 // followedNow marks the log of id followed, if this replica writes it.
 func (l *RedisLog) followedNow(id string) {
@@ -829,6 +869,8 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 				return errLogFenced
 			case "missing", "ended", "gap":
 				return fmt.Errorf("%w: the log went while it was published again (%s)", ErrUnavailable, res)
+			case commitTryAgain:
+				return fmt.Errorf("%w: %s's shard", errSlotMoving, id)
 			}
 		}
 		if err := l.dropAll(ctx, evicted); err != nil {

@@ -294,3 +294,91 @@ func CutReplicas(tb testing.TB, primary *Server) {
 		tb.Fatalf("redistest: %s: client kill type replica: %v", primary.Addr, err)
 	}
 }
+
+// SlotMove is a slot on its way from one primary to another while the
+// cluster serves, step by step as redis-cli --cluster reshard moves it:
+// the slot importing on the target and migrating on the source, its keys
+// moved a few at a time (MIGRATE), then the slot given to the target.
+// Meanwhile a command on keys of the slot that are not all on one side
+// is refused TRYAGAIN; one on keys already moved is sent on (ASK).
+type SlotMove struct {
+	tb       testing.TB
+	slot     int
+	from, to *redis.Client
+	toID     string
+	toAddr   string
+	password string
+}
+
+// BeginMove starts moving slot from the primary from to the primary to.
+func BeginMove(tb testing.TB, slot int, from, to *Server) *SlotMove {
+	tb.Helper()
+	pw := password(from.args)
+	m := &SlotMove{tb: tb, slot: slot, toAddr: to.Addr, password: pw,
+		from: redis.NewClient(&redis.Options{Addr: from.Addr, Password: pw}),
+		to:   redis.NewClient(&redis.Options{Addr: to.Addr, Password: pw})}
+	tb.Cleanup(func() { _ = m.from.Close(); _ = m.to.Close() })
+	fromID := m.do(m.from, "cluster", "myid")
+	m.toID = m.do(m.to, "cluster", "myid")
+	m.do(m.to, "cluster", "setslot", slot, "importing", fromID)
+	m.do(m.from, "cluster", "setslot", slot, "migrating", m.toID)
+	return m
+}
+
+// do runs a command on c, failing the test when it fails, and answers its
+// reply as text (empty when it is not).
+func (m *SlotMove) do(c *redis.Client, args ...any) string {
+	m.tb.Helper()
+	v, err := c.Do(context.Background(), args...).Result()
+	if err != nil {
+		m.tb.Fatalf("redistest: %s: %v: %v", c.Options().Addr, args, err)
+	}
+	s, _ := v.(string)
+	return s
+}
+
+// Migrate moves up to n of the slot's keys still on the source, and
+// answers how many are left there.
+func (m *SlotMove) Migrate(n int) int {
+	m.tb.Helper()
+	ctx := context.Background()
+	keys, err := m.from.ClusterGetKeysInSlot(ctx, m.slot, n).Result()
+	if err != nil {
+		m.tb.Fatalf("redistest: cluster getkeysinslot %d: %v", m.slot, err)
+	}
+	if len(keys) > 0 {
+		host, port, _ := net.SplitHostPort(m.toAddr)
+		args := []any{"migrate", host, port, "", 0, 5000}
+		if m.password != "" {
+			args = append(args, "auth", m.password)
+		}
+		args = append(args, "keys")
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		m.do(m.from, args...)
+	}
+	left, err := m.from.ClusterCountKeysInSlot(ctx, m.slot).Result()
+	if err != nil {
+		m.tb.Fatalf("redistest: cluster countkeysinslot %d: %v", m.slot, err)
+	}
+	return int(left)
+}
+
+// Finish moves the slot's keys left, then gives the slot to the target:
+// on the target, the source, then every other node of nodes that runs.
+func (m *SlotMove) Finish(nodes []*Server) {
+	m.tb.Helper()
+	for m.Migrate(100) > 0 {
+	}
+	m.do(m.to, "cluster", "setslot", m.slot, "node", m.toID)
+	m.do(m.from, "cluster", "setslot", m.slot, "node", m.toID)
+	for _, s := range nodes {
+		if !s.running() || s.Addr == m.toAddr || s.Addr == m.from.Options().Addr {
+			continue
+		}
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: m.password})
+		m.do(c, "cluster", "setslot", m.slot, "node", m.toID)
+		_ = c.Close()
+	}
+}

@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -87,4 +89,44 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("after a takeover: {a}2 kept %t, {a}3 kept %t; want the write the replica missed lost", has("{a}2"), has("{a}3"))
 	}
 	set("{a}4")
+}
+
+// TestSlotMove: while a slot moves, a command on its keys split between
+// the two nodes is refused TRYAGAIN; once moved, the slot's keys are all
+// on the target, and a client finds them there.
+func TestSlotMove(t *testing.T) {
+	nodes := NewCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: Addrs(nodes)[:1]})
+	defer c.Close()
+	ctx := context.Background()
+	for i := range 20 {
+		if err := c.Set(ctx, fmt.Sprint("{a}", i), i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot := int(c.ClusterKeySlot(ctx, "{a}").Val())
+	from := nodes[slot*len(nodes)/clusterSlots]
+	to := nodes[(slot*len(nodes)/clusterSlots+1)%len(nodes)]
+	m := BeginMove(t, slot, from, to)
+	if left := m.Migrate(10); left != 10 {
+		t.Fatalf("%d keys left after moving 10 of 20", left)
+	}
+	fc := redis.NewClient(&redis.Options{Addr: from.Addr})
+	defer fc.Close()
+	var keys []string
+	for i := range 20 {
+		keys = append(keys, fmt.Sprint("{a}", i))
+	}
+	if err := fc.MGet(ctx, keys...).Err(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+		t.Fatalf("a command on keys on both sides: %v, want TRYAGAIN", err)
+	}
+	m.Finish(nodes)
+	c.ReloadState(ctx)
+	if n, err := c.Exists(ctx, keys...).Result(); err != nil || n != 20 {
+		t.Fatalf("after the move: %d of 20 keys (%v)", n, err)
+	}
+	node, err := c.MasterForKey(ctx, "{a}")
+	if err != nil || node.Options().Addr != to.Addr {
+		t.Fatalf("the slot's node after the move: %v (%v), want %s", node, err, to.Addr)
+	}
 }
