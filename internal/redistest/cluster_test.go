@@ -121,12 +121,22 @@ func TestSlotMove(t *testing.T) {
 		t.Fatalf("a command on keys on both sides: %v, want TRYAGAIN", err)
 	}
 	m.Finish(nodes)
-	c.ReloadState(ctx)
 	if n, err := c.Exists(ctx, keys...).Result(); err != nil || n != 20 {
 		t.Fatalf("after the move: %d of 20 keys (%v)", n, err)
 	}
-	node, err := c.MasterForKey(ctx, "{a}")
-	if err != nil || node.Options().Addr != to.Addr {
-		t.Fatalf("the slot's node after the move: %v (%v), want %s", node, err, to.Addr)
+	tc := redis.NewClient(&redis.Options{Addr: to.Addr})
+	defer tc.Close()
+	if n, err := tc.ClusterCountKeysInSlot(ctx, slot).Result(); err != nil || n != 20 {
+		t.Fatalf("the target holds %d of the slot's 20 keys (%v)", n, err)
+	}
+	wait, cancel := context.WithTimeout(ctx, clusterWait)
+	defer cancel()
+	err := until(wait, func() bool { // the client reloads the slots in the background
+		c.ReloadState(ctx)
+		node, err := c.MasterForKey(ctx, "{a}")
+		return err == nil && node.Options().Addr == to.Addr
+	})
+	if err != nil {
+		t.Fatalf("the client does not send the slot to its new node: %v", err)
 	}
 }
