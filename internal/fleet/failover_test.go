@@ -337,3 +337,26 @@ func readWhole(l Log, id string) (seqs []uint64, ended bool, err error) {
 		}
 	}
 }
+
+// TestHealthOnClusterWithANodeDown: with one primary of a Cluster down,
+// Redis is down at every PING (its shards cannot be written), not up and
+// down in turn as a PING of one node at random would say; once the node
+// is back, up.
+func TestHealthOnClusterWithANodeDown(t *testing.T) {
+	nodes := redistest.NewCluster(t, 3, "--cluster-require-full-coverage", "no")
+	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
+	h := NewHealth(rdb, time.Hour, slog.New(slog.DiscardHandler))
+	t.Cleanup(h.Close)
+	ctx := context.Background()
+	if !h.Up() {
+		t.Fatal("down at start")
+	}
+	nodes[1].Stop()
+	for i := range 6 { // a node at random would answer 6 times in a row 9 % of the time
+		if h.ping(ctx); h.Up() {
+			t.Fatalf("PING %d with a primary down: up", i)
+		}
+	}
+	nodes[1].Restart()
+	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
+}

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -11,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Health follows whether Redis answers: a PING every interval, each
-// bounded by the interval. It starts up; a failed command of the event log
+// Health follows whether Redis answers: a PING every interval (of every
+// primary of a Cluster), each bounded by the interval. It starts up; a failed command of the event log
 // marks it down at once, and only a PING brings it back.
 type Health struct {
 	rdb      redis.UniversalClient
@@ -56,11 +57,28 @@ func (w *Health) run(ctx context.Context) {
 func (w *Health) ping(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, w.interval)
 	defer cancel()
-	err := w.rdb.Ping(ctx).Err()
+	err := pingAll(ctx, w.rdb)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return // closing
 	}
 	w.set(err == nil, err)
+}
+
+// pingAll PINGs Redis: on a Cluster, every primary the client knows, so
+// that Redis is up only while every shard can be written (a PING of the
+// client would reach one node at random: up and down in turn while one
+// is down).
+func pingAll(ctx context.Context, rdb redis.UniversalClient) error {
+	cc := clusterClient(rdb)
+	if cc == nil {
+		return rdb.Ping(ctx).Err()
+	}
+	return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		if err := node.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("%s: %w", node.Options().Addr, err)
+		}
+		return nil
+	})
 }
 
 // set records whether Redis answers, and on a change logs it and tells
