@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/completiond/completiond/client"
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/redistest"
+)
+
+// TestFleetClusterFailover: two completiond processes share a Redis
+// Cluster of three primaries with a replica each; a resumable Stream runs
+// through A while every primary hands its slots to its replica — without
+// loss (CLUSTER FAILOVER), or with each replica cut off from its primary
+// for a few tokens, the primaries killed, and the replicas taking over
+// (CLUSTER FAILOVER TAKEOVER: the events those primaries acknowledged are
+// lost). The Stream finishes whole, and an attach through B reads every
+// seq once and the whole answer, the lost events included (A published
+// them again).
+func TestFleetClusterFailover(t *testing.T) {
+	bin := buildCompletiond(t)
+	for _, lossy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "failover", true: "takeover after lost writes"}[lossy], func(t *testing.T) {
+			primaries, replicas := redistest.NewReplicatedCluster(t, 3)
+			nodes := append(append([]*redistest.Server(nil), primaries...), replicas...)
+			url := "redis://" + primaries[0].Addr
+			for _, n := range nodes[1:] {
+				url += map[bool]string{true: "?", false: "&"}[n == nodes[1]] + "addr=" + n.Addr
+			}
+			a := startReplicaOn(t, bin, "A", url, nil, "--redis-cluster", "--lease-ttl", "3s")
+			b := startReplicaOn(t, bin, "B", url, nil, "--redis-cluster", "--lease-ttl", "3s")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			st, err := connect(t, a).Stream(ctx, &completionv1.CompleteRequest{
+				Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "through a failover"}}}}}},
+				Metadata:    map[string]string{"sim.pace": "20ms", "sim.words": "60"},
+				ResumeGrace: durationpb.New(30 * time.Second),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deltas := func(n int) {
+				t.Helper()
+				for seen := 0; seen < n; {
+					ev, err := st.Recv()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ev.GetDelta() != nil {
+						seen++
+					}
+				}
+			}
+			deltas(5)
+			if !lossy {
+				for _, r := range replicas {
+					redistest.Failover(t, r, false, nodes)
+				}
+			} else {
+				for i, r := range replicas {
+					r.Pause()
+					redistest.CutReplicas(t, primaries[i])
+				}
+				deltas(3) // acknowledged by the primaries only
+				for i, r := range replicas {
+					primaries[i].Stop()
+					r.Resume()
+				}
+				for _, r := range replicas {
+					redistest.Failover(t, r, true, nodes)
+				}
+			}
+			fold, err := st.Wait()
+			if err != nil {
+				t.Fatalf("the Stream through A: %v", err)
+			}
+			want := resultText(fold.Result())
+			if fold.Reason() != completionv1.TransitionReason_TRANSITION_REASON_COMPLETED || fold.Text() != want {
+				t.Fatalf("the Stream through A ended %s with %q, result %q", fold.Reason(), fold.Text(), want)
+			}
+			// Through B, once A has published what Redis lost (its next
+			// event, or its end once Redis answers).
+			var last error
+			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				if last = attachedWhole(ctx, connect(t, b), fold.CompletionID(), want); last == nil {
+					return
+				}
+			}
+			t.Fatalf("attach through B: %v", last)
+		})
+	}
+}
+
+// attachedWhole attaches to id through c from its start, and says what is
+// wrong with what it reads, if anything: every seq once, in order, the
+// result last, and the text deltas want.
+func attachedWhole(ctx context.Context, c *client.Client, id, want string) error {
+	at, err := c.Attach(ctx, id, 0)
+	if err != nil {
+		return err
+	}
+	var evs []*completionv1.CompletionEvent
+	for {
+		ev, err := at.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		evs = append(evs, ev)
+	}
+	for i, ev := range evs {
+		if ev.GetSeq() != uint64(i+1) {
+			return fmt.Errorf("event %d has seq %d", i, ev.GetSeq())
+		}
+	}
+	if len(evs) == 0 || evs[len(evs)-1].GetResult() == nil {
+		return errors.New("no result last")
+	}
+	if got := allText(evs); got != want {
+		return fmt.Errorf("the deltas read %q, want %q", got, want)
+	}
+	if !strings.Contains(want, " ") {
+		return fmt.Errorf("the answer %q is too short to tell", want)
+	}
+	return nil
+}
