@@ -54,14 +54,7 @@ func TestRedisLogRefusesAGap(t *testing.T) {
 			l := NewRedisLog(rdb, config.EventLogLimits{}, clk.now)
 			t.Cleanup(l.Close)
 			open(t, l, "c", "k")
-			add := func(seq uint64) string {
-				t.Helper()
-				res, err := l.add("c", logEvent(seq, false), nil, false)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return res
-			}
+			add := adder(t, l, "c")
 			for seq := uint64(1); seq <= 3; seq++ {
 				add(seq)
 			}

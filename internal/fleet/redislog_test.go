@@ -89,6 +89,19 @@ func TestRedisLogAccountingAfterDrops(t *testing.T) {
 	}
 }
 
+// adder appends an event of seq to the log of id in l, answering what
+// lua/commit.lua replied; it fails the test when Redis does not answer.
+func adder(t *testing.T, l *RedisLog, id string) func(seq uint64) string {
+	return func(seq uint64) string {
+		t.Helper()
+		res, err := l.add(id, logEvent(seq, false), nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+}
+
 // TestRedisLogRenewsAtItsFirstWriteThenEverySixteenth: a writer renews a
 // live log (its place in the live set, and the keys' TTL) at its first
 // write and then once LiveTTL/16 has passed, not at every event; between
@@ -103,14 +116,7 @@ func TestRedisLogRenewsAtItsFirstWriteThenEverySixteenth(t *testing.T) {
 	l.LiveTTL = 16 * time.Second
 	open(t, l, "c", "k")
 	lapse := func() float64 { return rdb.ZScore(ctx, redisLogsLive, "c").Val() }
-	add := func(seq uint64) string {
-		t.Helper()
-		res, err := l.add("c", logEvent(seq, false), nil, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	add := adder(t, l, "c")
 	if res := add(1); res != "ok" {
 		t.Fatalf("first append: %s", res)
 	}

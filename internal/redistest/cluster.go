@@ -26,7 +26,19 @@ const clusterWait = 20 * time.Second
 // nodes are formed with it.
 func NewCluster(tb testing.TB, n int, args ...string) []*Server {
 	tb.Helper()
-	nodes, buses := make([]*Server, n), make([]string, n)
+	nodes, buses := startNodes(tb, n, args)
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	if err := formCluster(ctx, nodes, buses, password(args)); err != nil {
+		tb.Fatalf("redistest: a cluster of %d: %v", n, err)
+	}
+	return nodes
+}
+
+// startNodes runs n redis-servers in cluster mode, each alone, with args
+// added, and answers them and their cluster bus ports.
+func startNodes(tb testing.TB, n int, args []string) (nodes []*Server, buses []string) {
+	nodes, buses = make([]*Server, n), make([]string, n)
 	for i := range nodes {
 		dir := tb.TempDir()
 		buses[i] = freePort(tb)
@@ -34,12 +46,7 @@ func NewCluster(tb testing.TB, n int, args ...string) []*Server {
 			"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000",
 			"--cluster-port", buses[i]}, args...)})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
-	defer cancel()
-	if err := formCluster(ctx, nodes, buses, password(args)); err != nil {
-		tb.Fatalf("redistest: a cluster of %d: %v", n, err)
-	}
-	return nodes
+	return nodes, buses
 }
 
 // password is the value of --requirepass in args, or empty.
@@ -119,15 +126,7 @@ func NewReplicatedCluster(tb testing.TB, n int, args ...string) (primaries, repl
 	// waits by default for more replicas to share it.
 	args = append([]string{"--repl-diskless-sync-delay", "0"}, args...)
 	primaries = NewCluster(tb, n, args...)
-	replicas = make([]*Server, n)
-	buses := make([]string, n)
-	for i := range replicas {
-		dir := tb.TempDir()
-		buses[i] = freePort(tb)
-		replicas[i] = run(tb, &Server{tb: tb, dir: dir, args: append([]string{"--cluster-enabled", "yes",
-			"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000",
-			"--cluster-port", buses[i]}, args...)})
-	}
+	replicas, buses := startNodes(tb, n, args)
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
 	if err := addReplicas(ctx, primaries, replicas, buses, password(args)); err != nil {
