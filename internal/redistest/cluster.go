@@ -365,19 +365,52 @@ func (m *SlotMove) Migrate(n int) int {
 }
 
 // Finish moves the slot's keys left, then gives the slot to the target:
-// on the target, the source, then every other node of nodes that runs.
+// on the target, the source, then every other node of nodes that runs;
+// it returns once they all say so.
 func (m *SlotMove) Finish(nodes []*Server) {
 	m.tb.Helper()
 	for m.Migrate(100) > 0 {
 	}
 	m.do(m.to, "cluster", "setslot", m.slot, "node", m.toID)
 	m.do(m.from, "cluster", "setslot", m.slot, "node", m.toID)
+	var clients []*redis.Client
 	for _, s := range nodes {
-		if !s.running() || s.Addr == m.toAddr || s.Addr == m.from.Options().Addr {
+		if !s.running() {
 			continue
 		}
 		c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: m.password})
-		m.do(c, "cluster", "setslot", m.slot, "node", m.toID)
-		_ = c.Close()
+		defer c.Close()
+		clients = append(clients, c)
+		if s.Addr != m.toAddr && s.Addr != m.from.Options().Addr {
+			m.do(c, "cluster", "setslot", m.slot, "node", m.toID)
+		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	err := until(ctx, func() bool {
+		for _, c := range clients {
+			if slotOwner(ctx, c, m.slot) != m.toAddr {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		m.tb.Fatalf("redistest: the nodes do not agree that slot %d is %s's: %v", m.slot, m.toAddr, err)
+	}
+}
+
+// slotOwner is the address of the primary of slot as the node of c sees
+// it (CLUSTER SLOTS), empty when it cannot tell.
+func slotOwner(ctx context.Context, c *redis.Client, slot int) string {
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		return ""
+	}
+	for _, r := range slots {
+		if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 {
+			return r.Nodes[0].Addr
+		}
+	}
+	return ""
 }
