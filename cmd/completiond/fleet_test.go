@@ -410,12 +410,27 @@ func testRedisRestarted(t *testing.T, a, b *proc, restart func()) {
 func TestFleetOverTLSRedis(t *testing.T) {
 	bin := buildCompletiond(t)
 	const password = "tls-fleet-secret-6f1c"
-	rs := redistest.NewTLS(t, "--requirepass", password)
-	env := []string{"COMPLETIOND_REDIS_PASSWORD=" + password, "SSL_CERT_FILE=" + rs.CAFile}
+	t.Run("redis", func(t *testing.T) {
+		rs := redistest.NewTLS(t, "--requirepass", password)
+		testOverTLSRedis(t, bin, password, "rediss://"+rs.Addr, rs.CAFile)
+	})
+	// A Redis Cluster whose nodes speak TLS only, to one another too: the
+	// replicas check every node's certificate against the URL's host.
+	t.Run("redis cluster", func(t *testing.T) {
+		nodes := redistest.NewTLSCluster(t, 3, "--requirepass", password, "--masterauth", password)
+		testOverTLSRedis(t, bin, password, "rediss://"+nodes[0].Addr+"?addr="+nodes[1].Addr, nodes[0].CAFile, "--redis-cluster")
+	})
+}
+
+// testOverTLSRedis is TestFleetOverTLSRedis on the Redis of url, with
+// password, its authority's certificate in the file ca, args added to the
+// replicas' command lines.
+func testOverTLSRedis(t *testing.T, bin, password, url, ca string, args ...string) {
+	env := []string{"COMPLETIOND_REDIS_PASSWORD=" + password, "SSL_CERT_FILE=" + ca}
 	// A commit delay of its own on each: from the environment on A, the
 	// flag on B.
-	a := startReplicaOn(t, bin, "A", "rediss://"+rs.Addr, append(env, "COMPLETIOND_REDIS_COMMIT_DELAY=3ms"))
-	b := startReplicaOn(t, bin, "B", "rediss://"+rs.Addr, env, "--redis-commit-delay", "4ms")
+	a := startReplicaOn(t, bin, "A", url, append(env, "COMPLETIOND_REDIS_COMMIT_DELAY=3ms"), args...)
+	b := startReplicaOn(t, bin, "B", url, env, append([]string{"--redis-commit-delay", "4ms"}, args...)...)
 	for p, want := range map[*proc]string{a: `"redis_commit_delay":"3ms"`, b: `"redis_commit_delay":"4ms"`} {
 		if !strings.Contains(p.logs.String(), want) {
 			t.Errorf("replica %s's serving line lacks %s: %s", p.name, want, p.logs.String())

@@ -26,25 +26,50 @@ const clusterWait = 20 * time.Second
 // nodes are formed with it.
 func NewCluster(tb testing.TB, n int, args ...string) []*Server {
 	tb.Helper()
-	nodes, buses := startNodes(tb, n, args)
+	return newCluster(tb, n, nil, args)
+}
+
+// NewTLSCluster is NewCluster for nodes that speak TLS only, to clients
+// and to one another (tls-cluster, tls-replication), each with a
+// certificate for 127.0.0.1 signed by one fresh authority, whose
+// certificate is in each node's CAFile.
+func NewTLSCluster(tb testing.TB, n int, args ...string) []*Server {
+	tb.Helper()
+	certs, err := newCertificates(tb.TempDir())
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return newCluster(tb, n, certs, append([]string{"--tls-cluster", "yes", "--tls-replication", "yes"}, args...))
+}
+
+// newCluster is NewCluster, its nodes speaking TLS with certs (nil:
+// none).
+func newCluster(tb testing.TB, n int, certs *certificates, args []string) []*Server {
+	tb.Helper()
+	nodes, buses := startNodes(tb, n, certs, args)
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	if err := formCluster(ctx, nodes, buses, password(args)); err != nil {
+	if err := formCluster(ctx, nodes, buses); err != nil {
 		tb.Fatalf("redistest: a cluster of %d: %v", n, err)
 	}
 	return nodes
 }
 
 // startNodes runs n redis-servers in cluster mode, each alone, with args
-// added, and answers them and their cluster bus ports.
-func startNodes(tb testing.TB, n int, args []string) (nodes []*Server, buses []string) {
+// added (speaking TLS with certs, unless nil), and answers them and their
+// cluster bus ports.
+func startNodes(tb testing.TB, n int, certs *certificates, args []string) (nodes []*Server, buses []string) {
 	nodes, buses = make([]*Server, n), make([]string, n)
 	for i := range nodes {
 		dir := tb.TempDir()
 		buses[i] = freePort(tb)
-		nodes[i] = run(tb, &Server{tb: tb, dir: dir, args: append([]string{"--cluster-enabled", "yes",
+		s := &Server{tb: tb, dir: dir, args: append([]string{"--cluster-enabled", "yes",
 			"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000",
-			"--cluster-port", buses[i]}, args...)})
+			"--cluster-port", buses[i]}, args...)}
+		if certs != nil {
+			certs.serve(s)
+		}
+		nodes[i] = run(tb, s)
 	}
 	return nodes, buses
 }
@@ -78,10 +103,10 @@ func freePort(tb testing.TB) string {
 // formCluster gives each node its share of the slots, introduces the
 // first to the others (on their cluster bus ports, buses), and waits until
 // every node sees all of them and the cluster ok.
-func formCluster(ctx context.Context, nodes []*Server, buses []string, password string) error {
+func formCluster(ctx context.Context, nodes []*Server, buses []string) error {
 	clients := make([]*redis.Client, len(nodes))
 	for i, s := range nodes {
-		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr, Password: password})
+		clients[i] = s.client()
 		defer clients[i].Close()
 	}
 	per := clusterSlots / len(nodes)
@@ -126,10 +151,10 @@ func NewReplicatedCluster(tb testing.TB, n int, args ...string) (primaries, repl
 	// waits by default for more replicas to share it.
 	args = append([]string{"--repl-diskless-sync-delay", "0"}, args...)
 	primaries = NewCluster(tb, n, args...)
-	replicas, buses := startNodes(tb, n, args)
+	replicas, buses := startNodes(tb, n, nil, args)
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	if err := addReplicas(ctx, primaries, replicas, buses, password(args)); err != nil {
+	if err := addReplicas(ctx, primaries, replicas, buses); err != nil {
 		tb.Fatalf("redistest: replicas for a cluster of %d: %v", n, err)
 	}
 	return primaries, replicas
@@ -139,8 +164,8 @@ func NewReplicatedCluster(tb testing.TB, n int, args ...string) (primaries, repl
 // the cluster of primaries, makes it replicate the primary of the same
 // index, and waits until every node knows all of them, the cluster is ok,
 // and each replica is in sync.
-func addReplicas(ctx context.Context, primaries, replicas []*Server, buses []string, password string) error {
-	first := redis.NewClient(&redis.Options{Addr: primaries[0].Addr, Password: password})
+func addReplicas(ctx context.Context, primaries, replicas []*Server, buses []string) error {
+	first := primaries[0].client()
 	defer first.Close()
 	for i, s := range replicas {
 		host, port, _ := net.SplitHostPort(s.Addr)
@@ -151,7 +176,7 @@ func addReplicas(ctx context.Context, primaries, replicas []*Server, buses []str
 	all := append(append([]*Server(nil), primaries...), replicas...)
 	clients := make([]*redis.Client, len(all))
 	for i, s := range all {
-		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr, Password: password})
+		clients[i] = s.client()
 		defer clients[i].Close()
 	}
 	if err := until(ctx, func() bool { return clusterUp(ctx, clients) }); err != nil {
@@ -216,10 +241,9 @@ func until(ctx context.Context, cond func() bool) error {
 // primary becomes its replica).
 func Failover(tb testing.TB, replica *Server, takeover bool, nodes []*Server) {
 	tb.Helper()
-	pw := password(replica.args)
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	c := redis.NewClient(&redis.Options{Addr: replica.Addr, Password: pw})
+	c := replica.client()
 	defer c.Close()
 	id, err := c.Do(ctx, "cluster", "myid").Text()
 	if err != nil {
@@ -237,7 +261,9 @@ func Failover(tb testing.TB, replica *Server, takeover bool, nodes []*Server) {
 			if !s.running() {
 				continue
 			}
-			n := redis.NewClient(&redis.Options{Addr: s.Addr, Password: pw, MaxRetries: -1})
+			opt := s.options()
+			opt.MaxRetries = -1
+			n := redis.NewClient(opt)
 			out, err := n.Do(ctx, "cluster", "nodes").Text()
 			_ = n.Close()
 			if err != nil || !isPrimary(out, id) {
@@ -287,7 +313,7 @@ func nodeLine(nodes, id string) []string {
 // passed them on.
 func CutReplicas(tb testing.TB, primary *Server) {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: primary.Addr, Password: password(primary.args)})
+	c := primary.client()
 	defer c.Close()
 	if err := c.ClientKillByFilter(context.Background(), "type", "replica").Err(); err != nil {
 		tb.Fatalf("redistest: %s: client kill type replica: %v", primary.Addr, err)
@@ -314,8 +340,7 @@ func BeginMove(tb testing.TB, slot int, from, to *Server) *SlotMove {
 	tb.Helper()
 	pw := password(from.args)
 	m := &SlotMove{tb: tb, slot: slot, toAddr: to.Addr, password: pw,
-		from: redis.NewClient(&redis.Options{Addr: from.Addr, Password: pw}),
-		to:   redis.NewClient(&redis.Options{Addr: to.Addr, Password: pw})}
+		from: from.client(), to: to.client()}
 	tb.Cleanup(func() { _ = m.from.Close(); _ = m.to.Close() })
 	fromID := m.do(m.from, "cluster", "myid")
 	m.toID = m.do(m.to, "cluster", "myid")
@@ -378,7 +403,7 @@ func (m *SlotMove) Finish(nodes []*Server) {
 		if !s.running() {
 			continue
 		}
-		c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: m.password})
+		c := s.client()
 		defer c.Close()
 		clients = append(clients, c)
 		if s.Addr != m.toAddr && s.Addr != m.from.Options().Addr {

@@ -140,3 +140,32 @@ func TestSlotMove(t *testing.T) {
 		t.Fatalf("the client does not send the slot to its new node: %v", err)
 	}
 }
+
+// TestTLSCluster: a cluster whose nodes speak TLS only, to one another
+// too, answers a cluster client over TLS that trusts its authority, with
+// keys on several nodes.
+func TestTLSCluster(t *testing.T) {
+	nodes := NewTLSCluster(t, 3, "--requirepass", "pw")
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: Addrs(nodes)[:1], Password: "pw", TLSConfig: nodes[0].tls})
+	defer c.Close()
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		if err := c.Set(ctx, k, k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		keys, err := n.Keys(ctx, "*").Result()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(keys) > 0 {
+			seen[n.Options().Addr] = true
+		}
+		return err
+	})
+	if err != nil || len(seen) < 2 {
+		t.Fatalf("keys on %d nodes (%v), want at least 2", len(seen), err)
+	}
+}

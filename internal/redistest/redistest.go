@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Binary is the redis-server the helper runs.
@@ -63,14 +65,12 @@ func New(tb testing.TB, args ...string) *Server {
 // certificate is in CAFile; clients need no certificate of their own.
 func NewTLS(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	s := &Server{tb: tb, dir: tb.TempDir()}
-	ca, cert, key, pool, err := writeCertificates(s.dir)
+	s := &Server{tb: tb, dir: tb.TempDir(), args: args}
+	certs, err := newCertificates(s.dir)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
-	s.CAFile, s.tls = ca, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
-	s.args = append([]string{"--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca,
-		"--tls-auth-clients", "no"}, args...)
+	certs.serve(s)
 	return run(tb, s)
 }
 
@@ -247,3 +247,12 @@ func (s *Server) signal(sig syscall.Signal) {
 		s.tb.Fatalf("redistest: %s: %v", s.Addr, err)
 	}
 }
+
+// options are what a client of s alone needs: its address, the password
+// of its --requirepass, and TLS when it speaks TLS only.
+func (s *Server) options() *redis.Options {
+	return &redis.Options{Addr: s.Addr, Password: password(s.args), TLSConfig: s.tls}
+}
+
+// client is a client of s alone (options); the caller closes it.
+func (s *Server) client() *redis.Client { return redis.NewClient(s.options()) }
