@@ -13,8 +13,9 @@ import (
 )
 
 // Health follows whether Redis answers: a PING every interval (of every
-// primary of a Cluster), each bounded by the interval. It starts up; a failed command of the event log
-// marks it down at once, and only a PING brings it back.
+// primary of a Cluster), each bounded by the interval. It starts up; a
+// failed command of the event log marks it down at once, and only a PING
+// brings it back.
 type Health struct {
 	rdb      redis.UniversalClient
 	interval time.Duration
