@@ -364,3 +364,16 @@ func TestHealthOnClusterWithANodeDown(t *testing.T) {
 	nodes[1].Resume()
 	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
 }
+
+// TestHealthTimesEveryPrimarysPing: on a Cluster, Health's PING of each
+// primary is timed as the client's round trips are (its nodes' clients
+// do not carry the cluster client's hook).
+func TestHealthTimesEveryPrimarysPing(t *testing.T) {
+	m := newMeter(t)
+	rdb := Instrument(testkit.ServerClusterClient(t, redistest.Addrs(redistest.NewCluster(t, 3))), m.mp)
+	h := NewHealth(rdb, time.Hour, slog.New(slog.DiscardHandler))
+	t.Cleanup(h.Close)
+	if got := m.roundTrips()["PING "]; got < 3 {
+		t.Fatalf("%d PINGs timed after the first health check of three primaries, want 3 at least", got)
+	}
+}

@@ -68,14 +68,19 @@ func (w *Health) ping(ctx context.Context) {
 // pingAll PINGs Redis: on a Cluster, every primary the client knows, so
 // that Redis is up only while every shard can be written (a PING of the
 // client would reach one node at random: up and down in turn while one
-// is down).
+// is down). Each node's PING is timed as the client's round trips are
+// (Instrument: the hook is the cluster client's, not its nodes').
 func pingAll(ctx context.Context, rdb redis.UniversalClient) error {
 	cc := clusterClient(rdb)
 	if cc == nil {
 		return rdb.Ping(ctx).Err()
 	}
+	timed := roundTripHook{metricsOf(rdb).roundTrip}
 	return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		if err := node.Ping(ctx).Err(); err != nil {
+		start := time.Now()
+		err := node.Ping(ctx).Err()
+		timed.record(ctx, start, "PING", err)
+		if err != nil {
 			return fmt.Errorf("%s: %w", node.Options().Addr, err)
 		}
 		return nil
