@@ -120,6 +120,10 @@ type RedisLog struct {
 	// (mayHaveLost): a writer whose last write came before one checks
 	// that its log follows on (suspect).
 	losses atomic.Uint64
+	// traffic is, per shard (one on one Redis), when this replica last
+	// wrote it and when its writes last resumed after a quiet spell
+	// (suspect).
+	traffic []shardTraffic
 
 	commit *committer
 	wake   *wakeRegistry
@@ -143,7 +147,8 @@ func newRedisLogIn(ks *keyspace, rdb redis.UniversalClient, limits config.EventL
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &RedisLog{rdb: rdb, ks: ks, limits: limits, now: now, LiveTTL: DefaultRedisLiveTTL, OpTimeout: DefaultRedisOpTimeout,
-		m: metricsOf(rdb), wake: newWakeRegistry(), stop: cancel, closed: make(chan struct{})}
+		m: metricsOf(rdb), wake: newWakeRegistry(), stop: cancel, closed: make(chan struct{}),
+		traffic: make([]shardTraffic, max(ks.shards, 1))}
 	ps := rdb.Subscribe(ctx, redisLogChanged)
 	// The first confirmation is awaited here (within OpTimeout), so that a
 	// Read made after New is woken by the next change, not by it.
@@ -459,7 +464,7 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	lw := l.writer(id)
 	w.args = lw.args
 	w.renew = l.renewal(lw)
-	w.check = !w.renew && l.suspect(lw)
+	w.check = l.suspect(id, lw) && !w.renew
 	unsized := lw.unsized.Load()
 	w.size = l.sizeOf(w, unsized)
 	w.notify = lw.followed.Load()
@@ -564,24 +569,47 @@ func (l *RedisLog) renewal(lw *logWriter) bool {
 	return true
 }
 
-// gapCheckAfter is how long after a writer's last acknowledged write its
-// next one checks that the log follows on (suspect). Redis loses
+// gapCheckAfter is the quiet spell after which a replica's next write of
+// a shard checks that its log follows on (suspect). Redis loses
 // acknowledged writes only when its primary dies or restarts (a
-// failover, a restart from a saved copy), which takes longer: a write
-// that comes sooner either finds the Redis that acknowledged the last, or
-// fails because it is gone, and every writer whose last write came before
-// that failure checks.
+// failover, a restart from a saved copy), which takes longer: while the
+// replica writes a shard at shorter intervals, some write of it lands in
+// any such outage and fails (mayHaveLost).
 const gapCheckAfter = 50 * time.Millisecond
 
-// suspect reports whether Redis may have lost writes since the last of lw
-// that it acknowledged: that was gapCheckAfter ago or more, or a flush
-// failed since (mayHaveLost). Its next write then checks that the log's
-// last entry is the seq before its own (commitWrite.check), so that a log
-// never gets a hole: lua/commit.lua answers gap, and PairLog publishes the
-// log again from this replica's copy. A check costs a lookup in Redis,
-// a third more of its time per event when made at every one.
-func (l *RedisLog) suspect(lw *logWriter) bool {
-	return ms(l.now())-lw.acked.Load() >= gapCheckAfter.Milliseconds() || lw.losses.Load() != l.losses.Load()
+// shardTraffic is when a replica last wrote a shard, and when its writes
+// of it last resumed after gapCheckAfter or more without any (Unix ms).
+type shardTraffic struct {
+	mu      sync.Mutex
+	last    int64
+	resumed int64
+}
+
+// write notes a write of the shard at now, and answers when the shard's
+// writes last resumed after a quiet spell (now, if this one does).
+func (t *shardTraffic) write(now int64) (resumed int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if now-t.last >= gapCheckAfter.Milliseconds() {
+		t.resumed = now
+	}
+	t.last = now
+	return t.resumed
+}
+
+// suspect reports whether Redis may have lost writes of id's shard since
+// the last write of lw that it acknowledged, noting this write of the
+// shard: the replica's writes of the shard paused gapCheckAfter or more
+// since (an outage may have passed unseen), or a flush failed since
+// (mayHaveLost). Its next write then checks that the log's last entry is
+// the seq before its own (commitWrite.check), so that a log never gets a
+// hole: lua/commit.lua answers gap, and PairLog publishes the log again
+// from this replica's copy. A check costs a lookup in Redis (a third more
+// of its time per event when made at every one); a replica that writes a
+// shard steadily makes none.
+func (l *RedisLog) suspect(id string, lw *logWriter) bool {
+	resumed := l.traffic[l.ks.shard(id)].write(ms(l.now()))
+	return lw.acked.Load() < resumed || lw.losses.Load() != l.losses.Load()
 }
 
 // mayHaveLost notes that Redis may have lost acknowledged writes: a call
