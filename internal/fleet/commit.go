@@ -564,34 +564,41 @@ func tryAgainAll(n int) []string {
 
 // commitCalls runs a call of lua/commit.lua per chunk, pipelined: one
 // pipeline on one Redis, one per node of a Cluster (byNode), at once. A
-// call that found NOSCRIPT did not run (its Redis restarted, or flushed
-// its scripts): the script is loaded, and only those calls run again (on
-// a Cluster, the other nodes' calls ran), checking that each log follows
+// call that found NOSCRIPT did not run (its Redis restarted, failed over
+// to a replica, or flushed its scripts): only those calls run again (on a
+// Cluster, the other nodes' calls ran), with the script's source (EVAL,
+// which caches it there: loading it on every primary the client knows
+// fails while it still knows a dead one), checking that each log follows
 // on (commitWrite.check). Each command keeps its own error.
 func (l *RedisLog) commitCalls(ctx context.Context, chunks [][]commitWrite) []*redis.Cmd {
 	args := []any{ms(l.now()), l.limits.Retention.Milliseconds(), l.limits.MaxEvents, l.ks.share(l.limits.MaxBytes),
 		l.LiveTTL.Milliseconds(), redisLogChanged}
 	cmds := make([]*redis.Cmd, len(chunks))
-	pipeline := func(which []int) {
+	pipeline := func(which []int, eval bool) {
 		pipe := l.rdb.Pipeline()
 		for _, i := range which {
-			cmds[i] = commitCall(l.ks, args, chunks[i]).EvalSha(ctx, pipe)
+			call := commitCall(l.ks, args, chunks[i])
+			if eval {
+				cmds[i] = call.Eval(ctx, pipe)
+			} else {
+				cmds[i] = call.EvalSha(ctx, pipe)
+			}
 		}
 		_, _ = pipe.Exec(ctx)
 	}
-	run := func(which []int) {
+	run := func(which []int, eval bool) {
 		nodes := l.byNode(ctx, which, chunks)
 		if len(nodes) == 1 {
-			pipeline(nodes[0])
+			pipeline(nodes[0], eval)
 			return
 		}
 		var wg sync.WaitGroup
 		for _, n := range nodes {
-			wg.Go(func() { pipeline(n) })
+			wg.Go(func() { pipeline(n, eval) })
 		}
 		wg.Wait()
 	}
-	run(indexes(len(chunks)))
+	run(indexes(len(chunks)), false)
 	var again []int
 	for i, cmd := range cmds {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
@@ -609,9 +616,7 @@ func (l *RedisLog) commitCalls(ctx context.Context, chunks [][]commitWrite) []*r
 			chunks[i][j].check = true
 		}
 	}
-	if l.ks.scripts.commit.Load(ctx, l.rdb) == nil {
-		run(again)
-	}
+	run(again, true)
 	return cmds
 }
 

@@ -280,6 +280,21 @@ func (b *Batch) EvalSha(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
 	return cmd
 }
 
+// Eval queues the call in a pipeline with the script's source (EVAL),
+// which Redis caches as it runs it: for a call that found NOSCRIPT, on
+// whichever node its keys are now, without loading the script first.
+func (b *Batch) Eval(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
+	if b.err != nil {
+		return b.EvalSha(ctx, p)
+	}
+	args := slices.Clone(b.cmd)
+	args[0], args[1] = "eval", b.s.src
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = p.Process(ctx, cmd)
+	return cmd
+}
+
 // Run runs the script on subject's keys: EVALSHA, and EVAL when Redis
 // does not have it yet.
 func (s *Script) Run(ctx context.Context, c redis.Scripter, subject string, args ...any) *redis.Cmd {

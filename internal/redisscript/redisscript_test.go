@@ -223,6 +223,44 @@ func TestBatch(t *testing.T) {
 	}
 }
 
+// TestBatchEval: a batch sent with its script's source runs on a Redis
+// that lacks the script (NOSCRIPT to EvalSha), and leaves it cached there;
+// a batch built wrong is not sent either way.
+func TestBatchEval(t *testing.T) {
+	rdb, ctx := newRedis(t)
+	src := "-- KEYS: A | B\n-- ARGV: sep | x\nlocal out = {A}\n" +
+		"for i = 1, GROUPS do\n  local B = KEYS_OF(i)\n  local x = ARGV_OF(i)\n  table.insert(out, B .. sep .. x)\nend\nreturn out\n"
+	s := Load(fstest.MapFS{"x.lua": {Data: []byte(src)}}, "x.lua", table)
+	run := func(send func(*Batch, redis.Pipeliner) *redis.Cmd, groups int) ([]string, error) {
+		b := s.Batch(s.FixedKeys("c1"), 1, "=")
+		for range groups {
+			b.Add(s.GroupKeys("c1"), "v")
+		}
+		pipe := rdb.Pipeline()
+		cmd := send(b, pipe)
+		_, _ = pipe.Exec(ctx)
+		return cmd.StringSlice()
+	}
+	evalSha := func(b *Batch, p redis.Pipeliner) *redis.Cmd { return b.EvalSha(ctx, p) }
+	eval := func(b *Batch, p redis.Pipeliner) *redis.Cmd { return b.Eval(ctx, p) }
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(evalSha, 1); !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		t.Fatalf("EvalSha on a Redis without the script: %v, want NOSCRIPT", err)
+	}
+	want := []string{"k:a", "k:{c1}:b=v"}
+	if got, err := run(eval, 1); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Eval = %v, %v; want %v", got, err, want)
+	}
+	if got, err := run(evalSha, 1); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("EvalSha after Eval = %v, %v; want %v (the script cached)", got, err, want)
+	}
+	if _, err := run(eval, 2); err == nil || !strings.Contains(err.Error(), "group 2 of 1") {
+		t.Fatalf("Eval of a batch built wrong: %v", err)
+	}
+}
+
 // TestErrorLinesAreTheFiles: Redis reports an error on the file's line.
 func TestErrorLinesAreTheFiles(t *testing.T) {
 	rdb, ctx := newRedis(t)
