@@ -1,9 +1,11 @@
 package redistest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -426,15 +428,22 @@ func (m *SlotMove) Finish(nodes []*Server) {
 }
 
 // slotOwner is the address of the primary of slot as the node of c sees
-// it (CLUSTER SLOTS), empty when it cannot tell.
+// it (CLUSTER SHARDS), empty when it cannot tell.
 func slotOwner(ctx context.Context, c *redis.Client, slot int) string {
-	slots, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
 		return ""
 	}
-	for _, r := range slots {
-		if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 {
-			return r.Nodes[0].Addr
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > int64(slot) || int64(slot) > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" {
+					return net.JoinHostPort(n.IP, strconv.FormatInt(cmp.Or(n.Port, n.TLSPort), 10))
+				}
+			}
 		}
 	}
 	return ""
