@@ -465,6 +465,10 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	w.args = lw.args
 	w.renew = l.renewal(lw)
 	w.check = l.suspect(id, lw) && !w.renew
+	// The count of possible losses before the write: one counted while it
+	// is in flight (the node that acknowledges it may die just after)
+	// makes the writer's next write check.
+	losses := l.losses.Load()
 	unsized := lw.unsized.Load()
 	w.size = l.sizeOf(w, unsized)
 	w.notify = lw.followed.Load()
@@ -476,7 +480,7 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	}
 	if err == nil && res == "ok" {
 		lw.acked.Store(ms(l.now()))
-		lw.losses.Store(l.losses.Load())
+		lw.losses.Store(losses)
 	}
 	switch {
 	case err != nil || res != "ok":
@@ -501,9 +505,9 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 // commitWrite writes w with the next flush of the group commit, and
 // again while Redis refuses it because its shard's slot is moving to
 // another node of the Cluster (refusedMoving: a move takes milliseconds
-// per batch of keys), after a pause that doubles from tryAgainFirst to tryAgainMost,
-// within OpTimeout; then it fails (errSlotMoving). The other writes of its flush
-// are answered meanwhile.
+// per batch of keys), after a pause that doubles from tryAgainFirst to
+// tryAgainMost, within OpTimeout; then it fails (errSlotMoving). The
+// other writes of its flush are answered meanwhile.
 func (l *RedisLog) commitWrite(w commitWrite) (string, error) {
 	start := time.Now()
 	for pause := tryAgainFirst; ; pause = min(2*pause, tryAgainMost) {
