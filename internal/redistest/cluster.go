@@ -1,11 +1,9 @@
 package redistest
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -428,22 +426,16 @@ func (m *SlotMove) Finish(nodes []*Server) {
 }
 
 // slotOwner is the address of the primary of slot as the node of c sees
-// it (CLUSTER SHARDS), empty when it cannot tell.
+// it (CLUSTER SLOTS, what the clients read), empty when it cannot tell.
 func slotOwner(ctx context.Context, c *redis.Client, slot int) string {
-	shards, err := c.ClusterShards(ctx).Result()
+	//lint:ignore SA1019 CLUSTER SHARDS of Redis 7.0 answered a slot's old owner for 20 s after its move in a CI run; CLUSTER SLOTS is what go-redis reads
+	slots, err := c.ClusterSlots(ctx).Result()
 	if err != nil {
 		return ""
 	}
-	for _, sh := range shards {
-		for _, r := range sh.Slots {
-			if r.Start > int64(slot) || int64(slot) > r.End {
-				continue
-			}
-			for _, n := range sh.Nodes {
-				if n.Role == "master" {
-					return net.JoinHostPort(n.IP, strconv.FormatInt(cmp.Or(n.Port, n.TLSPort), 10))
-				}
-			}
+	for _, r := range slots {
+		if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 {
+			return r.Nodes[0].Addr
 		}
 	}
 	return ""
