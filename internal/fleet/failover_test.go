@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/embedded"
 
 	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redistest"
@@ -60,31 +58,6 @@ func (c *replicatedCluster) routedTo(t *testing.T, id string, s *redistest.Serve
 	})
 }
 
-// newClusterPair is a replica's PairLog on rdb, reading the time from
-// clk, and its count of completions kept apart.
-func newClusterPair(t *testing.T, rdb redis.UniversalClient, clk *clock) (*PairLog, *atomic.Int64) {
-	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	h := NewHealth(rdb, time.Hour, quiet) // down once a command fails, for the test's length
-	t.Cleanup(h.Close)
-	rl := NewRedisLog(rdb, config.EventLogLimits{}, clk.now)
-	t.Cleanup(rl.Close)
-	apart := &atomic.Int64{}
-	f := NewPairLog(NewMemLog(config.EventLogLimits{}, clk.now), rl, h, quiet, countingCounter{n: apart})
-	f.now = clk.now
-	return f, apart
-}
-
-// countingCounter is a metric.Int64Counter that adds to n.
-type countingCounter struct {
-	embedded.Int64Counter
-	n *atomic.Int64
-}
-
-func (c countingCounter) Add(_ context.Context, incr int64, _ ...metric.AddOption) { c.n.Add(incr) }
-
-func (c countingCounter) Enabled(context.Context) bool { return true }
-
 // TestPairLogClusterFailover: a primary of the Cluster hands its slots
 // to its replica (CLUSTER FAILOVER, nothing lost) while a replica writes
 // completions of every shard: the writes follow the slots to the new
@@ -92,7 +65,7 @@ func (c countingCounter) Enabled(context.Context) bool { return true }
 // every log is whole and ended.
 func TestPairLogClusterFailover(t *testing.T) {
 	c := newReplicatedCluster(t)
-	f, apart := newClusterPair(t, c.rdb, &clock{t: time.Now()})
+	f, apart := newPairAt(t, c.rdb, time.Now)
 	ids := make([]string, 24)
 	for i := range ids {
 		ids[i] = fmt.Sprint("c", i)
@@ -159,7 +132,7 @@ func TestPairLogClusterFailover(t *testing.T) {
 func TestPairLogClusterFailoverLosesWrites(t *testing.T) {
 	c := newReplicatedCluster(t)
 	clk := &clock{t: time.Now()}
-	f, _ := newClusterPair(t, c.rdb, clk)
+	f, _ := newPairAt(t, c.rdb, clk.now)
 	ctx := context.Background()
 	if err := f.Open("c1", Meta{Replica: "A"}); err != nil {
 		t.Fatal(err)
@@ -209,7 +182,7 @@ func TestPairLogClusterFailoverLosesWrites(t *testing.T) {
 func TestPairLogClusterReshard(t *testing.T) {
 	nodes := redistest.NewCluster(t, 3)
 	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
-	f, apart := newClusterPair(t, rdb, &clock{t: time.Now()})
+	f, apart := newPairAt(t, rdb, time.Now)
 	f.redis.OpTimeout = 10 * time.Second // the test moves the slot at its pace
 	ctx := context.Background()
 	moving, others := idsOfShard(3, 6, "m"), idsOfShard(4, 6, "o")
@@ -278,7 +251,7 @@ func TestPairLogClusterSlotStuckMoving(t *testing.T) {
 	nodes := redistest.NewCluster(t, 3)
 	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
 	clk := &clock{t: time.Now()}
-	f, apart := newClusterPair(t, rdb, clk)
+	f, apart := newPairAt(t, rdb, clk.now)
 	ctx := context.Background()
 	id := idsOfShard(3, 1, "m")[0]
 	if err := f.Open(id, Meta{Replica: "A"}); err != nil {

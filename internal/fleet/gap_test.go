@@ -2,13 +2,11 @@ package fleet
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redistest"
@@ -138,14 +136,7 @@ func TestRedisLogSuspect(t *testing.T) {
 func TestPairLogPublishesAgainWhatRedisLost(t *testing.T) {
 	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
 	clk := &clock{t: time.Unix(1000, 0)}
-	quiet := slog.New(slog.DiscardHandler)
-	h := NewHealth(rdb, time.Hour, quiet)
-	t.Cleanup(h.Close)
-	rl := NewRedisLog(rdb, config.EventLogLimits{}, clk.now)
-	t.Cleanup(rl.Close)
-	local, _ := noop.NewMeterProvider().Meter("").Int64Counter("local")
-	f := NewPairLog(NewMemLog(config.EventLogLimits{}, clk.now), rl, h, quiet, local)
-	f.now = clk.now
+	f, _ := newPairAt(t, rdb, clk.now)
 	if err := f.Open("c1", Meta{Replica: "A"}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,20 +13,42 @@ import (
 	"github.com/completiond/completiond/config"
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
-	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/embedded"
 )
 
 // newPair is a replica's PairLog on rdb, closed when t ends.
 func newPair(t *testing.T, rdb redis.UniversalClient) *PairLog {
 	t.Helper()
+	f, _ := newPairAt(t, rdb, time.Now)
+	return f
+}
+
+// newPairAt is newPair reading the time from now, and its count of the
+// completions kept apart. Its Health PINGs once an hour: Redis is down
+// for the rest of the test once a command fails.
+func newPairAt(t *testing.T, rdb redis.UniversalClient, now func() time.Time) (*PairLog, *atomic.Int64) {
+	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	h := NewHealth(rdb, time.Hour, quiet)
 	t.Cleanup(h.Close)
-	rl := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	rl := NewRedisLog(rdb, config.EventLogLimits{}, now)
 	t.Cleanup(rl.Close)
-	local, _ := noop.NewMeterProvider().Meter("").Int64Counter("local")
-	return NewPairLog(NewMemLog(config.EventLogLimits{}, time.Now), rl, h, quiet, local)
+	apart := &atomic.Int64{}
+	f := NewPairLog(NewMemLog(config.EventLogLimits{}, now), rl, h, quiet, countingCounter{n: apart})
+	f.now = now
+	return f, apart
 }
+
+// countingCounter is a metric.Int64Counter that adds to n.
+type countingCounter struct {
+	embedded.Int64Counter
+	n *atomic.Int64
+}
+
+func (c countingCounter) Add(_ context.Context, incr int64, _ ...metric.AddOption) { c.n.Add(incr) }
+
+func (c countingCounter) Enabled(context.Context) bool { return true }
 
 // TestPairLogRedisBeforeMemory: an event of a shared completion is in
 // Redis before this replica's followers, who read its memory, can read
