@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/completiond/completiond/client"
@@ -43,10 +44,7 @@ func TestFleetClusterFailover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			primaries, replicas := redistest.NewReplicatedCluster(t, 3)
 			nodes := append(append([]*redistest.Server(nil), primaries...), replicas...)
-			url := "redis://" + primaries[0].Addr
-			for _, n := range nodes[1:] {
-				url += map[bool]string{true: "?", false: "&"}[n == nodes[1]] + "addr=" + n.Addr
-			}
+			url := clusterURL(nodes)
 			a := startReplicaOn(t, bin, "A", url, nil, "--redis-cluster", "--lease-ttl", "3s")
 			b := startReplicaOn(t, bin, "B", url, nil, "--redis-cluster", "--lease-ttl", "3s")
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -120,6 +118,105 @@ func TestFleetClusterFailover(t *testing.T) {
 			}
 			t.Fatalf("attach through B: %v", last)
 		})
+	}
+}
+
+// clusterURL is the --redis-url of a Cluster of nodes.
+func clusterURL(nodes []*redistest.Server) string {
+	url := "redis://" + nodes[0].Addr
+	for i, n := range nodes[1:] {
+		url += map[bool]string{true: "?", false: "&"}[i == 0] + "addr=" + n.Addr
+	}
+	return url
+}
+
+// TestFleetClusterFailoverLosesTheEnd: a resumable Stream through A ends
+// while every replica of the Cluster is cut off from its primary; the
+// primaries die and the replicas take over, so that Redis lost the
+// completion's last events and its end, and A writes nothing more of it.
+// Its log looked live: a replica an attach reached would take the
+// completion over and run it on, to another ending than A's caller got.
+// A's health finds the promoted processes and A publishes the log again;
+// then an attach through B reads exactly what A's caller read.
+func TestFleetClusterFailoverLosesTheEnd(t *testing.T) {
+	bin := buildCompletiond(t)
+	primaries, replicas := redistest.NewReplicatedCluster(t, 3)
+	nodes := append(append([]*redistest.Server(nil), primaries...), replicas...)
+	a := startReplicaOn(t, bin, "A", clusterURL(nodes), nil, "--redis-cluster", "--lease-ttl", "3s")
+	b := startReplicaOn(t, bin, "B", clusterURL(nodes), nil, "--redis-cluster", "--lease-ttl", "3s")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := connect(t, a).Stream(ctx, &completionv1.CompleteRequest{
+		Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "ends through a failover"}}}}}},
+		Metadata:    map[string]string{"sim.pace": "100ms", "sim.words": "8"},
+		ResumeGrace: durationpb.New(30 * time.Second),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []*completionv1.CompletionEvent
+	for deltas := 0; deltas < 2; {
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, ev)
+		if ev.GetDelta() != nil {
+			deltas++
+		}
+	}
+	for i, r := range replicas {
+		r.Pause()
+		redistest.CutReplicas(t, primaries[i])
+	}
+	for { // the rest, and the end: acknowledged by the primaries only
+		ev, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the Stream through A: %v", err)
+		}
+		seen = append(seen, ev)
+	}
+	if len(seen) == 0 || seen[len(seen)-1].GetResult() == nil {
+		t.Fatal("the Stream through A ended without its result")
+	}
+	for i, r := range replicas {
+		primaries[i].Stop()
+		r.Resume()
+	}
+	for _, r := range replicas {
+		redistest.Failover(t, r, true, nodes)
+	}
+	const republished = "a completion's end was lost by Redis"
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(a.logs.String(), republished); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A did not publish again the end Redis lost (its log says %q)", republished)
+		}
+	}
+	at, err := connect(t, b).Attach(ctx, seen[0].GetStarted().GetCompletionId(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*completionv1.CompletionEvent
+	for {
+		ev, err := at.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("attach through B after %d events: %v", len(got), err)
+		}
+		got = append(got, ev)
+	}
+	if len(got) != len(seen) {
+		t.Fatalf("attach through B read %d events, A's caller %d", len(got), len(seen))
+	}
+	for i := range got {
+		if !proto.Equal(got[i], seen[i]) {
+			t.Fatalf("event %d through B:\n%v\nthrough A:\n%v", i, got[i], seen[i])
+		}
 	}
 }
 

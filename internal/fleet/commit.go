@@ -609,8 +609,12 @@ func (l *RedisLog) commitCalls(ctx context.Context, chunks [][]commitWrite) []*r
 		return cmds
 	}
 	// A Redis without the script restarted (or failed over): it may have
-	// lost writes, so the calls run again check that each log follows on.
+	// lost writes, so the calls run again check that each log follows on;
+	// and the ends it lost are looked for at once (PairLog).
 	l.mayHaveLost()
+	if l.scriptsGone != nil {
+		l.scriptsGone()
+	}
 	for _, i := range again {
 		for j := range chunks[i] {
 			chunks[i][j].check = true

@@ -348,3 +348,51 @@ func TestHealthTimesEveryPrimarysPing(t *testing.T) {
 		t.Fatalf("%d PINGs timed after the first health check of three primaries, want 3 at least", got)
 	}
 }
+
+// TestPairLogClusterFailoverLosesAnEnd: a completion ends while its
+// shard's replica is cut off from the primary, which then dies, and the
+// replica takes over: Redis lost the end (the log looks live, a takeover
+// would run the completion on). The writing replica's Health finds the
+// promoted process at its next PING and the end is published again, so
+// that the shared log is whole and ended without any further write of
+// the completion.
+func TestPairLogClusterFailoverLosesAnEnd(t *testing.T) {
+	c := newReplicatedCluster(t)
+	quiet := slog.New(slog.DiscardHandler)
+	h := NewHealth(c.rdb, 50*time.Millisecond, quiet)
+	t.Cleanup(h.Close)
+	rl := NewRedisLog(c.rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(rl.Close)
+	f := NewPairLog(NewMemLog(config.EventLogLimits{}, time.Now), rl, h, quiet, countingCounter{n: &atomic.Int64{}})
+	if err := f.Open("c1", Meta{Replica: "A"}); err != nil {
+		t.Fatal(err)
+	}
+	appendRun(f, "c1", 3, false)
+	i := c.nodeOf(t, "c1")
+	primary, replica := c.primaries[i], c.replicas[i]
+	pc := redis.NewClient(&redis.Options{Addr: primary.Addr})
+	defer pc.Close()
+	if err := pc.Do(context.Background(), "wait", 1, 5000).Err(); err != nil { // the replica has 1..3
+		t.Fatal(err)
+	}
+	replica.Pause()
+	redistest.CutReplicas(t, primary)
+	if err := f.End("c1", logEvent(4, true), nil); err != nil {
+		t.Fatal(err)
+	}
+	primary.Stop()
+	replica.Resume()
+	redistest.Failover(t, replica, true, c.nodes)
+	other := NewRedisLog(c.rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(other.Close)
+	var seqs []uint64
+	var ended bool
+	var err error
+	waitFor(t, func() bool {
+		seqs, ended, err = readWhole(other, "c1")
+		return err == nil && ended
+	})
+	if !slices.Equal(seqs, seqsTo(4)) {
+		t.Fatalf("the shared log after the takeover: %v ended %t (%v); want 1..4 ended", seqs, ended, err)
+	}
+}

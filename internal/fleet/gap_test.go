@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -19,15 +20,39 @@ import (
 // copy saved before them, keeps it.
 func loseWrites(t *testing.T, rdb redis.UniversalClient, id string, write func()) {
 	t.Helper()
+	loseKeys(t, rdb, []string{keyspaceOf(rdb).log(id)}, write)
+}
+
+// loseKeys runs write, then puts keys back as they were before it (with
+// their time to live; a key that was not there is deleted).
+func loseKeys(t *testing.T, rdb redis.UniversalClient, keys []string, write func()) {
+	t.Helper()
 	ctx := context.Background()
-	key := keyspaceOf(rdb).log(id)
-	saved, err := rdb.Dump(ctx, key).Result()
-	if err != nil {
-		t.Fatal(err)
+	type kept struct {
+		dump string
+		ttl  time.Duration
+	}
+	saved := map[string]*kept{}
+	for _, key := range keys {
+		dump, err := rdb.Dump(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[key] = &kept{dump: dump, ttl: max(rdb.PTTL(ctx, key).Val(), 0)}
 	}
 	write()
-	if err := rdb.RestoreReplace(ctx, key, 0, saved).Err(); err != nil {
-		t.Fatal(err)
+	for _, key := range keys {
+		k := saved[key]
+		err := rdb.Del(ctx, key).Err()
+		if k != nil && err == nil {
+			err = rdb.RestoreReplace(ctx, key, k.ttl, k.dump).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

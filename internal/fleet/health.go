@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +19,13 @@ import (
 // primary of a Cluster), each bounded by the interval. It starts up; a
 // failed command of the event log marks it down at once, and only a PING
 // brings it back.
+//
+// It also follows which Redis processes answer (their run_id, from INFO
+// server, beside each PING): one it has not seen before is a Redis
+// restarted, or a replica promoted in a failover, which may lack writes
+// its predecessor acknowledged (Redis replicates asynchronously, and a
+// restart loads what was saved last). Its watchers (WatchReplaced) then
+// look again at what they wrote.
 type Health struct {
 	rdb      redis.UniversalClient
 	interval time.Duration
@@ -25,7 +35,13 @@ type Health struct {
 
 	mu       sync.Mutex
 	watchers []func(up bool)
+	replaced []func()
 
+	// servers are the run_ids of the Redis processes the last PINGs
+	// found (Health's goroutine only).
+	servers map[string]bool
+
+	kick chan struct{}
 	stop context.CancelFunc
 	done chan struct{}
 }
@@ -34,7 +50,7 @@ type Health struct {
 // when Redis stops or starts answering. Close stops it.
 func NewHealth(rdb redis.UniversalClient, interval time.Duration, log *slog.Logger) *Health {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Health{rdb: rdb, interval: interval, log: log, m: metricsOf(rdb), stop: cancel, done: make(chan struct{})}
+	w := &Health{rdb: rdb, interval: interval, log: log, m: metricsOf(rdb), kick: make(chan struct{}, 1), stop: cancel, done: make(chan struct{})}
 	w.up.Store(true)
 	w.ping(ctx) // the state at start, before anybody asks
 	go w.run(ctx)
@@ -51,40 +67,118 @@ func (w *Health) run(ctx context.Context) {
 			return
 		case <-t.C:
 			w.ping(ctx)
+		case <-w.kick:
+			w.ping(ctx)
 		}
+	}
+}
+
+// Kick makes the next PING now rather than at the next interval: a
+// command found a Redis that lost its scripts (restarted, or a replica
+// promoted), which the watchers of WatchReplaced are to hear of soon.
+func (w *Health) Kick() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 
 func (w *Health) ping(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, w.interval)
 	defer cancel()
-	err := pingAll(ctx, w.rdb)
+	servers, err := pingAll(ctx, w.rdb)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return // closing
 	}
 	w.set(err == nil, err)
+	if w.newServer(servers, err == nil) {
+		w.tellReplaced()
+	}
+}
+
+// newServer notes the run_ids of the Redis processes a PING found ("" for
+// one that did not say), and reports whether one is new: not found by the
+// PINGs before (none at the first). When the PING did not reach every
+// process, or one did not say, the run_ids seen before are kept too.
+func (w *Health) newServer(found []string, reachedAll bool) bool {
+	seen := w.servers
+	whole := reachedAll && !slices.Contains(found, "")
+	next := map[string]bool{}
+	if !whole {
+		maps.Copy(next, seen)
+	}
+	isNew := false
+	for _, id := range found {
+		if id != "" {
+			isNew = isNew || (seen != nil && !seen[id])
+			next[id] = true
+		}
+	}
+	if len(next) > 0 {
+		w.servers = next
+	}
+	return isNew
+}
+
+// tellReplaced logs that a Redis process is new and calls the watchers of
+// WatchReplaced.
+func (w *Health) tellReplaced() {
+	w.log.Info("redis: a Redis process answers that did not before (restarted, or a replica promoted): the logs this replica wrote are checked for lost writes")
+	w.mu.Lock()
+	fs := append([]func(){}, w.replaced...)
+	w.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // pingAll PINGs Redis: on a Cluster, every primary the client knows, so
 // that Redis is up only while every shard can be written (a PING of the
 // client would reach one node at random: up and down in turn while one
-// is down). Each node's PING is timed as the client's round trips are
+// is down). It answers the run_id of each Redis process that answered
+// (runID; "" when its INFO failed, which leaves health as the PING said).
+// Each node's commands are timed as the client's round trips are
 // (Instrument: the hook is the cluster client's, not its nodes').
-func pingAll(ctx context.Context, rdb redis.UniversalClient) error {
+func pingAll(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
 	cc := clusterClient(rdb)
 	if cc == nil {
-		return rdb.Ping(ctx).Err()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return nil, err
+		}
+		return []string{runID(ctx, rdb)}, nil
 	}
 	timed := roundTripHook{metricsOf(rdb).roundTrip}
-	return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+	var mu sync.Mutex
+	var ids []string
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 		start := time.Now()
 		err := node.Ping(ctx).Err()
 		timed.record(ctx, start, "PING", err)
 		if err != nil {
 			return fmt.Errorf("%s: %w", node.Options().Addr, err)
 		}
+		start = time.Now()
+		id := runID(ctx, node)
+		timed.record(ctx, start, "INFO", nil)
+		mu.Lock()
+		ids = append(ids, id)
+		mu.Unlock()
 		return nil
 	})
+	return ids, err
+}
+
+// runID is the run_id of the Redis process rdb reaches (INFO server), ""
+// when it does not say: a new one at each start, so that a restarted
+// Redis, or a replica promoted in its place, answers another.
+func runID(ctx context.Context, rdb redis.Cmdable) string {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return ""
+	}
+	_, rest, _ := strings.Cut(info, "run_id:")
+	id, _, _ := strings.Cut(rest, "\n")
+	return strings.TrimSpace(id)
 }
 
 // set records whether Redis answers, and on a change logs it and tells
@@ -129,6 +223,16 @@ func (w *Health) Watch(f func(up bool)) {
 	w.watchers = append(w.watchers, f)
 	w.mu.Unlock()
 	f(w.up.Load())
+}
+
+// WatchReplaced calls f, on Health's goroutine, each time a PING finds a
+// Redis process it has not found before — a Redis restarted, or a replica
+// promoted in a failover —, after the watchers of Watch heard of the state
+// that PING found: that Redis may lack acknowledged writes.
+func (w *Health) WatchReplaced(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.replaced = append(w.replaced, f)
 }
 
 // Close stops the PINGs.

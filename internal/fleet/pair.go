@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,7 +57,21 @@ type PairLog struct {
 	// they are published once it answers again, so that no replica finds
 	// their stale log live and takes over a completion that has ended.
 	unpublished map[string]string
+	// ends are the last completions whose end Redis acknowledged (at most
+	// maxEnds, the oldest first), looked at again when a new Redis process
+	// answers (republishLostEnds).
+	ends []endedLog
 }
+
+// endedLog is a completion that ended shared in Redis, and the lease
+// value that fenced its writes ("" for none).
+type endedLog struct{ id, fence string }
+
+// maxEnds bounds PairLog.ends: what a failover may have lost of the ends
+// of this replica's last completions (those still in its memory) is
+// published again; past it, an end lost leaves its log looking live until
+// it lapses (LiveTTL).
+const maxEnds = 10_000
 
 // maxUnpublished bounds PairLog.unpublished; past it the oldest are
 // forgotten (their stale logs in Redis lapse with LiveTTL).
@@ -83,7 +98,85 @@ func NewPairLog(mem *MemLog, rl *RedisLog, watch *Health, log *slog.Logger, loca
 			f.publishEnded()
 		}
 	})
+	watch.WatchReplaced(f.redisReplaced)
+	rl.scriptsGone = watch.Kick
 	return f
+}
+
+// redisReplaced: a Redis process answers that did not before (Health: a
+// restart, or a replica promoted), which may lack writes its predecessor
+// acknowledged. The running completions' next writes check that their
+// logs follow on (RedisLog.suspect: fillGap publishes the events lost),
+// and the ends lost are published again now (republishLostEnds). It runs
+// on the watch's goroutine.
+func (f *PairLog) redisReplaced() {
+	f.redis.mayHaveLost()
+	f.republishLostEnds()
+}
+
+// endedShared notes that Redis acknowledged the end of id, fenced by fence.
+func (f *PairLog) endedShared(id, fence string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.ends) >= maxEnds {
+		f.ends = f.ends[len(f.ends)-maxEnds+1:]
+	}
+	f.ends = append(f.ends, endedLog{id: id, fence: fence})
+}
+
+// republishLostEnds publishes again, from this replica's memory, the
+// logs of the completions that ended here whose end Redis no longer holds
+// (a failover or a restart lost it): such a log looks live, and a replica
+// that an attach reaches would take over a completion that has ended, and
+// run it on to another ending than its callers got. Only a log Redis
+// still holds, not ended, is published again (one evicted or lapsed
+// meanwhile stays gone); it is fenced by its last lease, so that a
+// completion another replica took over meanwhile is left to it. The ends
+// no longer in memory are forgotten.
+func (f *PairLog) republishLostEnds() {
+	f.mu.Lock()
+	ends := slices.Clone(f.ends)
+	f.mu.Unlock()
+	copies := map[string]logCopy{}
+	var ids []string
+	for _, e := range ends {
+		if c, ok := f.mem.copyOf(e.id); ok && c.ended {
+			copies[e.id] = c
+			ids = append(ids, e.id)
+		}
+	}
+	f.forgetEnds(copies)
+	lost, err := f.redis.endsLost(ids)
+	if err != nil {
+		f.log.Warn("redis: could not check which ends a new Redis process lost", "error", err)
+		return
+	}
+	for _, e := range ends {
+		if !lost[e.id] {
+			continue
+		}
+		switch err := f.redis.reshareFenced(e.id, copies[e.id], e.fence); {
+		case err == nil:
+			f.log.Info("redis: a completion's end was lost by Redis (a failover or a restart): published again from this replica's copy",
+				"completion_id", e.id)
+		case errors.Is(err, errLogFenced):
+			f.log.Warn("redis: a completion's end was lost by Redis, and another replica took the completion over meanwhile: its attachers there may get another ending",
+				"completion_id", e.id)
+		default:
+			f.log.Warn("redis: a completion's end was lost by Redis and could not be published again: its log looks live until it lapses",
+				"completion_id", e.id, "error", err)
+		}
+	}
+}
+
+// forgetEnds keeps of f.ends those in kept (still in memory).
+func (f *PairLog) forgetEnds(kept map[string]logCopy) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ends = slices.DeleteFunc(f.ends, func(e endedLog) bool {
+		_, ok := kept[e.id]
+		return !ok
+	})
 }
 
 // publishEnded publishes the completions that ended apart while Redis was
@@ -100,6 +193,7 @@ func (f *PairLog) publishEnded() {
 		}
 		switch err := f.redis.reshareFenced(id, c, fence); {
 		case err == nil:
+			f.endedShared(id, fence)
 			f.log.Info("redis: a completion that ended in this replica's memory only is shared: other replicas can attach to it",
 				"completion_id", id, "events", len(c.events))
 		case errors.Is(err, errLogFenced):
@@ -193,6 +287,8 @@ func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []by
 		f.degrade(id, errors.New("its log is no longer in Redis (Redis restarted, or evicted it)"))
 	case res == "gap":
 		f.fillGap(id, ev, status, end)
+	case res == "ok" && end:
+		f.endedShared(id, f.redis.fence(id))
 	}
 	return nil
 }
@@ -217,6 +313,9 @@ func (f *PairLog) fillGap(id string, ev *completionv1.CompletionEvent, status []
 	if !ok || err != nil {
 		f.setApart(id, why, err)
 		return
+	}
+	if end {
+		f.endedShared(id, f.redis.fence(id))
 	}
 	f.log.Info("redis: "+why+": published again from this replica's copy", "completion_id", id, "events", len(c.events))
 }
@@ -248,7 +347,11 @@ func (f *PairLog) reshare(id string, apart *apartState, ended bool) {
 	if !ok {
 		return
 	}
+	fence := f.redis.fence(id)
 	err := f.redis.reshare(id, c)
+	if err == nil && ended {
+		f.endedShared(id, fence)
+	}
 	f.mu.Lock()
 	switch {
 	case err == nil && !ended:

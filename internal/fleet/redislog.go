@@ -124,6 +124,10 @@ type RedisLog struct {
 	// wrote it and when its writes last resumed after a quiet spell
 	// (suspect).
 	traffic []shardTraffic
+	// scriptsGone, unless nil, is called when a flush finds a Redis
+	// without its scripts (restarted, or a replica promoted): NewPairLog
+	// has Health look at once for the new process (Health.Kick).
+	scriptsGone func()
 
 	commit *committer
 	wake   *wakeRegistry
@@ -619,6 +623,37 @@ func (l *RedisLog) suspect(id string, lw *logWriter) bool {
 // mayHaveLost notes that Redis may have lost acknowledged writes: a call
 // failed (its node did not answer), or found its script gone (restarted).
 func (l *RedisLog) mayHaveLost() { l.losses.Add(1) }
+
+// endsLostBatch is how many logs one pipeline of endsLost asks about.
+const endsLostBatch = 500
+
+// endsLost answers which of the logs of ids Redis holds without their
+// end: logs that ended, whose end Redis lost (PairLog.republishLostEnds).
+// A log Redis no longer holds at all is not among them.
+func (l *RedisLog) endsLost(ids []string) (map[string]bool, error) {
+	lost := map[string]bool{}
+	for batch := range slices.Chunk(ids, endsLostBatch) {
+		ctx, cancel := l.ctx()
+		cmds, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, id := range batch {
+				p.Exists(ctx, l.ks.meta(id))
+				p.HExists(ctx, l.ks.meta(id), "ended")
+			}
+			return nil
+		})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		for i, id := range batch {
+			there, ended := cmds[2*i].(*redis.IntCmd).Val() == 1, cmds[2*i+1].(*redis.BoolCmd).Val()
+			if there && !ended {
+				lost[id] = true
+			}
+		}
+	}
+	return lost, nil
+}
 
 // sizeOf is the size w is to count in the bound of bytes (0: none), with
 // unsized, the bytes of the writer's earlier events not counted yet: all of

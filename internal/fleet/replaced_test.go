@@ -1,0 +1,162 @@
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/completiond/completiond/config"
+	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
+)
+
+// TestHealthNewServer: a PING that finds a Redis process (run_id) the
+// PINGs before did not is a new server — not the first PING's, not one
+// found before; a PING that did not reach every process, or that a
+// process did not tell its run_id, keeps those seen before.
+func TestHealthNewServer(t *testing.T) {
+	w := &Health{}
+	for _, s := range []struct {
+		name       string
+		found      []string
+		reachedAll bool
+		isNew      bool
+	}{
+		{"the first PING", []string{"a", "b"}, true, false},
+		{"the same", []string{"b", "a"}, true, false},
+		{"b restarted", []string{"a", "b2"}, true, true},
+		{"b2 down", []string{"a"}, false, false},
+		{"b2 back", []string{"a", "b2"}, true, false},
+		{"b2 did not say", []string{"a", ""}, true, false},
+		{"none reached", nil, false, false},
+		{"c promoted in b2's place, b2 down", []string{"a", "c"}, false, true},
+		{"b2 back as a replica", []string{"a", "c"}, true, false},
+		{"b2 promoted again", []string{"a", "b2"}, true, true},
+	} {
+		if got := w.newServer(s.found, s.reachedAll); got != s.isNew {
+			t.Errorf("%s: new %t, want %t", s.name, got, s.isNew)
+		}
+	}
+}
+
+// TestHealthSeesARestartedRedis: Health's watchers of WatchReplaced hear
+// of a Redis restarted (a new run_id answers), once, and not of the same
+// Redis answering again; Kick makes the next PING at once.
+func TestHealthSeesARestartedRedis(t *testing.T) {
+	s := redistest.New(t)
+	rdb := testkit.ServerRedisClient(t, s.Addr)
+	h := NewHealth(rdb, time.Hour, slog.New(slog.DiscardHandler))
+	t.Cleanup(h.Close)
+	var replaced atomic.Int32
+	h.WatchReplaced(func() { replaced.Add(1) })
+	ctx := context.Background()
+	h.ping(ctx)
+	if n := replaced.Load(); n != 0 {
+		t.Fatalf("%d new servers, the same Redis answering again", n)
+	}
+	s.Restart()
+	waitFor(t, func() bool { h.Kick(); return replaced.Load() > 0 })
+	h.ping(ctx)
+	if n := replaced.Load(); n != 1 || !h.Up() {
+		t.Fatalf("%d new servers after one restart (up %t), want 1", n, h.Up())
+	}
+}
+
+// leasedPair is a replica's PairLog in rdb with a completion id opened
+// under its lease (fenced by it) and its leases.
+func leasedPair(t *testing.T, rdb redis.UniversalClient, id string) (*PairLog, Leases) {
+	t.Helper()
+	f := newPair(t, rdb)
+	leases := NewRedisLeases(rdb, 2*time.Second)
+	l, leaseErr, err := OpenLeased(t.Context(), f, leases, id, "A", Meta{Replica: "A", Request: []byte("request")})
+	if err != nil || leaseErr != nil {
+		t.Fatal(err, leaseErr)
+	}
+	f.Fence(id, *l)
+	return f, leases
+}
+
+// TestPairLogPublishesAgainAnEndRedisLost: a completion whose end Redis
+// acknowledged and then lost (a failover, a restart from a saved copy)
+// leaves a log that looks live, which another replica would take over and
+// run on to another ending; once a new Redis process answers
+// (redisReplaced), the replica publishes the end again from its memory,
+// fenced by its last lease, and the log is whole and ended. One taken
+// over meanwhile is left to its new owner, and one Redis dropped
+// meanwhile stays dropped. The running completions' next writes check
+// that their logs follow on.
+func TestPairLogPublishesAgainAnEndRedisLost(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		meantime func(t *testing.T, rdb redis.UniversalClient, leases Leases)
+		want     []uint64 // the shared log's seqs after, ended when 5
+	}{
+		{"published again", func(*testing.T, redis.UniversalClient, Leases) {}, seqsTo(5)},
+		{"taken over meanwhile", func(t *testing.T, rdb redis.UniversalClient, leases Leases) {
+			rdb.Del(t.Context(), keyspaceOf(rdb).lease("c1"))
+			if _, err := leases.Acquire(t.Context(), "c1", "B"); err != nil {
+				t.Fatal(err)
+			}
+		}, seqsTo(3)},
+		{"dropped meanwhile", func(t *testing.T, rdb redis.UniversalClient, _ Leases) {
+			ks := keyspaceOf(rdb)
+			rdb.Del(t.Context(), ks.meta("c1"), ks.log("c1"))
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+			f, leases := leasedPair(t, rdb, "c1")
+			appendRun(f, "c1", 3, false)
+			ks := keyspaceOf(rdb)
+			loseKeys(t, rdb, []string{ks.log("c1"), ks.meta("c1"), ks.lease("c1")}, func() {
+				appendRun(&seqFrom{f, 3}, "c1", 2, true)
+			})
+			tc.meantime(t, rdb, leases)
+			other := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+			t.Cleanup(other.Close)
+			if seqs, ended, err := readWhole(other, "c1"); err == nil && (ended || len(seqs) != 3) {
+				t.Fatalf("the lost end: Redis holds %v ended %t", seqs, ended)
+			}
+			losses := f.redis.losses.Load()
+			f.redisReplaced()
+			if f.redis.losses.Load() == losses {
+				t.Error("a new Redis process: the running completions' next writes do not check")
+			}
+			seqs, ended, err := readWhole(other, "c1")
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("a log Redis dropped: published again, %v", seqs)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(seqs, tc.want) || ended != (len(tc.want) == 5) {
+				t.Fatalf("the shared log: %v ended %t (%v); want %v", seqs, ended, err, tc.want)
+			}
+			if held, ok, _ := leases.Holder(t.Context(), "c1"); ok && held.Replica == "A" {
+				t.Errorf("the end published again kept the lease %+v", held)
+			}
+		})
+	}
+}
+
+// seqFrom is a Log whose appends and end add from to their events' seqs.
+type seqFrom struct {
+	Log
+	from uint64
+}
+
+func (s *seqFrom) Append(id string, ev *completionv1.CompletionEvent) error {
+	ev.Seq += s.from
+	return s.Log.Append(id, ev)
+}
+
+func (s *seqFrom) End(id string, ev *completionv1.CompletionEvent, status []byte) error {
+	ev.Seq += s.from
+	return s.Log.End(id, ev, status)
+}
