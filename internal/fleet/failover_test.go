@@ -175,9 +175,10 @@ func TestPairLogClusterFailoverLosesWrites(t *testing.T) {
 
 // TestPairLogClusterReshard: a shard's slot moves to another primary
 // while completions of it and of other shards write (as redis-cli
-// --cluster reshard moves it, a few keys at a time). Mid-move, the
-// shard's writes are refused TRYAGAIN by Redis: they wait and go again,
-// and the other shards' writes are not held. No completion is kept apart,
+// --cluster reshard moves it, a few keys at a time), and new completions
+// of it open. Mid-move, the shard's writes and opens are refused TRYAGAIN
+// by Redis: they wait and go again, and the other shards' writes are not
+// held. No completion is kept apart,
 // and every log is whole once the slot has moved.
 func TestPairLogClusterReshard(t *testing.T) {
 	nodes := redistest.NewCluster(t, 3)
@@ -218,9 +219,19 @@ func TestPairLogClusterReshard(t *testing.T) {
 			}
 		})
 	}
+	opened := idsOfShard(3, 9, "m")[len(moving):] // new completions of the moving shard
+	for _, id := range opened {
+		wg.Go(func() {
+			if err := f.Open(id, Meta{Replica: "A"}); err != nil {
+				t.Error(err)
+			}
+			appendRun(f, id, 4, false)
+		})
+	}
 	waitFor(t, func() bool { return done.Load() == int32(len(others)) }) // not held by the move
 	m.Finish(nodes)
 	wg.Wait()
+	moving = append(moving, opened...)
 	other := NewRedisLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(other.Close)
 	for _, id := range append(append([]string(nil), moving...), others...) {

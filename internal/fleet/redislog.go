@@ -288,10 +288,21 @@ func (l *RedisLog) openFirst(id string, meta Meta, replica string, ttl time.Dura
 			return 0, false, err // cannot happen: the service builds every event
 		}
 	}
+	// Each try has its own OpTimeout: a move that refuses it ends within
+	// untilMoved's OpTimeout, or the open fails.
+	var res []string
+	try := func() bool {
+		ctx, cancel := l.ctx()
+		defer cancel()
+		res, err = l.ks.scripts.open.Run(ctx, l.rdb, id, id, m, ms(l.now()), l.ks.share(int64(l.limits.MaxCompletions)), l.LiveTTL.Milliseconds(),
+			replica, ttl.Milliseconds(), leaseTokenTTL.Milliseconds(), event, l.evictAhead()).StringSlice()
+		return refusedMoving(err)
+	}
+	if moving := l.untilMoved(id, try); moving != nil {
+		return 0, false, moving
+	}
 	ctx, cancel := l.ctx()
 	defer cancel()
-	res, err := l.ks.scripts.open.Run(ctx, l.rdb, id, id, m, ms(l.now()), l.ks.share(int64(l.limits.MaxCompletions)), l.LiveTTL.Milliseconds(),
-		replica, ttl.Milliseconds(), leaseTokenTTL.Milliseconds(), event, l.evictAhead()).StringSlice()
 	switch {
 	case err != nil:
 		return 0, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -508,22 +519,33 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 
 // commitWrite writes w with the next flush of the group commit, and
 // again while Redis refuses it because its shard's slot is moving to
-// another node of the Cluster (refusedMoving: a move takes milliseconds
-// per batch of keys), after a pause that doubles from tryAgainFirst to
-// tryAgainMost, within OpTimeout; then it fails (errSlotMoving). The
-// other writes of its flush are answered meanwhile.
-func (l *RedisLog) commitWrite(w commitWrite) (string, error) {
+// another node of the Cluster (untilMoved). The other writes of its flush
+// are answered meanwhile.
+func (l *RedisLog) commitWrite(w commitWrite) (res string, err error) {
+	if moving := l.untilMoved(w.id, func() bool {
+		res, err = l.commit.write(w)
+		return res == commitTryAgain
+	}); moving != nil {
+		return "", moving
+	}
+	return res, err
+}
+
+// untilMoved makes a call of id's keys (try, which reports whether Redis
+// refused it because the shard's slot is moving to another node of the
+// Cluster: refusedMoving, or commitTryAgain) again while it is refused,
+// after a pause that doubles from tryAgainFirst to tryAgainMost (a move
+// takes milliseconds per batch of keys), within OpTimeout; then it
+// answers errSlotMoving.
+func (l *RedisLog) untilMoved(id string, try func() (refused bool)) error {
 	start := time.Now()
-	for pause := tryAgainFirst; ; pause = min(2*pause, tryAgainMost) {
-		res, err := l.commit.write(w)
-		if res != commitTryAgain {
-			return res, err
-		}
+	for pause := tryAgainFirst; try(); pause = min(2*pause, tryAgainMost) {
 		if time.Since(start)+pause > l.OpTimeout {
-			return "", fmt.Errorf("%w: %s's shard, for %s", errSlotMoving, w.id, time.Since(start).Round(time.Millisecond))
+			return fmt.Errorf("%w: %s's shard, for %s", errSlotMoving, id, time.Since(start).Round(time.Millisecond))
 		}
 		time.Sleep(pause)
 	}
+	return nil
 }
 
 // errSlotMoving: Redis refused a command (refusedMoving) for longer than
