@@ -88,6 +88,7 @@ func TestFleetClusterFailover(t *testing.T) {
 				}
 				deltas(2)
 				for i, r := range replicas {
+					redistest.Synced(t, primaries[i], r)
 					r.Pause()
 					redistest.CutReplicas(t, primaries[i])
 				}
@@ -148,7 +149,7 @@ func TestFleetClusterFailoverLosesTheEnd(t *testing.T) {
 	defer cancel()
 	st, err := connect(t, a).Stream(ctx, &completionv1.CompleteRequest{
 		Messages:    []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "ends through a failover"}}}}}},
-		Metadata:    map[string]string{"sim.pace": "100ms", "sim.words": "8"},
+		Metadata:    map[string]string{"sim.pace": "250ms", "sim.words": "8"},
 		ResumeGrace: durationpb.New(30 * time.Second),
 	})
 	if err != nil {
@@ -165,7 +166,10 @@ func TestFleetClusterFailoverLosesTheEnd(t *testing.T) {
 			deltas++
 		}
 	}
-	for i, r := range replicas {
+	for i, r := range replicas { // each replica has the log so far
+		redistest.Synced(t, primaries[i], r)
+	}
+	for i, r := range replicas { // and none gets more (the answer goes on a second and a half)
 		r.Pause()
 		redistest.CutReplicas(t, primaries[i])
 	}

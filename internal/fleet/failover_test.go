@@ -133,18 +133,13 @@ func TestPairLogClusterFailoverLosesWrites(t *testing.T) {
 	c := newReplicatedCluster(t)
 	clk := &clock{t: time.Now()}
 	f, _ := newPairAt(t, c.rdb, clk.now)
-	ctx := context.Background()
 	if err := f.Open("c1", Meta{Replica: "A"}); err != nil {
 		t.Fatal(err)
 	}
 	appendRun(f, "c1", 3, false)
 	i := c.nodeOf(t, "c1")
 	primary, replica := c.primaries[i], c.replicas[i]
-	pc := redis.NewClient(&redis.Options{Addr: primary.Addr})
-	defer pc.Close()
-	if err := pc.Do(ctx, "wait", 1, 5000).Err(); err != nil { // the replica has 1..3
-		t.Fatal(err)
-	}
+	redistest.Synced(t, primary, replica) // the replica has 1..3
 	replica.Pause()
 	redistest.CutReplicas(t, primary)
 	for seq := uint64(4); seq <= 5; seq++ {
@@ -381,11 +376,7 @@ func TestPairLogClusterFailoverLosesAnEnd(t *testing.T) {
 	appendRun(f, "c1", 3, false)
 	i := c.nodeOf(t, "c1")
 	primary, replica := c.primaries[i], c.replicas[i]
-	pc := redis.NewClient(&redis.Options{Addr: primary.Addr})
-	defer pc.Close()
-	if err := pc.Do(context.Background(), "wait", 1, 5000).Err(); err != nil { // the replica has 1..3
-		t.Fatal(err)
-	}
+	redistest.Synced(t, primary, replica) // the replica has 1..3
 	replica.Pause()
 	redistest.CutReplicas(t, primary)
 	if err := f.End("c1", logEvent(4, true), nil); err != nil {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,9 +35,10 @@ type Health struct {
 	watchers []func(up bool)
 	replaced []func()
 
-	// servers are the run_ids of the Redis processes the last PINGs
-	// found (Health's goroutine only).
-	servers map[string]bool
+	// servers is the run_id of the Redis process that serves each shard of
+	// the logs (keyspace; one on one Redis), as the PINGs last found it
+	// (Health's goroutine only).
+	servers map[int]string
 
 	kick chan struct{}
 	stop context.CancelFunc
@@ -91,31 +90,31 @@ func (w *Health) ping(ctx context.Context) {
 		return // closing
 	}
 	w.set(err == nil, err)
-	if w.newServer(servers, err == nil) {
+	if w.newServer(servers) {
 		w.tellReplaced()
 	}
 }
 
-// newServer notes the run_ids of the Redis processes a PING found ("" for
-// one that did not say), and reports whether one is new: not found by the
-// PINGs before (none at the first). When the PING did not reach every
-// process, or one did not say, the run_ids seen before are kept too.
-func (w *Health) newServer(found []string, reachedAll bool) bool {
-	seen := w.servers
-	whole := reachedAll && !slices.Contains(found, "")
-	next := map[string]bool{}
-	if !whole {
-		maps.Copy(next, seen)
+// newServer notes the run_id of the Redis process serving each shard a
+// PING found ("" when it did not say), and reports whether one differs
+// from the process that served that shard before: restarted, or a
+// replica promoted (or the shard moved to another primary). A shard the
+// PING did not reach keeps its process, and one found for the first time
+// is not new: a node that did not answer a PING is not mistaken for a
+// new one when it answers the next.
+func (w *Health) newServer(found map[int]string) bool {
+	if w.servers == nil {
+		w.servers = map[int]string{}
 	}
 	isNew := false
-	for _, id := range found {
-		if id != "" {
-			isNew = isNew || (seen != nil && !seen[id])
-			next[id] = true
+	for shard, id := range found {
+		if id == "" {
+			continue
 		}
-	}
-	if len(next) > 0 {
-		w.servers = next
+		if was := w.servers[shard]; was != "" && was != id {
+			isNew = true
+		}
+		w.servers[shard] = id
 	}
 	return isNew
 }
@@ -135,21 +134,23 @@ func (w *Health) tellReplaced() {
 // pingAll PINGs Redis: on a Cluster, every primary the client knows, so
 // that Redis is up only while every shard can be written (a PING of the
 // client would reach one node at random: up and down in turn while one
-// is down). It answers the run_id of each Redis process that answered
-// (runID; "" when its INFO failed, which leaves health as the PING said).
-// Each node's commands are timed as the client's round trips are
-// (Instrument: the hook is the cluster client's, not its nodes').
-func pingAll(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
+// is down). It answers the run_id of the Redis process that serves each
+// shard of the logs (keyspace; shard 0 on one Redis), for the shards
+// whose primary answered (runID; "" when its INFO failed, which leaves
+// health as the PING said). Each node's commands are timed as the
+// client's round trips are (Instrument: the hook is the cluster client's,
+// not its nodes').
+func pingAll(ctx context.Context, rdb redis.UniversalClient) (map[int]string, error) {
 	cc := clusterClient(rdb)
 	if cc == nil {
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			return nil, err
 		}
-		return []string{runID(ctx, rdb)}, nil
+		return map[int]string{0: runID(ctx, rdb)}, nil
 	}
 	timed := roundTripHook{metricsOf(rdb).roundTrip}
 	var mu sync.Mutex
-	var ids []string
+	ids := map[string]string{} // a primary's address → its run_id
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 		start := time.Now()
 		err := node.Ping(ctx).Err()
@@ -161,11 +162,28 @@ func pingAll(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
 		id := runID(ctx, node)
 		timed.record(ctx, start, "INFO", nil)
 		mu.Lock()
-		ids = append(ids, id)
+		ids[node.Options().Addr] = id
 		mu.Unlock()
 		return nil
 	})
-	return ids, err
+	return shardServers(ctx, cc, ids), err
+}
+
+// shardServers is the run_id, among ids (by address), of the primary that
+// serves each shard of the logs on the Cluster cc, as cc's view of the
+// slots (just reloaded by ForEachMaster) says.
+func shardServers(ctx context.Context, cc *redis.ClusterClient, ids map[string]string) map[int]string {
+	out := map[int]string{}
+	for shard, subject := range clusterRedis.subjects {
+		node, err := cc.MasterForKey(ctx, clusterRedis.counted(redisLogsLive, subject))
+		if err != nil {
+			continue
+		}
+		if id, ok := ids[node.Options().Addr]; ok {
+			out[shard] = id
+		}
+	}
+	return out
 }
 
 // runID is the run_id of the Redis process rdb reaches (INFO server), ""

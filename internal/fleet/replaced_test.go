@@ -16,30 +16,30 @@ import (
 	"github.com/completiond/completiond/internal/testkit"
 )
 
-// TestHealthNewServer: a PING that finds a Redis process (run_id) the
-// PINGs before did not is a new server — not the first PING's, not one
-// found before; a PING that did not reach every process, or that a
-// process did not tell its run_id, keeps those seen before.
+// TestHealthNewServer: a PING that finds a shard served by another Redis
+// process (run_id) than the PINGs before is a new server — not the first
+// PING's, not a shard found for the first time (its node did not answer
+// before), not a process that did not tell its run_id; a shard the PING
+// did not reach keeps its process.
 func TestHealthNewServer(t *testing.T) {
 	w := &Health{}
 	for _, s := range []struct {
-		name       string
-		found      []string
-		reachedAll bool
-		isNew      bool
+		name  string
+		found map[int]string
+		isNew bool
 	}{
-		{"the first PING", []string{"a", "b"}, true, false},
-		{"the same", []string{"b", "a"}, true, false},
-		{"b restarted", []string{"a", "b2"}, true, true},
-		{"b2 down", []string{"a"}, false, false},
-		{"b2 back", []string{"a", "b2"}, true, false},
-		{"b2 did not say", []string{"a", ""}, true, false},
-		{"none reached", nil, false, false},
-		{"c promoted in b2's place, b2 down", []string{"a", "c"}, false, true},
-		{"b2 back as a replica", []string{"a", "c"}, true, false},
-		{"b2 promoted again", []string{"a", "b2"}, true, true},
+		{"the first PING, shard 1's node not answering", map[int]string{0: "a"}, false},
+		{"shard 1's node answers", map[int]string{0: "a", 1: "b"}, false},
+		{"the same", map[int]string{1: "b", 0: "a"}, false},
+		{"b restarted", map[int]string{0: "a", 1: "b2"}, true},
+		{"b2 down", map[int]string{0: "a"}, false},
+		{"b2 back", map[int]string{0: "a", 1: "b2"}, false},
+		{"b2 did not say", map[int]string{0: "a", 1: ""}, false},
+		{"none reached", nil, false},
+		{"c promoted in b2's place", map[int]string{0: "a", 1: "c"}, true},
+		{"shard 1 moved to a", map[int]string{0: "a", 1: "a"}, true},
 	} {
-		if got := w.newServer(s.found, s.reachedAll); got != s.isNew {
+		if got := w.newServer(s.found); got != s.isNew {
 			t.Errorf("%s: new %t, want %t", s.name, got, s.isNew)
 		}
 	}

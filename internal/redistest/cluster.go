@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -303,6 +304,44 @@ func nodeLine(nodes, id string) []string {
 		}
 	}
 	return nil
+}
+
+// Synced waits until replica has every write its primary primary has
+// acknowledged so far: its replication offset reached the primary's.
+// (WAIT would not do: it counts the replicas that have the writes of the
+// connection it is sent on, and a test's writes go through another.)
+func Synced(tb testing.TB, primary, replica *Server) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	p, r := primary.client(), replica.client()
+	defer p.Close()
+	defer r.Close()
+	want, err := replOffset(ctx, p, "master_repl_offset")
+	if err != nil {
+		tb.Fatalf("redistest: %s: %v", primary.Addr, err)
+	}
+	err = until(ctx, func() bool {
+		got, err := replOffset(ctx, r, "slave_repl_offset")
+		return err == nil && got >= want
+	})
+	if err != nil {
+		tb.Fatalf("redistest: %s does not have its primary's writes (offset %d): %v", replica.Addr, want, err)
+	}
+}
+
+// replOffset reads field, a replication offset, from c's INFO replication.
+func replOffset(ctx context.Context, c *redis.Client, field string) (int64, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, err
+	}
+	_, rest, ok := strings.Cut(info, field+":")
+	v, _, _ := strings.Cut(rest, "\r\n")
+	if !ok {
+		return 0, fmt.Errorf("INFO replication has no %s", field)
+	}
+	return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 }
 
 // CutReplicas closes the replication links of primary (CLIENT KILL TYPE

@@ -73,11 +73,7 @@ func TestFailover(t *testing.T) {
 		t.Fatal("a write lost in a failover without loss")
 	}
 	// replicas[i] is the primary now, primaries[i] its replica.
-	newPrimary := redis.NewClient(&redis.Options{Addr: replicas[i].Addr})
-	defer newPrimary.Close()
-	if err := newPrimary.Do(ctx, "wait", 1, 5000).Err(); err != nil {
-		t.Fatal(err)
-	}
+	Synced(t, replicas[i], primaries[i])
 	primaries[i].Pause()
 	CutReplicas(t, replicas[i])
 	set("{a}3")

@@ -6,9 +6,11 @@ package redistest
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -20,8 +22,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Binary is the redis-server the helper runs.
-var Binary = "redis-server"
+// Binary is the redis-server the helper runs: $REDISTEST_SERVER when
+// set (a path, or a name on $PATH: `make test-valkey` runs the tests on
+// valkey-server so), else redis-server.
+var Binary = cmp.Or(os.Getenv("REDISTEST_SERVER"), "redis-server")
 
 // startWait bounds how long redis-server may take to answer its first PING.
 const startWait = 10 * time.Second
