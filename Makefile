@@ -40,7 +40,7 @@ help: ## Show this help, with the values the variables have now.
 HELP_VARS     = VERSION ADDR GO PYTHON SOAK_N SOAK_SEED FUZZTIME BENCH BENCH_PKGS BENCH_COUNT BREAKING_REF IMAGE IMAGE_MODE DEST \
 	LOADBENCH_LEVELS LOADBENCH_REPS LOADBENCH_OUT LOADBENCH_FLAGS FLEETBENCH_LEVELS FLEETBENCH_REPS FLEETBENCH_OUT FLEETBENCH_FLAGS
 TOOL_VERSIONS = BUF_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION PROTOC_GEN_DOC_VERSION GRPCURL_VERSION STATICCHECK_VERSION BENCHSTAT_VERSION HELM_VERSION \
-	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION
+	PROTOC_VERSION GRPC_PYTHON_PLUGIN_VERSION VALKEY_VERSION
 
 .PHONY: run
 run: ## Serve on $(ADDR) (ADDR, or COMPLETIOND_ADDR) with the embedded sim provider (no API key needed).
@@ -330,6 +330,24 @@ redis-installed: ## Install Debian's redis-server with apt-get when missing (the
 			echo "installing redis-server with apt-get"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 		else echo "redis-server is needed by the fleet tests: apt-get install redis-server"; exit 1; fi; }
+
+# make test-valkey runs the tests that run a real Redis (internal/redistest's
+# servers: the fleet's log, leases, health, shared guard, the replicas as
+# processes) on Valkey instead of redis-server, without the race detector
+# (make test has it): Debian's valkey-server VALKEY_VERSION, unpacked into
+# ./bin (scripts/fetch-valkey: from this Debian's sources and its
+# backports, with a private apt state; nothing is installed), running on
+# redis-server's libraries.
+VALKEY_VERSION ?= 8.0.1+dfsg1-1~bpo12+1
+VALKEY_SERVER  := $(BIN)/valkey-$(VALKEY_VERSION)/root/usr/bin/valkey-server
+
+$(VALKEY_SERVER): | redis-installed
+	scripts/fetch-valkey '$(BIN)/valkey-$(VALKEY_VERSION)' '$(VALKEY_VERSION)'
+
+.PHONY: test-valkey
+test-valkey: test-deps $(VALKEY_SERVER) ## The tests that run a real Redis, on Debian's valkey-server VALKEY_VERSION instead (unpacked into ./bin).
+	REDISTEST_SERVER='$(VALKEY_SERVER)' $(GO) test -count=1 -timeout 15m ./internal/redistest/ ./internal/redisscript/ ./internal/fleet/ ./internal/guard/ ./service/
+	REDISTEST_SERVER='$(VALKEY_SERVER)' $(GO) test -count=1 -timeout 15m -run 'Fleet' ./cmd/completiond/
 
 .PHONY: chart
 chart: $(BIN)/helm ## helm lint and helm template of the chart (default and every-feature values), and its Go test.

@@ -1,6 +1,9 @@
 package redistest
 
 import (
+	"context"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -42,5 +45,21 @@ func TestTLS(t *testing.T) {
 	s.Restart()
 	if !ping(s.Addr, s.tls) {
 		t.Fatal("no TLS answer after a restart")
+	}
+}
+
+// TestServerIsBinary: the server the tests run is the one Binary names
+// ($REDISTEST_SERVER: make test-valkey's valkey-server), not another
+// found on the way.
+func TestServerIsBinary(t *testing.T) {
+	c := New(t).client()
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	valkey := strings.Contains(filepath.Base(Binary), "valkey")
+	if got := strings.Contains(info, "valkey_version:"); got != valkey {
+		t.Fatalf("%s answers INFO server with valkey_version %t:\n%s", Binary, got, info)
 	}
 }
