@@ -249,6 +249,14 @@ func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err err
 	if _, held, err := ls.Holder(ctx, id); err != nil || held {
 		return nil, nil
 	}
+	if s.redis != nil && s.redis.Settling(ctx) {
+		// Redis failed over or restarted moments ago: the lease may have
+		// lapsed in the outage of a completion that ended, its end lost,
+		// which its replica publishes again at its next PING. The
+		// follower looks again at its next check.
+		s.cfg.Logger.DebugContext(ctx, "takeover deferred: a new Redis process serves the logs, the owner may publish the end it lost", "completion_id", id)
+		return nil, nil
+	}
 	from := time.Now() // the clock of fleet.Ownership, which synctest fakes in tests
 	l, err := ls.Acquire(ctx, id, s.cfg.Replica)
 	if err != nil {

@@ -138,9 +138,29 @@ func clusterURL(nodes []*redistest.Server) string {
 // Its log looked live: a replica an attach reached would take the
 // completion over and run it on, to another ending than A's caller got.
 // A's health finds the promoted processes and A publishes the log again;
-// then an attach through B reads exactly what A's caller read.
+// an attach through B reads exactly what A's caller read:
+//   - once A published it again;
+//   - at once after a takeover that came later than the lease (an
+//     automatic failover waits cluster-node-timeout), the lease lapsed:
+//     B finds the new processes too and waits for A rather than take the
+//     completion over.
 func TestFleetClusterFailoverLosesTheEnd(t *testing.T) {
 	bin := buildCompletiond(t)
+	for _, tc := range []struct {
+		name   string
+		outage time.Duration // between the primaries' death and the takeover
+	}{
+		{"attach once A published the end again", 0},
+		{"attach at once, the lease lapsed", 3500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) { lostEnd(t, bin, tc.outage) })
+	}
+}
+
+// lostEnd is TestFleetClusterFailoverLosesTheEnd with the primaries dead
+// for outage before the takeover; without one, B attaches once A said it
+// published the end again, else at once.
+func lostEnd(t *testing.T, bin string, outage time.Duration) {
 	primaries, replicas := redistest.NewReplicatedCluster(t, 3)
 	nodes := append(append([]*redistest.Server(nil), primaries...), replicas...)
 	a := startReplicaOn(t, bin, "A", clusterURL(nodes), nil, "--redis-cluster", "--lease-ttl", "3s")
@@ -190,11 +210,12 @@ func TestFleetClusterFailoverLosesTheEnd(t *testing.T) {
 		primaries[i].Stop()
 		r.Resume()
 	}
+	time.Sleep(outage)
 	for _, r := range replicas {
 		redistest.Failover(t, r, true, nodes)
 	}
 	const republished = "a completion's end was lost by Redis"
-	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(a.logs.String(), republished); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); outage == 0 && !strings.Contains(a.logs.String(), republished); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("A did not publish again the end Redis lost (its log says %q)", republished)
 		}

@@ -33,12 +33,20 @@ type Health struct {
 
 	mu       sync.Mutex
 	watchers []func(up bool)
-	replaced []func()
+	replaced []func() (done bool)
+	// unsettled are the watchers of replaced that are not done (pingMu).
+	unsettled []func() (done bool)
 
+	// pingMu makes one PING at a time: Health's own, or Settling's. It
+	// guards servers and lastPing.
+	pingMu sync.Mutex
 	// servers is the run_id of the Redis process that serves each shard of
-	// the logs (keyspace; one on one Redis), as the PINGs last found it
-	// (Health's goroutine only).
-	servers map[int]string
+	// the logs (keyspace; one on one Redis), as the PINGs last found it.
+	servers  map[int]string
+	lastPing time.Time
+	// replacedAt is when a PING last found a new process (Unix ns; 0:
+	// never).
+	replacedAt atomic.Int64
 
 	kick chan struct{}
 	stop context.CancelFunc
@@ -83,16 +91,32 @@ func (w *Health) Kick() {
 }
 
 func (w *Health) ping(ctx context.Context) {
+	w.pingMu.Lock()
+	defer w.pingMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, w.interval)
 	defer cancel()
+	defer func() { w.lastPing = time.Now() }()
 	servers, err := pingAll(ctx, w.rdb)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return // closing
 	}
 	w.set(err == nil, err)
-	if w.newServer(servers) {
+	switch {
+	case w.newServer(servers):
 		w.tellReplaced()
+	case err == nil && len(w.unsettled) > 0:
+		w.unsettled = callAll(w.unsettled)
 	}
+}
+
+// callAll calls each of fs, and answers those that are not done.
+func callAll(fs []func() (done bool)) (notDone []func() (done bool)) {
+	for _, f := range fs {
+		if !f() {
+			notDone = append(notDone, f)
+		}
+	}
+	return notDone
 }
 
 // newServer notes the run_id of the Redis process serving each shard a
@@ -119,16 +143,40 @@ func (w *Health) newServer(found map[int]string) bool {
 	return isNew
 }
 
+// settleFor, in PING intervals, is how long after a PING found a new
+// Redis process takeovers wait (Settling): the replica that owned a
+// completion finds the process at its own next PING, within an interval,
+// and publishes again the end the process lacks.
+const settleFor = 2
+
+// Settling reports whether a PING found a new Redis process serving the
+// logs (a failover, a restart) within the last settleFor intervals, after
+// a PING made now (unless one was made within the last tenth of an
+// interval). A completion whose lease lapsed meanwhile may have ended,
+// its end lost with the old process, while its replica lives: that
+// replica publishes the end again at its own next PING
+// (PairLog.republishLostEnds). A replica about to take the completion
+// over, which would run it on to another ending, waits that long instead.
+func (w *Health) Settling(ctx context.Context) bool {
+	w.pingMu.Lock()
+	recent := time.Since(w.lastPing) < w.interval/10
+	w.pingMu.Unlock()
+	if !recent {
+		w.ping(ctx)
+	}
+	at := w.replacedAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < settleFor*w.interval
+}
+
 // tellReplaced logs that a Redis process is new and calls the watchers of
 // WatchReplaced.
 func (w *Health) tellReplaced() {
+	w.replacedAt.Store(time.Now().UnixNano())
 	w.log.Info("redis: a Redis process answers that did not before (restarted, or a replica promoted): the logs this replica wrote are checked for lost writes")
 	w.mu.Lock()
-	fs := append([]func(){}, w.replaced...)
+	fs := append([]func() bool{}, w.replaced...)
 	w.mu.Unlock()
-	for _, f := range fs {
-		f()
-	}
+	w.unsettled = callAll(fs)
 }
 
 // pingAll PINGs Redis: on a Cluster, every primary the client knows, so
@@ -246,8 +294,11 @@ func (w *Health) Watch(f func(up bool)) {
 // WatchReplaced calls f, on Health's goroutine, each time a PING finds a
 // Redis process it has not found before — a Redis restarted, or a replica
 // promoted in a failover —, after the watchers of Watch heard of the state
-// that PING found: that Redis may lack acknowledged writes.
-func (w *Health) WatchReplaced(f func()) {
+// that PING found: that Redis may lack acknowledged writes. f answers
+// whether it is done; one that is not (Redis failed it: a Cluster is still
+// down while its other primaries are taken over) is called again after
+// each PING that finds Redis up, until it is.
+func (w *Health) WatchReplaced(f func() (done bool)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.replaced = append(w.replaced, f)

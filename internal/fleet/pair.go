@@ -108,10 +108,12 @@ func NewPairLog(mem *MemLog, rl *RedisLog, watch *Health, log *slog.Logger, loca
 // acknowledged. The running completions' next writes check that their
 // logs follow on (RedisLog.suspect: fillGap publishes the events lost),
 // and the ends lost are published again now (republishLostEnds). It runs
-// on the watch's goroutine.
-func (f *PairLog) redisReplaced() {
+// on the watch's goroutine; it is not done while Redis fails the check or
+// a republication, which the watch's next PING that finds Redis up tries
+// again.
+func (f *PairLog) redisReplaced() (done bool) {
 	f.redis.mayHaveLost()
-	f.republishLostEnds()
+	return f.republishLostEnds()
 }
 
 // endedShared notes that Redis acknowledged the end of id, fenced by fence.
@@ -132,8 +134,9 @@ func (f *PairLog) endedShared(id, fence string) {
 // still holds, not ended, is published again (one evicted or lapsed
 // meanwhile stays gone); it is fenced by its last lease, so that a
 // completion another replica took over meanwhile is left to it. The ends
-// no longer in memory are forgotten.
-func (f *PairLog) republishLostEnds() {
+// no longer in memory are forgotten. It answers false when Redis failed
+// the check or a republication (to be tried again).
+func (f *PairLog) republishLostEnds() (done bool) {
 	f.mu.Lock()
 	ends := slices.Clone(f.ends)
 	f.mu.Unlock()
@@ -148,9 +151,10 @@ func (f *PairLog) republishLostEnds() {
 	f.forgetEnds(copies)
 	lost, err := f.redis.endsLost(ids)
 	if err != nil {
-		f.log.Warn("redis: could not check which ends a new Redis process lost", "error", err)
-		return
+		f.log.Warn("redis: could not check which ends a new Redis process lost: tried again at the next PING", "error", err)
+		return false
 	}
+	done = true
 	for _, e := range ends {
 		if !lost[e.id] {
 			continue
@@ -163,10 +167,12 @@ func (f *PairLog) republishLostEnds() {
 			f.log.Warn("redis: a completion's end was lost by Redis, and another replica took the completion over meanwhile: its attachers there may get another ending",
 				"completion_id", e.id)
 		default:
-			f.log.Warn("redis: a completion's end was lost by Redis and could not be published again: its log looks live until it lapses",
+			f.log.Warn("redis: a completion's end was lost by Redis and could not be published again: tried again at the next PING",
 				"completion_id", e.id, "error", err)
+			done = false
 		}
 	}
+	return done
 }
 
 // forgetEnds keeps of f.ends those in kept (still in memory).

@@ -53,8 +53,9 @@ func TestHealthSeesARestartedRedis(t *testing.T) {
 	rdb := testkit.ServerRedisClient(t, s.Addr)
 	h := NewHealth(rdb, time.Hour, slog.New(slog.DiscardHandler))
 	t.Cleanup(h.Close)
-	var replaced atomic.Int32
-	h.WatchReplaced(func() { replaced.Add(1) })
+	var replaced, failing atomic.Int32
+	h.WatchReplaced(func() bool { replaced.Add(1); return true })
+	h.WatchReplaced(func() bool { return failing.Add(1) > 1 }) // Redis failed it the first time
 	ctx := context.Background()
 	h.ping(ctx)
 	if n := replaced.Load(); n != 0 {
@@ -62,9 +63,37 @@ func TestHealthSeesARestartedRedis(t *testing.T) {
 	}
 	s.Restart()
 	waitFor(t, func() bool { h.Kick(); return replaced.Load() > 0 })
-	h.ping(ctx)
+	if !h.Settling(ctx) {
+		t.Error("not settling just after a new Redis process answered")
+	}
+	for range 2 {
+		h.ping(ctx)
+	}
 	if n := replaced.Load(); n != 1 || !h.Up() {
 		t.Fatalf("%d new servers after one restart (up %t), want 1", n, h.Up())
+	}
+	if n := failing.Load(); n != 2 {
+		t.Fatalf("a watcher that was not done: called %d times over the PINGs after, want 2 (again at the next, then done)", n)
+	}
+}
+
+// TestHealthSettling: takeovers wait settleFor PING intervals after a new
+// Redis process was found, not before one was nor after.
+func TestHealthSettling(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	h := NewHealth(rdb, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	t.Cleanup(h.Close)
+	ctx := context.Background()
+	if h.Settling(ctx) {
+		t.Fatal("settling without a new process")
+	}
+	h.replacedAt.Store(time.Now().UnixNano())
+	if !h.Settling(ctx) {
+		t.Fatal("not settling just after a new process")
+	}
+	h.replacedAt.Store(time.Now().Add(-settleFor * 50 * time.Millisecond).UnixNano())
+	if h.Settling(ctx) {
+		t.Fatal("settling settleFor intervals after a new process")
 	}
 }
 

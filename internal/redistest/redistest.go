@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,14 +108,55 @@ func lookPath(tb testing.TB) string {
 	return path
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
+// freeAddr returns a loopback address whose port was free a moment ago,
+// and that no other test process took for a server of its own (reserve).
 func freeAddr(tb testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("redistest: %v", err)
+	for try := 0; ; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		if reserve(addr) || try == 100 {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+}
+
+// reserved are the files whose locks hold the ports this process took
+// (reserve), open until it exits.
+var reserved struct {
+	sync.Mutex
+	files []*os.File
+}
+
+// reserve takes the port of addr for this process's servers until it
+// exits, with an exclusive lock on a file named after it that every test
+// process using redistest shares: false when another process holds it.
+// A port stays taken after its server stopped, so that no server of
+// another package's tests (go test runs them at once) gets it meanwhile:
+// the dead server's replica would copy that server's data (a full sync),
+// and a client that finds the dead server refused would reach a Redis
+// that answers as if it were the dead one.
+func reserve(addr string) bool {
+	_, port, _ := net.SplitHostPort(addr)
+	dir := filepath.Join(os.TempDir(), "redistest-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no lock to share: as before, a port free a moment ago
+	}
+	f, err := os.OpenFile(filepath.Join(dir, port), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return false
+	}
+	reserved.Lock()
+	reserved.files = append(reserved.files, f)
+	reserved.Unlock()
+	return true
 }
 
 func (s *Server) start() error {
