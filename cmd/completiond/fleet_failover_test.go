@@ -220,20 +220,9 @@ func lostEnd(t *testing.T, bin string, outage time.Duration) {
 			t.Fatalf("A did not publish again the end Redis lost (its log says %q)", republished)
 		}
 	}
-	at, err := connect(t, b).Attach(ctx, seen[0].GetStarted().GetCompletionId(), 0)
+	got, err := attachAll(ctx, connect(t, b), seen[0].GetStarted().GetCompletionId())
 	if err != nil {
-		t.Fatal(err)
-	}
-	var got []*completionv1.CompletionEvent
-	for {
-		ev, err := at.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("attach through B after %d events: %v", len(got), err)
-		}
-		got = append(got, ev)
+		t.Fatalf("attach through B after %d events: %v", len(got), err)
 	}
 	if len(got) != len(seen) {
 		t.Fatalf("attach through B read %d events, A's caller %d", len(got), len(seen))
@@ -245,24 +234,34 @@ func lostEnd(t *testing.T, bin string, outage time.Duration) {
 	}
 }
 
-// attachedWhole attaches to id through c from its start, and says what is
-// wrong with what it reads, if anything: every seq once, in order, the
-// result last, and the text deltas want.
-func attachedWhole(ctx context.Context, c *client.Client, id, want string) error {
+// attachAll attaches to id through c from its start and reads every
+// event until the end: the events read, and the error that ended the
+// reading early, if any.
+func attachAll(ctx context.Context, c *client.Client, id string) ([]*completionv1.CompletionEvent, error) {
 	at, err := c.Attach(ctx, id, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var evs []*completionv1.CompletionEvent
 	for {
 		ev, err := at.Recv()
 		if errors.Is(err, io.EOF) {
-			break
+			return evs, nil
 		}
 		if err != nil {
-			return err
+			return evs, err
 		}
 		evs = append(evs, ev)
+	}
+}
+
+// attachedWhole attaches to id through c from its start, and says what is
+// wrong with what it reads, if anything: every seq once, in order, the
+// result last, and the text deltas want.
+func attachedWhole(ctx context.Context, c *client.Client, id, want string) error {
+	evs, err := attachAll(ctx, c, id)
+	if err != nil {
+		return err
 	}
 	for i, ev := range evs {
 		if ev.GetSeq() != uint64(i+1) {

@@ -58,6 +58,23 @@ func (c *replicatedCluster) routedTo(t *testing.T, id string, s *redistest.Serve
 	})
 }
 
+// cutOffAfter opens id in f, appends events 1..n, and once the replica
+// of id's shard has them, pauses that replica and cuts it off from its
+// primary: it gets none of the writes after. It answers the two.
+func (c *replicatedCluster) cutOffAfter(t *testing.T, f *PairLog, id string, n int) (primary, replica *redistest.Server) {
+	t.Helper()
+	if err := f.Open(id, Meta{Replica: "A"}); err != nil {
+		t.Fatal(err)
+	}
+	appendRun(f, id, n, false)
+	i := c.nodeOf(t, id)
+	primary, replica = c.primaries[i], c.replicas[i]
+	redistest.Synced(t, primary, replica)
+	replica.Pause()
+	redistest.CutReplicas(t, primary)
+	return primary, replica
+}
+
 // TestPairLogClusterFailover: a primary of the Cluster hands its slots
 // to its replica (CLUSTER FAILOVER, nothing lost) while a replica writes
 // completions of every shard: the writes follow the slots to the new
@@ -133,15 +150,7 @@ func TestPairLogClusterFailoverLosesWrites(t *testing.T) {
 	c := newReplicatedCluster(t)
 	clk := &clock{t: time.Now()}
 	f, _ := newPairAt(t, c.rdb, clk.now)
-	if err := f.Open("c1", Meta{Replica: "A"}); err != nil {
-		t.Fatal(err)
-	}
-	appendRun(f, "c1", 3, false)
-	i := c.nodeOf(t, "c1")
-	primary, replica := c.primaries[i], c.replicas[i]
-	redistest.Synced(t, primary, replica) // the replica has 1..3
-	replica.Pause()
-	redistest.CutReplicas(t, primary)
+	primary, replica := c.cutOffAfter(t, f, "c1", 3)
 	for seq := uint64(4); seq <= 5; seq++ {
 		if err := f.Append("c1", logEvent(seq, false)); err != nil {
 			t.Fatal(err)
@@ -370,15 +379,7 @@ func TestPairLogClusterFailoverLosesAnEnd(t *testing.T) {
 	rl := NewRedisLog(c.rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(rl.Close)
 	f := NewPairLog(NewMemLog(config.EventLogLimits{}, time.Now), rl, h, quiet, countingCounter{n: &atomic.Int64{}})
-	if err := f.Open("c1", Meta{Replica: "A"}); err != nil {
-		t.Fatal(err)
-	}
-	appendRun(f, "c1", 3, false)
-	i := c.nodeOf(t, "c1")
-	primary, replica := c.primaries[i], c.replicas[i]
-	redistest.Synced(t, primary, replica) // the replica has 1..3
-	replica.Pause()
-	redistest.CutReplicas(t, primary)
+	primary, replica := c.cutOffAfter(t, f, "c1", 3)
 	if err := f.End("c1", logEvent(4, true), nil); err != nil {
 		t.Fatal(err)
 	}

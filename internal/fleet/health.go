@@ -172,6 +172,7 @@ func (w *Health) Settling(ctx context.Context) bool {
 // WatchReplaced.
 func (w *Health) tellReplaced() {
 	w.replacedAt.Store(time.Now().UnixNano())
+	w.m.replaced.Add(context.Background(), 1)
 	w.log.Info("redis: a Redis process answers that did not before (restarted, or a replica promoted): the logs this replica wrote are checked for lost writes")
 	w.mu.Lock()
 	fs := append([]func() bool{}, w.replaced...)

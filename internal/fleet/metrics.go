@@ -27,9 +27,13 @@ type metrics struct {
 	lapsed    metric.Int64Counter
 	lost      metric.Int64Counter
 	takeovers metric.Int64Counter
-	batch     metric.Int64Histogram
-	wait      metric.Float64Histogram // each event's time in the group commit
-	failed    metric.Int64Counter     // takeovers that failed, by TakeoverFailure
+	// replaced counts the new Redis processes Health found serving the
+	// logs, republished the logs published again for what Redis lost.
+	replaced    metric.Int64Counter
+	republished metric.Int64Counter
+	batch       metric.Int64Histogram
+	wait        metric.Float64Histogram // each event's time in the group commit
+	failed      metric.Int64Counter     // takeovers that failed, by TakeoverFailure
 }
 
 // TakeoverFailure is why a takeover failed after this replica found the
@@ -91,6 +95,10 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 		metric.WithDescription("Leases of this replica's completions found granted to another replica (a renewal refused): this replica was paused or cut off past its lease, and another took the completion over."))
 	in.takeovers, _ = m.Int64Counter("completiond.takeovers", metric.WithUnit("{completion}"),
 		metric.WithDescription("Completions this replica took over from a replica whose lease lapsed (its death, a pause, a partition)."))
+	in.replaced, _ = m.Int64Counter("completiond.redis.replaced", metric.WithUnit("{process}"),
+		metric.WithDescription("Times this replica found a shard of the shared log served by another Redis process than before: a restart, or a replica promoted in a failover, which may lack writes the old one acknowledged."))
+	in.republished, _ = m.Int64Counter("completiond.redis.republished", metric.WithUnit("{completion}"),
+		metric.WithDescription("Completions whose log this replica published again from its memory because Redis had lost acknowledged events or the end of it (a failover, a restart from an older copy)."))
 	in.batch, _ = m.Int64Histogram("completiond.redis.commit.batch", metric.WithUnit("{event}"),
 		metric.WithDescription("Events per flush of this replica's group commit to the shared log: one Redis round trip carries them all (one script call per 256 events or 1 MiB)."),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
@@ -116,7 +124,7 @@ func (m *metrics) recordWait(d time.Duration) { m.wait.Record(context.Background
 // start: a rate over it is 0, not absent, until the first event.
 func (m *metrics) zero() {
 	ctx := context.Background()
-	for _, c := range []metric.Int64Counter{m.outages, m.fenced, m.lapsed, m.lost, m.takeovers} {
+	for _, c := range []metric.Int64Counter{m.outages, m.fenced, m.lapsed, m.lost, m.takeovers, m.replaced, m.republished} {
 		c.Add(ctx, 0)
 	}
 	for _, r := range takeoverFailures {

@@ -94,7 +94,8 @@ func (m meter) roundTrips() map[string]uint64 {
 }
 
 var fleetCounters = []string{"completiond.redis.outages", "completiond.redis.fenced", "completiond.lease.lapsed",
-	"completiond.lease.lost", "completiond.takeovers", "completiond.takeovers.failed"}
+	"completiond.lease.lost", "completiond.takeovers", "completiond.takeovers.failed", "completiond.redis.replaced",
+	"completiond.redis.republished"}
 
 // TestInstrumentRoundTrips: every command and pipeline of an instrumented
 // client is timed, by command, with error.type when it failed (a missing
@@ -379,6 +380,43 @@ func (m meter) byReason(name string) map[string]int64 {
 // 0 for every reason from the start, and TakeoverFailed counts on the one
 // of its reason, on the instruments of the client it is given; a client
 // that was not instrumented (or none) counts nowhere.
+// TestMetricsRedisReplaced: a restarted Redis is counted as a new
+// process once; a log published again for an end Redis lost, and one for
+// events it lost, are counted as republished.
+func TestMetricsRedisReplaced(t *testing.T) {
+	m := newMeter(t)
+	rs := redistest.New(t)
+	rdb := m.client(rs.Addr)
+	quiet := slog.New(slog.DiscardHandler)
+	h := NewHealth(rdb, time.Hour, quiet)
+	defer h.Close()
+	rl := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	defer rl.Close()
+	f := NewPairLog(NewMemLog(config.EventLogLimits{}, time.Now), rl, h, quiet, RedisInstruments(m.mp, h.Up))
+	ks := keyspaceOf(rdb)
+	for _, id := range []string{"ended", "running"} {
+		if err := f.Open(id, Meta{Replica: "A"}); err != nil {
+			t.Fatal(err)
+		}
+		appendRun(f, id, 2, false)
+	}
+	loseKeys(t, rdb, []string{ks.log("ended"), ks.meta("ended")}, func() { appendRun(&seqFrom{f, 2}, "ended", 1, true) })
+	loseWrites(t, rdb, "running", func() { appendRun(&seqFrom{f, 2}, "running", 1, false) })
+	f.redisReplaced() // the end: published again
+	if err := f.Append("running", logEvent(4, false)); err != nil { // checks, finds the hole: published again
+		t.Fatal(err)
+	}
+	if n := m.count("completiond.redis.republished"); n != 2 {
+		t.Errorf("republished = %d, want 2", n)
+	}
+	rs.Restart()
+	h.ping(context.Background())
+	h.ping(context.Background())
+	if n := m.count("completiond.redis.replaced"); n != 1 {
+		t.Errorf("replaced = %d after one restart, want 1", n)
+	}
+}
+
 func TestMetricsTakeoverFailed(t *testing.T) {
 	m := newMeter(t)
 	addr := redistest.Start(t)

@@ -161,6 +161,7 @@ func (f *PairLog) republishLostEnds() (done bool) {
 		}
 		switch err := f.redis.reshareFenced(e.id, copies[e.id], e.fence); {
 		case err == nil:
+			f.redis.m.republished.Add(context.Background(), 1)
 			f.log.Info("redis: a completion's end was lost by Redis (a failover or a restart): published again from this replica's copy",
 				"completion_id", e.id)
 		case errors.Is(err, errLogFenced):
@@ -323,6 +324,7 @@ func (f *PairLog) fillGap(id string, ev *completionv1.CompletionEvent, status []
 	if end {
 		f.endedShared(id, f.redis.fence(id))
 	}
+	f.redis.m.republished.Add(context.Background(), 1)
 	f.log.Info("redis: "+why+": published again from this replica's copy", "completion_id", id, "events", len(c.events))
 }
 
