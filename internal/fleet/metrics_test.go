@@ -402,7 +402,7 @@ func TestMetricsRedisReplaced(t *testing.T) {
 	}
 	loseKeys(t, rdb, []string{ks.log("ended"), ks.meta("ended")}, func() { appendRun(&seqFrom{f, 2}, "ended", 1, true) })
 	loseWrites(t, rdb, "running", func() { appendRun(&seqFrom{f, 2}, "running", 1, false) })
-	f.redisReplaced() // the end: published again
+	f.redisReplaced()                                               // the end: published again
 	if err := f.Append("running", logEvent(4, false)); err != nil { // checks, finds the hole: published again
 		t.Fatal(err)
 	}
