@@ -402,8 +402,10 @@ func TestMetricsRedisReplaced(t *testing.T) {
 	}
 	loseKeys(t, rdb, []string{ks.log("ended"), ks.meta("ended")}, func() { appendRun(&seqFrom{f, 2}, "ended", 1, true) })
 	loseWrites(t, rdb, "running", func() { appendRun(&seqFrom{f, 2}, "running", 1, false) })
-	f.redisReplaced()                                               // the end: published again
-	if err := f.Append("running", logEvent(4, false)); err != nil { // checks, finds the hole: published again
+	// The end is published again now; the running one's next write
+	// checks, finds the hole, and publishes it again.
+	f.redisReplaced()
+	if err := f.Append("running", logEvent(4, false)); err != nil {
 		t.Fatal(err)
 	}
 	if n := m.count("completiond.redis.republished"); n != 2 {
