@@ -18,12 +18,13 @@ import (
 // failed command of the event log marks it down at once, and only a PING
 // brings it back.
 //
-// It also follows which Redis processes answer (their run_id, from INFO
-// server, beside each PING): one it has not seen before is a Redis
-// restarted, or a replica promoted in a failover, which may lack writes
-// its predecessor acknowledged (Redis replicates asynchronously, and a
-// restart loads what was saved last). Its watchers (WatchReplaced) then
-// look again at what they wrote.
+// It also follows which Redis process serves each shard of the logs (its
+// run_id, from INFO server, beside each PING): another process than before
+// is a Redis restarted, or a replica promoted in a failover, which may
+// lack writes its predecessor acknowledged (Redis replicates
+// asynchronously, and a restart loads what was saved last). Its watchers
+// (WatchReplaced) then look again at what they wrote, and takeovers wait
+// a while (Settling).
 type Health struct {
 	rdb      redis.UniversalClient
 	interval time.Duration
@@ -292,10 +293,11 @@ func (w *Health) Watch(f func(up bool)) {
 	f(w.up.Load())
 }
 
-// WatchReplaced calls f, on Health's goroutine, each time a PING finds a
-// Redis process it has not found before — a Redis restarted, or a replica
+// WatchReplaced calls f each time a PING finds a shard of the logs served
+// by another Redis process than before — a Redis restarted, or a replica
 // promoted in a failover —, after the watchers of Watch heard of the state
-// that PING found: that Redis may lack acknowledged writes. f answers
+// that PING found: that Redis may lack acknowledged writes. It runs on
+// the goroutine of that PING: Health's own, or a caller of Settling's. f answers
 // whether it is done; one that is not (Redis failed it: a Cluster is still
 // down while its other primaries are taken over) is called again after
 // each PING that finds Redis up, until it is.
