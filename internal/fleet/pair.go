@@ -108,9 +108,9 @@ func NewPairLog(mem *MemLog, rl *RedisLog, watch *Health, log *slog.Logger, loca
 // acknowledged. The running completions' next writes check that their
 // logs follow on (RedisLog.suspect: fillGap publishes the events lost),
 // and the ends lost are published again now (republishLostEnds). It runs
-// on the watch's goroutine; it is not done while Redis fails the check or
-// a republication, which the watch's next PING that finds Redis up tries
-// again.
+// on the goroutine of the watch's PING that found the process; it is not
+// done while Redis fails the check or a republication, which the watch's
+// next PING that finds Redis up tries again.
 func (f *PairLog) redisReplaced() (done bool) {
 	f.redis.mayHaveLost()
 	return f.republishLostEnds()
@@ -148,7 +148,7 @@ func (f *PairLog) republishLostEnds() (done bool) {
 			ids = append(ids, e.id)
 		}
 	}
-	f.forgetEnds(copies)
+	f.forgetEnds(ends, copies)
 	lost, err := f.redis.endsLost(ids)
 	if err != nil {
 		f.log.Warn("redis: could not check which ends a new Redis process lost: tried again at the next PING", "error", err)
@@ -176,14 +176,21 @@ func (f *PairLog) republishLostEnds() (done bool) {
 	return done
 }
 
-// forgetEnds keeps of f.ends those in kept (still in memory).
-func (f *PairLog) forgetEnds(kept map[string]logCopy) {
+// forgetEnds takes off f.ends those of looked (a copy of it) that are not
+// in kept (no longer in memory); the ends noted since stay.
+func (f *PairLog) forgetEnds(looked []endedLog, kept map[string]logCopy) {
+	gone := map[string]bool{}
+	for _, e := range looked {
+		if _, ok := kept[e.id]; !ok {
+			gone[e.id] = true
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ends = slices.DeleteFunc(f.ends, func(e endedLog) bool {
-		_, ok := kept[e.id]
-		return !ok
-	})
+	f.ends = slices.DeleteFunc(f.ends, func(e endedLog) bool { return gone[e.id] })
 }
 
 // publishEnded publishes the completions that ended apart while Redis was

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,4 +189,28 @@ func (s *seqFrom) Append(id string, ev *completionv1.CompletionEvent) error {
 func (s *seqFrom) End(id string, ev *completionv1.CompletionEvent, status []byte) error {
 	ev.Seq += s.from
 	return s.Log.End(id, ev, status)
+}
+
+// TestPairLogForgetsEndsNoLongerInMemory: the ends looked at again are
+// those still in this replica's memory; one it forgot is dropped from the
+// list, and an end noted while the list was looked at stays on it.
+func TestPairLogForgetsEndsNoLongerInMemory(t *testing.T) {
+	f := &PairLog{ends: []endedLog{{id: "a"}, {id: "b"}}}
+	looked := slices.Clone(f.ends)
+	f.endedShared("c", "") // while a and b were looked at
+	f.forgetEnds(looked, map[string]logCopy{"b": {}})
+	if got := f.ends; !slices.Equal(got, []endedLog{{id: "b"}, {id: "c"}}) {
+		t.Fatalf("ends after forgetting a: %v, want b and c", got)
+	}
+}
+
+// TestPairLogKeepsTheLastEnds: past maxEnds, the oldest ends noted go.
+func TestPairLogKeepsTheLastEnds(t *testing.T) {
+	f := &PairLog{}
+	for i := range maxEnds + 5 {
+		f.endedShared(strconv.Itoa(i), "")
+	}
+	if len(f.ends) != maxEnds || f.ends[0].id != "5" || f.ends[maxEnds-1].id != strconv.Itoa(maxEnds+4) {
+		t.Fatalf("%d ends kept, from %s to %s; want the last %d", len(f.ends), f.ends[0].id, f.ends[len(f.ends)-1].id, maxEnds)
+	}
 }
