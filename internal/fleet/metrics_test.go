@@ -343,17 +343,24 @@ func TestMetricsOutage(t *testing.T) {
 	}
 }
 
+// pair is a replica's PairLog on the Redis at addr, instrumented on m,
+// with its Health (PINGed once an hour: the test PINGs).
+func (m meter) pair(addr string) *PairLog {
+	m.t.Helper()
+	rdb := m.client(addr)
+	quiet := slog.New(slog.DiscardHandler)
+	h := NewHealth(rdb, time.Hour, quiet)
+	m.t.Cleanup(h.Close)
+	rl := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	m.t.Cleanup(rl.Close)
+	return NewPairLog(NewMemLog(config.EventLogLimits{}, time.Now), rl, h, quiet, RedisInstruments(m.mp, h.Up))
+}
+
 // TestMetricsTakeover: a replica adopting a completion it took over
 // counts a takeover.
 func TestMetricsTakeover(t *testing.T) {
 	m := newMeter(t)
-	rdb := m.client(redistest.Start(t))
-	quiet := slog.New(slog.DiscardHandler)
-	h := NewHealth(rdb, time.Hour, quiet)
-	defer h.Close()
-	rl := NewRedisLog(rdb, config.EventLogLimits{}, nil)
-	defer rl.Close()
-	f := NewPairLog(NewMemLog(config.EventLogLimits{}, time.Now), rl, h, quiet, RedisInstruments(m.mp, h.Up))
+	f := m.pair(redistest.Start(t))
 	f.Adopt("c1", Meta{Replica: "A"}, nil, 0, nil)
 	if n := m.count("completiond.takeovers"); n != 1 {
 		t.Errorf("takeovers = %d, want 1", n)
@@ -376,23 +383,14 @@ func (m meter) byReason(name string) map[string]int64 {
 	return out
 }
 
-// TestMetricsTakeoverFailed: completiond.takeovers.failed has a series at
-// 0 for every reason from the start, and TakeoverFailed counts on the one
-// of its reason, on the instruments of the client it is given; a client
-// that was not instrumented (or none) counts nowhere.
 // TestMetricsRedisReplaced: a restarted Redis is counted as a new
 // process once; a log published again for an end Redis lost, and one for
 // events it lost, are counted as republished.
 func TestMetricsRedisReplaced(t *testing.T) {
 	m := newMeter(t)
 	rs := redistest.New(t)
-	rdb := m.client(rs.Addr)
-	quiet := slog.New(slog.DiscardHandler)
-	h := NewHealth(rdb, time.Hour, quiet)
-	defer h.Close()
-	rl := NewRedisLog(rdb, config.EventLogLimits{}, nil)
-	defer rl.Close()
-	f := NewPairLog(NewMemLog(config.EventLogLimits{}, time.Now), rl, h, quiet, RedisInstruments(m.mp, h.Up))
+	f := m.pair(rs.Addr)
+	rdb, h := f.redis.rdb, f.watch
 	ks := keyspaceOf(rdb)
 	for _, id := range []string{"ended", "running"} {
 		if err := f.Open(id, Meta{Replica: "A"}); err != nil {
@@ -419,6 +417,10 @@ func TestMetricsRedisReplaced(t *testing.T) {
 	}
 }
 
+// TestMetricsTakeoverFailed: completiond.takeovers.failed has a series at
+// 0 for every reason from the start, and TakeoverFailed counts on the one
+// of its reason, on the instruments of the client it is given; a client
+// that was not instrumented (or none) counts nowhere.
 func TestMetricsTakeoverFailed(t *testing.T) {
 	m := newMeter(t)
 	addr := redistest.Start(t)

@@ -78,21 +78,26 @@ func TestHealthSeesARestartedRedis(t *testing.T) {
 	}
 }
 
-// TestHealthSettling: takeovers wait settleFor PING intervals after a new
-// Redis process was found, not before one was nor after.
+// TestHealthSettling: a replica about to take a completion over PINGs
+// Redis itself (Settling), and waits while a new Redis process was found
+// within the last settleFor PING intervals — not before one was, nor
+// after.
 func TestHealthSettling(t *testing.T) {
-	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
-	h := NewHealth(rdb, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	s := redistest.New(t)
+	h := NewHealth(testkit.ServerRedisClient(t, s.Addr), time.Hour, slog.New(slog.DiscardHandler))
 	t.Cleanup(h.Close)
 	ctx := context.Background()
 	if h.Settling(ctx) {
 		t.Fatal("settling without a new process")
 	}
-	h.replacedAt.Store(time.Now().UnixNano())
+	s.Restart()
+	h.pingMu.Lock()
+	h.lastPing = time.Time{} // no PING since the restart: Settling makes one
+	h.pingMu.Unlock()
 	if !h.Settling(ctx) {
-		t.Fatal("not settling just after a new process")
+		t.Fatal("not settling once its own PING found the restarted Redis")
 	}
-	h.replacedAt.Store(time.Now().Add(-settleFor * 50 * time.Millisecond).UnixNano())
+	h.replacedAt.Store(time.Now().Add(-settleFor * time.Hour).UnixNano())
 	if h.Settling(ctx) {
 		t.Fatal("settling settleFor intervals after a new process")
 	}
