@@ -75,6 +75,14 @@ type committer struct {
 	// next batches: a batch's slice is allocated once, not per flush.
 	spare [][]commitWrite
 
+	// work hands a batch to the flushers: commitFlights goroutines that
+	// live as long as the committer, so that each flush runs on a stack
+	// already grown to the Redis client's depth (a goroutine per flush
+	// grew and copied its stack every time: a twentieth of a busy
+	// replica's CPU).
+	work     chan *commitBatch
+	flushers sync.WaitGroup
+
 	kick   chan struct{} // a batch got its first write
 	due    chan struct{} // the batch's time to go came earlier: full (commitMaxEvents), or an urgent write
 	landed chan struct{} // a flush in flight landed
@@ -177,7 +185,15 @@ type commitBatch struct {
 // each flush, and waited the time each write waited for its reply.
 func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict func([]string), wait func() time.Duration, sizes func(int), waited func(time.Duration)) *committer {
 	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, waited: waited, next: newCommitBatch(), writing: map[string]int{},
+		work: make(chan *commitBatch, commitFlights),
 		kick: make(chan struct{}, 1), due: make(chan struct{}, 1), landed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	for range commitFlights {
+		c.flushers.Go(func() {
+			for b := range c.work {
+				c.commit(b)
+			}
+		})
+	}
 	go c.run()
 	return c
 }
@@ -269,6 +285,8 @@ func (c *committer) run() {
 				c.launch(b)
 			}
 			c.await(func() bool { return c.flights == 0 })
+			close(c.work)
+			c.flushers.Wait()
 			return
 		}
 		if last > 1 {
@@ -349,7 +367,7 @@ func (c *committer) launch(b *commitBatch) {
 		c.writing[w.id]++
 	}
 	c.mu.Unlock()
-	go c.commit(b)
+	c.work <- b // never blocks: fewer flushes are in flight (commitFlights, one more at close) than the flushers and work hold
 }
 
 // land counts b's flush out of the flights, and wakes run.

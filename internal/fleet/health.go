@@ -198,7 +198,7 @@ func pingAll(ctx context.Context, rdb redis.UniversalClient) (map[int]string, er
 		}
 		return map[int]string{0: runID(ctx, rdb)}, nil
 	}
-	timed := roundTripHook{metricsOf(rdb).roundTrip}
+	timed := newRoundTripHook(metricsOf(rdb).roundTrip)
 	var mu sync.Mutex
 	ids := map[string]string{} // a primary's address → its run_id
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {

@@ -124,11 +124,26 @@ func TestInstrumentRoundTrips(t *testing.T) {
 	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Ping(ctx); return nil }); err != nil {
 		t.Fatal(err)
 	}
+	// The same command answered, failed, answered: each round trip under
+	// its own attributes, whichever came first (answered ones are built
+	// once and kept).
+	if err := rdb.Get(ctx, "missing").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "GET").Err(); err == nil {
+		t.Fatal("GET without a key answered")
+	}
+	if err := rdb.Get(ctx, "missing").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
 	got := m.roundTrips()
-	for _, want := range []string{"PING ", "GET ", "NOSUCHCOMMAND ERR", "PIPELINE ", "MULTI "} {
+	for _, want := range []string{"PING ", "GET ", "GET ERR", "NOSUCHCOMMAND ERR", "PIPELINE ", "MULTI "} {
 		if got[want] == 0 {
 			t.Errorf("no round trip %q recorded; have %v", want, got)
 		}
+	}
+	if got["GET "] != 3 || got["GET ERR"] != 1 {
+		t.Errorf("GET round trips: %d answered, %d failed; want 3 and 1", got["GET "], got["GET ERR"])
 	}
 
 	plain := testkit.ServerRedisClient(t, "127.0.0.1:1")
