@@ -129,12 +129,16 @@ func formCluster(ctx context.Context, nodes []*Server, buses []string) error {
 	return until(ctx, func() bool { return clusterUp(ctx, clients) })
 }
 
-// clusterUp reports whether every node says the cluster is ok and knows
-// every node.
+// clusterUp reports whether every node says the cluster is ok, knows
+// every node and knows an owner for every slot. (A cluster ok is not
+// enough: with --cluster-require-full-coverage no, a node says ok before
+// gossip told it who owns the others' slots, and a client that loads the
+// slots from it sees a primary fewer.)
 func clusterUp(ctx context.Context, clients []*redis.Client) bool {
 	for _, c := range clients {
 		info, err := c.ClusterInfo(ctx).Result()
 		if err != nil || !strings.Contains(info, "cluster_state:ok") ||
+			!strings.Contains(info, fmt.Sprintf("cluster_slots_assigned:%d\r\n", clusterSlots)) ||
 			!strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(clients))) {
 			return false
 		}
