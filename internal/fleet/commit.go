@@ -55,6 +55,14 @@ var errCommitClosed = errors.New("event log closed")
 // (an urgent one urgentWait) for its flush to start, unless commitFlights
 // are in flight. Two flushes in flight never write the same log (the next
 // waits for the one that does): a log's events are appended in order.
+//
+// An append that finds the committer idle — no flush in flight, none
+// pending, and the last flush of one append — is flushed by its writer
+// itself, on its own goroutine (committer.alone): the flush would start
+// at once anyway, and this spares it two hand-offs between goroutines
+// (to run, then to a flusher) and the wake-up back, which at a calm pace
+// (one or two events per flush) are much of what an event costs a replica
+// and its time to the caller.
 type committer struct {
 	// flush writes a batch; the slice is the committer's again once
 	// flush returns (its next batches reuse it).
@@ -74,14 +82,26 @@ type committer struct {
 	// spare are the writes slices of landed flushes, emptied, for the
 	// next batches: a batch's slice is allocated once, not per flush.
 	spare [][]commitWrite
+	// taken: run took the pending batch and launches it (launch), which
+	// may wait for a flush of the same logs to land first; no writer
+	// flushes alone meanwhile, ahead of the batch's writes.
+	taken bool
+	// last is the number of writes of the last flush launched: after one
+	// of more than one, the next waits for more (linger), and no writer
+	// flushes alone.
+	last int
 
 	// work hands a batch to the flushers: commitFlights goroutines that
 	// live as long as the committer, so that each flush runs on a stack
 	// already grown to the Redis client's depth (a goroutine per flush
 	// grew and copied its stack every time: a twentieth of a busy
 	// replica's CPU).
-	work     chan *commitBatch
-	flushers sync.WaitGroup
+	work chan *commitBatch
+	// evictions hands the logs a flush's bound evicted to the evictor, a
+	// goroutine beside the flushers, so that neither a flusher nor a
+	// writer that flushed alone waits for their drop.
+	evictions chan []string
+	flushers  sync.WaitGroup // the flushers and the evictor
 
 	kick   chan struct{} // a batch got its first write
 	due    chan struct{} // the batch's time to go came earlier: full (commitMaxEvents), or an urgent write
@@ -185,7 +205,7 @@ type commitBatch struct {
 // each flush, and waited the time each write waited for its reply.
 func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict func([]string), wait func() time.Duration, sizes func(int), waited func(time.Duration)) *committer {
 	c := &committer{flush: flush, evict: evict, wait: wait, sizes: sizes, waited: waited, next: newCommitBatch(), writing: map[string]int{},
-		work: make(chan *commitBatch, commitFlights),
+		work: make(chan *commitBatch, commitFlights), evictions: make(chan []string, commitEvictionsQueued),
 		kick: make(chan struct{}, 1), due: make(chan struct{}, 1), landed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for range commitFlights {
 		c.flushers.Go(func() {
@@ -194,11 +214,21 @@ func newCommitter(flush func([]commitWrite) ([]string, []string, error), evict f
 			}
 		})
 	}
+	c.flushers.Go(func() {
+		for ids := range c.evictions {
+			c.evict(ids)
+		}
+	})
 	go c.run()
 	return c
 }
 
 func newCommitBatch() *commitBatch { return &commitBatch{done: make(chan struct{})} }
+
+// commitEvictionsQueued is how many flushes' evicted logs wait for the
+// evictor before a flush waits to hand it more: evictions are rare (an
+// open or an end past the bound), and each is one round trip.
+const commitEvictionsQueued = 64
 
 // urgentWait is the longest an urgent write waits for more writes, however
 // long the committer's wait: the default commit delay, so that a longer
@@ -232,6 +262,11 @@ func (c *committer) write(w commitWrite) (string, error) {
 		c.mu.Unlock()
 		return "", fmt.Errorf("%w: %w", ErrUnavailable, errCommitClosed)
 	}
+	if b := c.alone(w); b != nil {
+		c.mu.Unlock()
+		c.commit(b)
+		return c.answer(b, 0, start)
+	}
 	b := c.next
 	i := len(b.writes)
 	b.writes = append(b.writes, w)
@@ -248,11 +283,36 @@ func (c *committer) write(w commitWrite) (string, error) {
 	}
 	c.mu.Unlock()
 	<-b.done
+	return c.answer(b, i, start)
+}
+
+// answer is the reply of the i-th write of b, whose flush landed, or its
+// error; the write waited since start.
+func (c *committer) answer(b *commitBatch, i int, start time.Time) (string, error) {
 	c.waited(time.Since(start))
 	if b.err != nil && (i >= len(b.replies) || b.replies[i] == "") {
 		return "", b.err
 	}
 	return b.replies[i], nil
+}
+
+// alone is a batch of w alone, counted in flight, for its writer to
+// flush itself (commit) when the committer is idle: no flush in flight
+// or pending, and the last one carried one write. Otherwise nil, and w
+// goes with the next batch. Called with mu held.
+func (c *committer) alone(w commitWrite) *commitBatch {
+	if c.flights > 0 || c.taken || len(c.next.writes) > 0 || c.last > 1 {
+		return nil
+	}
+	b := newCommitBatch()
+	if n := len(c.spare); n > 0 {
+		b.writes, c.spare = c.spare[n-1], c.spare[:n-1]
+	}
+	b.writes = append(b.writes, w)
+	c.flights++
+	c.writing[w.id]++
+	c.last = 1
+	return b
 }
 
 // signal wakes the reader of ch, unless a wake is pending already.
@@ -276,7 +336,6 @@ func (c *committer) close() {
 // run starts one flush after another, commitFlights at most in flight.
 func (c *committer) run() {
 	defer close(c.done)
-	last := 0
 	for {
 		select {
 		case <-c.kick:
@@ -284,18 +343,22 @@ func (c *committer) run() {
 			if b := c.take(); b != nil {
 				c.launch(b)
 			}
+			// Every flush landed, and handed its evictions over first.
 			c.await(func() bool { return c.flights == 0 })
 			close(c.work)
+			close(c.evictions)
 			c.flushers.Wait()
 			return
 		}
+		c.mu.Lock()
+		last := c.last
+		c.mu.Unlock()
 		if last > 1 {
 			c.linger()
 		}
 		c.awaitFlight()
 		if b := c.take(); b != nil {
 			c.launch(b)
-			last = len(b.writes)
 		}
 	}
 }
@@ -366,6 +429,8 @@ func (c *committer) launch(b *commitBatch) {
 	for _, w := range b.writes {
 		c.writing[w.id]++
 	}
+	c.last = len(b.writes)
+	c.taken = false
 	c.mu.Unlock()
 	c.work <- b // never blocks: fewer flushes are in flight (commitFlights, one more at close) than the flushers and work hold
 }
@@ -397,8 +462,8 @@ func (c *committer) linger() {
 	}
 }
 
-// take is the pending batch, replaced by an empty one (nil when it has
-// no write).
+// take is the pending batch, replaced by an empty one, and taken until
+// launch counts it in flight (nil when it has no write).
 func (c *committer) take() *commitBatch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -406,6 +471,7 @@ func (c *committer) take() *commitBatch {
 	if len(b.writes) == 0 {
 		return nil
 	}
+	c.taken = true
 	c.next = newCommitBatch()
 	if n := len(c.spare); n > 0 {
 		c.next.writes, c.spare = c.spare[n-1], c.spare[:n-1]
@@ -417,8 +483,9 @@ func (c *committer) take() *commitBatch {
 	return b
 }
 
-// commit flushes b, lands, releases its writers, then drops the logs its
-// bound evicted: their writers need not wait for that.
+// commit flushes b, hands the logs its bound evicted to the evictor
+// (their writers need not wait for their drop), lands and releases its
+// writers.
 func (c *committer) commit(b *commitBatch) {
 	c.sizes(len(b.writes))
 	var evicted []string
@@ -426,11 +493,11 @@ func (c *committer) commit(b *commitBatch) {
 	if len(b.replies) != len(b.writes) && (b.err == nil || b.replies != nil) {
 		b.err, b.replies = fmt.Errorf("%w: %d replies to %d appends", ErrUnavailable, len(b.replies), len(b.writes)), nil
 	}
+	if len(evicted) > 0 {
+		c.evictions <- evicted // before landing: close drains what landed
+	}
 	c.land(b)
 	close(b.done)
-	if len(evicted) > 0 {
-		c.evict(evicted)
-	}
 	c.reuse(b.writes)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +35,8 @@ type fakeFlush struct {
 	once    sync.Once
 	holdID  string
 	hold    chan struct{}
+	// seen, when set, sees each flush's writes first.
+	seen func([]commitWrite)
 }
 
 // open lets every flush through from now on.
@@ -50,6 +54,9 @@ func (f *fakeFlush) flushing() int {
 }
 
 func (f *fakeFlush) flush(ws []commitWrite) ([]string, []string, error) {
+	if f.seen != nil {
+		f.seen(ws)
+	}
 	f.mu.Lock()
 	f.started++
 	f.mu.Unlock()
@@ -102,6 +109,92 @@ func TestCommitterIdleAddsNoWait(t *testing.T) {
 	}
 	if got := f.sizes(); len(got) != 50 || slices.Max(got) != 1 {
 		t.Fatalf("batches %v, want 50 of one write", got)
+	}
+}
+
+// TestCommitterIdleWriterFlushesItself: a write that finds the committer
+// idle is flushed on its writer's goroutine, without a hand-off; one that
+// arrives while a flush is in flight goes with the next batch, which a
+// flusher writes; and after a flush of several writes (a replica under
+// load), the next write waits for company rather than going alone.
+func TestCommitterIdleWriterFlushesItself(t *testing.T) {
+	var mu sync.Mutex
+	byWriter := map[string]bool{}
+	f := &fakeFlush{gate: make(chan struct{}), seen: func(ws []commitWrite) {
+		buf := make([]byte, 64<<10)
+		here := strings.Contains(string(buf[:runtime.Stack(buf, false)]), "(*committer).write")
+		mu.Lock()
+		defer mu.Unlock()
+		for _, w := range ws {
+			byWriter[w.id] = here
+		}
+	}}
+	c := newTestCommitter(t, f, time.Hour)
+
+	idle := make(chan error, 1)
+	go func() { _, err := c.write(commitWrite{id: "idle"}); idle <- err }()
+	waitFor(t, func() bool { return f.flushing() == 1 }) // held at the gate
+	beside := make(chan error, 2)
+	for _, id := range []string{"b1", "b2"} {
+		go func() { _, err := c.write(commitWrite{id: id}); beside <- err }()
+	}
+	waitFor(t, func() bool { return c.pending() == 2 })
+	f.open()
+	for _, ch := range []chan error{idle, beside, beside} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The last flush carried two: the next write is not alone, but waits
+	// (an hour here) for company, until an urgent one comes.
+	after := make(chan error, 1)
+	go func() { _, err := c.write(commitWrite{id: "after"}); after <- err }()
+	waitFor(t, func() bool { return c.pending() == 1 })
+	if _, err := c.write(commitWrite{id: "urgent", urgent: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-after; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]bool{"idle": true, "b1": false, "b2": false, "after": false, "urgent": false}
+	if !maps.Equal(byWriter, want) {
+		t.Fatalf("flushed by their writers: %v, want %v", byWriter, want)
+	}
+}
+
+// TestCommitterAlone: when a writer may flush alone — never beside a
+// flush in flight, a batch pending or taken to launch (it would go ahead
+// of their writes of its log), or after a flush of several writes.
+func TestCommitterAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		state func(c *committer)
+		alone bool
+	}{
+		{"idle", func(*committer) {}, true},
+		{"after a flush of one", func(c *committer) { c.last = 1 }, true},
+		{"after a flush of several", func(c *committer) { c.last = 2 }, false},
+		{"a flush in flight", func(c *committer) { c.flights = 1 }, false},
+		{"a batch pending", func(c *committer) { c.next.writes = []commitWrite{{id: "a"}} }, false},
+		{"a batch taken, not launched", func(c *committer) { c.taken = true }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &committer{next: newCommitBatch(), writing: map[string]int{}}
+			tc.state(c)
+			flights := c.flights
+			b := c.alone(commitWrite{id: "w"})
+			if (b != nil) != tc.alone {
+				t.Fatalf("alone: %v, want %v", b != nil, tc.alone)
+			}
+			if b == nil {
+				return
+			}
+			if len(b.writes) != 1 || b.writes[0].id != "w" || c.flights != flights+1 || c.writing["w"] != 1 || c.last != 1 {
+				t.Fatalf("batch %v, flights %d, writing %v, last %d: want w alone, counted in flight", b.writes, c.flights, c.writing, c.last)
+			}
+		})
 	}
 }
 
