@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -349,6 +350,40 @@ func TestHealthOnClusterWithANodeDown(t *testing.T) {
 	}
 	nodes[1].Resume()
 	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
+}
+
+// TestHealthOnAClusterThatRefusesItsKeys: a Cluster whose primaries all
+// answer PING but say it is not ok — a slot unserved, with full coverage
+// required, as while a failed primary's replica is not yet promoted:
+// CLUSTERDOWN for every key — is down, and no process is noted for the
+// shards of a primary that says so (a new one is found once its shards can be written);
+// once every slot is served again, up.
+func TestHealthOnAClusterThatRefusesItsKeys(t *testing.T) {
+	nodes := redistest.NewCluster(t, 3)
+	rdb := testkit.ServerClusterClient(t, redistest.Addrs(nodes))
+	h := NewHealth(rdb, time.Hour, slog.New(slog.DiscardHandler))
+	t.Cleanup(h.Close)
+	ctx := context.Background()
+	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
+	owner := testkit.ServerRedisClient(t, nodes[0].Addr)
+	if err := owner.Do(ctx, "cluster", "delslots", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The owner says so at once (the others keep their view of slot 0).
+	servers, err := pingAll(ctx, rdb)
+	if !errors.Is(err, errClusterDown) || len(servers) >= len(clusterRedis.subjects) {
+		t.Fatalf("a primary not ok: %v, %d shards' processes found; want errClusterDown, and not its shards'", err, len(servers))
+	}
+	if h.ping(ctx); h.Up() {
+		t.Fatal("up while the cluster refuses every key")
+	}
+	if err := owner.Do(ctx, "cluster", "addslots", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
+	if servers, err := pingAll(ctx, rdb); err != nil || len(servers) != len(clusterRedis.subjects) {
+		t.Fatalf("the cluster ok again: %d shards' processes found, %v; want %d", len(servers), err, len(clusterRedis.subjects))
+	}
 }
 
 // TestHealthTimesEveryPrimarysPing: on a Cluster, Health's PING of each

@@ -184,12 +184,17 @@ func (w *Health) tellReplaced() {
 // pingAll PINGs Redis: on a Cluster, every primary the client knows, so
 // that Redis is up only while every shard can be written (a PING of the
 // client would reach one node at random: up and down in turn while one
-// is down). It answers the run_id of the Redis process that serves each
-// shard of the logs (keyspace; shard 0 on one Redis), for the shards
-// whose primary answered (runID; "" when its INFO failed, which leaves
-// health as the PING said). Each node's commands are timed as the
-// client's round trips are (Instrument: the hook is the cluster client's,
-// not its nodes').
+// is down), and asks each whether the cluster is ok (clusterOK): a
+// primary answers PING while the cluster refuses every key (CLUSTERDOWN,
+// until each slot is served again after a failover). It answers the
+// run_id of the Redis process that serves each shard of the logs
+// (keyspace; shard 0 on one Redis), for the shards whose primary answered
+// with the cluster ok (runID; "" when its INFO failed, which leaves health
+// as the PING said): so a new process is found once its shards can be
+// written, when the replica that lost an end can publish it again, and
+// takeovers elsewhere wait from then (Settling). Each node's commands are
+// timed as the client's round trips are (Instrument: the hook is the
+// cluster client's, not its nodes').
 func pingAll(ctx context.Context, rdb redis.UniversalClient) (map[int]string, error) {
 	cc := clusterClient(rdb)
 	if cc == nil {
@@ -205,6 +210,12 @@ func pingAll(ctx context.Context, rdb redis.UniversalClient) (map[int]string, er
 		start := time.Now()
 		err := node.Ping(ctx).Err()
 		timed.record(ctx, start, "PING", err)
+		if err != nil {
+			return fmt.Errorf("%s: %w", node.Options().Addr, err)
+		}
+		start = time.Now()
+		err = clusterOK(ctx, node)
+		timed.record(ctx, start, "CLUSTER", err)
 		if err != nil {
 			return fmt.Errorf("%s: %w", node.Options().Addr, err)
 		}
@@ -234,6 +245,22 @@ func shardServers(ctx context.Context, cc *redis.ClusterClient, ids map[string]s
 		}
 	}
 	return out
+}
+
+// errClusterDown: a node of the Cluster says it is not ok (CLUSTER INFO):
+// it refuses the keys of every slot until each is served again.
+var errClusterDown = errors.New("cluster_state is not ok: the cluster refuses every key until each slot is served (CLUSTERDOWN)")
+
+// clusterOK asks node whether the cluster is ok (CLUSTER INFO).
+func clusterOK(ctx context.Context, node *redis.Client) error {
+	info, err := node.ClusterInfo(ctx).Result()
+	switch {
+	case err != nil:
+		return err
+	case !strings.Contains(info, "cluster_state:ok"):
+		return errClusterDown
+	}
+	return nil
 }
 
 // runID is the run_id of the Redis process rdb reaches (INFO server), ""
