@@ -386,6 +386,19 @@ func TestHealthOnAClusterThatRefusesItsKeys(t *testing.T) {
 	}
 }
 
+// TestClusterOKWhenRefused: a node that refuses CLUSTER INFO (here one
+// without cluster support; NOPERM for a user without the command) leaves
+// health as its PING says; one that does not answer is down.
+func TestClusterOKWhenRefused(t *testing.T) {
+	ctx := context.Background()
+	if err := clusterOK(ctx, testkit.ServerRedisClient(t, redistest.Start(t))); err != nil {
+		t.Errorf("a node that refuses CLUSTER INFO: %v, want nil", err)
+	}
+	if err := clusterOK(ctx, testkit.ServerRedisClient(t, "127.0.0.1:1")); err == nil {
+		t.Error("a node that does not answer is ok")
+	}
+}
+
 // TestHealthTimesEveryPrimarysPing: on a Cluster, Health's PING of each
 // primary is timed as the client's round trips are (its nodes' clients
 // do not carry the cluster client's hook).

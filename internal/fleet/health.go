@@ -251,10 +251,15 @@ func shardServers(ctx context.Context, cc *redis.ClusterClient, ids map[string]s
 // it refuses the keys of every slot until each is served again.
 var errClusterDown = errors.New("cluster_state is not ok: the cluster refuses every key until each slot is served (CLUSTERDOWN)")
 
-// clusterOK asks node whether the cluster is ok (CLUSTER INFO).
+// clusterOK asks node whether the cluster is ok (CLUSTER INFO). A node
+// that refuses the command (an error it answers: NOPERM for the fleet's
+// user) leaves health as its PING says, as a refused INFO does (runID).
 func clusterOK(ctx context.Context, node *redis.Client) error {
 	info, err := node.ClusterInfo(ctx).Result()
+	var refused redis.Error
 	switch {
+	case errors.As(err, &refused):
+		return nil
 	case err != nil:
 		return err
 	case !strings.Contains(info, "cluster_state:ok"):
