@@ -341,10 +341,10 @@ func replOffset(ctx context.Context, c *redis.Client, field string) (int64, erro
 		return 0, err
 	}
 	_, rest, ok := strings.Cut(info, field+":")
-	v, _, _ := strings.Cut(rest, "\r\n")
 	if !ok {
 		return 0, fmt.Errorf("INFO replication has no %s", field)
 	}
+	v, _, _ := strings.Cut(rest, "\r\n")
 	return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 }
 
