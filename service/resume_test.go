@@ -323,8 +323,7 @@ func TestDrainStillAnswersAttach(t *testing.T) {
 	finish(t, nil, ended)
 	seen := cutResumable(t, e)
 
-	drained := make(chan struct{})
-	go func() { e.grpc.Drain(t.Context()); close(drained) }()
+	drained := startDrain(t, e)
 	refusedWhileDraining(t, e)
 	if _, st := attachAll(t.Context(), e.client, done[0].GetStarted().GetCompletionId(), 0); st.Code() != codes.OK {
 		t.Errorf("attach to an ended Stream while draining: %v", st)
@@ -394,6 +393,23 @@ func cutResumable(t *testing.T, e *testEnv) []*completionv1.CompletionEvent {
 		t.Fatal(err)
 	}
 	return recvUntilDelta(t, st)
+}
+
+// startDrain drains e's server in the background, and returns once the
+// drain refuses new completions (a Stream sent before that would run,
+// and hold on the gated upstream), with a channel closed when Drain
+// returns.
+func startDrain(t *testing.T, e *testEnv) <-chan struct{} {
+	t.Helper()
+	drained := make(chan struct{})
+	go func() { e.grpc.Drain(t.Context()); close(drained) }()
+	r := &e.grpc.Completion.running
+	select {
+	case <-pollUntil(t.Context(), func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.draining }):
+	case <-drained:
+		t.Fatal("the drain ended while a completion ran")
+	}
+	return drained
 }
 
 // refusedWhileDraining checks that a new Stream, Complete and Session are
