@@ -61,13 +61,20 @@ func (c *replicatedCluster) routedTo(t *testing.T, id string, s *redistest.Serve
 
 // cutOffAfter opens id in f, appends events 1..n, and once the replica
 // of id's shard has them, pauses that replica and cuts it off from its
-// primary: it gets none of the writes after. It answers the two.
+// primary: it gets none of the writes after. It answers the two. It opens
+// once f's Health finds Redis up: a log opened while a PING had failed is
+// kept in memory only, and Redis would get it whole later, from a reshare
+// the cut-off replica never sees.
 func (c *replicatedCluster) cutOffAfter(t *testing.T, f *PairLog, id string, n int) (primary, replica *redistest.Server) {
 	t.Helper()
+	waitFor(t, f.watch.Up)
 	if err := f.Open(id, Meta{Replica: "A"}); err != nil {
 		t.Fatal(err)
 	}
 	appendRun(f, id, n, false)
+	if got, err := c.rdb.XLen(context.Background(), clusterRedis.log(id)).Result(); f.KeptHere(id) || got != int64(n) {
+		t.Fatalf("%s: kept here only %t, %d events in Redis (%v); want %d in Redis", id, f.KeptHere(id), got, err, n)
+	}
 	i := c.nodeOf(t, id)
 	primary, replica = c.primaries[i], c.replicas[i]
 	redistest.Synced(t, primary, replica)
@@ -422,7 +429,9 @@ func TestHealthTimesEveryPrimarysPing(t *testing.T) {
 func TestPairLogClusterFailoverLosesAnEnd(t *testing.T) {
 	c := newReplicatedCluster(t)
 	quiet := slog.New(slog.DiscardHandler)
-	h := NewHealth(c.rdb, 50*time.Millisecond, quiet)
+	// Its PING's timeout too: at 50 ms, on a busy machine, Health found
+	// Redis down often enough that the log opened apart (cutOffAfter).
+	h := NewHealth(c.rdb, 250*time.Millisecond, quiet)
 	t.Cleanup(h.Close)
 	rl := NewRedisLog(c.rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(rl.Close)
