@@ -64,9 +64,12 @@ func startNodes(tb testing.TB, n int, certs *certificates, args []string) (nodes
 	for i := range nodes {
 		dir := tb.TempDir()
 		buses[i] = freePort(tb)
+		// Notices, not warnings only: a failed test logs the last of them
+		// (Server.tellIfFailed), which say when a node synced from which
+		// primary, from what offset, and took over.
 		s := &Server{tb: tb, dir: dir, args: append([]string{"--cluster-enabled", "yes",
 			"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000",
-			"--cluster-port", buses[i]}, args...)}
+			"--cluster-port", buses[i], "--loglevel", "notice"}, args...)}
 		if certs != nil {
 			certs.serve(s)
 		}

@@ -49,6 +49,7 @@ type Server struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+	out  *tail // what its processes wrote last, across restarts
 }
 
 // Start runs a redis-server for tb and returns its address; it is killed
@@ -93,8 +94,26 @@ func run(tb testing.TB, s *Server) *Server {
 			tb.Fatalf("redistest: %v", err)
 		}
 	}
-	tb.Cleanup(s.Stop)
+	tb.Cleanup(func() {
+		s.tellIfFailed()
+		s.Stop()
+	})
 	return s
+}
+
+// tellIfFailed logs what the server wrote last when its test failed: a
+// cluster node's replication and failover notices (startNodes keeps them)
+// say what Redis did while the test looked on.
+func (s *Server) tellIfFailed() {
+	s.mu.Lock()
+	out := s.out
+	s.mu.Unlock()
+	if !s.tb.Failed() || out == nil {
+		return
+	}
+	if said := out.text(); said != "" {
+		s.tb.Logf("redistest: %s wrote last:\n%s", s.Addr, said)
+	}
 }
 
 // lookPath finds redis-server, or fails tb loudly.
@@ -168,7 +187,12 @@ func (s *Server) start() error {
 	cmd := exec.Command(Binary, append(ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", s.dir, "--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning")...)
 	cmd.Args = append(cmd.Args, s.args...)
-	out := &tail{}
+	s.mu.Lock()
+	if s.out == nil {
+		s.out = &tail{}
+	}
+	out := s.out
+	s.mu.Unlock()
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", Binary, err)
@@ -245,7 +269,8 @@ func ping(addr string, cfg *tls.Config) bool {
 	return err == nil && (strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH"))
 }
 
-// tail keeps the last bytes redis-server wrote, for an error message.
+// tail keeps the last bytes (tailBytes) redis-server wrote, for an error
+// message and a failed test's log.
 type tail struct {
 	mu sync.Mutex
 	b  []byte
@@ -255,16 +280,24 @@ func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
-	if len(t.b) > 4096 {
-		t.b = t.b[len(t.b)-4096:]
+	if len(t.b) > tailBytes {
+		t.b = t.b[len(t.b)-tailBytes:]
 	}
 	return len(p), nil
 }
 
-func (t *tail) String() string {
+// tailBytes is how much of its output a tail keeps: the last fifty lines
+// or so of a cluster node's notices.
+const tailBytes = 8 << 10
+
+// String is the bytes kept, quoted: for an error message.
+func (t *tail) String() string { return strconv.Quote(t.text()) }
+
+// text is the bytes kept.
+func (t *tail) text() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return strconv.Quote(string(t.b))
+	return string(t.b)
 }
 
 // running reports whether the server runs (it was not stopped).
