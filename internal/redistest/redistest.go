@@ -95,8 +95,8 @@ func run(tb testing.TB, s *Server) *Server {
 		}
 	}
 	tb.Cleanup(func() {
+		s.Stop() // first: it waits for the copy of the process's output
 		s.tellIfFailed()
-		s.Stop()
 	})
 	return s
 }
