@@ -309,7 +309,8 @@ func testReplicaKilled(t *testing.T, start func(t *testing.T, name string) *proc
 // resumable Stream runs through A: the Stream finishes whole (its events in
 // A's memory meanwhile; its lease, lost with Redis's data, taken back by
 // A's renewal), and once Redis is back a new completion through A can be
-// attached through B. The lease here is longer than Redis's restart: a
+// attached through B, and so can one that ended through A before the
+// restart (A restores the logs Redis lost whole from its memory). The lease here is longer than Redis's restart: a
 // Redis away for longer than the lease stops the completions holding
 // leases (see the README, "Running a fleet").
 func TestFleetRedisRestarted(t *testing.T) {
@@ -348,6 +349,14 @@ func testRedisRestarted(t *testing.T, a, b *proc, restart func()) {
 			Metadata:    map[string]string{"sim.pace": "20ms", "sim.words": "60"},
 			ResumeGrace: durationpb.New(30 * time.Second),
 		}
+	}
+	first, err := ca.Stream(ctx, req("ended before the restart"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := first.Wait()
+	if err != nil {
+		t.Fatal(err)
 	}
 	st, err := ca.Stream(ctx, req("through a Redis restart"))
 	if err != nil {
@@ -395,6 +404,23 @@ func testRedisRestarted(t *testing.T, a, b *proc, restart func()) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a completion through A cannot be attached through B 15s after Redis came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for {
+		at, err := cb.Attach(ctx, before.CompletionID(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replay, err := at.Wait()
+		if err == nil {
+			if replay.Text() != before.Text() || replay.Reason() != completionv1.TransitionReason_TRANSITION_REASON_COMPLETED {
+				t.Fatalf("the completion that ended before the restart, through B: %s %q, want %q", replay.Reason(), replay.Text(), before.Text())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a completion that ended through A before Redis restarted cannot be attached through B 15s after: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -41,12 +41,12 @@ type keyspace struct {
 // scripts are the fleet's scripts bound to one keyspace; each file says
 // what it does, its keys and its arguments.
 type scripts struct {
-	open, commit, checkpoint, drop, expired, reshare, acquire, renew, release, cancel *redisscript.Script
+	open, commit, checkpoint, drop, expired, reshare, restore, acquire, renew, release, cancel *redisscript.Script
 }
 
 // all are the scripts, each once.
 func (s scripts) all() []*redisscript.Script {
-	return []*redisscript.Script{s.open, s.commit, s.checkpoint, s.drop, s.expired, s.reshare, s.acquire, s.renew, s.release, s.cancel}
+	return []*redisscript.Script{s.open, s.commit, s.checkpoint, s.drop, s.expired, s.reshare, s.restore, s.acquire, s.renew, s.release, s.cancel}
 }
 
 // The two layouts.
@@ -69,7 +69,7 @@ func newKeyspace(shards int) *keyspace {
 	t := k.table()
 	load := func(name string) *redisscript.Script { return redisscript.Load(luaFiles, "lua/"+name+".lua", t) }
 	k.scripts = scripts{open: load("open"), commit: load("commit"), checkpoint: load("checkpoint"), drop: load("drop"),
-		expired: load("expired"), reshare: load("reshare"), acquire: load("acquire"), renew: load("renew"),
+		expired: load("expired"), reshare: load("reshare"), restore: load("restore"), acquire: load("acquire"), renew: load("renew"),
 		release: load("release"), cancel: load("cancel")}
 	for _, s := range k.subjects {
 		k.commitFixed = append(k.commitFixed, k.scripts.commit.FixedKeys(s))

@@ -382,6 +382,8 @@ type logCopy struct {
 	seqs   []uint64 // the seq of each event
 	ended  bool
 	status []byte
+	// endedAt is when it ended here (zero while it runs).
+	endedAt time.Time
 	// ckpt is the last checkpoint, taken after the event of ckptSeq.
 	ckpt    []byte
 	ckptSeq uint64
@@ -397,7 +399,7 @@ func (m *MemLog) copyOf(id string) (logCopy, bool) {
 		return logCopy{}, false
 	}
 	c := logCopy{meta: l.meta, events: append([][]byte(nil), l.events...), ended: !l.ended.IsZero(), status: l.status,
-		ckpt: l.ckpt, ckptSeq: l.ckptSeq}
+		endedAt: l.ended, ckpt: l.ckpt, ckptSeq: l.ckptSeq}
 	c.seqs = make([]uint64, len(l.events))
 	for i := range c.seqs {
 		c.seqs[i] = l.first + uint64(i)

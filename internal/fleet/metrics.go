@@ -102,7 +102,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	in.replaced, _ = m.Int64Counter("completiond.redis.replaced", metric.WithUnit("{process}"),
 		metric.WithDescription("Times this replica found a shard of the shared log served by another Redis process than before: a restart, or a replica promoted in a failover, which may lack writes the old one acknowledged."))
 	in.republished, _ = m.Int64Counter("completiond.redis.republished", metric.WithUnit("{completion}"),
-		metric.WithDescription("Completions whose log this replica published again from its memory because Redis had lost acknowledged events or the end of it (a failover, a restart from an older copy)."))
+		metric.WithDescription("Completions whose log this replica published again from its memory because Redis had lost acknowledged events, the end or the whole of it (a failover, a restart, empty or from an older copy)."))
 	in.batch, _ = m.Int64Histogram("completiond.redis.commit.batch", metric.WithUnit("{event}"),
 		metric.WithDescription("Events per flush of this replica's group commit to the shared log: one Redis round trip carries them all (one script call per 256 events or 1 MiB)."),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))

@@ -405,8 +405,8 @@ func (m meter) byReason(name string) map[string]int64 {
 }
 
 // TestMetricsRedisReplaced: a restarted Redis is counted as a new
-// process once; a log published again for an end Redis lost, and one for
-// events it lost, are counted as republished.
+// process once; a log published again for an end Redis lost, one for
+// events it lost, and one restored whole are counted as republished.
 func TestMetricsRedisReplaced(t *testing.T) {
 	m := newMeter(t)
 	rs := redistest.New(t)
@@ -421,14 +421,19 @@ func TestMetricsRedisReplaced(t *testing.T) {
 	}
 	loseKeys(t, rdb, []string{ks.log("ended"), ks.meta("ended")}, func() { appendRun(&seqFrom{f, 2}, "ended", 1, true) })
 	loseWrites(t, rdb, "running", func() { appendRun(&seqFrom{f, 2}, "running", 1, false) })
-	// The end is published again now; the running one's next write
+	if err := f.Open("whole", Meta{Replica: "A"}); err != nil {
+		t.Fatal(err)
+	}
+	appendRun(f, "whole", 2, true)
+	rdb.Del(context.Background(), ks.log("whole"), ks.meta("whole"))
+	// The end is published again now, the log lost whole restored; the running one's next write
 	// checks, finds the hole, and publishes it again.
 	f.redisReplaced()
 	if err := f.Append("running", logEvent(4, false)); err != nil {
 		t.Fatal(err)
 	}
-	if n := m.count("completiond.redis.republished"); n != 2 {
-		t.Errorf("republished = %d, want 2", n)
+	if n := m.count("completiond.redis.republished"); n != 3 {
+		t.Errorf("republished = %d, want 3", n)
 	}
 	rs.Restart()
 	h.ping(context.Background())

@@ -130,12 +130,15 @@ func (f *PairLog) endedShared(id, fence string) {
 // logs of the completions that ended here whose end Redis no longer holds
 // (a failover or a restart lost it): such a log looks live, and a replica
 // that an attach reaches would take over a completion that has ended, and
-// run it on to another ending than its callers got. Only a log Redis
-// still holds, not ended, is published again (one evicted or lapsed
-// meanwhile stays gone); it is fenced by its last lease, so that a
-// completion another replica took over meanwhile is left to it. The ends
-// no longer in memory are forgotten. It answers false when Redis failed
-// the check or a republication (to be tried again).
+// run it on to another ending than its callers got. A log Redis still
+// holds, not ended, gets what it lacks; one Redis lost whole (a restart
+// that came back empty) is restored whole, unless the bounds say it went
+// their way (its retention passed, or the bounds, full, would evict it
+// first: RedisLog.restoreEnded), so that an attach through any replica
+// reads it again. Each is fenced by its last lease: a completion another
+// replica took over meanwhile is left to it. The ends no longer in memory
+// are forgotten. It answers false when Redis failed the check or a
+// republication (to be tried again).
 func (f *PairLog) republishLostEnds() (done bool) {
 	f.mu.Lock()
 	ends := slices.Clone(f.ends)
@@ -149,31 +152,65 @@ func (f *PairLog) republishLostEnds() (done bool) {
 		}
 	}
 	f.forgetEnds(ends, copies)
-	lost, err := f.redis.endsLost(ids)
+	lost, gone, err := f.redis.endsLost(ids)
 	if err != nil {
 		f.log.Warn("redis: could not check which ends a new Redis process lost: tried again at the next PING", "error", err)
 		return false
 	}
 	done = true
 	for _, e := range ends {
-		if !lost[e.id] {
+		var err error
+		switch {
+		case lost[e.id]:
+			err = f.publishLostEnd(e, copies[e.id])
+		case gone[e.id]:
+			err = f.restoreGone(e, copies[e.id])
+		default:
 			continue
 		}
-		switch err := f.redis.reshareFenced(e.id, copies[e.id], e.fence); {
-		case err == nil:
-			f.redis.m.republished.Add(context.Background(), 1)
-			f.log.Info("redis: a completion's end was lost by Redis (a failover or a restart): published again from this replica's copy",
-				"completion_id", e.id)
+		switch {
 		case errors.Is(err, errLogFenced):
 			f.log.Warn("redis: a completion's end was lost by Redis, and another replica took the completion over meanwhile: its attachers there may get another ending",
 				"completion_id", e.id)
-		default:
+		case err != nil:
 			f.log.Warn("redis: a completion's end was lost by Redis and could not be published again: tried again at the next PING",
 				"completion_id", e.id, "error", err)
 			done = false
 		}
 	}
 	return done
+}
+
+// publishLostEnd publishes again, from c, this replica's copy, what Redis
+// lacks of the log of e, which it holds without its end.
+func (f *PairLog) publishLostEnd(e endedLog, c logCopy) error {
+	if err := f.redis.reshareFenced(e.id, c, e.fence); err != nil {
+		return err
+	}
+	f.redis.m.republished.Add(context.Background(), 1)
+	f.log.Info("redis: a completion's end was lost by Redis (a failover or a restart): published again from this replica's copy",
+		"completion_id", e.id)
+	return nil
+}
+
+// restoreGone puts back the log of e, which Redis holds no longer at all,
+// from c, this replica's copy, unless it went the bounds' way
+// (RedisLog.restoreEnded).
+func (f *PairLog) restoreGone(e endedLog, c logCopy) error {
+	res, err := f.redis.restoreEnded(e.id, c, e.fence)
+	switch {
+	case err != nil:
+		return err
+	case res == restoreDone:
+		f.redis.m.republished.Add(context.Background(), 1)
+		f.log.Info("redis: a completion's log was lost whole by Redis (a restart that came back empty, a failover): restored from this replica's copy",
+			"completion_id", e.id, "events", len(c.events))
+	case res == restoreThere: // written since the check: another replica's now, or reshare's
+	default:
+		f.log.Debug("redis: a completion's log is gone from Redis as its bounds would have it: not restored",
+			"completion_id", e.id, "why", res)
+	}
+	return nil
 }
 
 // forgetEnds takes off f.ends those of looked (a copy of it) that are not

@@ -29,13 +29,19 @@ func newPair(t *testing.T, rdb redis.UniversalClient) *PairLog {
 // for the rest of the test once a command fails.
 func newPairAt(t *testing.T, rdb redis.UniversalClient, now func() time.Time) (*PairLog, *atomic.Int64) {
 	t.Helper()
+	return newPairLimits(t, rdb, config.EventLogLimits{}, now)
+}
+
+// newPairLimits is newPairAt with limits, for both of its logs.
+func newPairLimits(t *testing.T, rdb redis.UniversalClient, limits config.EventLogLimits, now func() time.Time) (*PairLog, *atomic.Int64) {
+	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	h := NewHealth(rdb, time.Hour, quiet)
 	t.Cleanup(h.Close)
-	rl := NewRedisLog(rdb, config.EventLogLimits{}, now)
+	rl := NewRedisLog(rdb, limits, now)
 	t.Cleanup(rl.Close)
 	apart := &atomic.Int64{}
-	f := NewPairLog(NewMemLog(config.EventLogLimits{}, now), rl, h, quiet, countingCounter{n: apart})
+	f := NewPairLog(NewMemLog(limits, now), rl, h, quiet, countingCounter{n: apart})
 	f.now = now
 	return f, apart
 }

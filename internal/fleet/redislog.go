@@ -650,10 +650,11 @@ func (l *RedisLog) mayHaveLost() { l.losses.Add(1) }
 const endsLostBatch = 500
 
 // endsLost answers which of the logs of ids Redis holds without their
-// end: logs that ended, whose end Redis lost (PairLog.republishLostEnds).
-// A log Redis no longer holds at all is not among them.
-func (l *RedisLog) endsLost(ids []string) (map[string]bool, error) {
-	lost := map[string]bool{}
+// end (lost: logs that ended, whose end Redis lost), and which it holds
+// no longer at all (gone: lost whole, or dropped; RedisLog.restoreEnded
+// tells which) (PairLog.republishLostEnds).
+func (l *RedisLog) endsLost(ids []string) (lost, gone map[string]bool, err error) {
+	lost, gone = map[string]bool{}, map[string]bool{}
 	for batch := range slices.Chunk(ids, endsLostBatch) {
 		ctx, cancel := l.ctx()
 		cmds, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -665,16 +666,19 @@ func (l *RedisLog) endsLost(ids []string) (map[string]bool, error) {
 		})
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		for i, id := range batch {
 			there, ended := cmds[2*i].(*redis.IntCmd).Val() == 1, cmds[2*i+1].(*redis.BoolCmd).Val()
-			if there && !ended {
+			switch {
+			case !there:
+				gone[id] = true
+			case !ended:
 				lost[id] = true
 			}
 		}
 	}
-	return lost, nil
+	return lost, gone, nil
 }
 
 // sizeOf is the size w is to count in the bound of bytes (0: none), with
@@ -924,6 +928,65 @@ func (l *RedisLog) reshareFenced(id string, c logCopy, fence string) error {
 	}
 	return l.publishCheckpoint(id, c, fence)
 }
+
+// restoreEnded puts back in Redis, whole and ended, the log of id that
+// ended here (c, this replica's copy, with the end's time) and that Redis
+// no longer holds at all, fenced by fence, its last lease value (empty:
+// none), in one call of lua/restore.lua: in its place among the ended
+// logs, for what is left of its retention, the older ended logs evicted
+// for it when the bounds are full. It answers what the script did:
+// restoreDone; or nothing, and why: restoreExpired and restoreEvicted, a
+// log whose time has passed or that the bounds would evict first (as
+// they may have: a log dropped stays dropped), restoreThere for a log
+// Redis holds (reshareFenced's), errLogFenced for one another replica
+// took over.
+func (l *RedisLog) restoreEnded(id string, c logCopy, fence string) (string, error) {
+	meta := c.meta
+	meta.Request = nil // an ended completion is never taken over
+	m, err := encodeLogMeta(meta)
+	if err != nil {
+		return "", err
+	}
+	var token any = ""
+	if lease, ok := parseLease(id, fence); ok {
+		token = lease.Token
+	}
+	events, seqs := c.events, c.seqs
+	if n := l.limits.MaxEvents; n > 0 && len(events) > n {
+		events, seqs = events[len(events)-n:], seqs[len(seqs)-n:]
+	}
+	args := make([]any, 0, 11+2*len(events))
+	args = append(args, id, m, c.status, ms(c.endedAt), ms(l.now()), l.limits.Retention.Milliseconds(),
+		l.ks.share(int64(l.limits.MaxCompletions)), l.ks.share(l.limits.MaxBytes), fence, token, restoreScan)
+	for i, ev := range events {
+		args = append(args, seqs[i], ev)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.OpTimeout+time.Duration(len(events)/redisReshareBatch)*l.OpTimeout)
+	defer cancel()
+	res, err := l.ks.scripts.restore.Run(ctx, l.rdb, id, args...).StringSlice()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case res[0] == "fenced":
+		l.refused()
+		return "", errLogFenced
+	case res[0] != restoreDone:
+		return res[0], nil
+	}
+	return restoreDone, l.dropAll(ctx, res[1:])
+}
+
+// What restoreEnded did (lua/restore.lua's answers).
+const (
+	restoreDone    = "restored"
+	restoreThere   = "there"
+	restoreExpired = "expired"
+	restoreEvicted = "evicted"
+)
+
+// restoreScan is how many of the oldest ended logs a restore looks at to
+// make room (lua/restore.lua): past them, the log is not restored.
+const restoreScan = 100
 
 // redisReshareBatch is how many appends of a reshare go in one call.
 const redisReshareBatch = 128
