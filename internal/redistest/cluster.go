@@ -458,16 +458,25 @@ func (m *SlotMove) Finish(nodes []*Server) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
+	views := map[string]string{}
 	err := until(ctx, func() bool {
+		agree := true
 		for _, c := range clients {
-			if slotOwner(ctx, c, m.slot) != m.toAddr {
-				return false
+			owner := slotOwner(ctx, c, m.slot)
+			views[c.Options().Addr] = owner
+			if owner != m.toAddr {
+				agree = false
+				// A node that took the slot back from a message sent
+				// before the source let it go (its epoch above what the
+				// node knew of the target's) is told again, as
+				// redis-cli's resharding tells every primary.
+				_ = c.Do(ctx, "cluster", "setslot", m.slot, "node", m.toID).Err()
 			}
 		}
-		return true
+		return agree
 	})
 	if err != nil {
-		m.tb.Fatalf("redistest: the nodes do not agree that slot %d is %s's: %v", m.slot, m.toAddr, err)
+		m.tb.Fatalf("redistest: the nodes do not agree that slot %d is %s's: %v; each node's view (empty: it did not say): %v", m.slot, m.toAddr, err, views)
 	}
 }
 
