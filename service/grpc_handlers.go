@@ -105,7 +105,9 @@ func New(cfg Config) (*Server, error) {
 	s.idemMem = fleet.NewMemIdempotency(cfg.EventLog.MaxCompletions, cfg.Now)
 	s.idem = s.idemMem
 	if cfg.Redis != nil {
-		s.idem = fleet.NewRedisIdempotency(cfg.Redis)
+		ri := fleet.NewRedisIdempotency(cfg.Redis, cfg.EventLog.MaxCompletions, cfg.Now, cfg.Logger)
+		s.redis.WatchReplaced(ri.Restore) // a Redis back empty gets this replica's records back
+		s.idem = ri
 	}
 	return s, nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -18,11 +20,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/completiond/completiond/client"
 	completionv1 "github.com/completiond/completiond/gen/completion/v1"
+	"github.com/completiond/completiond/internal/fleet"
 	"github.com/completiond/completiond/internal/redistest"
+	"github.com/completiond/completiond/internal/testkit"
 )
 
 // The fleet test of issue 14, at the level of processes: completiond built
@@ -310,7 +315,9 @@ func testReplicaKilled(t *testing.T, start func(t *testing.T, name string) *proc
 // A's memory meanwhile; its lease, lost with Redis's data, taken back by
 // A's renewal), and once Redis is back a new completion through A can be
 // attached through B, and so can one that ended through A before the
-// restart (A restores the logs Redis lost whole from its memory). The lease here is longer than Redis's restart: a
+// restart (A restores the logs Redis lost whole from its memory); that
+// one's start, retried with its idempotency key through B, attaches to
+// it rather than starting it again (A restores its record too). The lease here is longer than Redis's restart: a
 // Redis away for longer than the lease stops the completions holding
 // leases (see the README, "Running a fleet").
 func TestFleetRedisRestarted(t *testing.T) {
@@ -319,7 +326,7 @@ func TestFleetRedisRestarted(t *testing.T) {
 		rs := redistest.New(t)
 		a := startReplica(t, bin, "A", rs.Addr, "--lease-ttl", "3s")
 		b := startReplica(t, bin, "B", rs.Addr, "--lease-ttl", "3s")
-		testRedisRestarted(t, a, b, rs.Restart)
+		testRedisRestarted(t, a, b, testkit.ServerRedisClient(t, rs.Addr), rs.Restart)
 	})
 	// Every node of a Redis Cluster killed and started again empty: the
 	// cluster forms again from the nodes' configuration files, and the
@@ -329,7 +336,7 @@ func TestFleetRedisRestarted(t *testing.T) {
 		url := "redis://" + nodes[0].Addr + "?addr=" + nodes[1].Addr
 		a := startReplicaOn(t, bin, "A", url, nil, "--redis-cluster", "--lease-ttl", "3s")
 		b := startReplicaOn(t, bin, "B", url, nil, "--redis-cluster", "--lease-ttl", "3s")
-		testRedisRestarted(t, a, b, func() {
+		testRedisRestarted(t, a, b, testkit.ServerClusterClient(t, redistest.Addrs(nodes)), func() {
 			for _, n := range nodes {
 				n.Restart()
 			}
@@ -338,8 +345,8 @@ func TestFleetRedisRestarted(t *testing.T) {
 }
 
 // testRedisRestarted is TestFleetRedisRestarted on replicas a and b,
-// restart taking their Redis away and bringing it back empty.
-func testRedisRestarted(t *testing.T, a, b *proc, restart func()) {
+// restart taking their Redis (rdb) away and bringing it back empty.
+func testRedisRestarted(t *testing.T, a, b *proc, rdb redis.UniversalClient, restart func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ca, cb := connect(t, a), connect(t, b)
@@ -350,7 +357,10 @@ func testRedisRestarted(t *testing.T, a, b *proc, restart func()) {
 			ResumeGrace: durationpb.New(30 * time.Second),
 		}
 	}
-	first, err := ca.Stream(ctx, req("ended before the restart"))
+	const idemKey = "ended-before-the-restart"
+	started := req("ended before the restart")
+	started.IdempotencyKey = idemKey
+	first, err := ca.Stream(ctx, proto.Clone(started).(*completionv1.CompleteRequest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,6 +434,30 @@ func testRedisRestarted(t *testing.T, a, b *proc, restart func()) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// Its idempotency record (no auth: the caller's name is empty) is put
+	// back beside its log; a start retried now finds it.
+	record := fleet.RedisIdemKey(sha256Hex(""), sha256Hex(idemKey))
+	for rdb.Exists(ctx, record).Val() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the idempotency record of a completion that ended through A before Redis restarted is not back 15s after")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	again, err := cb.Stream(ctx, started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := again.Wait(); err != nil || f.CompletionID() != before.CompletionID() || f.Text() != before.Text() {
+		t.Fatalf("its start retried with its idempotency key through B: %v, completion %s %q; want %s %q", err, f.CompletionID(), f.Text(), before.CompletionID(), before.Text())
+	}
+}
+
+// sha256Hex is how the service digests a caller's name and an
+// idempotency key for the record's Redis key: the first 16 bytes of
+// SHA-256, in hex.
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
 }
 
 // TestFleetOverTLSRedis: two replicas share a redis-server that speaks TLS

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -139,6 +140,42 @@ func (m *MemIdempotency) makeRoom(now time.Time) {
 	}
 }
 
+// set sets the record of key to rec for ttl, whatever it was (deleting
+// it when rec is zero).
+func (m *MemIdempotency) set(key string, rec IdemRecord, ttl time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rec.IsZero() {
+		delete(m.m, key)
+		return
+	}
+	now := m.now()
+	if _, ok := m.m[key]; !ok {
+		m.makeRoom(now)
+	}
+	m.m[key] = memIdem{rec: rec, deadline: now.Add(ttl)}
+}
+
+// liveIdem is a record whose TTL has not passed, with what is left of it.
+type liveIdem struct {
+	rec IdemRecord
+	ttl time.Duration
+}
+
+// live copies the records whose TTL has not passed, by key.
+func (m *MemIdempotency) live() map[string]liveIdem {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	out := make(map[string]liveIdem, len(m.m))
+	for k, e := range m.m {
+		if left := e.deadline.Sub(now); left > 0 {
+			out[k] = liveIdem{rec: e.rec, ttl: left}
+		}
+	}
+	return out
+}
+
 // Len is the number of records kept, expired ones included.
 func (m *MemIdempotency) Len() int {
 	m.mu.Lock()
@@ -149,21 +186,37 @@ func (m *MemIdempotency) Len() int {
 // RedisIdempotency is an Idempotency in the Redis a fleet shares, so that
 // one idempotency key through any replica starts one completion: each
 // record is a string key (RedisIdemKey) with the record's ttl, swapped by
-// lua/idem.lua.
+// lua/idem.lua. It keeps a copy of the records it opened (its replica's
+// completions, while their records live), which Restore puts back in a
+// Redis that lost them.
 type RedisIdempotency struct {
 	rdb redis.UniversalClient
 	// OpTimeout bounds each call.
 	OpTimeout time.Duration
+	// opened copies the opened records this replica set in Redis, until
+	// their TTL: bounded as its logs are.
+	opened *MemIdempotency
+	log    *slog.Logger
 }
 
-// NewRedisIdempotency returns the Idempotency of rdb.
-func NewRedisIdempotency(rdb redis.UniversalClient) *RedisIdempotency {
-	return &RedisIdempotency{rdb: rdb, OpTimeout: DefaultRedisOpTimeout}
+// NewRedisIdempotency returns the Idempotency of rdb, which keeps a copy
+// of at most limit of the records it opens (at least 1), on the clock
+// now (time.Now when nil), for Restore; log tells what Restore does.
+func NewRedisIdempotency(rdb redis.UniversalClient, limit int, now func() time.Time, log *slog.Logger) *RedisIdempotency {
+	return &RedisIdempotency{rdb: rdb, OpTimeout: DefaultRedisOpTimeout, opened: NewMemIdempotency(limit, now), log: log}
 }
 
 // Swap implements Idempotency. key is the record's Redis key
 // (RedisIdemKey). A Redis that does not answer is ErrUnavailable.
 func (r *RedisIdempotency) Swap(ctx context.Context, key string, old, rec IdemRecord, ttl time.Duration) (IdemRecord, error) {
+	got, err := r.swap(ctx, key, old, rec, ttl)
+	if err == nil && got == rec {
+		r.keep(key, rec, ttl)
+	}
+	return got, err
+}
+
+func (r *RedisIdempotency) swap(ctx context.Context, key string, old, rec IdemRecord, ttl time.Duration) (IdemRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.OpTimeout)
 	defer cancel()
 	got, err := idemScript.Run(ctx, r.rdb, key, old.encode(), rec.encode(), max(ttl.Milliseconds(), 1)).Text()
@@ -171,4 +224,40 @@ func (r *RedisIdempotency) Swap(ctx context.Context, key string, old, rec IdemRe
 		return IdemRecord{}, errors.Join(ErrUnavailable, err)
 	}
 	return decodeIdemRecord(got)
+}
+
+// keep copies the record key was swapped to, rec for ttl: an opened one
+// is kept, any other forgotten (a pending claim lives seconds; a record
+// deleted or replaced is not this replica's to put back).
+func (r *RedisIdempotency) keep(key string, rec IdemRecord, ttl time.Duration) {
+	if !rec.Opened {
+		rec = IdemRecord{}
+	}
+	r.opened.set(key, rec, ttl)
+}
+
+// Restore puts back in Redis the opened records this replica set whose
+// TTL has not passed and that Redis no longer holds (a restart that came
+// back empty, a replica promoted without them), for what is left of
+// their TTL: a start retried with its key through any replica attaches
+// to its completion again rather than starting it twice. A record
+// another start set meanwhile is left alone (a swap from none). It
+// answers false when Redis failed a swap (to be tried again): a watcher
+// of Health.WatchReplaced.
+func (r *RedisIdempotency) Restore() (done bool) {
+	restored := 0
+	for key, e := range r.opened.live() {
+		got, err := r.swap(context.Background(), key, IdemRecord{}, e.rec, e.ttl)
+		if err != nil {
+			r.log.Warn("redis: could not put back the idempotency records a new Redis process lacks: tried again at the next PING", "error", err)
+			return false
+		}
+		if got == e.rec {
+			restored++
+		}
+	}
+	if restored > 0 {
+		r.log.Info("redis: idempotency records a new Redis process lacked were put back from this replica's copy", "records", restored)
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 func idemStores(t *testing.T) map[string]Idempotency {
 	t.Helper()
 	stores := map[string]Idempotency{"memory": NewMemIdempotency(8, nil)}
-	stores["redis"] = NewRedisIdempotency(testkit.ServerRedisClient(t, redistest.Start(t)))
+	stores["redis"] = NewRedisIdempotency(testkit.ServerRedisClient(t, redistest.Start(t)), 8, nil, slog.New(slog.DiscardHandler))
 	return stores
 }
 
@@ -102,5 +103,73 @@ func TestMemIdempotencyBounded(t *testing.T) {
 	now = now.Add(2 * time.Hour)
 	if got, _ := m.Swap(ctx, "long", IdemRecord{}, rec("y"), time.Hour); got != rec("y") {
 		t.Errorf("an expired record still held its key: %+v", got)
+	}
+}
+
+// TestRedisIdempotencyRestore: Redis comes back empty; Restore puts back
+// the opened records this replica set, for what is left of their TTL —
+// not a pending claim, not one it deleted or whose TTL passed, and not
+// over a record another start set meanwhile. A record Redis still holds
+// keeps its TTL.
+func TestRedisIdempotencyRestore(t *testing.T) {
+	ctx := context.Background()
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	clk := &clock{t: time.Unix(1_000_000, 0)}
+	quiet := slog.New(slog.DiscardHandler)
+	r := NewRedisIdempotency(rdb, 8, clk.now, quiet)
+	rec := func(id string, opened bool) IdemRecord { return IdemRecord{ID: id, Digest: "d-" + id, Opened: opened} }
+	claim := func(key string, ttl time.Duration, steps ...IdemRecord) {
+		t.Helper()
+		old := IdemRecord{}
+		for _, s := range steps {
+			if got, err := r.Swap(ctx, key, old, s, ttl); err != nil || got != s {
+				t.Fatalf("%s: swap to %+v: %+v %v", key, s, got, err)
+			}
+			old = s
+		}
+	}
+	claim("running", 24*time.Hour, rec("a", false), rec("a", true))
+	claim("ended", time.Minute, rec("b", false), rec("b", true))
+	claim("pending", time.Minute, rec("c", false))
+	claim("forgotten", time.Minute, rec("d", false), rec("d", true), IdemRecord{})
+	claim("expired", time.Second, rec("e", false), rec("e", true))
+	claim("claimed meanwhile", time.Minute, rec("f", false), rec("f", true))
+	clk.add(5 * time.Second)
+	if err := rdb.FlushAll(ctx).Err(); err != nil { // Redis back empty
+		t.Fatal(err)
+	}
+	other := NewRedisIdempotency(rdb, 8, clk.now, quiet)
+	if _, err := other.Swap(ctx, "claimed meanwhile", IdemRecord{}, rec("g", false), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Restore() {
+		t.Fatal("Restore failed")
+	}
+	for key, want := range map[string]struct {
+		rec IdemRecord
+		ttl time.Duration // about
+	}{
+		"running":           {rec("a", true), 24*time.Hour - 5*time.Second},
+		"ended":             {rec("b", true), 55 * time.Second},
+		"pending":           {},
+		"forgotten":         {},
+		"expired":           {},
+		"claimed meanwhile": {rec("g", false), time.Minute},
+	} {
+		got, err := decodeIdemRecord(rdb.Get(ctx, key).Val())
+		if err != nil || got != want.rec {
+			t.Errorf("%s after Restore: %+v (%v), want %+v", key, got, err, want.rec)
+			continue
+		}
+		if ttl := rdb.PTTL(ctx, key).Val(); !want.rec.IsZero() && (ttl > want.ttl || ttl < want.ttl-2*time.Second) {
+			t.Errorf("%s restored for %v, want about %v", key, ttl, want.ttl)
+		}
+	}
+	clk.add(5 * time.Second)
+	if !r.Restore() {
+		t.Fatal("Restore failed")
+	}
+	if ttl := rdb.PTTL(ctx, "ended").Val(); ttl < 53*time.Second {
+		t.Errorf("a record Redis held: its TTL %v after another Restore, want it kept (about 55s)", ttl)
 	}
 }
