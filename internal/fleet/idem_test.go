@@ -161,15 +161,15 @@ func TestRedisIdempotencyRestore(t *testing.T) {
 			t.Errorf("%s after Restore: %+v (%v), want %+v", key, got, err, want.rec)
 			continue
 		}
-		if ttl := rdb.PTTL(ctx, key).Val(); !want.rec.IsZero() && (ttl > want.ttl || ttl < want.ttl-2*time.Second) {
+		if ttl := rdb.PTTL(ctx, key).Val(); !want.rec.IsZero() && (ttl > want.ttl || ttl < want.ttl-10*time.Second) { // less the test's own time
 			t.Errorf("%s restored for %v, want about %v", key, ttl, want.ttl)
 		}
 	}
-	clk.add(5 * time.Second)
+	clk.add(30 * time.Second)
 	if !r.Restore() {
 		t.Fatal("Restore failed")
 	}
-	if ttl := rdb.PTTL(ctx, "ended").Val(); ttl < 53*time.Second {
-		t.Errorf("a record Redis held: its TTL %v after another Restore, want it kept (about 55s)", ttl)
+	if ttl := rdb.PTTL(ctx, "ended").Val(); ttl < 40*time.Second {
+		t.Errorf("a record Redis held: its TTL %v after another Restore, want it kept (about 55s, not 25)", ttl)
 	}
 }
