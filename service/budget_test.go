@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/completiond/completiond/config"
@@ -176,19 +177,31 @@ func TestBudgetExceededWhileRunning(t *testing.T) {
 	}
 }
 
+// budgetFleet is two replicas sharing the Redis at addr, whose key ops has
+// a budget of a day that one completion spends, on a clock (now) that
+// stands in the real UTC day (which ends at dayEnd): Redis expires the
+// day's spend at an absolute time on its own clock. mutate, when not nil,
+// changes both replicas' Config further.
+func budgetFleet(t *testing.T, addr string, mutate func(*Config)) (a, b *testEnv, now, dayEnd time.Time) {
+	t.Helper()
+	up := sim.New(sim.Config{Words: 12, StallLimit: 200 * time.Millisecond})
+	budget := &config.Budget{USD: 1e-9, Period: config.BudgetPeriod{Calendar: "day"}}
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	now, dayEnd = day.Add(8*time.Hour), day.Add(24*time.Hour)
+	replicas := fleetEnvs(t, addr, 2, up, func(c *Config) {
+		withBudgetAt(budget, config.Prices{Known: true, Input: 3, Output: 15}, now)(c)
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	return replicas[0], replicas[1], now, dayEnd
+}
+
 // TestFleetBudgetSpentOnOneReplicaRefusesOnAnother: two replicas share a
 // real Redis; what the key spends through A counts on B.
 func TestFleetBudgetSpentOnOneReplicaRefusesOnAnother(t *testing.T) {
 	testkit.NoLeaks(t)
-	addr := redistest.Start(t)
-	up := sim.New(sim.Config{Words: 12, StallLimit: 200 * time.Millisecond})
-	budget := &config.Budget{USD: 1e-9, Period: config.BudgetPeriod{Calendar: "day"}}
-	// Redis expires the day's counters at an absolute time on its own
-	// clock: the replicas' clock stands in the real day.
-	day := time.Now().UTC().Truncate(24 * time.Hour)
-	now, dayEnd := day.Add(8*time.Hour), day.Add(24*time.Hour)
-	replicas := fleetEnvs(t, addr, 2, up, withBudgetAt(budget, config.Prices{Known: true, Input: 3, Output: 15}, now))
-	a, b := replicas[0], replicas[1]
+	a, b, now, dayEnd := budgetFleet(t, redistest.Start(t), nil)
 	if _, err := b.client.Complete(opsCtx(t.Context()), faults("")); err != nil {
 		t.Fatalf("B, under budget: %v", err)
 	}
@@ -197,6 +210,30 @@ func TestFleetBudgetSpentOnOneReplicaRefusesOnAnother(t *testing.T) {
 	if _, err := b.client.Complete(bearer(t.Context(), "Bearer narrow-secret-key"), faults("")); err != nil {
 		t.Errorf("another key refused: %v", err)
 	}
+}
+
+// TestFleetBudgetCountsWhatARedisRestartLost: Redis restarts empty after
+// the key spent its budget through A; A writes its spend again once it
+// finds the new Redis process, and B refuses the key again.
+func TestFleetBudgetCountsWhatARedisRestartLost(t *testing.T) {
+	testkit.NoLeaks(t)
+	rs := redistest.New(t)
+	a, b, now, dayEnd := budgetFleet(t, rs.Addr, func(c *Config) { c.RedisPing = 100 * time.Millisecond })
+	if _, err := a.client.Complete(opsCtx(t.Context()), faults("")); err != nil {
+		t.Fatalf("A, under budget: %v", err)
+	}
+	rs.Restart() // empty
+	rdb := testkit.RedisClient(t, rs.Addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(rdb.Keys(t.Context(), "completiond:budget:*").Val()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("A's spend is not back in Redis 10s after it restarted empty")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitHealth(t, b.grpc, healthpb.HealthCheckResponse_SERVING)
+	_, err := b.client.Complete(opsCtx(t.Context()), faults(""))
+	checkBudgetStatusAt(t, status.Convert(err), now, dayEnd)
 }
 
 // TestBudgetExceededBeforeASessionsNextTurn: a Session's first turn spends

@@ -74,6 +74,16 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.breakers = guard.NewFleetBreakers(cfg.Breaker, s.shared)
 	s.budgets = guard.NewBudgets(cfg.Now, s.shared)
+	if s.redis != nil {
+		// What this replica charged while Redis was away, or lost with it,
+		// counts fleet-wide again.
+		s.redis.Watch(func(up bool) {
+			if up {
+				s.budgets.Publish()
+			}
+		})
+		s.redis.WatchReplaced(s.budgets.Publish)
+	}
 	s.obs = telemetry.NewObserver(cfg.Logger, cfg.Telemetry, s.breakers.States)
 	mem := fleet.NewMemLog(cfg.EventLog, cfg.Now)
 	switch {

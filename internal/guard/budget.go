@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/completiond/completiond/config"
-	"github.com/redis/go-redis/v9"
 )
 
 // ReasonBudgetExceeded: the caller's key spent its budget for the period.
@@ -17,28 +16,37 @@ const ReasonBudgetExceeded = "BUDGET_EXCEEDED"
 
 // Budgets account what each key spends per budget period (config.Budget):
 // the cost and the tokens of its attempts, charged as each attempt ends.
-// With Config.Redis the spend is the fleet's, in counters every replica
-// adds to (budgetUSDKey, budgetTokensKey); while Redis cannot answer, each
-// replica checks its own spend, which it always keeps as well.
+// With Config.Redis the spend is the fleet's: each replica writes what it
+// charged in a period whole, in fields of its own of the key's hash for
+// the period (budgetSpendKey, lua/budget_charge.lua), and the fleet's is
+// their sum (lua/budget_spend.lua); while Redis cannot answer, each
+// replica checks its own spend, which it always keeps, and writes it to
+// Redis again once Redis answers (Publish), so that what it charged
+// meanwhile counts fleet-wide, even in a Redis that came back empty.
 type Budgets struct {
 	now func() time.Time
 	g   *RedisGate
+	// usdField and tokensField name this process's fields in the hashes
+	// of spend: an id of its own, so that a replica that restarts never
+	// writes its count, from zero, over the one its predecessor wrote.
+	usdField, tokensField string
 
 	mu    sync.Mutex
 	spent map[string]*periodSpend // by key name: the current period only
 }
 
-// periodSpend is one key's local spend in the period that starts at start.
+// periodSpend is one key's local spend in the period from start to end.
 type periodSpend struct {
-	start  time.Time
-	usd    float64
-	tokens int64
+	start, end time.Time
+	usd        float64
+	tokens     int64
 }
 
 // NewBudgets returns the budgets, read by now and shared through g when it
 // is not nil.
 func NewBudgets(now func() time.Time, g *RedisGate) *Budgets {
-	return &Budgets{now: now, g: g, spent: map[string]*periodSpend{}}
+	id := randomToken()[:16]
+	return &Budgets{now: now, g: g, usdField: id + ":usd", tokensField: id + ":tokens", spent: map[string]*periodSpend{}}
 }
 
 // Check refuses key, with a *Refusal, when its spend in the current period
@@ -69,31 +77,53 @@ func (bs *Budgets) Charge(key string, b *config.Budget, usd float64, tokens int6
 	bs.mu.Lock()
 	s := bs.spent[key]
 	if s == nil || !s.start.Equal(start) {
-		s = &periodSpend{start: start}
+		s = &periodSpend{start: start, end: end}
 		bs.spent[key] = s
 	}
 	s.usd += max(usd, 0)
 	s.tokens += max(tokens, 0)
+	whole := *s
 	bs.mu.Unlock()
-	if !bs.g.usable() {
-		return
+	if bs.g.usable() {
+		bs.g.observe("budget charge", bs.write(key, whole))
 	}
+}
+
+// write writes s, this replica's whole spend of key in its period, to
+// Redis (lua/budget_charge.lua): the hash outlives the period by
+// budgetKeyGrace.
+func (bs *Budgets) write(key string, s periodSpend) error {
 	ctx, cancel := bs.g.ctx()
 	defer cancel()
-	expire := end.Add(budgetKeyGrace)
-	uk, tk := budgetUSDKey(key, start), budgetTokensKey(key, start)
-	_, err := bs.g.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if usd > 0 {
-			p.IncrByFloat(ctx, uk, usd)
-			p.ExpireAt(ctx, uk, expire)
+	return budgetChargeScript.Run(ctx, bs.g.rdb, budgetSpendKey(key, s.start), bs.usdField, s.usd, bs.tokensField, s.tokens,
+		s.end.Add(budgetKeyGrace).UnixMilli()).Err()
+}
+
+// Publish writes this replica's spend of every key in its current period
+// to Redis again: what it charged while Redis did not answer, or what a
+// Redis that came back empty lost. It answers false when Redis failed a
+// write (to be tried again): a watcher of Redis's health (fleet.Health's
+// Watch, when Redis answers again, and WatchReplaced).
+func (bs *Budgets) Publish() (done bool) {
+	if bs == nil || bs.g == nil {
+		return true
+	}
+	now := bs.now()
+	bs.mu.Lock()
+	spends := make(map[string]periodSpend, len(bs.spent))
+	for key, s := range bs.spent {
+		if now.Before(s.end) {
+			spends[key] = *s
 		}
-		if tokens > 0 {
-			p.IncrBy(ctx, tk, tokens)
-			p.ExpireAt(ctx, tk, expire)
+	}
+	bs.mu.Unlock()
+	for key, s := range spends {
+		if err := bs.write(key, s); err != nil {
+			bs.g.observe("budget publish", err)
+			return false
 		}
-		return nil
-	})
-	bs.g.observe("budget charge", err)
+	}
+	return true
 }
 
 // localSpend is this replica's spend of key in the period from start.
@@ -114,34 +144,30 @@ func (bs *Budgets) sharedSpend(key string, start time.Time) (usd float64, tokens
 	}
 	ctx, cancel := bs.g.ctx()
 	defer cancel()
-	vals, err := bs.g.rdb.MGet(ctx, budgetUSDKey(key, start), budgetTokensKey(key, start)).Result()
+	vals, err := budgetSpendScript.Run(ctx, bs.g.rdb, budgetSpendKey(key, start)).StringSlice()
 	if bs.g.observe("budget read", err) != nil {
 		return 0, 0, false
 	}
-	if s, _ := vals[0].(string); s != "" {
-		usd, _ = strconv.ParseFloat(s, 64)
-	}
-	if s, _ := vals[1].(string); s != "" {
-		tokens, _ = strconv.ParseInt(s, 10, 64)
+	if len(vals) == 2 {
+		usd, _ = strconv.ParseFloat(vals[0], 64)
+		tokens, _ = strconv.ParseInt(vals[1], 10, 64)
 	}
 	return usd, tokens, true
 }
 
-// budgetKeyGrace is how long a period's counters outlive its end, so that
-// a replica whose clock lags a little still finds them.
+// budgetKeyGrace is how long a period's spend outlives its end, so that a
+// replica whose clock lags a little still finds it.
 const budgetKeyGrace = time.Hour
 
-// budgetKey names a counter of key's spend in the period from start:
-// completiond:budget:{<digest>}:<start, Unix seconds>:<what>. The key's
-// name appears only as a digest; the braces hash-tag a key's counters of
-// every period to one cluster slot, so that one transaction adds to both.
-func budgetKey(key string, start time.Time, what string) string {
+// budgetSpendKey names the hash of key's spend in the period from start:
+// completiond:budget:{<digest>}:<start, Unix seconds>:spend, a field per
+// replica process and measure (<id>:usd, <id>:tokens). The key's name
+// appears only as a digest; the braces hash-tag a key's hashes of every
+// period to one cluster slot.
+func budgetSpendKey(key string, start time.Time) string {
 	sum := sha256.Sum256([]byte(key))
-	return "completiond:budget:{" + hex.EncodeToString(sum[:16]) + "}:" + strconv.FormatInt(start.Unix(), 10) + ":" + what
+	return "completiond:budget:{" + hex.EncodeToString(sum[:16]) + "}:" + strconv.FormatInt(start.Unix(), 10) + ":spend"
 }
-
-func budgetUSDKey(key string, start time.Time) string    { return budgetKey(key, start, "usd") }
-func budgetTokensKey(key string, start time.Time) string { return budgetKey(key, start, "tokens") }
 
 // budgetRefusal refuses key, over b, until the period's end, retryAfter
 // from now.

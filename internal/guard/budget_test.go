@@ -2,7 +2,10 @@ package guard
 
 import (
 	"errors"
+	"log/slog"
+	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,12 +72,12 @@ func TestBudgetsLocal(t *testing.T) {
 
 func TestBudgetKeyNamesNoKey(t *testing.T) {
 	start := time.Unix(1764288000, 0)
-	k := budgetUSDKey("team-secret-name", start)
-	if strings.Contains(k, "team-secret-name") || !strings.Contains(k, "{") || !strings.HasSuffix(k, ":1764288000:usd") {
+	k := budgetSpendKey("team-secret-name", start)
+	if strings.Contains(k, "team-secret-name") || !strings.Contains(k, "{") || !strings.HasSuffix(k, ":1764288000:spend") {
 		t.Errorf("key %q", k)
 	}
-	if a, b := budgetUSDKey("x", start), budgetTokensKey("x", start); a[:strings.Index(a, "}")] != b[:strings.Index(b, "}")] {
-		t.Errorf("%q and %q are not hash-tagged alike", a, b)
+	if a, b := budgetSpendKey("x", start), budgetSpendKey("x", start.Add(time.Hour)); a[:strings.Index(a, "}")] != b[:strings.Index(b, "}")] {
+		t.Errorf("%q and %q, a key's periods, are not hash-tagged alike", a, b)
 	}
 }
 
@@ -102,9 +105,9 @@ func TestSharedBudgetSpentOnOneReplicaRefusesOnAnother(t *testing.T) {
 	}
 	rdb := testkit.RedisClient(t, addr)
 	start, end := budget.Period.Bounds(clk.t)
-	ttl, err := rdb.ExpireTime(t.Context(), budgetUSDKey("k", start)).Result()
+	ttl, err := rdb.ExpireTime(t.Context(), budgetSpendKey("k", start)).Result()
 	if err != nil || time.Unix(int64(ttl/time.Second), 0).Before(end) {
-		t.Errorf("the counter expires at %v (%v), want after %v", ttl, err, end)
+		t.Errorf("the spend expires at %v (%v), want after %v", ttl, err, end)
 	}
 	// Tokens alone, on a route without prices.
 	tokens := &config.Budget{Tokens: 500, Period: config.BudgetPeriod{Calendar: "day"}}
@@ -115,5 +118,75 @@ func TestSharedBudgetSpentOnOneReplicaRefusesOnAnother(t *testing.T) {
 	a.Charge("t", tokens, 0, 1)
 	if err := b.Check("t", tokens); err == nil {
 		t.Errorf("not refused at 500 of 500 tokens")
+	}
+}
+
+// switchHealth is a guard.Health whose answer the test sets.
+type switchHealth struct{ up atomic.Bool }
+
+func (h *switchHealth) Up() bool       { return h.up.Load() }
+func (h *switchHealth) Failed(_ error) { h.up.Store(false) }
+
+// TestSharedBudgetCountsWhatRedisMissed: what a replica charges while
+// Redis does not answer counts fleet-wide once it publishes its spend
+// again (Redis answers again), and so does everything it charged when
+// Redis comes back empty; a replica's own count is written whole, so
+// publishing it twice counts it once, and its charges out of order never
+// lower it. A new process of a replica (another Budgets) adds its own
+// count to its predecessor's rather than writing over it.
+func TestSharedBudgetCountsWhatRedisMissed(t *testing.T) {
+	addr := redistest.Start(t)
+	rdb := testkit.RedisClient(t, addr)
+	base := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
+	clk := &budgetClock{t: base}
+	log := slog.New(slog.DiscardHandler)
+	ha, hb := &switchHealth{}, &switchHealth{}
+	hb.up.Store(true)
+	a := NewBudgets(clk.now, NewRedisGate(rdb, ha, log)) // Redis away for a
+	b := NewBudgets(clk.now, NewRedisGate(rdb, hb, log))
+	budget := &config.Budget{USD: 1, Tokens: 1000, Period: config.BudgetPeriod{Every: time.Hour}}
+	spent := func(want float64, wantTokens int64) {
+		t.Helper()
+		usd, tokens, ok := b.sharedSpend("k", base)
+		if !ok || math.Abs(usd-want) > 1e-9 || tokens != wantTokens {
+			t.Fatalf("the fleet's spend: %v USD, %d tokens (%t); want %v, %d", usd, tokens, ok, want, wantTokens)
+		}
+	}
+	a.Charge("k", budget, 0.25, 100)
+	b.Charge("k", budget, 0.25, 100)
+	spent(0.25, 100)
+	ha.up.Store(true) // Redis answers a again
+	for range 2 {     // twice: counted once
+		if !a.Publish() {
+			t.Fatal("Publish failed")
+		}
+	}
+	spent(0.5, 200)
+	a.Charge("k", budget, 0.25, 100)
+	spent(0.75, 300)
+	if err := rdb.FlushAll(t.Context()).Err(); err != nil { // Redis back empty
+		t.Fatal(err)
+	}
+	spent(0, 0)
+	if !a.Publish() || !b.Publish() {
+		t.Fatal("Publish failed")
+	}
+	spent(0.75, 300)
+	if err := b.write("k", periodSpend{start: base, end: base.Add(time.Hour), usd: 0.1, tokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	spent(0.75, 300) // a write of b's older count lowers nothing
+	restarted := NewBudgets(clk.now, NewRedisGate(rdb, hb, log))
+	restarted.Charge("k", budget, 0.25, 100)
+	spent(1, 400)
+	if err := b.Check("k", budget); err == nil {
+		t.Error("not refused at 1 USD of 1")
+	}
+	clk.t = base.Add(time.Hour)
+	if !a.Publish() {
+		t.Fatal("Publish failed")
+	}
+	if n := rdb.Exists(t.Context(), budgetSpendKey("k", base.Add(time.Hour))).Val(); n != 0 {
+		t.Error("a spend of a past period published into the current one")
 	}
 }

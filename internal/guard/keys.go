@@ -21,6 +21,7 @@ var redisKeys = redisscript.Table{
 	"SLOTS":   inflightKey,
 	"BREAKER": breakerKey,
 	"PROBE":   probeKey,
+	"SPEND":   func(subject string) string { return subject }, // a key's spend in a period (budgetSpendKey)
 }
 
 //go:embed lua/*.lua
@@ -34,4 +35,6 @@ var (
 	breakerAdmitScript  = redisscript.Load(luaFiles, "lua/breaker_admit.lua", redisKeys)
 	breakerReportScript = redisscript.Load(luaFiles, "lua/breaker_report.lua", redisKeys)
 	probeRenewScript    = redisscript.Load(luaFiles, "lua/probe_renew.lua", redisKeys)
+	budgetChargeScript  = redisscript.Load(luaFiles, "lua/budget_charge.lua", redisKeys)
+	budgetSpendScript   = redisscript.Load(luaFiles, "lua/budget_spend.lua", redisKeys)
 )
