@@ -241,6 +241,38 @@ func TestSharedKeySlotsOfADeadReplicaLapse(t *testing.T) {
 	releaseA() // ends A's renewal
 }
 
+// TestSharedKeySlotsAfterRedisLostItsData: a Redis that restarts empty
+// (here FLUSHALL) loses the slots of a key's running completions; the
+// next renewal of A's slot takes it again, and the key is at its maximum
+// for B once more.
+func TestSharedKeySlotsAfterRedisLostItsData(t *testing.T) {
+	testkit.NoLeaks(t)
+	addr := redistest.Start(t)
+	const ttl = 300 * time.Millisecond
+	a, b := NewSharedLimits(gate(t, addr)), NewSharedLimits(gate(t, addr))
+	a.slotTTL = ttl
+	l := config.Limits{KeyMaxConcurrent: 1}
+	releaseA, shared, err := a.Admit("ops", l)
+	if !shared || err != nil {
+		t.Fatalf("A: shared %v, %v", shared, err)
+	}
+	defer releaseA()
+	if err := a.g.rdb.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for a.g.rdb.ZCard(t.Context(), inflightKey("ops")).Val() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("A's running completion has no slot 5s after Redis lost it")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var refused *Refusal
+	if _, shared, err := b.Admit("ops", l); !shared || !errors.As(err, &refused) || refused.Reason != ReasonKeyConcurrency {
+		t.Fatalf("B once A's slot is back: shared %v, %v; want KEY_CONCURRENCY", shared, err)
+	}
+}
+
 // TestSharedBreakerAfterRedisLostItsData: a Redis that restarts empty (here
 // FLUSHALL) leaves the breakers without a shared state; they seed a closed
 // one and count again.
