@@ -223,14 +223,7 @@ func TestFleetBudgetCountsWhatARedisRestartLost(t *testing.T) {
 		t.Fatalf("A, under budget: %v", err)
 	}
 	rs.Restart() // empty
-	rdb := testkit.RedisClient(t, rs.Addr)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(rdb.Keys(t.Context(), "completiond:budget:*").Val()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("A's spend is not back in Redis 10s after it restarted empty")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitRedisKeys(t, rs.Addr, "completiond:budget:*", "A's spend, once Redis restarted empty")
 	waitHealth(t, b.grpc, healthpb.HealthCheckResponse_SERVING)
 	_, err := b.client.Complete(opsCtx(t.Context()), faults(""))
 	checkBudgetStatusAt(t, status.Convert(err), now, dayEnd)

@@ -34,6 +34,20 @@ func withRedis(t *testing.T, addr string, logs *lockedBuffer) func(*Config) {
 	}
 }
 
+// waitRedisKeys waits until the Redis at addr holds a key that matches
+// pattern: what, which the replicas write there.
+func waitRedisKeys(t *testing.T, addr, pattern, what string) {
+	t.Helper()
+	rdb := testkit.RedisClient(t, addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(rdb.Keys(t.Context(), pattern).Val()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not in Redis after 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // healthOf is the serving status g's health service reports for the
 // Completion service.
 func healthOf(t *testing.T, g *GRPC) healthpb.HealthCheckResponse_ServingStatus {

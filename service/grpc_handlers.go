@@ -117,6 +117,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Redis != nil {
 		ri := fleet.NewRedisIdempotency(cfg.Redis, cfg.EventLog.MaxCompletions, cfg.Now, cfg.Logger)
 		s.redis.WatchReplaced(ri.Restore) // a Redis back empty gets this replica's records back
+		s.redis.Watch(func(up bool) {
+			if up { // the keys claimed here while Redis was away hold fleet-wide again
+				ri.PublishFrom(s.idemMem)
+			}
+		})
 		s.idem = ri
 	}
 	return s, nil

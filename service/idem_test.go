@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -267,6 +268,36 @@ func TestFleetIdempotentStart(t *testing.T) {
 		if strings.Contains(k, "fleet") {
 			t.Errorf("record %s names its key", k)
 		}
+	}
+}
+
+// TestFleetIdempotencyKeyClaimedInAnOutage: while Redis does not answer,
+// a start through A claims its key in A's memory; once Redis answers
+// again (restarted empty), A shares the record beside the completion's
+// log, and the start retried through B attaches to A's completion: one
+// upstream call.
+func TestFleetIdempotencyKeyClaimedInAnOutage(t *testing.T) {
+	testkit.NoLeaks(t)
+	up := &countingProvider{Provider: sim.New(sim.Config{Words: 12})}
+	rs := redistest.New(t)
+	replicas := fleetEnvs(t, rs.Addr, 2, up, func(c *Config) { c.RedisPing = 50 * time.Millisecond })
+	a, b := replicas[0], replicas[1]
+	rs.Stop()
+	waitHealth(t, a.grpc, healthpb.HealthCheckResponse_NOT_SERVING)
+	first, err := a.client.Complete(t.Context(), keyed("outage", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Restart()
+	waitHealth(t, a.grpc, healthpb.HealthCheckResponse_SERVING)
+	waitHealth(t, b.grpc, healthpb.HealthCheckResponse_SERVING)
+	waitRedisKeys(t, rs.Addr, "completiond:idem:*", "the record claimed in A's memory, once Redis answered again")
+	second, err := b.client.Complete(t.Context(), keyed("outage", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.GetCompletionId() != first.GetCompletionId() || up.calls.Load() != 1 {
+		t.Errorf("B answered %s, A %s, upstream calls %d: want A's completion, one call", second.GetCompletionId(), first.GetCompletionId(), up.calls.Load())
 	}
 }
 

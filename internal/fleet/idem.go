@@ -245,19 +245,39 @@ func (r *RedisIdempotency) keep(key string, rec IdemRecord, ttl time.Duration) {
 // answers false when Redis failed a swap (to be tried again): a watcher
 // of Health.WatchReplaced.
 func (r *RedisIdempotency) Restore() (done bool) {
-	restored := 0
-	for key, e := range r.opened.live() {
-		got, err := r.swap(context.Background(), key, IdemRecord{}, e.rec, e.ttl)
+	return r.publish(r.opened.live(), "idempotency records a new Redis process lacked were put back from this replica's copy")
+}
+
+// PublishFrom publishes in Redis the opened records of mem whose TTL has
+// not passed, as Restore does: mem is the replica's own store while Redis
+// did not answer (a start then claims its key there, as its log degrades
+// to memory), so that once Redis answers again a start retried with its
+// key through any replica attaches to that completion. A key another
+// replica claimed meanwhile keeps that replica's record. It answers false
+// when Redis failed a swap (to be tried again when it answers again).
+func (r *RedisIdempotency) PublishFrom(mem *MemIdempotency) (done bool) {
+	return r.publish(mem.live(), "idempotency records claimed in this replica's memory while Redis did not answer are shared")
+}
+
+// publish swaps each opened record of recs into Redis from none, for
+// what is left of its TTL, logging what it did (said) when it set any.
+func (r *RedisIdempotency) publish(recs map[string]liveIdem, said string) (done bool) {
+	set := 0
+	for key, e := range recs {
+		if !e.rec.Opened {
+			continue // a claim under way: its start opens it, or it lapses
+		}
+		got, err := r.Swap(context.Background(), key, IdemRecord{}, e.rec, e.ttl)
 		if err != nil {
-			r.log.Warn("redis: could not put back the idempotency records a new Redis process lacks: tried again at the next PING", "error", err)
+			r.log.Warn("redis: could not share idempotency records: tried again once Redis answers", "error", err)
 			return false
 		}
 		if got == e.rec {
-			restored++
+			set++
 		}
 	}
-	if restored > 0 {
-		r.log.Info("redis: idempotency records a new Redis process lacked were put back from this replica's copy", "records", restored)
+	if set > 0 {
+		r.log.Info("redis: "+said, "records", set)
 	}
 	return true
 }

@@ -173,3 +173,46 @@ func TestRedisIdempotencyRestore(t *testing.T) {
 		t.Errorf("a record Redis held: its TTL %v after another Restore, want it kept (about 55s, not 25)", ttl)
 	}
 }
+
+// TestRedisIdempotencyPublishFrom: the opened records a replica claimed in
+// its memory while Redis did not answer go to Redis once it does, for what
+// is left of their TTL; not a pending claim, and not over a record
+// another replica set meanwhile.
+func TestRedisIdempotencyPublishFrom(t *testing.T) {
+	ctx := context.Background()
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	clk := &clock{t: time.Unix(1_000_000, 0)}
+	quiet := slog.New(slog.DiscardHandler)
+	mem := NewMemIdempotency(8, clk.now)
+	opened := IdemRecord{ID: "a", Digest: "d", Opened: true}
+	for key, steps := range map[string][]IdemRecord{
+		"opened":  {{ID: "a", Digest: "d"}, opened},
+		"pending": {{ID: "b", Digest: "d"}},
+		"taken":   {{ID: "c", Digest: "d"}, {ID: "c", Digest: "d", Opened: true}},
+	} {
+		old := IdemRecord{}
+		for _, s := range steps {
+			if _, err := mem.Swap(ctx, key, old, s, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			old = s
+		}
+	}
+	clk.add(10 * time.Second)
+	other := IdemRecord{ID: "z", Digest: "d", Opened: true}
+	if err := rdb.Set(ctx, "taken", other.encode(), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRedisIdempotency(rdb, 8, clk.now, quiet)
+	if !r.PublishFrom(mem) {
+		t.Fatal("PublishFrom failed")
+	}
+	for key, want := range map[string]IdemRecord{"opened": opened, "pending": {}, "taken": other} {
+		if got, err := decodeIdemRecord(rdb.Get(ctx, key).Val()); err != nil || got != want {
+			t.Errorf("%s: %+v (%v), want %+v", key, got, err, want)
+		}
+	}
+	if ttl := rdb.PTTL(ctx, "opened").Val(); ttl > 50*time.Second || ttl < 40*time.Second {
+		t.Errorf("published for %v, want what was left of its TTL (50s)", ttl)
+	}
+}
