@@ -32,6 +32,16 @@ if fence ~= '' then
   if t and t ~= token then return {'fenced'} end
   held = v ~= false
 end
+-- What the bounds still count of the log gone (its keys lost, its
+-- accounting not) is dropped first, as drop.lua would: it is counted
+-- anew below.
+redis.call('ZREM', LIVE, id)
+redis.call('ZREM', ENDED, id)
+local prev = tonumber(redis.call('HGET', SIZES, id) or '0')
+if prev ~= 0 then
+  redis.call('HDEL', SIZES, id)
+  redis.call('DECRBY', BYTES, prev)
+end
 local left = ended + retention - now
 if left <= 0 then return {'expired'} end
 local size = #status
@@ -60,7 +70,6 @@ end
 redis.call('HSET', META, 'm', meta, 'status', status, 'ended', ended)
 redis.call('PEXPIRE', META, left)
 redis.call('PEXPIRE', LOG, left)
-redis.call('ZREM', LIVE, id)
 if held then redis.call('DEL', LEASE) end
 redis.call('ZADD', ENDED, score, id)
 redis.call('HSET', SIZES, id, size)
