@@ -254,7 +254,8 @@ func (r *RedisIdempotency) Restore() (done bool) {
 // to memory), so that once Redis answers again a start retried with its
 // key through any replica attaches to that completion. A key another
 // replica claimed meanwhile keeps that replica's record. It answers false
-// when Redis failed a swap (to be tried again when it answers again).
+// when Redis failed a swap: the records left are shared the next time
+// Redis answers again after failing.
 func (r *RedisIdempotency) PublishFrom(mem *MemIdempotency) (done bool) {
 	return r.publish(mem.live(), "idempotency records claimed in this replica's memory while Redis did not answer are shared")
 }
@@ -269,7 +270,7 @@ func (r *RedisIdempotency) publish(recs map[string]liveIdem, said string) (done 
 		}
 		got, err := r.Swap(context.Background(), key, IdemRecord{}, e.rec, e.ttl)
 		if err != nil {
-			r.log.Warn("redis: could not share idempotency records: tried again once Redis answers", "error", err)
+			r.log.Warn("redis: could not share this replica's idempotency records with Redis", "error", err)
 			return false
 		}
 		if got == e.rec {
