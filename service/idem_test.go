@@ -277,7 +277,7 @@ func TestFleetIdempotentStart(t *testing.T) {
 // log, and the start retried through B attaches to A's completion: one
 // upstream call.
 func TestFleetIdempotencyKeyClaimedInAnOutage(t *testing.T) {
-	testkit.NoLeaks(t)
+	testkit.NoLeaksAfterOutage(t)
 	up := &countingProvider{Provider: sim.New(sim.Config{Words: 12})}
 	rs := redistest.New(t)
 	replicas := fleetEnvs(t, rs.Addr, 2, up, func(c *Config) { c.RedisPing = 50 * time.Millisecond })
@@ -292,6 +292,10 @@ func TestFleetIdempotencyKeyClaimedInAnOutage(t *testing.T) {
 	waitHealth(t, a.grpc, healthpb.HealthCheckResponse_SERVING)
 	waitHealth(t, b.grpc, healthpb.HealthCheckResponse_SERVING)
 	waitRedisKeys(t, rs.Addr, "completiond:idem:*", "the record claimed in A's memory, once Redis answered again")
+	rdb := testkit.RedisClient(t, rs.Addr)
+	if rec := rdb.Get(t.Context(), rdb.Keys(t.Context(), "completiond:idem:*").Val()[0]).Val(); !strings.HasPrefix(rec, "o "+first.GetCompletionId()+" ") {
+		t.Fatalf("the record shared: %q, want A's completion %s, opened", rec, first.GetCompletionId())
+	}
 	second, err := b.client.Complete(t.Context(), keyed("outage", "hi"))
 	if err != nil {
 		t.Fatal(err)

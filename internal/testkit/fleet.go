@@ -1,7 +1,9 @@
 package testkit
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,29 @@ func NoLeaks(t *testing.T) {
 	t.Helper()
 	current := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, current) })
+}
+
+// NoLeaksAfterOutage is NoLeaks for a test that takes Redis away: once
+// the test's clients are closed, it first waits (up to 5 s) for the
+// goroutine that go-redis's pool starts to dial again after its dials
+// failed, which ends at its next try (a second apart) once Redis answers
+// or the pool is closed, not at the client's Close.
+func NoLeaksAfterOutage(t *testing.T) {
+	t.Helper()
+	NoLeaks(t)
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for redialing() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+// redialing reports whether a goroutine of a go-redis pool is dialling
+// again after failed dials.
+func redialing() bool {
+	buf := make([]byte, 1<<20)
+	return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("pool.(*ConnPool).tryDial"))
 }
 
 // RedisClient is a client of addr, one per replica as in a fleet; closed
