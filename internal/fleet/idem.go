@@ -245,7 +245,7 @@ func (r *RedisIdempotency) keep(key string, rec IdemRecord, ttl time.Duration) {
 // answers false when Redis failed a swap (to be tried again): a watcher
 // of Health.WatchReplaced.
 func (r *RedisIdempotency) Restore() (done bool) {
-	return r.publish(r.opened.live(), "idempotency records a new Redis process lacked were put back from this replica's copy")
+	return r.publish(r.opened.live(), "a new Redis process: this replica's idempotency records put back where it lacked them")
 }
 
 // PublishFrom publishes in Redis the opened records of mem whose TTL has
@@ -257,28 +257,26 @@ func (r *RedisIdempotency) Restore() (done bool) {
 // when Redis failed a swap: the records left are shared the next time
 // Redis answers again after failing.
 func (r *RedisIdempotency) PublishFrom(mem *MemIdempotency) (done bool) {
-	return r.publish(mem.live(), "idempotency records claimed in this replica's memory while Redis did not answer are shared")
+	return r.publish(mem.live(), "Redis answers again: the idempotency records claimed in this replica's memory meanwhile are shared where no other replica claimed the key")
 }
 
 // publish swaps each opened record of recs into Redis from none, for
-// what is left of its TTL, logging what it did (said) when it set any.
+// what is left of its TTL, and logs said with how many it looked at (a
+// swap from none cannot tell a record it set from the same one there).
 func (r *RedisIdempotency) publish(recs map[string]liveIdem, said string) (done bool) {
-	set := 0
+	looked := 0
 	for key, e := range recs {
 		if !e.rec.Opened {
 			continue // a claim under way: its start opens it, or it lapses
 		}
-		got, err := r.Swap(context.Background(), key, IdemRecord{}, e.rec, e.ttl)
-		if err != nil {
+		if _, err := r.Swap(context.Background(), key, IdemRecord{}, e.rec, e.ttl); err != nil {
 			r.log.Warn("redis: could not share this replica's idempotency records with Redis", "error", err)
 			return false
 		}
-		if got == e.rec {
-			set++
-		}
+		looked++
 	}
-	if set > 0 {
-		r.log.Info("redis: "+said, "records", set)
+	if looked > 0 {
+		r.log.Info("redis: "+said, "records", looked)
 	}
 	return true
 }
