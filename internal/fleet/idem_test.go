@@ -118,22 +118,12 @@ func TestRedisIdempotencyRestore(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	r := NewRedisIdempotency(rdb, 8, clk.now, quiet)
 	rec := func(id string, opened bool) IdemRecord { return IdemRecord{ID: id, Digest: "d-" + id, Opened: opened} }
-	claim := func(key string, ttl time.Duration, steps ...IdemRecord) {
-		t.Helper()
-		old := IdemRecord{}
-		for _, s := range steps {
-			if got, err := r.Swap(ctx, key, old, s, ttl); err != nil || got != s {
-				t.Fatalf("%s: swap to %+v: %+v %v", key, s, got, err)
-			}
-			old = s
-		}
-	}
-	claim("running", 24*time.Hour, rec("a", false), rec("a", true))
-	claim("ended", time.Minute, rec("b", false), rec("b", true))
-	claim("pending", time.Minute, rec("c", false))
-	claim("forgotten", time.Minute, rec("d", false), rec("d", true), IdemRecord{})
-	claim("expired", time.Second, rec("e", false), rec("e", true))
-	claim("claimed meanwhile", time.Minute, rec("f", false), rec("f", true))
+	swapThrough(t, r, "running", 24*time.Hour, rec("a", false), rec("a", true))
+	swapThrough(t, r, "ended", time.Minute, rec("b", false), rec("b", true))
+	swapThrough(t, r, "pending", time.Minute, rec("c", false))
+	swapThrough(t, r, "forgotten", time.Minute, rec("d", false), rec("d", true), IdemRecord{})
+	swapThrough(t, r, "expired", time.Second, rec("e", false), rec("e", true))
+	swapThrough(t, r, "claimed meanwhile", time.Minute, rec("f", false), rec("f", true))
 	clk.add(5 * time.Second)
 	if err := rdb.FlushAll(ctx).Err(); err != nil { // Redis back empty
 		t.Fatal(err)
@@ -185,19 +175,9 @@ func TestRedisIdempotencyPublishFrom(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	mem := NewMemIdempotency(8, clk.now)
 	opened := IdemRecord{ID: "a", Digest: "d", Opened: true}
-	for key, steps := range map[string][]IdemRecord{
-		"opened":  {{ID: "a", Digest: "d"}, opened},
-		"pending": {{ID: "b", Digest: "d"}},
-		"taken":   {{ID: "c", Digest: "d"}, {ID: "c", Digest: "d", Opened: true}},
-	} {
-		old := IdemRecord{}
-		for _, s := range steps {
-			if _, err := mem.Swap(ctx, key, old, s, time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			old = s
-		}
-	}
+	swapThrough(t, mem, "opened", time.Minute, IdemRecord{ID: "a", Digest: "d"}, opened)
+	swapThrough(t, mem, "pending", time.Minute, IdemRecord{ID: "b", Digest: "d"})
+	swapThrough(t, mem, "taken", time.Minute, IdemRecord{ID: "c", Digest: "d"}, IdemRecord{ID: "c", Digest: "d", Opened: true})
 	clk.add(10 * time.Second)
 	other := IdemRecord{ID: "z", Digest: "d", Opened: true}
 	if err := rdb.Set(ctx, "taken", other.encode(), time.Minute).Err(); err != nil {
@@ -214,5 +194,18 @@ func TestRedisIdempotencyPublishFrom(t *testing.T) {
 	}
 	if ttl := rdb.PTTL(ctx, "opened").Val(); ttl > 50*time.Second || ttl < 40*time.Second {
 		t.Errorf("published for %v, want what was left of its TTL (50s)", ttl)
+	}
+}
+
+// swapThrough swaps key's record in st from none through each of steps
+// in turn, for ttl, failing the test unless each swap takes.
+func swapThrough(t *testing.T, st Idempotency, key string, ttl time.Duration, steps ...IdemRecord) {
+	t.Helper()
+	old := IdemRecord{}
+	for _, s := range steps {
+		if got, err := st.Swap(context.Background(), key, old, s, ttl); err != nil || got != s {
+			t.Fatalf("%s: swap to %+v: %+v %v", key, s, got, err)
+		}
+		old = s
 	}
 }
