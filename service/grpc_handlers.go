@@ -77,11 +77,7 @@ func New(cfg Config) (*Server, error) {
 	if s.redis != nil {
 		// What this replica charged while Redis was away, or lost with it,
 		// counts fleet-wide again.
-		s.redis.Watch(func(up bool) {
-			if up {
-				s.budgets.Publish()
-			}
-		})
+		s.redis.WatchBack(s.budgets.Publish)
 		s.redis.WatchReplaced(s.budgets.Publish)
 	}
 	s.obs = telemetry.NewObserver(cfg.Logger, cfg.Telemetry, s.breakers.States)
@@ -117,11 +113,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Redis != nil {
 		ri := fleet.NewRedisIdempotency(cfg.Redis, cfg.EventLog.MaxCompletions, cfg.Now, cfg.Logger)
 		s.redis.WatchReplaced(ri.Restore) // a Redis back empty gets this replica's records back
-		s.redis.Watch(func(up bool) {
-			if up { // the keys claimed here while Redis was away hold fleet-wide again
-				ri.PublishFrom(s.idemMem)
-			}
-		})
+		// The keys claimed here while Redis was away hold fleet-wide again.
+		s.redis.WatchBack(func() bool { return ri.PublishFrom(s.idemMem) })
 		s.idem = ri
 	}
 	return s, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,9 +35,11 @@ type Health struct {
 
 	mu       sync.Mutex
 	watchers []func(up bool)
-	replaced []func() (done bool)
-	// unsettled are the watchers of replaced that are not done (pingMu).
-	unsettled []func() (done bool)
+	replaced []*retried
+	back     []*retried
+	// unsettled are the watchers of replaced and back that are not done
+	// (pingMu), each once.
+	unsettled []*retried
 
 	// pingMu makes one PING at a time: Health's own, or Settling's. It
 	// guards servers and lastPing.
@@ -101,23 +104,43 @@ func (w *Health) ping(ctx context.Context) {
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return // closing
 	}
-	w.set(err == nil, err)
-	switch {
-	case w.newServer(servers):
-		w.tellReplaced()
-	case err == nil && len(w.unsettled) > 0:
-		w.unsettled = callAll(w.unsettled)
+	cameBack := w.set(err == nil, err) && err == nil
+	var due []*retried
+	if w.newServer(servers) {
+		due = append(due, w.tellReplaced()...)
 	}
+	if cameBack {
+		w.mu.Lock()
+		due = append(due, w.back...)
+		w.mu.Unlock()
+	}
+	if err == nil {
+		due = append(due, w.unsettled...)
+	}
+	w.unsettled = callEach(w.unsettled, due)
 }
 
-// callAll calls each of fs, and answers those that are not done.
-func callAll(fs []func() (done bool)) (notDone []func() (done bool)) {
-	for _, f := range fs {
-		if !f() {
-			notDone = append(notDone, f)
+// retried is a watcher of WatchReplaced or WatchBack: called until it is
+// done.
+type retried struct{ f func() (done bool) }
+
+// callEach calls each of due once (a watcher may be due twice: replaced
+// and back at one PING, or unsettled), and answers the watchers not done:
+// those of unsettled it did not call, and those it called that are not.
+func callEach(unsettled, due []*retried) []*retried {
+	called := map[*retried]bool{}
+	var notDone []*retried
+	for _, r := range due {
+		if called[r] {
+			continue
+		}
+		called[r] = true
+		if !r.f() {
+			notDone = append(notDone, r)
 		}
 	}
-	return notDone
+	kept := slices.DeleteFunc(slices.Clone(unsettled), func(r *retried) bool { return called[r] })
+	return append(kept, notDone...)
 }
 
 // newServer notes the run_id of the Redis process serving each shard a
@@ -169,16 +192,15 @@ func (w *Health) Settling(ctx context.Context) bool {
 	return at != 0 && time.Since(time.Unix(0, at)) < settleFor*w.interval
 }
 
-// tellReplaced logs that a Redis process is new and calls the watchers of
-// WatchReplaced.
-func (w *Health) tellReplaced() {
+// tellReplaced logs that a Redis process is new, and answers the
+// watchers of WatchReplaced, to be called.
+func (w *Health) tellReplaced() []*retried {
 	w.replacedAt.Store(time.Now().UnixNano())
 	w.m.replaced.Add(context.Background(), 1)
 	w.log.Info("redis: a Redis process answers that did not before (restarted, or a replica promoted): the logs this replica wrote are checked for lost writes")
 	w.mu.Lock()
-	fs := append([]func() bool{}, w.replaced...)
-	w.mu.Unlock()
-	w.unsettled = callAll(fs)
+	defer w.mu.Unlock()
+	return slices.Clone(w.replaced)
 }
 
 // pingAll PINGs Redis: on a Cluster, every primary the client knows, so
@@ -281,11 +303,11 @@ func runID(ctx context.Context, rdb redis.Cmdable) string {
 	return strings.TrimSpace(id)
 }
 
-// set records whether Redis answers, and on a change logs it and tells
-// the watchers.
-func (w *Health) set(up bool, err error) {
+// set records whether Redis answers, and on a change logs it, tells the
+// watchers of Watch, and reports it changed.
+func (w *Health) set(up bool, err error) (changed bool) {
 	if w.up.Swap(up) == up {
-		return
+		return false
 	}
 	if up {
 		w.log.Info("redis: reachable again: new completions log to Redis, circuit breakers and per-key limits are shared by the fleet again; health SERVING")
@@ -300,6 +322,7 @@ func (w *Health) set(up bool, err error) {
 	for _, f := range ws {
 		f(up)
 	}
+	return true
 }
 
 // Failed marks Redis down after a failed command (of the event log, the
@@ -336,7 +359,21 @@ func (w *Health) Watch(f func(up bool)) {
 func (w *Health) WatchReplaced(f func() (done bool)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.replaced = append(w.replaced, f)
+	w.replaced = append(w.replaced, &retried{f})
+}
+
+// WatchBack calls f each time a PING finds Redis answering again after it
+// failed, after the watchers of Watch heard of it: what a replica kept to
+// itself meanwhile (its logs, the keys it claimed, its charges) is to be
+// shared. It runs on the goroutine of that PING; f answers whether it is
+// done, and one that is not (Redis failed it) is called again after each
+// PING that finds Redis up, until it is — not only when Redis fails and
+// comes back once more, which a write refused while PINGs pass would
+// never bring.
+func (w *Health) WatchBack(f func() (done bool)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.back = append(w.back, &retried{f})
 }
 
 // Close stops the PINGs.

@@ -254,8 +254,8 @@ func (r *RedisIdempotency) Restore() (done bool) {
 // to memory), so that once Redis answers again a start retried with its
 // key through any replica attaches to that completion. A key another
 // replica claimed meanwhile keeps that replica's record. It answers false
-// when Redis failed a swap: the records left are shared the next time
-// Redis answers again after failing.
+// when Redis failed a swap (to be tried again): a watcher of
+// Health.WatchBack.
 func (r *RedisIdempotency) PublishFrom(mem *MemIdempotency) (done bool) {
 	return r.publish(mem.live(), "Redis answers again: the idempotency records claimed in this replica's memory meanwhile are shared where no other replica claimed the key")
 }

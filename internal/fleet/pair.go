@@ -93,11 +93,7 @@ const reshareEvery = time.Second
 func NewPairLog(mem *MemLog, rl *RedisLog, watch *Health, log *slog.Logger, local metric.Int64Counter) *PairLog {
 	f := &PairLog{mem: mem, redis: rl, watch: watch, log: log, local: local, now: time.Now,
 		shared: map[string]bool{}, apart: map[string]*apartState{}, unpublished: map[string]string{}}
-	watch.Watch(func(up bool) {
-		if up {
-			f.publishEnded()
-		}
-	})
+	watch.WatchBack(f.publishEnded)
 	watch.WatchReplaced(f.redisReplaced)
 	rl.scriptsGone = watch.Kick
 	return f
@@ -231,8 +227,11 @@ func (f *PairLog) forgetEnds(looked []endedLog, kept map[string]logCopy) {
 }
 
 // publishEnded publishes the completions that ended apart while Redis was
-// away. It runs on the watch's goroutine when Redis answers again.
-func (f *PairLog) publishEnded() {
+// away. It runs on the watch's goroutine when Redis answers again
+// (Health.WatchBack), and answers false when Redis failed a publication:
+// that one and those not tried yet wait for the watch's next PING that
+// finds Redis up.
+func (f *PairLog) publishEnded() (done bool) {
 	f.mu.Lock()
 	pending := f.unpublished
 	f.unpublished = map[string]string{}
@@ -240,7 +239,8 @@ func (f *PairLog) publishEnded() {
 	for id, fence := range pending {
 		c, ok := f.mem.copyOf(id)
 		if !ok || !c.ended {
-			continue // expired here meanwhile
+			delete(pending, id) // expired here meanwhile
+			continue
 		}
 		switch err := f.redis.reshareFenced(id, c, fence); {
 		case err == nil:
@@ -250,14 +250,14 @@ func (f *PairLog) publishEnded() {
 		case errors.Is(err, errLogFenced):
 			f.log.Warn("redis: another replica took over a completion that ended here alone: this replica never shares it", "completion_id", id)
 		default:
-			f.mu.Lock()
-			if len(f.unpublished) < maxUnpublished {
-				f.unpublished[id] = fence
-			}
-			f.mu.Unlock()
-			return // Redis failed again: the next up tries the rest
+			f.log.Warn("redis: the completions that ended in this replica's memory only could not be shared yet: tried again at the next PING that finds Redis up",
+				"completions", len(pending), "error", err)
+			f.keepUnpublishedAll(pending)
+			return false
 		}
+		delete(pending, id)
 	}
+	return true
 }
 
 // Open implements Log.
@@ -432,8 +432,9 @@ func (f *PairLog) reshare(id string, apart *apartState, ended bool) {
 		}
 		if ended && slotMoving(err) {
 			// Only a PING after Redis was down publishes the completions
-			// that ended apart (publishEnded): a slot that stays mid-move
-			// for longer than a write waits counts as down for this one.
+			// that ended apart (publishEnded, a watcher of WatchBack): a
+			// slot that stays mid-move for longer than a write waits
+			// counts as down for this one.
 			err = fmt.Errorf("%w: an ended completion could not be published: %v", ErrUnavailable, err.Error())
 		}
 		if errors.Is(err, ErrUnavailable) {
@@ -455,6 +456,18 @@ func (f *PairLog) keepUnpublished(id string) {
 		}
 	}
 	f.unpublished[id] = v
+}
+
+// keepUnpublishedAll remembers again the completions of pending, which
+// ended apart, with their fences: an id noted since keeps its newer fence.
+func (f *PairLog) keepUnpublishedAll(pending map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, fence := range pending {
+		if _, noted := f.unpublished[id]; !noted && len(f.unpublished) < maxUnpublished {
+			f.unpublished[id] = fence
+		}
+	}
 }
 
 // KeptHere implements Log.

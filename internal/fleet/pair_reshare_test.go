@@ -130,3 +130,42 @@ func TestRedisReshare(t *testing.T) {
 		t.Fatalf("A's reshare once B's lease lapsed: %v, want fenced", err)
 	}
 }
+
+// TestPairLogPublishesWhatEndedApartUntilDone: the completions that ended
+// in a replica's memory while Redis did not answer are published when it
+// answers again (Health.WatchBack); a publication Redis fails keeps every
+// one not published yet — not only the one it failed — for the next PING
+// that finds Redis up.
+func TestPairLogPublishesWhatEndedApartUntilDone(t *testing.T) {
+	s := redistest.New(t)
+	rdb := testkit.ServerRedisClient(t, s.Addr)
+	f := newPair(t, rdb)
+	f.watch.Failed(errors.New("a command failed"))
+	ids := []string{"c1", "c2", "c3"}
+	for _, id := range ids {
+		if err := f.Open(id, Meta{Replica: "A"}); err != nil {
+			t.Fatal(err)
+		}
+		appendRun(f, id, 3, true)
+	}
+	s.Stop()
+	ctx := context.Background()
+	if f.publishEnded() {
+		t.Fatal("published with Redis stopped")
+	}
+	f.mu.Lock()
+	kept := len(f.unpublished)
+	f.mu.Unlock()
+	if kept != len(ids) {
+		t.Fatalf("%d completions left to publish after a failed publication, want %d", kept, len(ids))
+	}
+	s.Restart()
+	waitFor(t, func() bool { f.watch.ping(ctx); return f.watch.Up() })
+	other := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(other.Close)
+	for _, id := range ids {
+		if seqs, ended, err := readWhole(other, id); err != nil || !ended || !slices.Equal(seqs, seqsTo(3)) {
+			t.Errorf("%s once Redis answers again: %v ended %t (%v), want it whole", id, seqs, ended, err)
+		}
+	}
+}

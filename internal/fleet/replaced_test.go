@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -76,6 +77,42 @@ func TestHealthSeesARestartedRedis(t *testing.T) {
 	if n := failing.Load(); n != 2 {
 		t.Fatalf("a watcher that was not done: called %d times over the PINGs after, want 2 (again at the next, then done)", n)
 	}
+}
+
+// TestHealthWatchBack: Health's watchers of WatchBack hear of Redis
+// answering again after it failed — not of a PING while it answered all
+// along —, and one that is not done (Redis failed it) is called again at
+// each PING that finds Redis up, not while it is down, once per PING even
+// when Redis comes back again (new, at that) while it is not done.
+func TestHealthWatchBack(t *testing.T) {
+	s := redistest.New(t)
+	h := NewHealth(testkit.ServerRedisClient(t, s.Addr), time.Hour, slog.New(slog.DiscardHandler))
+	t.Cleanup(h.Close)
+	var slow, quick atomic.Int32
+	h.WatchBack(func() bool { return slow.Add(1) >= 3 }) // Redis fails it twice
+	h.WatchBack(func() bool { quick.Add(1); return true })
+	ctx := context.Background()
+	step := func(name string, wantSlow, wantQuick int32) {
+		t.Helper()
+		if a, b := slow.Load(), quick.Load(); a != wantSlow || b != wantQuick {
+			t.Fatalf("%s: the watchers called %d and %d times, want %d and %d", name, a, b, wantSlow, wantQuick)
+		}
+	}
+	h.ping(ctx)
+	step("up all along", 0, 0)
+	h.Failed(errors.New("a command failed"))
+	h.ping(ctx)
+	step("back", 1, 1)
+	h.ping(ctx)
+	step("a PING while up", 2, 1)
+	s.Stop()
+	waitFor(t, func() bool { h.ping(ctx); return !h.Up() })
+	step("down", 2, 1)
+	s.Restart()
+	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
+	step("back again, a new process", 3, 2)
+	h.ping(ctx)
+	step("done", 3, 2)
 }
 
 // TestHealthSettling: a replica about to take a completion over PINGs

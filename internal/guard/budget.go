@@ -103,7 +103,8 @@ func (bs *Budgets) write(key string, s periodSpend) error {
 // to Redis again: what it charged while Redis did not answer, or what a
 // Redis that came back empty lost. It answers false when Redis failed a
 // write (to be tried again): a watcher of Redis's health (fleet.Health's
-// Watch, when Redis answers again, and WatchReplaced).
+// WatchBack and WatchReplaced, which call it again after each PING that
+// finds Redis up until it is done).
 func (bs *Budgets) Publish() (done bool) {
 	if bs == nil || bs.g == nil {
 		return true
@@ -120,9 +121,10 @@ func (bs *Budgets) Publish() (done bool) {
 	for key, s := range spends {
 		if err := bs.write(key, s); err != nil {
 			// Not observed (Health.Failed): Publish runs among Health's
-			// watchers. The next charge of the key writes its count whole
-			// anyway, and a watcher of WatchReplaced is called again.
-			bs.g.log.Warn("redis: could not write this replica's budget spends again: each goes with the key's next charge", "error", err)
+			// watchers, which call it again at their next PING that finds
+			// Redis up; the next charge of a key writes its count whole
+			// meanwhile.
+			bs.g.log.Warn("redis: could not write this replica's budget spends again: tried again at the next PING that finds Redis up, or with each key's next charge", "error", err)
 			return false
 		}
 	}
