@@ -92,8 +92,13 @@ func requestDigest(m proto.Message, req *completionv1.CompleteRequest) string {
 // completion's id, and the store that keeps it.
 type idemClaim struct {
 	store fleet.Idempotency
-	key   string
-	rec   fleet.IdemRecord
+	// shared is the fleet's store when the claim fell back to this
+	// replica's memory (store) while Redis did not answer: the record is
+	// published there once Redis answers (RedisIdempotency.PublishFrom),
+	// so each later swap goes there too.
+	shared fleet.Idempotency
+	key    string
+	rec    fleet.IdemRecord
 }
 
 type idemClaimKey struct{}
@@ -111,16 +116,38 @@ func claimFrom(ctx context.Context) *idemClaim {
 }
 
 // swap moves the claim's record to rec for ttl, logging a store that
-// fails: the record then expires with the TTL it has.
+// fails: the record then expires with the TTL it has (a record Redis did
+// not free is freed once it answers again: RedisIdempotency.Swap). A
+// claim kept in memory moves its record in Redis too, where it holds
+// there (published since).
 func (c *idemClaim) swap(ctx context.Context, s *Server, rec fleet.IdemRecord, ttl time.Duration) {
 	if c == nil {
 		return
 	}
-	if _, err := c.store.Swap(context.WithoutCancel(ctx), c.key, c.rec, rec, ttl); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	old := c.rec
+	if _, err := c.store.Swap(ctx, c.key, old, rec, ttl); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "idempotency record not updated", "completion_id", c.rec.ID, "error", err.Error())
+		if c.shared == nil {
+			s.redisFailed(err)
+		}
 		return
 	}
 	c.rec = rec
+	if c.shared != nil {
+		if _, err := c.shared.Swap(ctx, c.key, old, rec, ttl); err != nil {
+			s.redisFailed(err)
+		}
+	}
+}
+
+// redisFailed tells the fleet's Redis health that a command failed: its
+// watchers share what this replica kept to itself once a PING finds Redis
+// up again (fleet.Health.WatchBack).
+func (s *Server) redisFailed(err error) {
+	if s.redis != nil && errors.Is(err, fleet.ErrUnavailable) {
+		s.redis.Failed(err)
+	}
 }
 
 // opened marks the claim's completion logged: a start of its key attaches
@@ -161,6 +188,7 @@ func (s *Server) claimKey(ctx context.Context, req *completionv1.CompleteRequest
 	key := idemKey(ctx, req.GetIdempotencyKey())
 	mine := fleet.IdemRecord{ID: newID(), Digest: digest}
 	store, old := s.idem, fleet.IdemRecord{}
+	var shared fleet.Idempotency
 	var tick *time.Ticker
 	for {
 		cur, err := store.Swap(ctx, key, old, mine, idemPendingTTL)
@@ -169,13 +197,16 @@ func (s *Server) claimKey(ctx context.Context, req *completionv1.CompleteRequest
 				return nil, fmt.Errorf("idempotency store: %w", err)
 			}
 			// As the log degrades to memory while Redis does not answer,
-			// so does the key: it holds on this replica alone meanwhile.
+			// so does the key: it holds on this replica alone until a PING
+			// finds Redis up again, which shares it (a failure marks Redis
+			// down, though the PINGs pass: WatchBack).
 			s.cfg.Logger.WarnContext(ctx, "idempotency record kept in memory (redis unreachable?)", "error", err.Error())
-			store, old = s.idemMem, fleet.IdemRecord{}
+			s.redisFailed(err)
+			store, shared, old = s.idemMem, store, fleet.IdemRecord{}
 			continue
 		}
 		if cur == mine {
-			return &idemClaim{store: store, key: key, rec: mine}, nil
+			return &idemClaim{store: store, shared: shared, key: key, rec: mine}, nil
 		}
 		if cur.IsZero() { // freed meanwhile
 			old = cur

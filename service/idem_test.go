@@ -4,8 +4,11 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -302,6 +305,111 @@ func TestFleetIdempotencyKeyClaimedInAnOutage(t *testing.T) {
 	}
 	if second.GetCompletionId() != first.GetCompletionId() || up.calls.Load() != 1 {
 		t.Errorf("B answered %s, A %s, upstream calls %d: want A's completion, one call", second.GetCompletionId(), first.GetCompletionId(), up.calls.Load())
+	}
+}
+
+// TestFleetIdempotencyKeyClaimedInAnOutageFreedWhenTheCallerLeaves: a key
+// A claimed in its memory while Redis did not answer, shared once Redis
+// answered again, is freed in Redis too when the caller leaves the
+// completion (no resume grace): the retry through B starts afresh rather
+// than attaching to the aborted completion.
+func TestFleetIdempotencyKeyClaimedInAnOutageFreedWhenTheCallerLeaves(t *testing.T) {
+	testkit.NoLeaksAfterOutage(t)
+	gate := &gatedProvider{Provider: sim.New(sim.Config{Words: 12}), after: 3, open: make(chan struct{}), cancelled: make(chan struct{})}
+	up := &countingProvider{Provider: gate}
+	rs := redistest.New(t)
+	replicas := fleetEnvs(t, rs.Addr, 2, up, func(c *Config) {
+		c.RedisPing = 50 * time.Millisecond
+		for _, r := range c.Routes {
+			r.Timeouts.Idle = time.Minute
+		}
+	})
+	a, b := replicas[0], replicas[1]
+	rs.Stop()
+	waitHealth(t, a.grpc, healthpb.HealthCheckResponse_NOT_SERVING)
+	ctx, cancel := context.WithCancel(t.Context())
+	st, err := a.client.Stream(ctx, keyed("leaving", "Tell me."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := recvUntilDelta(t, st)[0].GetStarted().GetCompletionId()
+	rs.Restart()
+	waitHealth(t, a.grpc, healthpb.HealthCheckResponse_SERVING)
+	waitRedisKeys(t, rs.Addr, "completiond:idem:*", "the record claimed in A's memory, once Redis answered again")
+	cancel()
+	<-gate.cancelled
+	<-a.grpc.Completion.running.drain() // the completion's release, which frees the key, has run
+	close(gate.open)
+	second, err := b.client.Complete(t.Context(), keyed("leaving", "Tell me."))
+	if err != nil {
+		t.Fatalf("the retry through B: %v", err)
+	}
+	if second.GetCompletionId() == first || up.calls.Load() != 2 {
+		t.Errorf("the retry through B answered %s (A's aborted one: %s), upstream calls %d: want a fresh start, 2 calls",
+			second.GetCompletionId(), first, up.calls.Load())
+	}
+}
+
+// failIdemOnce fails the first script call on an idempotency record
+// (completiond:idem:*) as a timeout would: one slow answer, while the
+// health check's PINGs pass.
+type failIdemOnce struct{ done atomic.Bool }
+
+func (h *failIdemOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failIdemOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *failIdemOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && strings.HasPrefix(s, "completiond:idem:") && h.done.CompareAndSwap(false, true) {
+				cmd.SetErr(context.DeadlineExceeded)
+				return context.DeadlineExceeded
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestFleetIdempotencyKeyClaimedInMemoryWhileRedisAnswers: a claim that
+// fell back to A's memory because one call to Redis failed, while the
+// health check's PINGs pass, is shared all the same (the failure marks
+// Redis down until a PING finds it up, which shares it): a retry through
+// B attaches to A's completion, one upstream call.
+func TestFleetIdempotencyKeyClaimedInMemoryWhileRedisAnswers(t *testing.T) {
+	testkit.NoLeaks(t)
+	up := &countingProvider{Provider: sim.New(sim.Config{Words: 12})}
+	rs := redistest.New(t)
+	hook := &failIdemOnce{}
+	var envs []*testEnv
+	for i := range 2 {
+		rdb := testkit.RedisClient(t, rs.Addr)
+		if i == 0 {
+			rdb.AddHook(hook)
+		}
+		envs = append(envs, newTestEnv(t, func(c *Config) {
+			c.Redis = rdb
+			c.RedisPing = 50 * time.Millisecond
+			for _, r := range c.Routes {
+				r.Upstream = up
+			}
+		}))
+	}
+	a, b := envs[0], envs[1]
+	first, err := a.client.Complete(t.Context(), keyed("k", "hi"))
+	if err != nil || !hook.done.Load() {
+		t.Fatal(err, hook.done.Load())
+	}
+	waitRedisKeys(t, rs.Addr, "completiond:idem:*", "the record claimed in A's memory")
+	second, err := b.client.Complete(t.Context(), keyed("k", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.GetCompletionId() != first.GetCompletionId() || up.calls.Load() != 1 {
+		t.Errorf("B answered %s, A %s, upstream calls %d: want A's completion, one call",
+			second.GetCompletionId(), first.GetCompletionId(), up.calls.Load())
 	}
 }
 

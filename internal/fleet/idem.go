@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -156,6 +157,18 @@ func (m *MemIdempotency) set(key string, rec IdemRecord, ttl time.Duration) {
 	m.m[key] = memIdem{rec: rec, deadline: now.Add(ttl)}
 }
 
+// get is the record of key, with what is left of its TTL, unless it has
+// none or its TTL passed.
+func (m *MemIdempotency) get(key string) (liveIdem, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.m[key]
+	if left := e.deadline.Sub(m.now()); ok && left > 0 {
+		return liveIdem{rec: e.rec, ttl: left}, true
+	}
+	return liveIdem{}, false
+}
+
 // liveIdem is a record whose TTL has not passed, with what is left of it.
 type liveIdem struct {
 	rec IdemRecord
@@ -196,24 +209,65 @@ type RedisIdempotency struct {
 	// opened copies the opened records this replica set in Redis, until
 	// their TTL: bounded as its logs are.
 	opened *MemIdempotency
-	log    *slog.Logger
+	// unfreed are the records this replica freed (a swap to none) while
+	// Redis did not answer, by key, to be freed when it answers again
+	// (publish): bounded as opened is.
+	unfreed map[string]IdemRecord
+	mu      sync.Mutex // unfreed's
+	log     *slog.Logger
 }
 
 // NewRedisIdempotency returns the Idempotency of rdb, which keeps a copy
 // of at most limit of the records it opens (at least 1), on the clock
 // now (time.Now when nil), for Restore; log tells what Restore does.
 func NewRedisIdempotency(rdb redis.UniversalClient, limit int, now func() time.Time, log *slog.Logger) *RedisIdempotency {
-	return &RedisIdempotency{rdb: rdb, OpTimeout: DefaultRedisOpTimeout, opened: NewMemIdempotency(limit, now), log: log}
+	return &RedisIdempotency{rdb: rdb, OpTimeout: DefaultRedisOpTimeout, opened: NewMemIdempotency(limit, now),
+		unfreed: map[string]IdemRecord{}, log: log}
 }
 
 // Swap implements Idempotency. key is the record's Redis key
-// (RedisIdemKey). A Redis that does not answer is ErrUnavailable.
+// (RedisIdemKey). A Redis that does not answer is ErrUnavailable; when
+// the swap freed old (rec zero), it is freed again once Redis answers
+// (Restore, PublishFrom).
 func (r *RedisIdempotency) Swap(ctx context.Context, key string, old, rec IdemRecord, ttl time.Duration) (IdemRecord, error) {
 	got, err := r.swap(ctx, key, old, rec, ttl)
-	if err == nil && got == rec {
+	switch {
+	case err != nil:
+		if rec.IsZero() && !old.IsZero() {
+			r.noteUnfreed(key, old)
+		}
+	case got == rec:
 		r.keep(key, rec, ttl)
+		r.settled(key, got)
+	default:
+		// Another record holds the key: this replica's copy of an older
+		// one, if it has one, is not its to put back.
+		if mine, ok := r.opened.get(key); ok && mine.rec != got {
+			r.opened.set(key, IdemRecord{}, 0)
+		}
+		r.settled(key, got)
 	}
 	return got, err
+}
+
+// noteUnfreed remembers that old, the record of key, is to be freed when
+// Redis answers again.
+func (r *RedisIdempotency) noteUnfreed(key string, old IdemRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.unfreed[key]; ok || len(r.unfreed) < r.opened.max {
+		r.unfreed[key] = old
+	}
+}
+
+// settled forgets a record of key to free that Redis no longer holds:
+// got is what it holds now.
+func (r *RedisIdempotency) settled(key string, got IdemRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.unfreed[key]; ok && old != got {
+		delete(r.unfreed, key)
+	}
 }
 
 func (r *RedisIdempotency) swap(ctx context.Context, key string, old, rec IdemRecord, ttl time.Duration) (IdemRecord, error) {
@@ -245,7 +299,7 @@ func (r *RedisIdempotency) keep(key string, rec IdemRecord, ttl time.Duration) {
 // answers false when Redis failed a swap (to be tried again): a watcher
 // of Health.WatchReplaced.
 func (r *RedisIdempotency) Restore() (done bool) {
-	return r.publish(r.opened.live(), "a new Redis process: this replica's idempotency records put back where it lacked them")
+	return r.publish(r.opened, "a new Redis process: this replica's idempotency records put back where it lacked them")
 }
 
 // PublishFrom publishes in Redis the opened records of mem whose TTL has
@@ -257,19 +311,30 @@ func (r *RedisIdempotency) Restore() (done bool) {
 // when Redis failed a swap (to be tried again): a watcher of
 // Health.WatchBack.
 func (r *RedisIdempotency) PublishFrom(mem *MemIdempotency) (done bool) {
-	return r.publish(mem.live(), "Redis answers again: the idempotency records claimed in this replica's memory meanwhile are shared where no other replica claimed the key")
+	return r.publish(mem, "Redis answers again: the idempotency records claimed in this replica's memory meanwhile are shared where no other replica claimed the key")
 }
 
-// publish swaps each opened record of recs into Redis from none, for
-// what is left of its TTL, and logs said with how many it looked at (a
-// swap from none cannot tell a record it set from the same one there).
-func (r *RedisIdempotency) publish(recs map[string]liveIdem, said string) (done bool) {
+// publish frees the records this replica freed while Redis did not
+// answer (Swap), then swaps each opened record of from into Redis from
+// none, for what is left of its TTL, and logs said with how many it
+// looked at (a swap from none cannot tell a record it set from the same
+// one there). A record from moved on from meanwhile (its start freed it,
+// or it ended) moves on in Redis too, after the swap.
+func (r *RedisIdempotency) publish(from *MemIdempotency, said string) (done bool) {
+	if err := r.freeAll(); err != nil {
+		r.log.Warn("redis: could not free in Redis the idempotency keys this replica freed while it did not answer", "error", err)
+		return false
+	}
 	looked := 0
-	for key, e := range recs {
+	for key, e := range from.live() {
 		if !e.rec.Opened {
 			continue // a claim under way: its start opens it, or it lapses
 		}
-		if _, err := r.Swap(context.Background(), key, IdemRecord{}, e.rec, e.ttl); err != nil {
+		got, err := r.Swap(context.Background(), key, IdemRecord{}, e.rec, e.ttl)
+		if err == nil && got == e.rec {
+			err = r.follow(from, key, e.rec)
+		}
+		if err != nil {
 			r.log.Warn("redis: could not share this replica's idempotency records with Redis", "error", err)
 			return false
 		}
@@ -279,4 +344,37 @@ func (r *RedisIdempotency) publish(recs map[string]liveIdem, said string) (done 
 		r.log.Info("redis: "+said, "records", looked)
 	}
 	return true
+}
+
+// follow swaps the record of key in Redis from rec, just published from
+// from, to what from holds now, if that moved on meanwhile: the swap of
+// its start (freed, ended) that came between publish's look and its
+// swap, and found nothing in Redis to swap.
+func (r *RedisIdempotency) follow(from *MemIdempotency, key string, rec IdemRecord) error {
+	now, ok := from.get(key)
+	if ok && now.rec == rec {
+		return nil
+	}
+	var to IdemRecord
+	var ttl time.Duration
+	if ok && now.rec.Opened {
+		to, ttl = now.rec, now.ttl
+	}
+	_, err := r.Swap(context.Background(), key, rec, to, ttl)
+	return err
+}
+
+// freeAll frees in Redis the records this replica freed while Redis did
+// not answer, unless another took their key since.
+func (r *RedisIdempotency) freeAll() error {
+	r.mu.Lock()
+	unfreed := maps.Clone(r.unfreed)
+	r.mu.Unlock()
+	for key, old := range unfreed {
+		// Swap forgets it once Redis answers, whatever the key holds.
+		if _, err := r.Swap(context.Background(), key, old, IdemRecord{}, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }

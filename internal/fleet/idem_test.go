@@ -3,9 +3,13 @@ package fleet
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/completiond/completiond/internal/redistest"
 	"github.com/completiond/completiond/internal/testkit"
@@ -194,6 +198,86 @@ func TestRedisIdempotencyPublishFrom(t *testing.T) {
 	}
 	if ttl := rdb.PTTL(ctx, "opened").Val(); ttl > 50*time.Second || ttl < 40*time.Second {
 		t.Errorf("published for %v, want what was left of its TTL (50s)", ttl)
+	}
+}
+
+// TestRedisIdempotencyFollowsWhatChanged: what a replica puts back in
+// Redis (Restore, PublishFrom) follows what happened to its records
+// meanwhile — a record another replica replaced is not put back; one it
+// freed while Redis did not answer is freed once Redis answers; one its
+// start freed while it was being published is freed in Redis too.
+func TestRedisIdempotencyFollowsWhatChanged(t *testing.T) {
+	ctx := context.Background()
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	quiet := slog.New(slog.DiscardHandler)
+	var failing, failed atomic.Int32
+	rdb.AddHook(failScripts{&failing, &failed})
+	freeing := &freeWhilePublished{mem: NewMemIdempotency(8, nil)}
+	rdb.AddHook(freeing)
+	r := NewRedisIdempotency(rdb, 8, nil, quiet)
+	rec := func(id string) IdemRecord { return IdemRecord{ID: id, Digest: "d", Opened: true} }
+
+	swapThrough(t, r, "replaced", time.Minute, rec("a"))
+	other := NewRedisIdempotency(rdb, 8, nil, quiet)
+	if got, err := other.Swap(ctx, "replaced", rec("a"), rec("b"), time.Minute); err != nil || got != rec("b") { // a's log gone: b's start took the key
+		t.Fatalf("replacing a's record: %+v %v", got, err)
+	}
+	if got, err := r.Swap(ctx, "replaced", IdemRecord{}, rec("c"), time.Minute); err != nil || got != rec("b") {
+		t.Fatalf("a claim of a key another replica holds: %+v %v", got, err)
+	}
+
+	swapThrough(t, r, "freed in an outage", time.Minute, rec("d"))
+	failing.Store(1)
+	if _, err := r.Swap(ctx, "freed in an outage", rec("d"), IdemRecord{}, 0); err == nil {
+		t.Fatal("a swap with Redis failing did not fail")
+	}
+	failing.Store(0)
+
+	swapThrough(t, freeing.mem, "freed while published", time.Minute, rec("e"))
+	freeing.key.Store("freed while published")
+	if !r.PublishFrom(freeing.mem) {
+		t.Fatal("PublishFrom failed")
+	}
+	for key, want := range map[string]IdemRecord{"freed in an outage": {}, "freed while published": {}} {
+		if got, err := decodeIdemRecord(rdb.Get(ctx, key).Val()); err != nil || got != want {
+			t.Errorf("%s after PublishFrom: %+v (%v), want %+v", key, got, err, want)
+		}
+	}
+
+	if err := rdb.FlushAll(ctx).Err(); err != nil { // Redis back empty
+		t.Fatal(err)
+	}
+	if !r.Restore() {
+		t.Fatal("Restore failed")
+	}
+	if got, _ := decodeIdemRecord(rdb.Get(ctx, "replaced").Val()); got == rec("a") {
+		t.Error("Restore put back a record another replica had replaced")
+	}
+}
+
+// freeWhilePublished frees key's record in mem, as its start would, just
+// before the script call that publishes it reaches Redis: between
+// PublishFrom's look at mem and its swap.
+type freeWhilePublished struct {
+	mem *MemIdempotency
+	key atomic.Value // string
+}
+
+func (h *freeWhilePublished) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *freeWhilePublished) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *freeWhilePublished) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		key, _ := h.key.Load().(string)
+		if key != "" && slices.Contains(cmd.Args(), any(key)) {
+			if cur, ok := h.mem.get(key); ok {
+				_, _ = h.mem.Swap(ctx, key, cur.rec, IdemRecord{}, 0)
+			}
+		}
+		return next(ctx, cmd)
 	}
 }
 

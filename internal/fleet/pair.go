@@ -134,7 +134,8 @@ func (f *PairLog) endedShared(id, fence string) {
 // reads it again. Each is fenced by its last lease: a completion another
 // replica took over meanwhile is left to it. The ends no longer in memory
 // are forgotten. It answers false when Redis failed the check or a
-// republication (to be tried again).
+// republication (to be tried again), and stops at the first that Redis
+// did not answer.
 func (f *PairLog) republishLostEnds() (done bool) {
 	f.mu.Lock()
 	ends := slices.Clone(f.ends)
@@ -168,6 +169,13 @@ func (f *PairLog) republishLostEnds() (done bool) {
 		case errors.Is(err, errLogFenced):
 			f.log.Warn("redis: a completion's end was lost by Redis, and another replica took the completion over meanwhile: its attachers there may get another ending",
 				"completion_id", e.id)
+		case errors.Is(err, ErrUnavailable):
+			// Redis stopped answering: the rest would each wait their
+			// timeout on the PING's goroutine, which the health check and
+			// the takeovers' Settling wait for.
+			f.log.Warn("redis: the ends Redis lost could not all be published again: Redis stopped answering; tried again at the next PING that finds it up",
+				"completion_id", e.id, "error", err)
+			return false
 		case err != nil:
 			f.log.Warn("redis: a completion's end was lost by Redis and could not be published again: tried again at the next PING",
 				"completion_id", e.id, "error", err)

@@ -251,3 +251,67 @@ func TestPairLogKeepsTheLastEnds(t *testing.T) {
 		t.Fatalf("%d ends kept, from %s to %s; want the last %d", len(f.ends), f.ends[0].id, f.ends[len(f.ends)-1].id, maxEnds)
 	}
 }
+
+// failScripts fails every script call while on is set, at once, as one
+// that timed out would fail, and counts them.
+type failScripts struct{ on, calls *atomic.Int32 }
+
+func (h failScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h failScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() > 0 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			h.calls.Add(1)
+			cmd.SetErr(context.DeadlineExceeded)
+			return context.DeadlineExceeded
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestPairLogRepublishStopsWhenRedisStopsAnswering: a replica putting
+// back the logs a Redis restarted empty lost stops at the first that Redis
+// does not answer — each would wait its timeout on the PING's goroutine,
+// which the health check and the takeovers wait for — and puts them all
+// back at a later PING.
+func TestPairLogRepublishStopsWhenRedisStopsAnswering(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	f := newPair(t, rdb)
+	const n = 30
+	var ids []string
+	for i := range n {
+		id := "c" + strconv.Itoa(i)
+		ids = append(ids, id)
+		if err := f.Open(id, Meta{Replica: "A"}); err != nil {
+			t.Fatal(err)
+		}
+		appendRun(f, id, 2, true)
+	}
+	if err := rdb.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var on, calls atomic.Int32
+	rdb.AddHook(failScripts{&on, &calls})
+	on.Store(1)
+	if f.redisReplaced() {
+		t.Fatal("done, with Redis failing every restore")
+	}
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("%d restores tried against a Redis that stopped answering, want 1", got)
+	}
+	on.Store(0)
+	if !f.redisReplaced() {
+		t.Fatal("not done once Redis answers")
+	}
+	other := NewRedisLog(rdb, config.EventLogLimits{}, nil)
+	t.Cleanup(other.Close)
+	for _, id := range ids {
+		if seqs, ended, err := readWhole(other, id); err != nil || !ended || !slices.Equal(seqs, seqsTo(2)) {
+			t.Errorf("%s: %v ended %t (%v), want it restored whole", id, seqs, ended, err)
+		}
+	}
+}
