@@ -347,16 +347,16 @@ func TestHealthOnClusterWithANodeDown(t *testing.T) {
 	h := NewHealth(rdb, time.Hour, slog.New(slog.DiscardHandler))
 	t.Cleanup(h.Close)
 	ctx := context.Background()
-	waitFor(t, func() bool { h.ping(ctx); return h.Up() }) // a PING may time out on a busy machine
+	waitFor(t, func() bool { pingAndSettle(ctx, h); return h.Up() }) // a PING may time out on a busy machine
 	nodes[1].Pause()
 	for i := range 4 { // a PING of a node at random is answered up at least once in 4, 99 % of the time
-		if h.ping(ctx); h.Up() {
+		if pingAndSettle(ctx, h); h.Up() {
 			nodes[1].Resume()
 			t.Fatalf("PING %d with a primary down: up", i)
 		}
 	}
 	nodes[1].Resume()
-	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
+	waitFor(t, func() bool { pingAndSettle(ctx, h); return h.Up() })
 }
 
 // TestHealthOnAClusterThatRefusesItsKeys: a Cluster whose primaries all
@@ -371,7 +371,7 @@ func TestHealthOnAClusterThatRefusesItsKeys(t *testing.T) {
 	h := NewHealth(rdb, time.Hour, slog.New(slog.DiscardHandler))
 	t.Cleanup(h.Close)
 	ctx := context.Background()
-	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
+	waitFor(t, func() bool { pingAndSettle(ctx, h); return h.Up() })
 	owner := testkit.ServerRedisClient(t, nodes[0].Addr)
 	if err := owner.Do(ctx, "cluster", "delslots", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -381,13 +381,13 @@ func TestHealthOnAClusterThatRefusesItsKeys(t *testing.T) {
 	if !errors.Is(err, errClusterDown) || len(servers) >= len(clusterRedis.subjects) {
 		t.Fatalf("a primary not ok: %v, %d shards' processes found; want errClusterDown, and not its shards'", err, len(servers))
 	}
-	if h.ping(ctx); h.Up() {
+	if pingAndSettle(ctx, h); h.Up() {
 		t.Fatal("up while the cluster refuses every key")
 	}
 	if err := owner.Do(ctx, "cluster", "addslots", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
+	waitFor(t, func() bool { pingAndSettle(ctx, h); return h.Up() })
 	if servers, err := pingAll(ctx, rdb); err != nil || len(servers) != len(clusterRedis.subjects) {
 		t.Fatalf("the cluster ok again: %d shards' processes found, %v; want %d", len(servers), err, len(clusterRedis.subjects))
 	}

@@ -37,9 +37,16 @@ type Health struct {
 	watchers []func(up bool)
 	replaced []*retried
 	back     []*retried
+	// due are the watchers of replaced and back that PINGs found due
+	// (pingMu), for Health's goroutine to call (settle): not the PING's,
+	// which Settling makes on a takeover's goroutine.
+	due []*retried
 	// unsettled are the watchers of replaced and back that are not done
 	// (pingMu), each once.
 	unsettled []*retried
+	// settleMu makes one settle at a time: a watcher is never called
+	// twice at once.
+	settleMu sync.Mutex
 
 	// pingMu makes one PING at a time: Health's own, or Settling's. It
 	// guards servers and lastPing.
@@ -53,15 +60,18 @@ type Health struct {
 	replacedAt atomic.Int64
 
 	kick chan struct{}
-	stop context.CancelFunc
-	done chan struct{}
+	// settling wakes the settler: a PING found watchers due.
+	settling chan struct{}
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
 // NewHealth returns the Health of rdb, PINGed every interval; it tells log
 // when Redis stops or starts answering. Close stops it.
 func NewHealth(rdb redis.UniversalClient, interval time.Duration, log *slog.Logger) *Health {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Health{rdb: rdb, interval: interval, log: log, m: metricsOf(rdb), kick: make(chan struct{}, 1), stop: cancel, done: make(chan struct{})}
+	w := &Health{rdb: rdb, interval: interval, log: log, m: metricsOf(rdb), kick: make(chan struct{}, 1), settling: make(chan struct{}, 1),
+		stop: cancel, done: make(chan struct{})}
 	w.up.Store(true)
 	w.ping(ctx) // the state at start, before anybody asks
 	go w.run(ctx)
@@ -70,6 +80,9 @@ func NewHealth(rdb redis.UniversalClient, interval time.Duration, log *slog.Logg
 
 func (w *Health) run(ctx context.Context) {
 	defer close(w.done)
+	var settler sync.WaitGroup
+	defer settler.Wait()
+	settler.Go(func() { w.settler(ctx) })
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	for {
@@ -80,6 +93,20 @@ func (w *Health) run(ctx context.Context) {
 			w.ping(ctx)
 		case <-w.kick:
 			w.ping(ctx)
+		}
+	}
+}
+
+// settler calls the watchers the PINGs find due (settle), on a goroutine
+// of their own: the PINGs go on meanwhile, however long the watchers
+// take, and the health they find with them.
+func (w *Health) settler(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.settling:
+			w.settle()
 		}
 	}
 }
@@ -117,30 +144,47 @@ func (w *Health) ping(ctx context.Context) {
 	if err == nil {
 		due = append(due, w.unsettled...)
 	}
-	w.unsettled = callEach(w.unsettled, due)
+	for _, r := range due {
+		if !slices.Contains(w.due, r) {
+			w.due = append(w.due, r)
+		}
+	}
+	if len(w.due) > 0 {
+		signal(w.settling)
+	}
 }
 
 // retried is a watcher of WatchReplaced or WatchBack: called until it is
 // done.
 type retried struct{ f func() (done bool) }
 
-// callEach calls each of due once (a watcher may be due twice: replaced
-// and back at one PING, or unsettled), and answers the watchers not done:
-// those of unsettled it did not call, and those it called that are not.
-func callEach(unsettled, due []*retried) []*retried {
+// settle calls each watcher the PINGs found due, once (ping lists each
+// once, though it may be due twice: replaced and back at one PING, or
+// unsettled), without holding up the PINGs meanwhile; those not done are
+// unsettled, for the next PING that finds Redis up.
+func (w *Health) settle() {
+	w.settleMu.Lock()
+	defer w.settleMu.Unlock()
+	w.pingMu.Lock()
+	due := w.due
+	w.due = nil
+	w.pingMu.Unlock()
 	called := map[*retried]bool{}
 	var notDone []*retried
 	for _, r := range due {
-		if called[r] {
-			continue
-		}
 		called[r] = true
 		if !r.f() {
 			notDone = append(notDone, r)
 		}
 	}
-	kept := slices.DeleteFunc(slices.Clone(unsettled), func(r *retried) bool { return called[r] })
-	return append(kept, notDone...)
+	w.pingMu.Lock()
+	defer w.pingMu.Unlock()
+	w.unsettled = slices.DeleteFunc(w.unsettled, func(r *retried) bool { return called[r] })
+	for _, r := range notDone {
+		if !slices.Contains(w.unsettled, r) {
+			w.unsettled = append(w.unsettled, r)
+		}
+	}
 }
 
 // newServer notes the run_id of the Redis process serving each shard a
@@ -186,7 +230,7 @@ func (w *Health) Settling(ctx context.Context) bool {
 	recent := time.Since(w.lastPing) < w.interval/10
 	w.pingMu.Unlock()
 	if !recent {
-		w.ping(ctx)
+		w.ping(ctx) // the watchers it finds due run on the settler's goroutine, not this caller's
 	}
 	at := w.replacedAt.Load()
 	return at != 0 && time.Since(time.Unix(0, at)) < settleFor*w.interval
@@ -352,10 +396,11 @@ func (w *Health) Watch(f func(up bool)) {
 // by another Redis process than before — a Redis restarted, or a replica
 // promoted in a failover —, after the watchers of Watch heard of the state
 // that PING found: that Redis may lack acknowledged writes. It runs on
-// the goroutine of that PING: Health's own, or a caller of Settling's. f answers
-// whether it is done; one that is not (Redis failed it: a Cluster is still
-// down while its other primaries are taken over) is called again after
-// each PING that finds Redis up, until it is.
+// a goroutine of Health's, one watcher at a time, while the PINGs go on
+// (a takeover's Settling does not wait for the watchers its PING finds
+// due). f answers whether it is done; one that is not (Redis
+// failed it: a Cluster is still down while its other primaries are taken
+// over) is called again after each PING that finds Redis up, until it is.
 func (w *Health) WatchReplaced(f func() (done bool)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -365,10 +410,10 @@ func (w *Health) WatchReplaced(f func() (done bool)) {
 // WatchBack calls f each time a PING finds Redis answering again after it
 // failed, after the watchers of Watch heard of it: what a replica kept to
 // itself meanwhile (its logs, the keys it claimed, its charges) is to be
-// shared. It runs on the goroutine of that PING; f answers whether it is
-// done, and one that is not (Redis failed it) is called again after each
-// PING that finds Redis up, until it is — not only when Redis fails and
-// comes back once more, which a write refused while PINGs pass would
+// shared. It runs as the watchers of WatchReplaced do; f answers whether
+// it is done, and one that is not (Redis failed it) is called again after
+// each PING that finds Redis up, until it is — not only when Redis fails
+// and comes back once more, which a write refused while PINGs pass would
 // never bring.
 func (w *Health) WatchBack(f func() (done bool)) {
 	w.mu.Lock()

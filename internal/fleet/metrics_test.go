@@ -349,8 +349,8 @@ func TestMetricsOutage(t *testing.T) {
 		t.Fatalf("up %t, outages %d at the start", h.Up(), m.count("completiond.redis.outages"))
 	}
 	rs.Stop()
-	h.ping(context.Background())
-	h.ping(context.Background())
+	pingAndSettle(context.Background(), h)
+	pingAndSettle(context.Background(), h)
 	if h.Up() {
 		t.Fatal("Redis stopped, health up")
 	}
@@ -358,7 +358,7 @@ func TestMetricsOutage(t *testing.T) {
 		t.Errorf("outages = %d after one outage, want 1", n)
 	}
 	rs.Restart()
-	h.ping(context.Background())
+	pingAndSettle(context.Background(), h)
 	if !h.Up() || m.count("completiond.redis.outages") != 1 {
 		t.Errorf("after the restart: up %t, outages %d", h.Up(), m.count("completiond.redis.outages"))
 	}
@@ -436,8 +436,8 @@ func TestMetricsRedisReplaced(t *testing.T) {
 		t.Errorf("republished = %d, want 3", n)
 	}
 	rs.Restart()
-	h.ping(context.Background())
-	h.ping(context.Background())
+	pingAndSettle(context.Background(), h)
+	pingAndSettle(context.Background(), h)
 	if n := m.count("completiond.redis.replaced"); n != 1 {
 		t.Errorf("replaced = %d after one restart, want 1", n)
 	}

@@ -104,9 +104,9 @@ func NewPairLog(mem *MemLog, rl *RedisLog, watch *Health, log *slog.Logger, loca
 // acknowledged. The running completions' next writes check that their
 // logs follow on (RedisLog.suspect: fillGap publishes the events lost),
 // and the ends lost are published again now (republishLostEnds). It runs
-// on the goroutine of the watch's PING that found the process; it is not
-// done while Redis fails the check or a republication, which the watch's
-// next PING that finds Redis up tries again.
+// on the watch's goroutine for its watchers (Health.WatchReplaced); it is
+// not done while Redis fails the check or a republication, which the
+// watch's next PING that finds Redis up tries again.
 func (f *PairLog) redisReplaced() (done bool) {
 	f.redis.mayHaveLost()
 	return f.republishLostEnds()
@@ -171,8 +171,7 @@ func (f *PairLog) republishLostEnds() (done bool) {
 				"completion_id", e.id)
 		case errors.Is(err, ErrUnavailable):
 			// Redis stopped answering: the rest would each wait their
-			// timeout on the PING's goroutine, which the health check and
-			// the takeovers' Settling wait for.
+			// timeout, and the watchers after this one with them.
 			f.log.Warn("redis: the ends Redis lost could not all be published again: Redis stopped answering; tried again at the next PING that finds it up",
 				"completion_id", e.id, "error", err)
 			return false
@@ -235,7 +234,7 @@ func (f *PairLog) forgetEnds(looked []endedLog, kept map[string]logCopy) {
 }
 
 // publishEnded publishes the completions that ended apart while Redis was
-// away. It runs on the watch's goroutine when Redis answers again
+// away. It runs on the watch's goroutine for its watchers when Redis answers again
 // (Health.WatchBack), and answers false when Redis failed a publication:
 // that one and those not tried yet wait for the watch's next PING that
 // finds Redis up.

@@ -160,7 +160,7 @@ func TestPairLogPublishesWhatEndedApartUntilDone(t *testing.T) {
 		t.Fatalf("%d completions left to publish after a failed publication, want %d", kept, len(ids))
 	}
 	s.Restart()
-	waitFor(t, func() bool { f.watch.ping(ctx); return f.watch.Up() })
+	waitFor(t, func() bool { pingAndSettle(ctx, f.watch); return f.watch.Up() })
 	other := NewRedisLog(rdb, config.EventLogLimits{}, nil)
 	t.Cleanup(other.Close)
 	for _, id := range ids {

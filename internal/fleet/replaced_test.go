@@ -59,7 +59,7 @@ func TestHealthSeesARestartedRedis(t *testing.T) {
 	h.WatchReplaced(func() bool { replaced.Add(1); return true })
 	h.WatchReplaced(func() bool { return failing.Add(1) > 1 }) // Redis failed it the first time
 	ctx := context.Background()
-	h.ping(ctx)
+	pingAndSettle(ctx, h)
 	if n := replaced.Load(); n != 0 {
 		t.Fatalf("%d new servers, the same Redis answering again", n)
 	}
@@ -69,7 +69,7 @@ func TestHealthSeesARestartedRedis(t *testing.T) {
 		t.Error("not settling just after a new Redis process answered")
 	}
 	for range 2 {
-		h.ping(ctx)
+		pingAndSettle(ctx, h)
 	}
 	if n := replaced.Load(); n != 1 || !h.Up() {
 		t.Fatalf("%d new servers after one restart (up %t), want 1", n, h.Up())
@@ -98,21 +98,58 @@ func TestHealthWatchBack(t *testing.T) {
 			t.Fatalf("%s: the watchers called %d and %d times, want %d and %d", name, a, b, wantSlow, wantQuick)
 		}
 	}
-	h.ping(ctx)
+	pingAndSettle(ctx, h)
 	step("up all along", 0, 0)
 	h.Failed(errors.New("a command failed"))
-	h.ping(ctx)
+	pingAndSettle(ctx, h)
 	step("back", 1, 1)
-	h.ping(ctx)
+	pingAndSettle(ctx, h)
 	step("a PING while up", 2, 1)
 	s.Stop()
-	waitFor(t, func() bool { h.ping(ctx); return !h.Up() })
+	waitFor(t, func() bool { pingAndSettle(ctx, h); return !h.Up() })
 	step("down", 2, 1)
 	s.Restart()
-	waitFor(t, func() bool { h.ping(ctx); return h.Up() })
+	waitFor(t, func() bool { pingAndSettle(ctx, h); return h.Up() })
 	step("back again, a new process", 3, 2)
-	h.ping(ctx)
+	pingAndSettle(ctx, h)
 	step("done", 3, 2)
+}
+
+// TestHealthWatchersDoNotHoldUpThePINGs: the watchers a PING finds due
+// run on a goroutine of Health's: a takeover's Settling, whose PING found
+// a new Redis process, answers without waiting for them, and the PINGs
+// go on (Redis found down) while one is under way.
+func TestHealthWatchersDoNotHoldUpThePINGs(t *testing.T) {
+	s := redistest.New(t)
+	h := NewHealth(testkit.ServerRedisClient(t, s.Addr), time.Hour, slog.New(slog.DiscardHandler))
+	t.Cleanup(h.Close)
+	release := make(chan struct{})
+	var called, heldUp atomic.Int32
+	h.WatchReplaced(func() bool {
+		called.Add(1)
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second): // what its caller waited, had it been a PING's
+			heldUp.Add(1)
+		}
+		return true
+	})
+	s.Restart()
+	h.pingMu.Lock()
+	h.lastPing = time.Time{} // no PING since the restart: Settling makes one
+	h.pingMu.Unlock()
+	ctx := context.Background()
+	if !h.Settling(ctx) {
+		t.Fatal("not settling once its own PING found the restarted Redis")
+	}
+	waitFor(t, func() bool { return called.Load() == 1 })
+	s.Stop()
+	waitFor(t, func() bool { h.ping(ctx); return !h.Up() })
+	close(release)
+	h.settle() // waits for the watcher under way
+	if heldUp.Load() != 0 {
+		t.Fatal("the watcher ran on Settling's goroutine, or held up the PINGs")
+	}
 }
 
 // TestHealthSettling: a replica about to take a completion over PINGs
@@ -314,4 +351,11 @@ func TestPairLogRepublishStopsWhenRedisStopsAnswering(t *testing.T) {
 			t.Errorf("%s: %v ended %t (%v), want it restored whole", id, seqs, ended, err)
 		}
 	}
+}
+
+// pingAndSettle PINGs as Health does, then calls the watchers the PING
+// found due, as its settler would (waiting for one under way).
+func pingAndSettle(ctx context.Context, h *Health) {
+	h.ping(ctx)
+	h.settle()
 }
