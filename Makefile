@@ -87,6 +87,20 @@ SOAK_SEED ?= 1
 soak: ## Chaos soak (SOAK_N=10000 fault scripts) and hostile auth-on soak; reports goroutines, RSS and refusals.
 	SOAK_N=$(SOAK_N) SOAK_SEED=$(SOAK_SEED) $(GO) test -run '^TestSoak(Hostile)?$$' -count=1 -timeout 30m -v ./service
 
+# make fleet-chaos: cmd/completiond/fleet_chaos_test.go — three completiond
+# processes on one redis-server, ten callers streaming resumable completions
+# through them, while for CHAOS_FOR replicas are killed and started again,
+# stopped past their lease, and Redis is restarted empty or paused; every
+# completion's events are held to docs/fleet.md. Not part of make test (the
+# test skips without COMPLETIOND_CHAOS_FOR). The run logs its seed;
+# CHAOS_SEED=… replays that run's chaos.
+CHAOS_FOR  ?= 60s
+CHAOS_SEED ?=
+
+.PHONY: fleet-chaos
+fleet-chaos: test-deps ## Fleet chaos: 3 replicas and Redis killed, stopped, restarted at random for CHAOS_FOR (60s); CHAOS_SEED replays a run.
+	COMPLETIOND_CHAOS_FOR=$(CHAOS_FOR) $(if $(CHAOS_SEED),COMPLETIOND_CHAOS_SEED=$(CHAOS_SEED)) $(GO) test -race -run '^TestFleetChaos$$' -count=1 -timeout 30m -v ./cmd/completiond/
+
 # make fuzz: every fuzz target, found by go test -list '^Fuzz' (so that a
 # new one is never left out), each for FUZZTIME (their seed corpora run in
 # make test). FUZZ_PKGS narrows the packages. Minimizing an input that
