@@ -330,14 +330,17 @@ func takeoverFailedStatus(id string, why error) error {
 		&errdetails.ErrorInfo{Reason: reasonTakeoverFailed, Domain: ErrorDomain}).Err()
 }
 
-// completionLostStatus ends the follower of completion id, which ran
-// without a resume grace (never taken over) on replica, whose process is
-// gone: FAILED_PRECONDITION, ErrorInfo COMPLETION_LOST. Attaching again
-// cannot help; starting it again can.
+// completionLostStatus ends the follower of completion id, whose log
+// holds no request to continue it from (it ran without a resume grace, or
+// its replica died before its request joined the log), on replica, whose
+// process is gone: FAILED_PRECONDITION, ErrorInfo COMPLETION_LOST.
+// Attaching again cannot help; starting it again can, under a new
+// idempotency key (the old one names this completion while its log is
+// kept).
 func completionLostStatus(id, replica string) error {
 	return withDetails(codes.FailedPrecondition,
 		"completion "+quote(id)+" ended with its replica "+quote(clip(replica, maxTakeoverError))+
-			", which is gone: it had no resume grace, so no replica continues it; start it again",
+			", which is gone: its log holds no request to continue it from (it ran without a resume grace, or the replica died before the request joined the log); start it again, under a new idempotency key if it had one",
 		&errdetails.ErrorInfo{Reason: reasonCompletionLost, Domain: ErrorDomain}).Err()
 }
 
