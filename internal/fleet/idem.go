@@ -231,23 +231,21 @@ func NewRedisIdempotency(rdb redis.UniversalClient, limit int, now func() time.T
 // (Restore, PublishFrom).
 func (r *RedisIdempotency) Swap(ctx context.Context, key string, old, rec IdemRecord, ttl time.Duration) (IdemRecord, error) {
 	got, err := r.swap(ctx, key, old, rec, ttl)
-	switch {
-	case err != nil:
+	if err != nil {
 		if rec.IsZero() && !old.IsZero() {
 			r.noteUnfreed(key, old)
 		}
-	case got == rec:
-		r.keep(key, rec, ttl)
-		r.settled(key, got)
-	default:
-		// Another record holds the key: this replica's copy of an older
-		// one, if it has one, is not its to put back.
-		if mine, ok := r.opened.get(key); ok && mine.rec != got {
-			r.opened.set(key, IdemRecord{}, 0)
-		}
-		r.settled(key, got)
+		return got, err
 	}
-	return got, err
+	if got == rec {
+		r.keep(key, rec, ttl)
+	} else if mine, ok := r.opened.get(key); ok && mine.rec != got {
+		// Another record holds the key: this replica's copy of an older
+		// one is not its to put back.
+		r.opened.set(key, IdemRecord{}, 0)
+	}
+	r.settled(key, got)
+	return got, nil
 }
 
 // noteUnfreed remembers that old, the record of key, is to be freed when

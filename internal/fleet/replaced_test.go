@@ -129,7 +129,7 @@ func TestHealthWatchersDoNotHoldUpThePINGs(t *testing.T) {
 		called.Add(1)
 		select {
 		case <-release:
-		case <-time.After(10 * time.Second): // what its caller waited, had it been a PING's
+		case <-time.After(30 * time.Second): // what its caller waited, had it been a PING's
 			heldUp.Add(1)
 		}
 		return true
