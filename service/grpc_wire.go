@@ -41,7 +41,10 @@ func (w *wireLog) Append(id string, ev *completionv1.CompletionEvent) error {
 }
 
 // End implements fleet.Log.
-func (w *wireLog) End(id string, result *completionv1.CompletionEvent, status []byte) error {
+func (w *wireLog) End(id string, before []*completionv1.CompletionEvent, result *completionv1.CompletionEvent, status []byte) error {
+	for _, ev := range before {
+		w.add(id, ev, nil, false)
+	}
 	w.add(id, result, status, true)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -344,6 +345,18 @@ var (
 	errLogGone = fmt.Errorf("%w: the log is gone", errNothingToTake)
 )
 
+// errEndLost: the log holds the completion's terminal transition but not
+// its result. This version writes the two in one write (fleet.Log.End);
+// an older replica's log, or a restore cut short, may hold one without
+// the other. The completion finished, so it is not run again: its
+// followers end with the takeover's failure.
+var errEndLost = errors.New("the completion finished, but its log lost its result")
+
+// isTerminal reports whether ev is a terminal transition.
+func isTerminal(ev *completionv1.CompletionEvent) bool {
+	return ev.GetTransition().GetTerminal()
+}
+
 // takeoverFailure is the reason of completiond.takeovers.failed for err,
 // with which rebuild failed, or false when it is no failure: the log ended
 // meanwhile.
@@ -370,6 +383,9 @@ func (s *Server) rebuild(id string) (driver.Spec, context.Context, context.Cance
 	evs, meta, first, err := s.readWhole(id)
 	if err != nil {
 		return driver.Spec{}, nil, nil, err
+	}
+	if slices.ContainsFunc(evs, isTerminal) {
+		return driver.Spec{}, nil, nil, errEndLost
 	}
 	req, start, err := decodeLogged(meta)
 	if err != nil {

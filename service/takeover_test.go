@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -676,5 +677,144 @@ func TestSessionTakeoverAwaitingTheStopHook(t *testing.T) {
 	res, st := finish(t, onA.events, onB)
 	if st.Code() != codes.OK || res.GetMessage().String() == "" {
 		t.Fatalf("ended %v with %v", st, res)
+	}
+}
+
+// dyingAtEnd is the log of a replica that dies as it ends a completion:
+// its End writes nothing, kills the replica (die) and blocks until the
+// test ends, as a process killed then would.
+type dyingAtEnd struct {
+	fleet.Log
+	die  func()
+	dead chan struct{}
+	once sync.Once
+}
+
+func (d *dyingAtEnd) End(string, []*completionv1.CompletionEvent, *completionv1.CompletionEvent, []byte) error {
+	d.once.Do(func() { go d.die() })
+	<-d.dead
+	return fleet.ErrFenced
+}
+
+// TestTakeoverOfACompletionThatDiedAtItsEnd: replica A dies as it ends a
+// completion, at the log write of its result. The finishing step's
+// events (its terminal transition; in settled delivery, the answer) go to
+// the log with the result, in one write: none of them is in the log or
+// reached the caller, so B takes the completion over from where the log
+// stands and finishes it once. The caller, attached through B, gets every
+// seq once, exactly one terminal transition, and an answer whose deltas
+// concatenate to the result. (With the terminal transition written
+// apart, B found a log that looked live and ran the finished completion
+// again: a second terminal transition, and the answer twice.)
+//
+// The log says the last attempt streamed its whole answer, not that the
+// machine had finished with it: B takes it over as an attempt lost
+// mid-stream, whose text a prefill route continues (live delivery; the
+// sim extends an answer it already gave in full, as a budget continuation
+// does) and whose held output settled delivery never logged (it runs
+// again: the answer is exactly the one the caller would have had).
+func TestTakeoverOfACompletionThatDiedAtItsEnd(t *testing.T) {
+	for _, delivery := range []completionv1.DeliveryMode{completionv1.DeliveryMode_DELIVERY_MODE_LIVE, completionv1.DeliveryMode_DELIVERY_MODE_SETTLED} {
+		t.Run(delivery.String(), func(t *testing.T) {
+			dying := &dyingAtEnd{dead: make(chan struct{})}
+			fleet := inProcessFleetLimited(t, 2, fleet.NewMemLeases(time.Second), "", config.EventLogLimits{}, func(cfg *Config) {
+				if cfg.Replica == "A" {
+					dying.Log = cfg.Log
+					cfg.Log = dying
+				}
+			})
+			t.Cleanup(func() { close(dying.dead) }) // before the fleet's cleanup: A's driver returns
+			a, b := fleet[0], fleet[1]
+			dying.die = a.kill
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			req := slowRequest("sim", 12, time.Millisecond)
+			req.Delivery = delivery
+			want := wholeAnswer(t, ctx, b.client, req)
+			st, err := a.client.Stream(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, s := recvAll(st.Recv)
+			if s.Code() == codes.OK || len(got) == 0 {
+				t.Fatalf("the stream through A ended %v after %d events, want it cut after its first", s, len(got))
+			}
+			for _, ev := range got {
+				if ev.GetTransition().GetTerminal() || ev.GetResult() != nil {
+					t.Fatalf("the caller got %v from a replica whose log has not ended", ev)
+				}
+			}
+			_, all := attachRest(t, ctx, b.client, got)
+			if n := terminals(all); n != 1 {
+				t.Fatalf("%d terminal transitions, want 1: %v", n, all)
+			}
+			if replicaLost(all) == nil {
+				t.Fatal("no REPLICA_LOST transition: B did not take the completion over")
+			}
+			res := resultText(all[len(all)-1].GetResult())
+			switch {
+			case delivery == completionv1.DeliveryMode_DELIVERY_MODE_SETTLED && res != want:
+				t.Errorf("answer %q, want %q", res, want)
+			case !strings.HasPrefix(res, want):
+				t.Errorf("answer %q, want it to continue %q", res, want)
+			}
+			if kept := liveText(all); kept != res {
+				t.Errorf("the deltas kept assemble %q, want the result's %q", kept, res)
+			}
+			if delivery == completionv1.DeliveryMode_DELIVERY_MODE_LIVE && deltaText(all) != res {
+				t.Errorf("a token repeated: the deltas concatenate to %q", deltaText(all))
+			}
+		})
+	}
+}
+
+// terminals counts the terminal transitions of evs.
+func terminals(evs []*completionv1.CompletionEvent) int {
+	n := 0
+	for _, ev := range evs {
+		if isTerminal(ev) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTakeoverRefusesAFinishedCompletion: a log that holds a terminal
+// transition but not the result (an older replica wrote them apart, and
+// died between) is of a completion that finished: no replica runs it
+// again. The attacher gets what the log holds, then FAILED_PRECONDITION
+// TAKEOVER_FAILED, and the lease taken for it is released.
+func TestTakeoverRefusesAFinishedCompletion(t *testing.T) {
+	leases := fleet.NewMemLeases(time.Second)
+	b := inProcessFleet(t, 1, leases, "")[0]
+	req, err := proto.Marshal(slowRequest("sim", 4, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "cmpl_finished"
+	if err := b.srv.log.Open(id, fleet.Meta{Request: req, Replica: "A"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []*completionv1.CompletionEvent{
+		{Seq: 1, Turn: 1, Event: &completionv1.CompletionEvent_Started{Started: &completionv1.Started{CompletionId: id, Route: "sim"}}},
+		{Seq: 2, Attempt: 1, Turn: 1, Event: &completionv1.CompletionEvent_Delta{Delta: &completionv1.TokenDelta{Kind: completionv1.DeltaKind_DELTA_KIND_TEXT, Text: "Done."}}},
+		{Seq: 3, Attempt: 1, Turn: 1, Event: &completionv1.CompletionEvent_Transition{Transition: &completionv1.Transition{
+			Reason: completionv1.TransitionReason_TRANSITION_REASON_COMPLETED, Terminal: true}}},
+	} {
+		if err := b.srv.log.Append(id, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evs, s := attachAll(ctx, b.client, id, 0)
+	if s.Code() != codes.FailedPrecondition || len(evs) != 3 || terminals(evs) != 1 {
+		t.Fatalf("attach: %v after %d events (%d terminal), want FAILED_PRECONDITION after the 3 logged", s, len(evs), terminals(evs))
+	}
+	if info := errorInfo(s); info.GetReason() != reasonTakeoverFailed || !strings.Contains(s.Message(), "lost its result") {
+		t.Fatalf("status %v, ErrorInfo %v: want %s saying the result was lost", s.Message(), info, reasonTakeoverFailed)
+	}
+	if _, held, _ := leases.Holder(ctx, id); held {
+		t.Error("the lease of a refused takeover is still held")
 	}
 }

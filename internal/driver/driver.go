@@ -97,8 +97,11 @@ func (c *Completion) Run(ctx context.Context) (*recovery.Result, error) {
 		if step.Checkpoint != nil {
 			c.saveCheckpoint(step.Checkpoint) // before the step's events: a takeover reads the events after it
 		}
-		c.forward(step)
 		a := step.Action
+		if a.Kind == recovery.ActFinish {
+			c.out.holdForEnd() // the step's events go to the log with the result
+		}
+		c.forward(step)
 		if a.Kind == recovery.ActFinish {
 			return c.finish(a)
 		}

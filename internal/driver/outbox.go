@@ -48,7 +48,19 @@ type outbox struct {
 	// finishing, once the write ahead is awaited, is closed when its
 	// goroutine ends.
 	finishing chan struct{}
+	// holding: the machine finishes (holdForEnd); the events numbered
+	// since are held, the last endWith of them, and written with the
+	// result in one log write (end), so that no log holds the terminal
+	// transition without the result.
+	holding bool
+	held    []*completionv1.CompletionEvent
 }
+
+// endWith is the most events held for the result's write: the finishing
+// step's last, its tool calls and transitions (the terminal one last),
+// ahead of which a settled answer's text may come in thousands of deltas,
+// which are written as they come.
+const endWith = 64
 
 // aheadWrite is an event written and sent on a goroutine of its own
 // (ahead): done is closed once it is, refused and sendFailed say how it
@@ -193,23 +205,53 @@ func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
 		return
 	}
 	o.number(ev)
+	if !o.holding {
+		o.write(ev)
+		return
+	}
+	o.held = append(o.held, ev)
+	if len(o.held) > endWith {
+		first := o.held[0]
+		copy(o.held, o.held[1:])
+		o.held = o.held[:endWith]
+		o.write(first)
+	}
+}
+
+// write appends ev, numbered, to the log and sends it, unless the log
+// refuses it.
+func (o *outbox) write(ev *completionv1.CompletionEvent) {
 	if o.log != nil && o.refused(o.log.Append(o.id, ev)) {
 		return
 	}
 	o.deliver(ev)
 }
 
-// End numbers the result event, ends the log with it and the encoded
-// status the completion ends with, and sends it.
+// holdForEnd holds the events numbered from now on for the result's
+// write (end): the machine finishes, and its last step's events, the
+// terminal transition among them, must reach the log with the result or
+// not at all. A replica that died between the two would leave a log that
+// looks live, and another replica would take the completion over and run
+// it again.
+func (o *outbox) holdForEnd() { o.holding = true }
+
+// End numbers the result event, ends the log with the events held
+// (holdForEnd), it and the encoded status the completion ends with, in one
+// write, and sends them.
 func (o *outbox) end(attempt, turn int, result *completionv1.CompletionEvent, status []byte) {
 	result.Attempt, result.Turn = int32(attempt), int32(turn)
 	o.awaitAll()
+	held := o.held
+	o.held, o.holding = nil, false
 	if o.stopped() {
 		return
 	}
 	o.number(result)
-	if o.log != nil && o.refused(o.log.End(o.id, result, status)) {
+	if o.log != nil && o.refused(o.log.End(o.id, held, result, status)) {
 		return
+	}
+	for _, ev := range held {
+		o.deliver(ev)
 	}
 	o.deliver(result)
 }

@@ -30,11 +30,11 @@ func (r refusingLog) Append(id string, ev *completionv1.CompletionEvent) error {
 	return r.MemLog.Append(id, ev)
 }
 
-func (r refusingLog) End(id string, ev *completionv1.CompletionEvent, status []byte) error {
-	if ev.GetSeq() >= r.from {
+func (r refusingLog) End(id string, before []*completionv1.CompletionEvent, ev *completionv1.CompletionEvent, status []byte) error {
+	if first := append(slices.Clip(before), ev)[0]; first.GetSeq() >= r.from {
 		return fleet.ErrFenced
 	}
-	return r.MemLog.End(id, ev, status)
+	return r.MemLog.End(id, before, ev, status)
 }
 
 // TestOutboxSendsNothingTheLogRefused: an event the log refuses (a
@@ -102,11 +102,14 @@ func (s *sharedLog) Append(id string, ev *completionv1.CompletionEvent) error {
 	return s.MemLog.Append(id, ev)
 }
 
-func (s *sharedLog) End(id string, ev *completionv1.CompletionEvent, status []byte) error {
+func (s *sharedLog) End(id string, before []*completionv1.CompletionEvent, ev *completionv1.CompletionEvent, status []byte) error {
 	s.mu.Lock()
+	for _, b := range before {
+		s.order = append(s.order, b.GetSeq())
+	}
 	s.order = append(s.order, ev.GetSeq())
 	s.mu.Unlock()
-	return s.MemLog.End(id, ev, status)
+	return s.MemLog.End(id, before, ev, status)
 }
 
 // gatedScript is a provider that says when it is called, then answers one
@@ -272,5 +275,79 @@ func TestOpenGoesAheadWithTheStartedEvent(t *testing.T) {
 	page, err := mem.Read(sp.ID, 0)
 	if err != nil || !slices.Equal(testkit.Seqs(page.Events), got) {
 		t.Errorf("the log holds %v (%v), want %v", page.Events, err, got)
+	}
+}
+
+// writesLog is a MemLog that records its writes: the seqs each Append and
+// End took, End's in one.
+type writesLog struct {
+	*fleet.MemLog
+	writes [][]uint64
+	logged map[uint64]bool
+}
+
+func (w *writesLog) Append(id string, ev *completionv1.CompletionEvent) error {
+	w.writes = append(w.writes, []uint64{ev.GetSeq()})
+	w.logged[ev.GetSeq()] = true
+	return w.MemLog.Append(id, ev)
+}
+
+func (w *writesLog) End(id string, before []*completionv1.CompletionEvent, ev *completionv1.CompletionEvent, status []byte) error {
+	seqs := append(testkit.Seqs(before), ev.GetSeq())
+	w.writes = append(w.writes, seqs)
+	for _, s := range seqs {
+		w.logged[s] = true
+	}
+	return w.MemLog.End(id, before, ev, status)
+}
+
+// TestOutboxEndWritesTheFinishingStepWithTheResult: once the machine
+// finishes (holdForEnd), the events numbered are held and go to the log
+// in one write with the result, the last endWith of them (earlier ones,
+// a settled answer's thousands of deltas, are written as they come); each
+// event is sent once the log holds it, in seq order.
+func TestOutboxEndWritesTheFinishingStepWithTheResult(t *testing.T) {
+	for _, held := range []int{0, 1, endWith, endWith + 3} {
+		t.Run(fmt.Sprint(held, " held"), func(t *testing.T) {
+			mem := fleet.NewMemLog(config.EventLogLimits{}, time.Now)
+			if err := mem.Open("c", fleet.Meta{}); err != nil {
+				t.Fatal(err)
+			}
+			log := &writesLog{MemLog: mem, logged: map[uint64]bool{}}
+			var sent []uint64
+			o := &outbox{id: "c", log: log, send: func(ev *completionv1.CompletionEvent) error {
+				if !log.logged[ev.GetSeq()] {
+					t.Errorf("seq %d sent before the log held it", ev.GetSeq())
+				}
+				sent = append(sent, ev.GetSeq())
+				return nil
+			}}
+			for range 2 {
+				if err := o.output(1, 1, completionv1.DeltaKind_DELTA_KIND_TEXT, "w"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			o.holdForEnd()
+			for range held {
+				o.event(1, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Transition{Transition: &completionv1.Transition{}}})
+			}
+			o.end(1, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{}}, nil)
+			n := uint64(2 + held + 1)
+			var want [][]uint64
+			for s := uint64(1); s <= n-1-uint64(min(held, endWith)); s++ {
+				want = append(want, []uint64{s})
+			}
+			var last []uint64
+			for s := n - uint64(min(held, endWith)); s <= n; s++ {
+				last = append(last, s)
+			}
+			want = append(want, last)
+			if !slices.EqualFunc(log.writes, want, slices.Equal) {
+				t.Errorf("writes %v, want %v", log.writes, want)
+			}
+			if len(sent) != int(n) || !slices.IsSorted(sent) || sent[0] != 1 {
+				t.Errorf("sent %v, want 1 to %d", sent, n)
+			}
+		})
 	}
 }

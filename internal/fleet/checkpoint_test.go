@@ -35,7 +35,7 @@ func TestCheckpointLogs(t *testing.T) {
 			if seq, data, err := cl.Checkpoint(id); err != nil || seq != 3 || string(data) != `{"machine": 1} two words` {
 				t.Fatalf("the last saved: %d %q %v", seq, data, err)
 			}
-			l.End(id, logEvent(4, true), nil)
+			l.End(id, nil, logEvent(4, true), nil)
 			if _, data, err := cl.Checkpoint(id); err != nil || data != nil {
 				t.Fatalf("after the end: %q %v", data, err)
 			}
@@ -74,7 +74,7 @@ func TestCheckpointLogs(t *testing.T) {
 			t.Fatalf("a fenced writer replaced the checkpoint: %q", data)
 		}
 		rl.Unfence("ck-f")
-		rl.End("ck-f", logEvent(2, true), nil)
+		rl.End("ck-f", nil, logEvent(2, true), nil)
 		if _, data, _ := rl.Checkpoint("ck-f"); data != nil {
 			t.Fatalf("after the end: %q", data)
 		}

@@ -384,7 +384,7 @@ func TestRedisLogClusterFlushWithANodeDown(t *testing.T) {
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
-		wg.Go(func() { _, errs[i] = l.add(id, logEvent(2, false), nil, false) })
+		wg.Go(func() { _, errs[i] = l.add(id, nil, logEvent(2, false), nil, false) })
 	}
 	wg.Wait()
 	for i, id := range ids {

@@ -115,11 +115,18 @@ type committer struct {
 // an event, a request joining its log (meta, fenced by fence: see
 // RedisLog.joinRequest).
 type commitWrite struct {
-	id     string
-	seq    uint64
-	event  []byte
-	status []byte
-	fence  string
+	id  string
+	seq uint64
+	// before, when not empty, are the events numbered just before event,
+	// which the write appends ahead of it, all of them or none: a log's
+	// end (RedisLog.End) with its terminal transition. Each is its length
+	// in decimal, a colon and its encoding (encodeBefore); beforeSize is
+	// their encodings' bytes, what the log's size counts of them.
+	before     []byte
+	beforeSize int64
+	event      []byte
+	status     []byte
+	fence      string
 	// meta, when not empty, replaces the log's meta once the write passed
 	// its fence (RedisLog.openLeased: the request joins the log then).
 	meta string
@@ -523,7 +530,7 @@ func commitCall(ks *keyspace, args []any, writes []commitWrite) *redisscript.Bat
 		if a == nil {
 			a = newCommitArgs(ks, w.id)
 		}
-		b.Add(a.keys, w.fence, a.id, w.seq, w.event, w.status, flag(w.end), flag(w.renew), w.meta, w.size, flag(w.notify), flag(w.check))
+		b.Add(a.keys, w.fence, a.id, w.seq, w.event, w.status, flag(w.end), flag(w.renew), w.meta, w.size, flag(w.notify), flag(w.check), w.before)
 	}
 	return b
 }
@@ -545,7 +552,7 @@ func commitChunks(writes []commitWrite) [][]commitWrite {
 	var chunks [][]commitWrite
 	start, bytes := 0, 0
 	for i, w := range writes {
-		n := len(w.event) + len(w.status) + len(w.meta)
+		n := len(w.before) + len(w.event) + len(w.status) + len(w.meta)
 		if i > start && (i-start >= commitMaxEvents || bytes+n > commitMaxBytes) {
 			chunks = append(chunks, writes[start:i])
 			start, bytes = i, 0

@@ -691,7 +691,7 @@ func TestRedisLogAwaitedEventsWaitLittle(t *testing.T) {
 	}{
 		{"a retry's first token", func(l *RedisLog) error { return l.Append("a", retry) }},
 		{"a stop-hook request", func(l *RedisLog) error { return l.Append("a", hook) }},
-		{"the end", func(l *RedisLog) error { return l.End("a", logEvent(3, true), nil) }},
+		{"the end", func(l *RedisLog) error { return l.End("a", nil, logEvent(3, true), nil) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rdb := testkit.ServerRedisClient(t, redistest.Start(t))
@@ -884,7 +884,7 @@ func TestRedisLogEndGivesTheLeaseUp(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		err := l.End(tc.id, logEvent(1, true), nil)
+		err := l.End(tc.id, nil, logEvent(1, true), nil)
 		if ended := rdb.HExists(ctx, redisMetaKey(tc.id), "ended").Val(); ended != tc.ends || (err != nil) == tc.ends {
 			t.Errorf("%s: ended %t (%v), want %t", tc.id, ended, err, tc.ends)
 		}
@@ -911,7 +911,7 @@ func TestRedisLogGroupCommitLoadsItsScript(t *testing.T) {
 	if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := l.add("a", logEvent(3, false), nil, false); res != "ok" || err != nil {
+	if res, err := l.add("a", nil, logEvent(3, false), nil, false); res != "ok" || err != nil {
 		t.Fatalf("append after SCRIPT FLUSH: %q %v", res, err)
 	}
 }
@@ -1033,7 +1033,7 @@ func TestRedisLogNotifiesAnnouncedFollowers(t *testing.T) {
 	if _, err := rdb.Set(ctx, redisFollowedKey("e"), 1, time.Minute).Result(); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.End("e", logEvent(2, true), nil); err != nil {
+	if err := w.End("e", nil, logEvent(2, true), nil); err != nil {
 		t.Fatal(err)
 	}
 	if msg, err := ps.ReceiveMessage(ctx); err != nil || msg.Payload != "e 2" {
@@ -1061,7 +1061,7 @@ func TestRedisLogNotifiesAnnouncedFollowers(t *testing.T) {
 // appendOne appends event seq to id, failing the test unless Redis took it.
 func appendOne(t *testing.T, l *RedisLog, id string, seq uint64) {
 	t.Helper()
-	if res, err := l.add(id, logEvent(seq, false), nil, false); res != "ok" || err != nil {
+	if res, err := l.add(id, nil, logEvent(seq, false), nil, false); res != "ok" || err != nil {
 		t.Fatalf("append %d to %s: %q %v", seq, id, res, err)
 	}
 }

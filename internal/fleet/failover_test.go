@@ -122,7 +122,7 @@ func TestPairLogClusterFailover(t *testing.T) {
 				default:
 				}
 			}
-			if err := f.End(id, logEvent(seq, true), nil); err != nil {
+			if err := f.End(id, nil, logEvent(seq, true), nil); err != nil {
 				t.Error(err)
 			}
 			last[i] = seq
@@ -177,7 +177,7 @@ func TestPairLogClusterFailoverLosesWrites(t *testing.T) {
 	if err := f.Append("c1", logEvent(6, false)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.End("c1", logEvent(7, true), nil); err != nil {
+	if err := f.End("c1", nil, logEvent(7, true), nil); err != nil {
 		t.Fatal(err)
 	}
 	if p, err := other.Read("c1", 0); err != nil || !p.Ended || !slices.Equal(testkit.Seqs(p.Events), seqsTo(7)) {
@@ -250,7 +250,7 @@ func TestPairLogClusterReshard(t *testing.T) {
 		if p, err := other.Read(id, 0); err != nil || !slices.Equal(testkit.Seqs(p.Events), seqsTo(4)) {
 			t.Errorf("%s once its write returned: %v, %v; want 1..4 in Redis", id, testkit.Seqs(p.Events), err)
 		}
-		if err := f.End(id, logEvent(5, true), nil); err != nil {
+		if err := f.End(id, nil, logEvent(5, true), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -437,7 +437,7 @@ func TestPairLogClusterFailoverLosesAnEnd(t *testing.T) {
 	t.Cleanup(rl.Close)
 	f := NewPairLog(NewMemLog(config.EventLogLimits{}, time.Now), rl, h, quiet, countingCounter{n: &atomic.Int64{}})
 	primary, replica := c.cutOffAfter(t, f, "c1", 3)
-	if err := f.End("c1", logEvent(4, true), nil); err != nil {
+	if err := f.End("c1", nil, logEvent(4, true), nil); err != nil {
 		t.Fatal(err)
 	}
 	primary.Stop()

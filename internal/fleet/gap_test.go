@@ -123,7 +123,7 @@ func TestRedisLogSuspect(t *testing.T) {
 	acked := func() {
 		t.Helper()
 		seq++
-		if res, err := l.add("c", logEvent(seq, false), nil, false); res != "ok" || err != nil {
+		if res, err := l.add("c", nil, logEvent(seq, false), nil, false); res != "ok" || err != nil {
 			t.Fatal(res, err)
 		}
 	}
@@ -195,7 +195,7 @@ func TestPairLogPublishesAgainWhatRedisLost(t *testing.T) {
 	if f.KeptHere("c1") {
 		t.Error("the completion is still kept apart after it was published again")
 	}
-	if err := f.End("c1", logEvent(7, true), nil); err != nil {
+	if err := f.End("c1", nil, logEvent(7, true), nil); err != nil {
 		t.Fatal(err)
 	}
 	if p, err := other.Read("c1", 0); err != nil || !p.Ended || !slices.Equal(testkit.Seqs(p.Events), seqsTo(7)) {

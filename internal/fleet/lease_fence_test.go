@@ -32,7 +32,7 @@ func TestRedisLogFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Fence("c1", a)
-	if res, err := l.add("c1", logEvent(1, false), nil, false); res != "ok" || err != nil {
+	if res, err := l.add("c1", nil, logEvent(1, false), nil, false); res != "ok" || err != nil {
 		t.Fatalf("the owner's append: %s %v", res, err)
 	}
 	// A's lease is lost (it lapsed) and B takes it.
@@ -43,16 +43,16 @@ func TestRedisLogFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := l.add("c1", logEvent(2, false), nil, false); res != "fenced" || err != nil {
+	if res, err := l.add("c1", nil, logEvent(2, false), nil, false); res != "fenced" || err != nil {
 		t.Fatalf("the superseded owner's append: %s %v, want fenced", res, err)
 	}
 	lb := NewRedisLog(rdb, config.EventLogLimits{}, nil) // B's
 	t.Cleanup(lb.Close)
 	lb.Fence("c1", b)
-	if res, err := lb.add("c1", logEvent(2, false), nil, false); res != "ok" || err != nil {
+	if res, err := lb.add("c1", nil, logEvent(2, false), nil, false); res != "ok" || err != nil {
 		t.Fatalf("the new owner's append: %s %v", res, err)
 	}
-	lb.End("c1", logEvent(3, true), nil)
+	lb.End("c1", nil, logEvent(3, true), nil)
 	lb.Unfence("c1")
 	p, err := lb.Read("c1", 0)
 	if err != nil {

@@ -52,10 +52,16 @@ type Log interface {
 	// refused it, as another replica owns the completion now: the
 	// caller must not send it.
 	Append(id string, ev *completionv1.CompletionEvent) error
-	// End adds the result event and the encoded google.rpc.Status the
-	// completion ended with, and ends the log of id: its retention starts.
+	// End adds before (the events numbered just before the result: the
+	// finishing step's, its terminal transition among them), the result
+	// event and the encoded google.rpc.Status the completion ended with,
+	// and ends the log of id: its retention starts. The events go in one
+	// write: a shared store holds all of them or none, so that a log
+	// never holds a terminal transition without its result (a replica
+	// that died between the two would leave a log that looks live, and
+	// another would take the finished completion over and run it again).
 	// It answers as Append does.
-	End(id string, result *completionv1.CompletionEvent, status []byte) error
+	End(id string, before []*completionv1.CompletionEvent, result *completionv1.CompletionEvent, status []byte) error
 	// Read returns the events of id with a seq above after: a page of them
 	// at most, whose More is closed already when more are kept. Following
 	// is reading again once the page's More channel is closed.
@@ -237,7 +243,10 @@ func (m *MemLog) Append(id string, ev *completionv1.CompletionEvent) error {
 }
 
 // End implements Log: nothing fences it.
-func (m *MemLog) End(id string, result *completionv1.CompletionEvent, status []byte) error {
+func (m *MemLog) End(id string, before []*completionv1.CompletionEvent, result *completionv1.CompletionEvent, status []byte) error {
+	for _, ev := range before {
+		m.add(id, ev, nil, false)
+	}
 	m.add(id, result, status, true)
 	return nil
 }

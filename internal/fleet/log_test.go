@@ -49,7 +49,7 @@ func logEvent(seq uint64, result bool) *completionv1.CompletionEvent {
 func appendRun(l Log, id string, n int, ended bool) {
 	for i := 1; i <= n; i++ {
 		if ended && i == n {
-			l.End(id, logEvent(uint64(i), true), nil)
+			l.End(id, nil, logEvent(uint64(i), true), nil)
 			continue
 		}
 		l.Append(id, logEvent(uint64(i), false))
@@ -196,7 +196,7 @@ func testEventLogFollow(t *testing.T, l Log) {
 		t.Fatal("More closed before an append")
 	default:
 	}
-	l.End("c", logEvent(2, true), nil)
+	l.End("c", nil, logEvent(2, true), nil)
 	select {
 	case <-p.More:
 	case <-time.After(5 * time.Second):
@@ -225,8 +225,8 @@ func TestEventLogBounds(t *testing.T) {
 					_ = l.Open(id, Meta{})
 					appendRun(l, id, 2, false)
 				}
-				l.End("b", logEvent(3, true), nil) // b ends first
-				l.End("a", logEvent(3, true), nil)
+				l.End("b", nil, logEvent(3, true), nil) // b ends first
+				l.End("a", nil, logEvent(3, true), nil)
 				_ = l.Open("c", Meta{})
 			},
 			present: []string{"live", "a", "c"},
@@ -328,7 +328,7 @@ func testEventLogPages(t *testing.T, l Log) {
 	for i := 1; i < n; i++ {
 		l.Append("c", logEvent(uint64(i), false))
 	}
-	l.End("c", logEvent(uint64(n), true), []byte{8, 10})
+	l.End("c", nil, logEvent(uint64(n), true), []byte{8, 10})
 	var got []uint64
 	for after := uint64(0); ; {
 		p, err := l.Read("c", after)

@@ -205,7 +205,7 @@ func TestMetricsFencedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Fence("c1", a)
-	if res, err := l.add("c1", logEvent(1, false), nil, false); res != "ok" || err != nil {
+	if res, err := l.add("c1", nil, logEvent(1, false), nil, false); res != "ok" || err != nil {
 		t.Fatalf("the owner's append: %s %v", res, err)
 	}
 	if n := m.count("completiond.redis.fenced"); n != 0 {
@@ -217,7 +217,7 @@ func TestMetricsFencedWrites(t *testing.T) {
 	if _, err := ls.Acquire(ctx, "c1", "B"); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := l.add("c1", logEvent(2, false), nil, false); res != "fenced" || err != nil {
+	if res, err := l.add("c1", nil, logEvent(2, false), nil, false); res != "fenced" || err != nil {
 		t.Fatalf("the superseded owner's append: %s %v", res, err)
 	}
 	if res, err := l.saveCheckpoint("c1", 1, []byte("ck"), a.Value()); res != "fenced" || err != nil {

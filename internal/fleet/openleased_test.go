@@ -166,7 +166,7 @@ func TestOpenAheadOpensWithTheFirstEvent(t *testing.T) {
 	if err := f.Append("c1", logEvent(2, false)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.End("c1", logEvent(3, true), nil); err != nil {
+	if err := f.End("c1", nil, logEvent(3, true), nil); err != nil {
 		t.Fatal(err)
 	}
 	size, err := rdb.HGet(t.Context(), redisLogSizes, "c1").Int64()

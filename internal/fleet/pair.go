@@ -301,7 +301,7 @@ func (f *PairLog) openShared(id string, meta Meta) {
 // replica may die before the write); a write Redis refuses (ErrFenced) is
 // kept nowhere.
 func (f *PairLog) Append(id string, ev *completionv1.CompletionEvent) error {
-	if err := f.share(id, ev, nil, false); err != nil {
+	if err := f.share(id, nil, ev, nil, false); err != nil {
 		return err
 	}
 	f.mem.Append(id, ev)
@@ -309,22 +309,23 @@ func (f *PairLog) Append(id string, ev *completionv1.CompletionEvent) error {
 	return nil
 }
 
-// End implements Log, as Append.
-func (f *PairLog) End(id string, result *completionv1.CompletionEvent, status []byte) error {
-	if err := f.share(id, result, status, true); err != nil {
+// End implements Log, as Append: before and the result are one write to
+// Redis.
+func (f *PairLog) End(id string, before []*completionv1.CompletionEvent, result *completionv1.CompletionEvent, status []byte) error {
+	if err := f.share(id, before, result, status, true); err != nil {
 		return err
 	}
-	f.mem.End(id, result, status)
+	f.mem.End(id, before, result, status)
 	f.reshareApart(id, true)
 	return nil
 }
 
-// share adds ev to the Redis log of id, if it is shared there, and
-// degrades id to memory when that fails. It answers ErrFenced when Redis
-// refused the write. The events of one completion come from one
-// goroutine, its driver's, so that share never races with itself for an
-// id.
-func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []byte, end bool) error {
+// share adds ev, after the events before it, to the Redis log of id in
+// one write, if it is shared there, and degrades id to memory when that
+// fails. It answers ErrFenced when Redis refused the write. The events of
+// one completion come from one goroutine, its driver's, so that share
+// never races with itself for an id.
+func (f *PairLog) share(id string, before []*completionv1.CompletionEvent, ev *completionv1.CompletionEvent, status []byte, end bool) error {
 	f.mu.Lock()
 	shared := f.shared[id]
 	if end {
@@ -334,7 +335,7 @@ func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []by
 	if !shared {
 		return nil
 	}
-	res, err := f.redis.add(id, ev, status, end)
+	res, err := f.redis.add(id, before, ev, status, end)
 	switch {
 	case err != nil:
 		f.degrade(id, err)
@@ -344,7 +345,7 @@ func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []by
 	case res == "missing":
 		f.degrade(id, errors.New("its log is no longer in Redis (Redis restarted, or evicted it)"))
 	case res == "gap":
-		f.fillGap(id, ev, status, end)
+		f.fillGap(id, append(slices.Clip(before), ev), status, end)
 	case res == "ok" && end:
 		f.endedShared(id, f.redis.fence(id))
 	}
@@ -353,15 +354,22 @@ func (f *PairLog) share(id string, ev *completionv1.CompletionEvent, status []by
 
 // fillGap publishes again the log of id, whose last events Redis lost (a
 // failover, or a restart from a saved copy, lost acknowledged writes: it
-// answered gap to the write of ev), from this replica's copy and ev (with
-// status when it ends the log), before ev is readable here: so the
-// shared log gets no hole, and holds ev before any caller sees it. A log
-// that cannot be published now is kept apart (setApart) until it can.
-func (f *PairLog) fillGap(id string, ev *completionv1.CompletionEvent, status []byte, end bool) {
+// answered gap to the write of evs), from this replica's copy and evs
+// (with status when they end the log), before evs are readable here: so
+// the shared log gets no hole, and holds evs before any caller sees them.
+// A log that cannot be published now is kept apart (setApart) until it
+// can.
+func (f *PairLog) fillGap(id string, evs []*completionv1.CompletionEvent, status []byte, end bool) {
 	c, ok := f.mem.copyOf(id)
-	b, err := proto.Marshal(ev)
-	if ok && err == nil {
+	var err error
+	for _, ev := range evs {
+		var b []byte
+		if b, err = proto.Marshal(ev); err != nil {
+			break
+		}
 		c.events, c.seqs = append(c.events, b), append(c.seqs, ev.GetSeq())
+	}
+	if ok && err == nil {
 		if end {
 			c.ended, c.status = true, status
 		}

@@ -78,7 +78,7 @@ func TestPairLogRedisBeforeMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := f.End("c1", logEvent(4, true), nil); err != nil {
+	if err := f.End("c1", nil, logEvent(4, true), nil); err != nil {
 		t.Fatal(err)
 	}
 	if early != nil {

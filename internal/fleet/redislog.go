@@ -366,12 +366,13 @@ func (l *RedisLog) joinRequest(id string) {
 // Append implements Log: ErrFenced when the lease refused the write;
 // another failure is dropped (PairLog is the log that degrades).
 func (l *RedisLog) Append(id string, ev *completionv1.CompletionEvent) error {
-	return refusal(l.add(id, ev, nil, false))
+	return refusal(l.add(id, nil, ev, nil, false))
 }
 
-// End implements Log, as Append.
-func (l *RedisLog) End(id string, result *completionv1.CompletionEvent, status []byte) error {
-	return refusal(l.add(id, result, status, true))
+// End implements Log, as Append: before and the result are one write
+// (commitWrite.before), which lua/commit.lua appends whole or not at all.
+func (l *RedisLog) End(id string, before []*completionv1.CompletionEvent, result *completionv1.CompletionEvent, status []byte) error {
+	return refusal(l.add(id, before, result, status, true))
 }
 
 // refusal is ErrFenced when a script answered fenced.
@@ -457,20 +458,26 @@ func (lw *logWriter) firstOutput(ev *completionv1.CompletionEvent) bool {
 	return lw.output.Swap(key) != key
 }
 
-// add appends ev to the log of id, and with end ends it with status,
-// with the next flush of the group commit (committer). It answers what
-// lua/commit.lua did (ok, missing, ended, order, gap when Redis lost the
-// log's last events, or fenced when id is fenced and its lease is no
-// longer the writer's) or the error of a Redis that did not answer.
-func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byte, end bool) (string, error) {
+// add appends ev, after the events before it (each numbered, the last
+// of them just before ev), to the log of id in one write, and with end
+// ends it with status, with the next flush of the group commit
+// (committer). It answers what lua/commit.lua did (ok, missing, ended,
+// order, gap when Redis lost the log's last events, or fenced when id is
+// fenced and its lease is no longer the writer's) or the error of a Redis
+// that did not answer.
+func (l *RedisLog) add(id string, before []*completionv1.CompletionEvent, ev *completionv1.CompletionEvent, status []byte, end bool) (string, error) {
 	b, err := proto.Marshal(ev)
 	if err != nil {
 		return "", err // cannot happen: the service builds every event
 	}
+	pre, preSize, err := encodeBefore(before)
+	if err != nil {
+		return "", err
+	}
 	if testHookRedisAdd != nil {
 		testHookRedisAdd(id, ev.GetSeq())
 	}
-	w := commitWrite{id: id, seq: ev.GetSeq(), event: b, status: status, end: end, fence: l.fence(id)}
+	w := commitWrite{id: id, seq: ev.GetSeq(), before: pre, beforeSize: preSize, event: b, status: status, end: end, fence: l.fence(id)}
 	if w.fence != "" {
 		if m, ok := l.pendingMeta.LoadAndDelete(id); ok {
 			w.meta = m.(string)
@@ -509,12 +516,29 @@ func (l *RedisLog) add(id string, ev *completionv1.CompletionEvent, status []byt
 	case w.size > 0:
 		lw.unsized.Add(-unsized)
 	default:
-		lw.unsized.Add(int64(len(b) + len(status)))
+		lw.unsized.Add(preSize + int64(len(b)+len(status)))
 	}
 	if err == nil && res == "fenced" {
 		l.refused()
 	}
 	return res, err
+}
+
+// encodeBefore encodes evs as commitWrite.before: each event's length in
+// decimal, a colon, and its encoding, one after the other (nil for none);
+// and the bytes of their encodings (commitWrite.beforeSize).
+func encodeBefore(evs []*completionv1.CompletionEvent) (enc []byte, size int64, err error) {
+	for _, ev := range evs {
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			return nil, 0, err // cannot happen: the service builds every event
+		}
+		enc = strconv.AppendInt(enc, int64(len(b)), 10)
+		enc = append(enc, ':')
+		enc = append(enc, b...)
+		size += int64(len(b))
+	}
+	return enc, size, nil
 }
 
 // commitWrite writes w with the next flush of the group commit, and
@@ -692,7 +716,7 @@ func (l *RedisLog) endsLost(ids []string) (lost, gone map[string]bool, err error
 // short by as much: the total and the logs' sizes always agree, so that
 // dropping the log takes off what was counted, no more.
 func (l *RedisLog) sizeOf(w commitWrite, unsized int64) int64 {
-	own := int64(len(w.event) + len(w.status))
+	own := w.beforeSize + int64(len(w.event)+len(w.status))
 	if w.renew || w.end || unsized+own >= l.sizeEvery() {
 		return unsized + own
 	}
@@ -992,7 +1016,9 @@ const restoreScan = 100
 const redisReshareBatch = 128
 
 // appendAll appends the events of c after seq kept, redisReshareBatch
-// per call of lua/commit.lua.
+// per call of lua/commit.lua, the last call carrying the last of them: an
+// ended log's end goes in one call with the events before it (its
+// terminal transition), as RedisLog.End writes them.
 func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence string) error {
 	var writes []commitWrite
 	for i, seq := range c.seqs {
@@ -1007,13 +1033,11 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 		w.size = int64(len(w.event) + len(w.status)) // each counted: a reshare is rare
 		writes = append(writes, w)
 	}
-	for len(writes) > 0 {
-		n := min(len(writes), redisReshareBatch)
-		replies, evicted, err := l.commitWrites(ctx, writes[:n])
+	for _, batch := range reshareBatches(writes) {
+		replies, evicted, err := l.commitWrites(ctx, batch)
 		if err != nil {
 			return err
 		}
-		writes = writes[n:]
 		for _, res := range replies {
 			switch res {
 			case "fenced":
@@ -1030,6 +1054,21 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 		}
 	}
 	return nil
+}
+
+// reshareBatches splits writes into calls of redisReshareBatch at most,
+// the first call carrying what is left over: so the last call carries
+// the last redisReshareBatch writes, an end with the events before it.
+func reshareBatches(writes []commitWrite) [][]commitWrite {
+	var batches [][]commitWrite
+	for len(writes) > 0 {
+		n := len(writes) % redisReshareBatch
+		if n == 0 {
+			n = redisReshareBatch
+		}
+		batches, writes = append(batches, writes[:n]), writes[n:]
+	}
+	return batches
 }
 
 // leaseTTL is LeaseTTL, or DefaultLeaseTTL when unset.

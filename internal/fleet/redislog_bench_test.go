@@ -44,7 +44,7 @@ func runCompletions(b *testing.B, l Log, prefix string, n int) time.Duration {
 			l.Append(id, delta(seq))
 			done++
 		}
-		l.End(id, &completionv1.CompletionEvent{Seq: benchEventsPerCompletion, Event: &completionv1.CompletionEvent_Result{Result: result}}, nil)
+		l.End(id, nil, &completionv1.CompletionEvent{Seq: benchEventsPerCompletion, Event: &completionv1.CompletionEvent_Result{Result: result}}, nil)
 		done++
 	}
 	return time.Since(start)
@@ -300,7 +300,7 @@ func benchAnswerEvent(l *RedisLog, id string, i int, last bool) (then func(), er
 		l.Fence(id, Lease{ID: id, Token: token, Replica: "bench"})
 		return func() { l.joinRequest(id) }, nil
 	case last:
-		err = l.End(id, logEvent(seq, true), nil)
+		err = l.End(id, nil, logEvent(seq, true), nil)
 		l.Unfence(id)
 		return nil, err
 	default:

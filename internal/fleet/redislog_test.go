@@ -94,7 +94,7 @@ func TestRedisLogAccountingAfterDrops(t *testing.T) {
 func adder(t *testing.T, l *RedisLog, id string) func(seq uint64) string {
 	return func(seq uint64) string {
 		t.Helper()
-		res, err := l.add(id, logEvent(seq, false), nil, false)
+		res, err := l.add(id, nil, logEvent(seq, false), nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func TestRedisLogCountsSizesLate(t *testing.T) {
 		{7, 500 * time.Millisecond, 6}, // no renewal
 	} {
 		clk.add(step.advance)
-		if res, err := l.add("c", logEvent(step.seq, false), nil, false); res != "ok" || err != nil {
+		if res, err := l.add("c", nil, logEvent(step.seq, false), nil, false); res != "ok" || err != nil {
 			t.Fatalf("append %d: %s %v", step.seq, res, err)
 		}
 		if got := counted(); got != step.want*each {
@@ -194,7 +194,7 @@ func TestRedisLogCountsSizesLate(t *testing.T) {
 		}
 	}
 	status := []byte("a status")
-	if res, err := l.add("c", logEvent(8, true), status, true); res != "ok" || err != nil {
+	if res, err := l.add("c", nil, logEvent(8, true), status, true); res != "ok" || err != nil {
 		t.Fatalf("end: %s %v", res, err)
 	}
 	var exact int64

@@ -260,9 +260,12 @@ func (s *seqFrom) Append(id string, ev *completionv1.CompletionEvent) error {
 	return s.Log.Append(id, ev)
 }
 
-func (s *seqFrom) End(id string, ev *completionv1.CompletionEvent, status []byte) error {
+func (s *seqFrom) End(id string, before []*completionv1.CompletionEvent, ev *completionv1.CompletionEvent, status []byte) error {
+	for _, b := range before {
+		b.Seq += s.from
+	}
 	ev.Seq += s.from
-	return s.Log.End(id, ev, status)
+	return s.Log.End(id, before, ev, status)
 }
 
 // TestPairLogForgetsEndsNoLongerInMemory: the ends looked at again are

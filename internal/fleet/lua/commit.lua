@@ -1,8 +1,12 @@
 -- KEYS: LIVE ENDED SIZES BYTES ENDSEQ | META LOG LEASE FOLLOWED
--- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew meta size notify check
+-- ARGV: now retention maxe maxb ttl channel | fence id seq event status fin renew meta size notify check before
 -- Group commit: appends one event per group, in order, each as entry
 -- 0-seq of the log of its id, and with fin = 1 ends that log with status;
--- a log may have several groups. Fenced (fence is the writer's lease
+-- a log may have several groups. A group's before (not empty) holds the
+-- events just before its event (seqs seq-n to seq-1), each as its length
+-- in decimal, a colon and its bytes: the group appends them ahead of its
+-- event, all or none (checked as one write whose first seq is seq-n), so
+-- that a log's end carries its terminal transition with its result. Fenced (fence is the writer's lease
 -- value, not empty), a group writes only while LEASE is not another's,
 -- atomically with the check; a lease that is gone refuses nothing, since
 -- nobody can have written without taking it, but then an ended log is
@@ -83,7 +87,21 @@ local function follows(LOG, id, seq, renew)
   if top >= seq then return 'order' end
   return 'gap'
 end
-local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify, check)
+-- split answers the events of a group's before, in order.
+local function split(before)
+  local evs, pos = {}, 1
+  while pos <= #before do
+    local colon = string.find(before, ':', pos, true)
+    local n = tonumber(string.sub(before, pos, colon - 1))
+    table.insert(evs, string.sub(before, colon + 1, colon + n))
+    pos = colon + n + 1
+  end
+  return evs
+end
+local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify, check, before)
+  local evs = split(before)
+  local first = tonumber(seq) - #evs
+  table.insert(evs, event)
   local held = false
   if fence ~= '' then
     local v = redis.call('GET', LEASE)
@@ -95,18 +113,22 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
   if renew == '1' then
     if redis.call('EXISTS', META) == 0 then return 'missing' end
     if redis.call('HEXISTS', META, 'ended') == 1 then return 'ended' end
-    local after = follows(LOG, id, seq, true)
+    local after = follows(LOG, id, first, true)
     if after then return after end
-    entry = redis.pcall('XADD', LOG, '0-' .. seq, 'e', event)
+    entry = redis.pcall('XADD', LOG, '0-' .. first, 'e', evs[1])
   else
     if check == '1' then
-      local after = follows(LOG, id, seq, false)
+      local after = follows(LOG, id, first, false)
       if after then return after end
     end
-    entry = redis.pcall('XADD', LOG, 'NOMKSTREAM', '0-' .. seq, 'e', event)
+    entry = redis.pcall('XADD', LOG, 'NOMKSTREAM', '0-' .. first, 'e', evs[1])
     if not entry then return 'missing' end
   end
   if type(entry) == 'table' and entry.err then return 'order' end
+  -- The first entry is in, above the log's last: the rest follow it.
+  for k = 2, #evs do
+    redis.call('XADD', LOG, '0-' .. (first + k - 1), 'e', evs[k])
+  end
   tops[id] = tonumber(seq)
   if meta ~= '' and fence ~= '' then redis.call('HSET', META, 'm', meta) end
   size = tonumber(size)
@@ -153,11 +175,11 @@ local function join(META, LEASE, fence, meta)
 end
 for i = 1, GROUPS do
   local META, LOG, LEASE, FOLLOWED = KEYS_OF(i)
-  local fence, id, seq, event, status, fin, renew, meta, size, notify, check = ARGV_OF(i)
+  local fence, id, seq, event, status, fin, renew, meta, size, notify, check, before = ARGV_OF(i)
   if event == '' then
     replies[i] = join(META, LEASE, fence, meta)
   else
-    replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify, check)
+    replies[i] = write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify, check, before)
   end
 end
 -- The oldest ended logs go first, up to 100 at a time, out of the bound's
