@@ -334,13 +334,13 @@ func takeoverFailedStatus(id string, why error) error {
 // holds no request to continue it from (it ran without a resume grace, or
 // its replica died before its request joined the log), on replica, whose
 // process is gone: FAILED_PRECONDITION, ErrorInfo COMPLETION_LOST.
-// Attaching again cannot help; starting it again can, under a new
-// idempotency key (the old one names this completion while its log is
-// kept).
+// Attaching again cannot help; starting it again can, under its
+// idempotency key too (claimKey finds the completion lost and starts it
+// anew).
 func completionLostStatus(id, replica string) error {
 	return withDetails(codes.FailedPrecondition,
 		"completion "+quote(id)+" ended with its replica "+quote(clip(replica, maxTakeoverError))+
-			", which is gone: its log holds no request to continue it from (it ran without a resume grace, or the replica died before the request joined the log); start it again, under a new idempotency key if it had one",
+			", which is gone: its log holds no request to continue it from (it ran without a resume grace, or the replica died before the request joined the log); start it again (under its idempotency key too: a start finds it lost and starts it anew)",
 		&errdetails.ErrorInfo{Reason: reasonCompletionLost, Domain: ErrorDomain}).Err()
 }
 

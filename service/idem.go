@@ -212,7 +212,7 @@ func (s *Server) claimKey(ctx context.Context, req *completionv1.CompleteRequest
 			old = cur
 			continue
 		}
-		kept, err := s.logKept(cur.ID)
+		kept, err := s.logKept(ctx, cur.ID)
 		if err != nil {
 			return nil, logStatus(err, cur.ID, 0)
 		}
@@ -221,7 +221,7 @@ func (s *Server) claimKey(ctx context.Context, req *completionv1.CompleteRequest
 			return nil, idemReusedStatus()
 		case kept:
 			return nil, &errAttach{id: cur.ID}
-		case cur.Opened: // its log is gone: the key is free again
+		case cur.Opened: // its log is gone, or its completion with its replica: the key is free again
 			old = cur
 			continue
 		case cur.Digest != digest: // a start of another request, under way
@@ -242,16 +242,49 @@ func (s *Server) claimKey(ctx context.Context, req *completionv1.CompleteRequest
 	}
 }
 
-// logKept reports whether the log of id is kept.
-func (s *Server) logKept(id string) (bool, error) {
-	_, err := s.log.Read(id, 0)
+// logKept reports whether the log of id is kept, of a completion that
+// was not lost with its replica (lost).
+func (s *Server) logKept(ctx context.Context, id string) (bool, error) {
+	page, err := s.log.Read(id, 0)
 	switch {
-	case err == nil, errors.Is(err, fleet.ErrOutOfRange):
+	case errors.Is(err, fleet.ErrOutOfRange):
 		return true, nil
 	case errors.Is(err, fleet.ErrNotFound):
 		return false, nil
+	case err != nil:
+		return false, err
 	}
-	return false, err
+	return !s.lost(ctx, page), nil
+}
+
+// lost reports whether the live completion whose log page reads ended
+// with its replica: it is never taken over (its log holds no request: no
+// resume grace) and the process that ran it on another replica is gone
+// (Presence), found gone twice a follower's check apart, as a follower
+// finds it (lookAtOwner), so that a presence the store lost for a moment
+// frees no running completion's key. Its followers end COMPLETION_LOST;
+// a start under its idempotency key starts it anew rather than attach to
+// it until its log lapses.
+func (s *Server) lost(ctx context.Context, page fleet.Page) bool {
+	m := page.Meta
+	if s.cfg.Leases == nil || page.Ended || len(m.Request) > 0 || m.Instance == "" || m.Instance == s.instance() {
+		return false
+	}
+	for look := range 2 {
+		if look > 0 {
+			t := time.NewTimer(fleet.TimingOf(s.cfg.Leases).CheckEvery())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			case <-t.C:
+			}
+		}
+		if present, err := fleet.Present(ctx, s.cfg.Leases, m.Instance); err != nil || present {
+			return false
+		}
+	}
+	return true
 }
 
 // attachStart serves a start that found its idempotency key claimed by an

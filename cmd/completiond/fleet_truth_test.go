@@ -160,7 +160,9 @@ func TestFleetPausedOwner(t *testing.T) {
 // (after the last seq the caller saw, and one from the start) ends
 // promptly with FAILED_PRECONDITION and COMPLETION_LOST — the completion
 // ended with its replica — rather than following a log that looks live in
-// Redis until the caller's deadline.
+// Redis until the caller's deadline. The start retried under its
+// idempotency key through B then starts it anew, rather than attach to
+// it while its log is kept.
 func TestFleetAttachAfterItsReplicaDied(t *testing.T) {
 	bin := buildCompletiond(t)
 	rs := redistest.Start(t)
@@ -168,11 +170,13 @@ func TestFleetAttachAfterItsReplicaDied(t *testing.T) {
 	onB := rawClient(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := rawClient(t, a).Stream(ctx, &completionv1.CompleteRequest{
-		Route:    "sim",
-		Messages: []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "Tell me about endings."}}}}}},
-		Metadata: map[string]string{"sim.pace": "20ms", "sim.words": "500"},
-	})
+	req := &completionv1.CompleteRequest{
+		Route:          "sim",
+		Messages:       []*completionv1.Message{{Role: completionv1.Role_ROLE_USER, Content: []*completionv1.ContentBlock{{Block: &completionv1.ContentBlock_Text{Text: &completionv1.TextBlock{Text: "Tell me about endings."}}}}}},
+		Metadata:       map[string]string{"sim.pace": "20ms", "sim.words": "500"},
+		IdempotencyKey: "endings",
+	}
+	st, err := rawClient(t, a).Stream(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +206,16 @@ func TestFleetAttachAfterItsReplicaDied(t *testing.T) {
 			t.Fatalf("attach after seq %d through B: %v (reason %q), want FAILED_PRECONDITION COMPLETION_LOST", after, err, errorReason(err))
 		}
 		t.Logf("attach after seq %d: %s, %v after SIGKILL (lease %s)", after, status.Convert(err).Message(), time.Since(killed).Round(time.Millisecond), fleetLeaseTTL)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	retry, err := onB.Stream(rctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := retry.Recv()
+	if err != nil || ev.GetStarted() == nil || ev.GetStarted().GetCompletionId() == id {
+		t.Fatalf("the start retried under its idempotency key through B: %v %v, want a new completion (the lost one is %s)", ev, err, id)
 	}
 }
 
