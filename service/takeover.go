@@ -178,6 +178,14 @@ func (w *owned) add(id string, o *fleet.Ownership) {
 	w.m[id] = o
 }
 
+// has reports whether this replica holds an ownership of completion id.
+func (w *owned) has(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.m[id]
+	return ok
+}
+
 func (w *owned) remove(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -247,7 +255,12 @@ func (s *Server) leaseCheck(page fleet.Page, first bool) (wake <-chan time.Time,
 // free is counted (fleet.TakeoverFailed, takeoverFailure).
 func (s *Server) takeOver(ctx context.Context, id string) (leave func(), err error) {
 	ls := s.cfg.Leases
-	if _, held, err := ls.Holder(ctx, id); err != nil || held {
+	if _, held, err := ls.Holder(ctx, id); err != nil || held || s.owned.has(id) {
+		// Held by a replica, or run by this one still: its lease lapsed
+		// while this process was paused, or with the store away, and the
+		// run renews it or stops once it finds it lost (a log kept here
+		// only goes on for its callers here, who read what it writes).
+		// Taking it over here too would make two writers of one log.
 		return nil, nil
 	}
 	if s.redis != nil && s.redis.Settling(ctx) {

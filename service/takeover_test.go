@@ -818,3 +818,40 @@ func TestTakeoverRefusesAFinishedCompletion(t *testing.T) {
 		t.Error("the lease of a refused takeover is still held")
 	}
 }
+
+// TestTakeoverNotByTheProcessThatRunsIt: the lease of a completion A runs
+// lapses while A runs it still (A was paused, or the store away). A
+// follower on A does not take it over beside A's own run, which would
+// make two writers of one log: A's run finds the lease lost and stops,
+// and then the follower takes the completion over. Its caller gets every
+// seq once and the whole answer.
+func TestTakeoverNotByTheProcessThatRunsIt(t *testing.T) {
+	leases := fleet.NewMemLeases(time.Second)
+	a := inProcessFleet(t, 1, leases, "")[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := slowRequest("sim", 60, 20*time.Millisecond)
+	want := wholeAnswer(t, ctx, a.client, req)
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	st, err := a.client.Stream(sctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := recvDeltas(t, st, 5)
+	id := got[0].GetStarted().GetCompletionId()
+	l, held, err := leases.Holder(ctx, id)
+	if err != nil || !held {
+		t.Fatalf("the lease of %s: held %t, %v", id, held, err)
+	}
+	if err := leases.Release(ctx, l); err != nil { // lapsed, as if A had been paused past it
+		t.Fatal(err)
+	}
+	_, all := attachRest(t, ctx, a.client, got)
+	if res := resultText(all[len(all)-1].GetResult()); res != want {
+		t.Errorf("answer %q, want %q", res, want)
+	}
+	if n := terminals(all); n != 1 {
+		t.Errorf("%d terminal transitions, want 1", n)
+	}
+}

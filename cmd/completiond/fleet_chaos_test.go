@@ -571,7 +571,12 @@ type chaosCompletion struct {
 	statusTries int    // Attach calls after the result, for the status a broken call did not bring
 	outcome     string // ok, or the final status's code
 	accepted    bool   // a final status docs/fleet.md allows for the failures the completion met
-	failure     string // why it breaks a promise; empty when none
+	// continued: the answer went on past the sim's whole answer, which a
+	// replica killed after streaming all of it, before its end, left in
+	// the log for a takeover to continue (docs/fleet.md, The end is one
+	// write); accepted.
+	continued bool
+	failure   string // why it breaks a promise; empty when none
 }
 
 // chaosCall is one Stream or Attach call of a completion.
@@ -836,6 +841,10 @@ func (f *chaosFleet) whole(c *chaosCompletion, want string) string {
 		return fmt.Sprintf("the kept deltas assemble %q, the result says %q", kept, resultText(res))
 	}
 	if got := resultText(res); got != want {
+		if continuedPastTheEnd(c.events, want) {
+			c.continued = true
+			return ""
+		}
 		return fmt.Sprintf("the answer is %q, the sim's is %q", got, want)
 	}
 	discarded := false
@@ -846,6 +855,23 @@ func (f *chaosFleet) whole(c *chaosCompletion, want string) string {
 		return fmt.Sprintf("the deltas concatenate to %q with no attempt discarded: a word twice", all)
 	}
 	return ""
+}
+
+// continuedPastTheEnd reports whether evs are of a completion taken over
+// (REPLICA_LOST, STREAM_RESUME) when the log held the sim's whole answer,
+// want, and continued from it: what docs/fleet.md says of a replica
+// killed after an attempt streamed its whole answer, before the end's
+// write (the log cannot tell that the attempt had ended). The result then
+// begins with want.
+func continuedPastTheEnd(evs []*completionv1.CompletionEvent, want string) bool {
+	for i, ev := range evs {
+		tr := ev.GetTransition()
+		if tr.GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST &&
+			tr.GetReason() == completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME && keptText(evs[:i]) == want {
+			return strings.HasPrefix(resultText(evs[len(evs)-1].GetResult()), want)
+		}
+	}
+	return false
 }
 
 // lostAllowed says whether a completion's end with code before its result
@@ -902,6 +928,8 @@ func (f *chaosFleet) report(done []*chaosCompletion) {
 			fail++
 		case c.accepted:
 			key = "accepted " + c.outcome
+		case c.continued:
+			key = "accepted " + c.outcome + " continued past its end"
 		}
 		counts[key]++
 		if len(c.calls) > 1 {
