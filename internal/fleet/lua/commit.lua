@@ -99,9 +99,14 @@ local function split(before)
   return evs
 end
 local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, fin, renew, meta, size, notify, check, before)
-  local evs = split(before)
-  local first = tonumber(seq) - #evs
-  table.insert(evs, event)
+  -- first is the seq of the group's first event, head its bytes; evs,
+  -- with a before, all of its events (no table for the usual group).
+  local first, head, evs = tonumber(seq), event, nil
+  if before ~= '' then
+    evs = split(before)
+    first, head = first - #evs, evs[1]
+    table.insert(evs, event)
+  end
   local held = false
   if fence ~= '' then
     local v = redis.call('GET', LEASE)
@@ -115,19 +120,21 @@ local function write(META, LOG, LEASE, FOLLOWED, fence, id, seq, event, status, 
     if redis.call('HEXISTS', META, 'ended') == 1 then return 'ended' end
     local after = follows(LOG, id, first, true)
     if after then return after end
-    entry = redis.pcall('XADD', LOG, '0-' .. first, 'e', evs[1])
+    entry = redis.pcall('XADD', LOG, '0-' .. first, 'e', head)
   else
     if check == '1' then
       local after = follows(LOG, id, first, false)
       if after then return after end
     end
-    entry = redis.pcall('XADD', LOG, 'NOMKSTREAM', '0-' .. first, 'e', evs[1])
+    entry = redis.pcall('XADD', LOG, 'NOMKSTREAM', '0-' .. first, 'e', head)
     if not entry then return 'missing' end
   end
   if type(entry) == 'table' and entry.err then return 'order' end
   -- The first entry is in, above the log's last: the rest follow it.
-  for k = 2, #evs do
-    redis.call('XADD', LOG, '0-' .. (first + k - 1), 'e', evs[k])
+  if evs then
+    for k = 2, #evs do
+      redis.call('XADD', LOG, '0-' .. (first + k - 1), 'e', evs[k])
+    end
   end
   tops[id] = tonumber(seq)
   if meta ~= '' and fence ~= '' then redis.call('HSET', META, 'm', meta) end
