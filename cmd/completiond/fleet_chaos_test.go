@@ -861,14 +861,17 @@ func (f *chaosFleet) whole(c *chaosCompletion, want string) string {
 // (REPLICA_LOST, STREAM_RESUME) when the log held the sim's whole answer,
 // want, and continued from it: what docs/fleet.md says of a replica
 // killed after an attempt streamed its whole answer, before the end's
-// write (the log cannot tell that the attempt had ended). The result then
-// begins with want.
+// write (the log cannot tell that the attempt had ended). The deltas
+// before the takeover are want, no word twice; the result is want, then
+// what the sim says when asked to continue an answer it gave in full
+// (" More:" …), which the deltas after the takeover are.
 func continuedPastTheEnd(evs []*completionv1.CompletionEvent, want string) bool {
 	for i, ev := range evs {
 		tr := ev.GetTransition()
 		if tr.GetError().GetKind() == completionv1.ErrorKind_ERROR_KIND_REPLICA_LOST &&
-			tr.GetReason() == completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME && keptText(evs[:i]) == want {
-			return strings.HasPrefix(resultText(evs[len(evs)-1].GetResult()), want)
+			tr.GetReason() == completionv1.TransitionReason_TRANSITION_REASON_STREAM_RESUME && allText(evs[:i]) == want {
+			rest, ok := strings.CutPrefix(resultText(evs[len(evs)-1].GetResult()), want)
+			return ok && strings.HasPrefix(rest, " More:") && allText(evs[i:]) == rest
 		}
 	}
 	return false

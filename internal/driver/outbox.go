@@ -49,18 +49,14 @@ type outbox struct {
 	// goroutine ends.
 	finishing chan struct{}
 	// holding: the machine finishes (holdForEnd); the events numbered
-	// since are held, the last endWith of them, and written with the
-	// result in one log write (end), so that no log holds the terminal
-	// transition without the result.
+	// since are held, the last fleet.EndWith of them (its tool calls and
+	// transitions, the terminal one last, ahead of which a settled answer
+	// may come in thousands of deltas, written as they come), and written
+	// with the result in one log write (end), so that no log holds the
+	// terminal transition without the result.
 	holding bool
 	held    []*completionv1.CompletionEvent
 }
-
-// endWith is the most events held for the result's write: the finishing
-// step's last, its tool calls and transitions (the terminal one last),
-// ahead of which a settled answer's text may come in thousands of deltas,
-// which are written as they come.
-const endWith = 64
 
 // aheadWrite is an event written and sent on a goroutine of its own
 // (ahead): done is closed once it is, refused and sendFailed say how it
@@ -210,10 +206,10 @@ func (o *outbox) sendNumbered(ev *completionv1.CompletionEvent) {
 		return
 	}
 	o.held = append(o.held, ev)
-	if len(o.held) > endWith {
+	if len(o.held) > fleet.EndWith {
 		first := o.held[0]
 		copy(o.held, o.held[1:])
-		o.held = o.held[:endWith]
+		o.held = o.held[:fleet.EndWith]
 		o.write(first)
 	}
 }

@@ -303,11 +303,11 @@ func (w *writesLog) End(id string, before []*completionv1.CompletionEvent, ev *c
 
 // TestOutboxEndWritesTheFinishingStepWithTheResult: once the machine
 // finishes (holdForEnd), the events numbered are held and go to the log
-// in one write with the result, the last endWith of them (earlier ones,
+// in one write with the result, the last fleet.EndWith of them (earlier ones,
 // a settled answer's thousands of deltas, are written as they come); each
 // event is sent once the log holds it, in seq order.
 func TestOutboxEndWritesTheFinishingStepWithTheResult(t *testing.T) {
-	for _, held := range []int{0, 1, endWith, endWith + 3} {
+	for _, held := range []int{0, 1, fleet.EndWith, fleet.EndWith + 3} {
 		t.Run(fmt.Sprint(held, " held"), func(t *testing.T) {
 			mem := fleet.NewMemLog(config.EventLogLimits{}, time.Now)
 			if err := mem.Open("c", fleet.Meta{}); err != nil {
@@ -334,11 +334,11 @@ func TestOutboxEndWritesTheFinishingStepWithTheResult(t *testing.T) {
 			o.end(1, 1, &completionv1.CompletionEvent{Event: &completionv1.CompletionEvent_Result{}}, nil)
 			n := uint64(2 + held + 1)
 			var want [][]uint64
-			for s := uint64(1); s <= n-1-uint64(min(held, endWith)); s++ {
+			for s := uint64(1); s <= n-1-uint64(min(held, fleet.EndWith)); s++ {
 				want = append(want, []uint64{s})
 			}
 			var last []uint64
-			for s := n - uint64(min(held, endWith)); s <= n; s++ {
+			for s := n - uint64(min(held, fleet.EndWith)); s <= n; s++ {
 				last = append(last, s)
 			}
 			want = append(want, last)

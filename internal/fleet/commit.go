@@ -120,9 +120,11 @@ type commitWrite struct {
 	// before, when not empty, are the events numbered just before event,
 	// which the write appends ahead of it, all of them or none: a log's
 	// end (RedisLog.End) with its terminal transition. Each is its length
-	// in decimal, a colon and its encoding (encodeBefore); beforeSize is
-	// their encodings' bytes, what the log's size counts of them.
+	// in decimal, a colon and its encoding (appendBefore); beforeN is how
+	// many they are (EndWith at most), beforeSize their encodings' bytes,
+	// what the log's size counts of them.
 	before     []byte
+	beforeN    int
 	beforeSize int64
 	event      []byte
 	status     []byte
@@ -547,17 +549,18 @@ func flag(b bool) any {
 }
 
 // commitChunks splits writes into the calls of one flush: commitMaxEvents
-// and commitMaxBytes each at most, one write at least.
+// events (an end's write counts the events before it too) and
+// commitMaxBytes each at most, one write at least, never split.
 func commitChunks(writes []commitWrite) [][]commitWrite {
 	var chunks [][]commitWrite
-	start, bytes := 0, 0
+	start, events, bytes := 0, 0, 0
 	for i, w := range writes {
-		n := len(w.before) + len(w.event) + len(w.status) + len(w.meta)
-		if i > start && (i-start >= commitMaxEvents || bytes+n > commitMaxBytes) {
+		e, n := 1+w.beforeN, len(w.before)+len(w.event)+len(w.status)+len(w.meta)
+		if i > start && (events+e > commitMaxEvents || bytes+n > commitMaxBytes) {
 			chunks = append(chunks, writes[start:i])
-			start, bytes = i, 0
+			start, events, bytes = i, 0, 0
 		}
-		bytes += n
+		events, bytes = events+e, bytes+n
 	}
 	return append(chunks, writes[start:])
 }

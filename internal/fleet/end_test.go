@@ -114,30 +114,89 @@ func TestRedisLogEndIsOneWrite(t *testing.T) {
 	}
 }
 
-// TestReshareBatchesEndWithTheEnd: a log published again from a
-// replica's copy (appendAll: Redis lost it) goes redisReshareBatch events
-// per call, and the last call carries the last of them: the end goes with
-// the events before it, as End writes them, so that a replica that dies
-// between two calls leaves no terminal transition without its result.
-func TestReshareBatchesEndWithTheEnd(t *testing.T) {
-	for _, n := range []int{1, 2, redisReshareBatch - 1, redisReshareBatch, redisReshareBatch + 1, 2*redisReshareBatch + 5} {
-		writes := make([]commitWrite, n)
-		for i := range writes {
-			writes[i].seq = uint64(i + 1)
+// TestRedisLogRepublishesAnEndAsOneWrite: a log published again from a
+// replica's copy (Redis lost it) ends with one write that carries the
+// EndWith events before the result, as End writes them, so that no split
+// of the writes into calls (redisReshareBatch, commitMaxBytes) and no
+// death between two calls leaves a terminal transition without its
+// result; published after a seq Redis kept, the end carries only what
+// follows it. The log reads back whole either way.
+func TestRedisLogRepublishesAnEndAsOneWrite(t *testing.T) {
+	rdb := testkit.ServerRedisClient(t, redistest.Start(t))
+	ctx := context.Background()
+	const n = redisReshareBatch + EndWith + 10
+	m := NewMemLog(config.EventLogLimits{}, time.Now)
+	open(t, m, "c", "k")
+	appendRun(m, "c", n-2, false)
+	m.End("c", []*completionv1.CompletionEvent{terminalEvent(n - 1)}, logEvent(n, true), []byte("st"))
+	c, ok := m.copyOf("c")
+	if !ok {
+		t.Fatal("no copy")
+	}
+	for _, tc := range []struct {
+		kept       uint64
+		writes     int
+		beforeEnds int
+	}{
+		{0, n - EndWith, EndWith},
+		{n - 3, 1, 2},
+	} {
+		writes := reshareWrites("c", c, tc.kept, "")
+		end := writes[len(writes)-1]
+		if len(writes) != tc.writes || !end.end || end.beforeN != tc.beforeEnds || end.seq != n || !writes[0].renew {
+			t.Fatalf("after seq %d: %d writes, the last end %t with %d before it, seq %d: want %d writes, the last the end with %d",
+				tc.kept, len(writes), end.end, end.beforeN, end.seq, tc.writes, tc.beforeEnds)
 		}
-		var sizes []int
-		var seqs []uint64
-		for _, b := range reshareBatches(writes) {
-			sizes = append(sizes, len(b))
-			for _, w := range b {
-				seqs = append(seqs, w.seq)
+		for i, w := range writes[:len(writes)-1] {
+			if w.seq != tc.kept+uint64(i)+1 || w.end || w.beforeN != 0 {
+				t.Fatalf("write %d: seq %d end %t", i, w.seq, w.end)
 			}
 		}
-		if last := sizes[len(sizes)-1]; last != min(n, redisReshareBatch) || slices.ContainsFunc(sizes, func(s int) bool { return s > redisReshareBatch || s == 0 }) {
-			t.Errorf("%d writes in calls of %v, want the last of %d", n, sizes, min(n, redisReshareBatch))
+	}
+	l := NewRedisLog(rdb, config.EventLogLimits{}, time.Now)
+	t.Cleanup(l.Close)
+	open(t, l, "c", "k")
+	if err := l.appendAll(ctx, "c", c, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for after := uint64(0); ; {
+		p, err := l.Read("c", after)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if len(seqs) != n || !slices.IsSorted(seqs) || seqs[0] != 1 {
-			t.Errorf("%d writes split into %v", n, seqs)
+		seqs = append(seqs, testkit.Seqs(p.Events)...)
+		if p.Done() {
+			if string(p.Status) != "st" {
+				t.Fatalf("status %q", p.Status)
+			}
+			break
 		}
+		after = seqs[len(seqs)-1]
+	}
+	if len(seqs) != n || seqs[0] != 1 || !slices.IsSorted(seqs) || seqs[n-1] != n {
+		t.Fatalf("the log published again holds %d events, %v…", len(seqs), seqs[:min(5, len(seqs))])
+	}
+}
+
+// TestCommitChunksCountEvents: a call of lua/commit.lua carries
+// commitMaxEvents events at most, an end's write counting the events
+// before it too; one write is never split.
+func TestCommitChunksCountEvents(t *testing.T) {
+	end := commitWrite{end: true, beforeN: EndWith}
+	writes := []commitWrite{{}, end, end, end, end, {}}
+	var sizes []int
+	for _, ch := range commitChunks(writes) {
+		n := 0
+		for _, w := range ch {
+			n += 1 + w.beforeN
+		}
+		if n > commitMaxEvents && len(ch) > 1 {
+			t.Fatalf("a call of %d events", n)
+		}
+		sizes = append(sizes, len(ch))
+	}
+	if !slices.Equal(sizes, []int{4, 2}) {
+		t.Fatalf("calls of %v writes, want 4 and 2 (1+3×65 events, then 65+1)", sizes)
 	}
 }

@@ -27,6 +27,10 @@ var (
 	errLogFull = errors.New("event log full: too many live completions")
 )
 
+// EndWith is the most events a log's end carries before its result
+// (Log.End): the finishing step's last, its tool calls and transitions.
+const EndWith = 64
+
 // Log keeps the events of every completion, keyed by completion id,
 // from started to the result, so that a caller may attach to a completion
 // and receive what it missed (Attach, Session resume). It is narrow so that
@@ -52,10 +56,11 @@ type Log interface {
 	// refused it, as another replica owns the completion now: the
 	// caller must not send it.
 	Append(id string, ev *completionv1.CompletionEvent) error
-	// End adds before (the events numbered just before the result: the
-	// finishing step's, its terminal transition among them), the result
-	// event and the encoded google.rpc.Status the completion ended with,
-	// and ends the log of id: its retention starts. The events go in one
+	// End adds before (the events numbered just before the result,
+	// EndWith at most: the finishing step's, its terminal transition
+	// among them), the result event and the encoded google.rpc.Status the
+	// completion ended with, and ends the log of id: its retention
+	// starts. The events go in one
 	// write: a shared store holds all of them or none, so that a log
 	// never holds a terminal transition without its result (a replica
 	// that died between the two would leave a log that looks live, and

@@ -470,14 +470,14 @@ func (l *RedisLog) add(id string, before []*completionv1.CompletionEvent, ev *co
 	if err != nil {
 		return "", err // cannot happen: the service builds every event
 	}
-	pre, preSize, err := encodeBefore(before)
+	pre, preN, preSize, err := encodeBefore(before)
 	if err != nil {
 		return "", err
 	}
 	if testHookRedisAdd != nil {
 		testHookRedisAdd(id, ev.GetSeq())
 	}
-	w := commitWrite{id: id, seq: ev.GetSeq(), before: pre, beforeSize: preSize, event: b, status: status, end: end, fence: l.fence(id)}
+	w := commitWrite{id: id, seq: ev.GetSeq(), before: pre, beforeN: preN, beforeSize: preSize, event: b, status: status, end: end, fence: l.fence(id)}
 	if w.fence != "" {
 		if m, ok := l.pendingMeta.LoadAndDelete(id); ok {
 			w.meta = m.(string)
@@ -524,21 +524,27 @@ func (l *RedisLog) add(id string, before []*completionv1.CompletionEvent, ev *co
 	return res, err
 }
 
-// encodeBefore encodes evs as commitWrite.before: each event's length in
-// decimal, a colon, and its encoding, one after the other (nil for none);
-// and the bytes of their encodings (commitWrite.beforeSize).
-func encodeBefore(evs []*completionv1.CompletionEvent) (enc []byte, size int64, err error) {
+// encodeBefore encodes evs as commitWrite.before (appendBefore), and
+// says how many they are and the bytes of their encodings
+// (commitWrite.beforeN, beforeSize).
+func encodeBefore(evs []*completionv1.CompletionEvent) (enc []byte, n int, size int64, err error) {
 	for _, ev := range evs {
 		b, err := proto.Marshal(ev)
 		if err != nil {
-			return nil, 0, err // cannot happen: the service builds every event
+			return nil, 0, 0, err // cannot happen: the service builds every event
 		}
-		enc = strconv.AppendInt(enc, int64(len(b)), 10)
-		enc = append(enc, ':')
-		enc = append(enc, b...)
+		enc = appendBefore(enc, b)
 		size += int64(len(b))
 	}
-	return enc, size, nil
+	return enc, len(evs), size, nil
+}
+
+// appendBefore appends the encoded event b to enc, as commitWrite.before
+// holds it: its length in decimal, a colon, and b.
+func appendBefore(enc, b []byte) []byte {
+	enc = strconv.AppendInt(enc, int64(len(b)), 10)
+	enc = append(enc, ':')
+	return append(enc, b...)
 }
 
 // commitWrite writes w with the next flush of the group commit, and
@@ -1015,29 +1021,17 @@ const restoreScan = 100
 // redisReshareBatch is how many appends of a reshare go in one call.
 const redisReshareBatch = 128
 
-// appendAll appends the events of c after seq kept, redisReshareBatch
-// per call of lua/commit.lua, the last call carrying the last of them: an
-// ended log's end goes in one call with the events before it (its
-// terminal transition), as RedisLog.End writes them.
+// appendAll appends the events of c after seq kept (reshareWrites),
+// redisReshareBatch writes per call of lua/commit.lua.
 func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uint64, fence string) error {
-	var writes []commitWrite
-	for i, seq := range c.seqs {
-		if seq <= kept {
-			continue
-		}
-		end := c.ended && i == len(c.events)-1
-		w := commitWrite{id: id, seq: seq, event: c.events[i], end: end, fence: fence, renew: len(writes) == 0, check: true}
-		if end {
-			w.status = c.status
-		}
-		w.size = int64(len(w.event) + len(w.status)) // each counted: a reshare is rare
-		writes = append(writes, w)
-	}
-	for _, batch := range reshareBatches(writes) {
-		replies, evicted, err := l.commitWrites(ctx, batch)
+	writes := reshareWrites(id, c, kept, fence)
+	for len(writes) > 0 {
+		n := min(len(writes), redisReshareBatch)
+		replies, evicted, err := l.commitWrites(ctx, writes[:n])
 		if err != nil {
 			return err
 		}
+		writes = writes[n:]
 		for _, res := range replies {
 			switch res {
 			case "fenced":
@@ -1056,19 +1050,39 @@ func (l *RedisLog) appendAll(ctx context.Context, id string, c logCopy, kept uin
 	return nil
 }
 
-// reshareBatches splits writes into calls of redisReshareBatch at most,
-// the first call carrying what is left over: so the last call carries
-// the last redisReshareBatch writes, an end with the events before it.
-func reshareBatches(writes []commitWrite) [][]commitWrite {
-	var batches [][]commitWrite
-	for len(writes) > 0 {
-		n := len(writes) % redisReshareBatch
-		if n == 0 {
-			n = redisReshareBatch
-		}
-		batches, writes = append(batches, writes[:n]), writes[n:]
+// reshareWrites are the writes that publish the events of c after seq
+// kept again, fenced by fence: one per event, the first renewing the log,
+// each checking that it follows the last. An ended log's end is one write
+// with the EndWith events before it, as RedisLog.End writes them: its
+// terminal transition goes with its result, whatever the calls the writes
+// are split into.
+func reshareWrites(id string, c logCopy, kept uint64, fence string) []commitWrite {
+	from := 0
+	for from < len(c.seqs) && c.seqs[from] <= kept {
+		from++
 	}
-	return batches
+	last := len(c.seqs) - 1
+	tail := len(c.seqs) // the first event the end carries
+	if c.ended && from <= last {
+		tail = max(from, last-EndWith)
+	}
+	var writes []commitWrite
+	for i := from; i < tail; i++ {
+		w := commitWrite{id: id, seq: c.seqs[i], event: c.events[i], fence: fence, renew: len(writes) == 0, check: true}
+		w.size = int64(len(w.event)) // each counted: a reshare is rare
+		writes = append(writes, w)
+	}
+	if tail <= last {
+		w := commitWrite{id: id, seq: c.seqs[last], event: c.events[last], status: c.status, end: true, fence: fence, renew: len(writes) == 0, check: true}
+		for _, b := range c.events[tail:last] {
+			w.before = appendBefore(w.before, b)
+			w.beforeN++
+			w.beforeSize += int64(len(b))
+		}
+		w.size = w.beforeSize + int64(len(w.event)+len(w.status))
+		writes = append(writes, w)
+	}
+	return writes
 }
 
 // leaseTTL is LeaseTTL, or DefaultLeaseTTL when unset.
