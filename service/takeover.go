@@ -359,10 +359,10 @@ var (
 )
 
 // errEndLost: the log holds the completion's terminal transition but not
-// its result. This version writes the two in one write (fleet.Log.End);
-// an older replica's log, or a restore cut short, may hold one without
-// the other. The completion finished, so it is not run again: its
-// followers end with the takeover's failure.
+// its result. This version writes the two in one write (fleet.Log.End,
+// and one write when it publishes a log again); an older replica wrote
+// them apart, and may have died between. The completion finished, so it
+// is not run again: its followers end with the takeover's failure.
 var errEndLost = errors.New("the completion finished, but its log lost its result")
 
 // isTerminal reports whether ev is a terminal transition.
