@@ -159,20 +159,12 @@ func TestRedisLogRepublishesAnEndAsOneWrite(t *testing.T) {
 	if err := l.appendAll(ctx, "c", c, 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	var seqs []uint64
-	for after := uint64(0); ; {
-		p, err := l.Read("c", after)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs = append(seqs, testkit.Seqs(p.Events)...)
-		if p.Done() {
-			if string(p.Status) != "st" {
-				t.Fatalf("status %q", p.Status)
-			}
-			break
-		}
-		after = seqs[len(seqs)-1]
+	seqs, ended, err := readWhole(l, "c")
+	if err != nil || !ended {
+		t.Fatalf("the log published again: ended %t, %v", ended, err)
+	}
+	if p, err := l.Read("c", n-1); err != nil || string(p.Status) != "st" {
+		t.Fatalf("status %q, %v", p.Status, err)
 	}
 	if len(seqs) != n || seqs[0] != 1 || !slices.IsSorted(seqs) || seqs[n-1] != n {
 		t.Fatalf("the log published again holds %d events, %v…", len(seqs), seqs[:min(5, len(seqs))])
