@@ -88,7 +88,7 @@ soak: ## Chaos soak (SOAK_N=10000 fault scripts) and hostile auth-on soak; repor
 	SOAK_N=$(SOAK_N) SOAK_SEED=$(SOAK_SEED) $(GO) test -run '^TestSoak(Hostile)?$$' -count=1 -timeout 30m -v ./service
 
 # make fleet-chaos: cmd/completiond/fleet_chaos_test.go — three completiond
-# processes on one redis-server, ten callers streaming resumable completions
+# processes on one redis-server, ten callers running resumable Streams and Sessions
 # through them, while for CHAOS_FOR replicas are killed and started again,
 # stopped past their lease, and Redis is restarted empty or paused; every
 # completion's events are held to docs/fleet.md. Not part of make test (the

@@ -28,10 +28,12 @@ import (
 
 // The fleet's promises under compound failures, at the level of
 // processes: three replicas on one redis-server, callers streaming
-// resumable completions through them, and at random moments a replica
-// killed (and started again), a replica stopped past its lease, Redis
-// restarted empty or paused. Each completion's events, as the wire carried
-// them across every call its caller made, are held to docs/fleet.md.
+// resumable completions (Streams, and Sessions:
+// fleet_chaos_session_test.go) through them, and at random moments a
+// replica killed (and started again), a replica stopped past its lease,
+// Redis restarted empty or paused. Each completion's events, as the wire
+// carried them across every call its caller made, are held to
+// docs/fleet.md.
 
 const (
 	// chaosLeaseTTL is longer than any Redis outage the chaos makes: a
@@ -74,8 +76,10 @@ var errChaosHang = errors.New("no event and no status")
 // Redis empty and pauses it. Each caller streams resumable completions
 // (route sim, an idempotency key each) through a random live replica and,
 // when a call breaks, attaches through another one after the last seq it
-// received. Every completion must end whole — seqs 1..n once each across
-// all its calls, one terminal transition and the result right after it,
+// received; every third runs Sessions instead, resumed the same way, which
+// must also take each tool result and verdict once (chaosSessionCaller).
+// Every completion must end whole — seqs 1..n once each across all its
+// calls, one terminal transition and the result right after it,
 // the kept text the result's and the sim's deterministic answer — or with
 // a status docs/fleet.md allows for the failures it met (a log lost
 // whole: NOT_FOUND; see lostAllowed). A call with no event
@@ -109,6 +113,7 @@ func TestFleetChaos(t *testing.T) {
 		f.launch(f.slots[len(f.slots)-1])
 	}
 	wants := f.answers()
+	f.sessionWants = f.sessionAnswers(wants)
 
 	finish := f.callers(wants)
 	f.chaos(chaosFor)
@@ -175,6 +180,9 @@ type chaosFleet struct {
 	// before they have finished.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// sessionWants are the Session callers' uninterrupted answers
+	// (fleet_chaos_session_test.go).
+	sessionWants map[chaosSessionKey]string
 
 	mu          sync.Mutex
 	slots       []*chaosSlot
@@ -562,6 +570,7 @@ func (f *chaosFleet) timeline(from, to time.Duration) string {
 // chaosCompletion is one completion as its caller lived it.
 type chaosCompletion struct {
 	caller, n   int
+	session     *chaosSession // a Session's caller's side; nil for a Stream
 	key         string
 	began, end  time.Duration
 	id          string
@@ -601,7 +610,11 @@ func (f *chaosFleet) caller(i int, want string, stop <-chan struct{}, results ch
 		default:
 		}
 		c := &chaosCompletion{caller: i, n: n, key: fmt.Sprintf("chaos-%d-%d-%d", f.seed, i, n)}
-		f.complete(rng, c, want)
+		if chaosSessionCaller(i) {
+			f.session(rng, c, want)
+		} else {
+			f.complete(rng, c, want)
+		}
 		results <- c
 		// A completion that broke a promise stops its caller: what
 		// follows is noise around the failure it shows.
@@ -625,6 +638,12 @@ func (f *chaosFleet) complete(rng *rand.Rand, c *chaosCompletion, want string) {
 		ResumeGrace:    durationpb.New(30 * time.Second),
 		IdempotencyKey: c.key,
 	}
+	f.drive(rng, c, want, func(r *chaosReplica) (chaosCall, bool, error) { return f.call(r, c, req) })
+}
+
+// drive runs c to its end through calls of through (a Stream's start or
+// Attach, a Session's start or resume), with complete's rules between them.
+func (f *chaosFleet) drive(rng *rand.Rand, c *chaosCompletion, want string, through func(*chaosReplica) (chaosCall, bool, error)) {
 	start := time.Now()
 	c.began = f.since(start)
 	defer func() { c.end = f.since(time.Now()) }()
@@ -644,7 +663,7 @@ func (f *chaosFleet) complete(rng *rand.Rand, c *chaosCompletion, want string) {
 			chaosSleep(f.ctx, 50*time.Millisecond)
 			continue
 		}
-		call, hung, err := f.call(r, c, req)
+		call, hung, err := through(r)
 		c.calls = append(c.calls, call)
 		if f.ctx.Err() != nil {
 			c.outcome = "abandoned: the test ended"
@@ -792,17 +811,22 @@ func (f *chaosFleet) call(r *chaosReplica, c *chaosCompletion, req *completionv1
 	}
 	hung = errors.Is(context.Cause(ctx), errChaosHang)
 	call.took = f.since(time.Now()) - call.at
-	if errors.Is(err, io.EOF) {
-		call.end = "OK"
-	} else {
-		s := status.Convert(err)
-		call.end = s.Code().String()
-		if reason := errorReason(err); reason != "" {
-			call.end += " " + reason
-		}
-		call.end += ": " + s.Message()
-	}
+	call.end = chaosCallEnd(err)
 	return call, hung, err
+}
+
+// chaosCallEnd is how a call ended (err, io.EOF for OK), for its line in a
+// report.
+func chaosCallEnd(err error) string {
+	if errors.Is(err, io.EOF) {
+		return "OK"
+	}
+	s := status.Convert(err)
+	end := s.Code().String()
+	if reason := errorReason(err); reason != "" {
+		end += " " + reason
+	}
+	return end + ": " + s.Message()
 }
 
 // chaosRetryDelay is the RetryInfo delay of err's status; 0 without one.
@@ -934,6 +958,9 @@ func (f *chaosFleet) report(done []*chaosCompletion) {
 		case c.continued:
 			key = "accepted " + c.outcome + " continued past its end"
 		}
+		if c.session != nil {
+			key = c.session.kind.name + ": " + key
+		}
 		counts[key]++
 		if len(c.calls) > 1 {
 			reattached++
@@ -965,6 +992,7 @@ func (f *chaosFleet) report(done []*chaosCompletion) {
 	f.mu.Unlock()
 	t.Logf("fleet chaos, seed %d: %d completions: %v; %d attached again at least once, %d taken over (REPLICA_LOST), %d NOT_FOUND/OUT_OF_RANGE answers attached through; chaos: %v",
 		f.seed, len(done), counts, reattached, takeovers, lostTries, kinds)
+	f.reportSessions(done)
 	for _, r := range procs {
 		logs := r.p.logs.String()
 		if crashed[r] {
@@ -1003,7 +1031,7 @@ func chaosCalls(calls []chaosCall) string {
 func chaosEvents(evs []*completionv1.CompletionEvent) string {
 	var b strings.Builder
 	for i, ev := range evs {
-		fmt.Fprintf(&b, "    #%-3d seq %-3d attempt %d ", i+1, ev.GetSeq(), ev.GetAttempt())
+		fmt.Fprintf(&b, "    #%-3d seq %-3d turn %d attempt %d ", i+1, ev.GetSeq(), ev.GetTurn(), ev.GetAttempt())
 		switch {
 		case ev.GetStarted() != nil:
 			fmt.Fprintf(&b, "started %s", ev.GetStarted().GetCompletionId())
@@ -1014,6 +1042,10 @@ func chaosEvents(evs []*completionv1.CompletionEvent) string {
 			fmt.Fprintf(&b, "transition %s terminal=%v error=%s discarded=%v %q", tr.GetReason(), tr.GetTerminal(), tr.GetError().GetKind(), tr.GetDiscardedAttempts(), tr.GetMessage())
 		case ev.GetUsage() != nil:
 			b.WriteString("usage")
+		case ev.GetToolCall() != nil:
+			fmt.Fprintf(&b, "toolCall %s", ev.GetToolCall().GetId())
+		case ev.GetStopHookRequest() != nil:
+			fmt.Fprintf(&b, "stopHookRequest %s %q", ev.GetStopHookRequest().GetHookId(), messageText(ev.GetStopHookRequest().GetAnswer()))
 		case ev.GetResult() != nil:
 			fmt.Fprintf(&b, "result %q", resultText(ev.GetResult()))
 		default:
