@@ -829,6 +829,12 @@ func chaosCallEnd(err error) string {
 	return end + ": " + s.Message()
 }
 
+// through reports whether one of c's calls went through the replica
+// labelled label.
+func (c *chaosCompletion) through(label string) bool {
+	return slices.ContainsFunc(c.calls, func(call chaosCall) bool { return call.via == label })
+}
+
 // chaosRetryDelay is the RetryInfo delay of err's status; 0 without one.
 func chaosRetryDelay(err error) time.Duration {
 	for _, d := range status.Convert(err).Details() {
@@ -904,7 +910,8 @@ func continuedPastTheEnd(evs []*completionv1.CompletionEvent, want string) bool 
 // lostAllowed says whether a completion's end with code before its result
 // is one docs/fleet.md allows for the failures it met (accepted), and
 // otherwise what promise it breaks. Each needs a replica killed while the
-// completion ran (K), and:
+// completion ran (K), one that a call of its caller went through (the one
+// that ran it is: its start went there, or a call that took it over), and:
 //
 //   - NOT_FOUND: "a log whose replica restarted or died too is lost" —
 //     Redis restarted empty from 2 s before K (the owner had not published
@@ -923,6 +930,12 @@ func (f *chaosFleet) lostAllowed(c *chaosCompletion, code codes.Code) (bool, str
 	outageAtStart := f.happened(c.began-2500*time.Millisecond, c.began, "redis-restart", "redis-pause")
 	ok := false
 	for _, k := range f.when(c.began, end, "kill", "stop") {
+		if !c.through(k.what) {
+			// Not the replica that ran it: the completion is run by the
+			// replica its start went through or one that took it over,
+			// for a call of its caller.
+			continue
+		}
 		killed := k.kind == "kill"
 		switch code {
 		case codes.NotFound:
