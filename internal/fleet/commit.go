@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -120,7 +121,7 @@ type commitWrite struct {
 	// before, when not empty, are the events numbered just before event,
 	// which the write appends ahead of it, all of them or none: a log's
 	// end (RedisLog.End) with its terminal transition. Each is its length
-	// in decimal, a colon and its encoding (appendBefore); beforeN is how
+	// in decimal, a colon and its encoding (addBefore); beforeN is how
 	// many they are (EndWith at most), beforeSize their encodings' bytes,
 	// what the log's size counts of them.
 	before     []byte
@@ -546,6 +547,16 @@ func flag(b bool) any {
 		return flagSet
 	}
 	return flagUnset
+}
+
+// addBefore adds the encoded event b to the events w appends ahead of
+// its own (before): its length in decimal, a colon, and b.
+func (w *commitWrite) addBefore(b []byte) {
+	w.before = strconv.AppendInt(w.before, int64(len(b)), 10)
+	w.before = append(w.before, ':')
+	w.before = append(w.before, b...)
+	w.beforeN++
+	w.beforeSize += int64(len(b))
 }
 
 // commitChunks splits writes into the calls of one flush: commitMaxEvents

@@ -470,14 +470,18 @@ func (l *RedisLog) add(id string, before []*completionv1.CompletionEvent, ev *co
 	if err != nil {
 		return "", err // cannot happen: the service builds every event
 	}
-	pre, preN, preSize, err := encodeBefore(before)
-	if err != nil {
-		return "", err
+	w := commitWrite{id: id, seq: ev.GetSeq(), event: b, status: status, end: end}
+	for _, e := range before {
+		eb, err := proto.Marshal(e)
+		if err != nil {
+			return "", err
+		}
+		w.addBefore(eb)
 	}
 	if testHookRedisAdd != nil {
 		testHookRedisAdd(id, ev.GetSeq())
 	}
-	w := commitWrite{id: id, seq: ev.GetSeq(), before: pre, beforeN: preN, beforeSize: preSize, event: b, status: status, end: end, fence: l.fence(id)}
+	w.fence = l.fence(id)
 	if w.fence != "" {
 		if m, ok := l.pendingMeta.LoadAndDelete(id); ok {
 			w.meta = m.(string)
@@ -516,35 +520,12 @@ func (l *RedisLog) add(id string, before []*completionv1.CompletionEvent, ev *co
 	case w.size > 0:
 		lw.unsized.Add(-unsized)
 	default:
-		lw.unsized.Add(preSize + int64(len(b)+len(status)))
+		lw.unsized.Add(w.beforeSize + int64(len(b)+len(status)))
 	}
 	if err == nil && res == "fenced" {
 		l.refused()
 	}
 	return res, err
-}
-
-// encodeBefore encodes evs as commitWrite.before (appendBefore), and
-// says how many they are and the bytes of their encodings
-// (commitWrite.beforeN, beforeSize).
-func encodeBefore(evs []*completionv1.CompletionEvent) (enc []byte, n int, size int64, err error) {
-	for _, ev := range evs {
-		b, err := proto.Marshal(ev)
-		if err != nil {
-			return nil, 0, 0, err // cannot happen: the service builds every event
-		}
-		enc = appendBefore(enc, b)
-		size += int64(len(b))
-	}
-	return enc, len(evs), size, nil
-}
-
-// appendBefore appends the encoded event b to enc, as commitWrite.before
-// holds it: its length in decimal, a colon, and b.
-func appendBefore(enc, b []byte) []byte {
-	enc = strconv.AppendInt(enc, int64(len(b)), 10)
-	enc = append(enc, ':')
-	return append(enc, b...)
 }
 
 // commitWrite writes w with the next flush of the group commit, and
@@ -1075,9 +1056,7 @@ func reshareWrites(id string, c logCopy, kept uint64, fence string) []commitWrit
 	if tail <= last {
 		w := commitWrite{id: id, seq: c.seqs[last], event: c.events[last], status: c.status, end: true, fence: fence, renew: len(writes) == 0, check: true}
 		for _, b := range c.events[tail:last] {
-			w.before = appendBefore(w.before, b)
-			w.beforeN++
-			w.beforeSize += int64(len(b))
+			w.addBefore(b)
 		}
 		w.size = w.beforeSize + int64(len(w.event)+len(w.status))
 		writes = append(writes, w)
